@@ -1,0 +1,37 @@
+# spanq: make run | make test | make proto | make bench
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROTO_OUT := client/spanq/_proto
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install spanq with its dev tools
+
+run: $(STAMP) ## serve on localhost:50051 (embedded PostgreSQL unless DATABASE_URL is set)
+	$(VENV)/bin/spanq serve
+
+test: $(STAMP) ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL)
+	$(PY) tools/genproto.py --check
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+proto: $(STAMP) ## regenerate the gRPC stubs from protos/
+	$(PY) tools/genproto.py
+
+bench: $(STAMP) ## run the benchmarks and print figures against the plain-SQL baseline
+	$(PY) -m bench
+
+clean: ## remove the venv and local data
+	rm -rf $(VENV) .spanq
+
+.PHONY: help install run test proto bench clean

@@ -1,0 +1,1 @@
+"""spanq: Spanner's queues on PostgreSQL. The Python SDK."""

@@ -1,0 +1,1 @@
+"""spanq_server: the spanq gRPC service on PostgreSQL."""

@@ -1,0 +1,78 @@
+"""The ``spanq`` command: ``spanq serve``."""
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import os
+import sys
+from datetime import timedelta
+
+from .config import Config, Limits
+
+
+def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
+    parser = argparse.ArgumentParser(prog="spanq", description="Spanner's queues on PostgreSQL, over gRPC.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve the spanq.v1 gRPC API")
+    default = Config()
+    limits = Limits()
+    serve.add_argument("--database-url", default=environ.get("DATABASE_URL"),
+                       help="PostgreSQL URL (env DATABASE_URL); without it, an embedded PostgreSQL in --data-dir")
+    serve.add_argument("--listen", default=environ.get("SPANQ_LISTEN", default.listen),
+                       help=f"host:port to serve on (env SPANQ_LISTEN; default {default.listen})")
+    serve.add_argument("--data-dir", default=environ.get("SPANQ_DATA_DIR", default.data_dir),
+                       help=f"embedded PostgreSQL's data folder (env SPANQ_DATA_DIR; default {default.data_dir})")
+    serve.add_argument("--tls-cert", default=environ.get("SPANQ_TLS_CERT"), help="PEM certificate chain")
+    serve.add_argument("--tls-key", default=environ.get("SPANQ_TLS_KEY"), help="PEM private key")
+    serve.add_argument("--insecure", action="store_true", help="allow plaintext on a non-loopback address")
+    serve.add_argument("--max-queues", type=int, default=limits.max_queues)
+    serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
+    serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
+    serve.add_argument("--pool-size", type=int, default=default.pool_max_size, help="database connections at most")
+    serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
+                       help="seconds between an idle stream's fallback polls")
+    serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
+                       help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
+    serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    return dataclasses.replace(
+        default,
+        database_url=args.database_url or None,
+        listen=args.listen,
+        data_dir=args.data_dir,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        insecure=args.insecure,
+        limits=Limits(
+            max_queues=args.max_queues,
+            max_streams_per_queue=args.max_streams_per_queue,
+            max_payload_bytes=args.max_payload_bytes,
+        ),
+        pool_max_size=args.pool_size,
+        poll_interval=timedelta(seconds=args.poll_interval),
+        inject_faults=args.inject_faults,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    config = parse_config(sys.argv[1:] if argv is None else argv, dict(os.environ))
+    if config.database_url is None:
+        from .embedded import start_embedded
+
+        config = dataclasses.replace(config, database_url=start_embedded(config.data_dir))
+    from .server import serve
+
+    try:
+        asyncio.run(serve(config))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+"""spanq.v1 wire values <-> domain values.
+
+Keys travel as a google.protobuf.ListValue (one value per key column) and
+payloads as a google.protobuf.Value, as in Spanner's Mutation.Send, so that
+JSON clients can type them: INT64 as a number or a decimal string (returned
+as a string), BYTES as base64, TIMESTAMP as RFC 3339.
+"""
+
+import base64
+import binascii
+import math
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
+
+from spanq._proto.spanq.v1 import queue_pb2
+
+from .errors import InvalidArgument
+from .model import ColumnType, Key, KeyColumn, QueueDef
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_SAFE_DOUBLE_INT = 2**53
+
+TYPE_CODES = {
+    queue_pb2.BOOL: ColumnType.BOOL,
+    queue_pb2.INT64: ColumnType.INT64,
+    queue_pb2.STRING: ColumnType.STRING,
+    queue_pb2.BYTES: ColumnType.BYTES,
+    queue_pb2.TIMESTAMP: ColumnType.TIMESTAMP,
+    queue_pb2.JSON: ColumnType.JSON,
+}
+TYPE_CODE_OF = {v: k for k, v in TYPE_CODES.items()}
+
+
+def column_type(code: int, what: str) -> ColumnType:
+    try:
+        return TYPE_CODES[code]
+    except KeyError:
+        names = ", ".join(queue_pb2.TypeCode.Name(c) for c in TYPE_CODES)
+        raise InvalidArgument(f"{what}: type {code} is not one of {names}") from None
+
+
+# -- keys -----------------------------------------------------------------
+
+
+def key_from_proto(queue: QueueDef, key: struct_pb2.ListValue, where: str) -> Key:
+    values = key.values
+    if len(values) != len(queue.key_columns):
+        names = [c.name for c in queue.key_columns]
+        raise InvalidArgument(
+            f"{where}: queue {queue.name!r} has {len(names)} key column(s) {names}, "
+            f"but the key has {len(values)} value(s)"
+        )
+    return tuple(_key_value(column, value, where) for column, value in zip(queue.key_columns, values))
+
+
+def _key_value(column: KeyColumn, value: struct_pb2.Value, where: str) -> Any:
+    kind = value.WhichOneof("kind")
+    what = f"{where}: key column {column.name!r} ({column.type.value})"
+    if column.type is ColumnType.INT64:
+        if kind == "number_value":
+            number = value.number_value
+            if not math.isfinite(number) or number != int(number) or abs(number) > MAX_SAFE_DOUBLE_INT:
+                raise InvalidArgument(f"{what} needs an integer; give large ones as decimal strings, got {number!r}")
+            return int(number)
+        if kind == "string_value":
+            text = value.string_value.strip()
+            if not text.lstrip("-").isdecimal() or not text.isascii():
+                raise InvalidArgument(f"{what} needs a decimal integer string, got {value.string_value!r}")
+            number = int(text)
+            if not INT64_MIN <= number <= INT64_MAX:
+                raise InvalidArgument(f"{what} is out of the INT64 range: {text}")
+            return number
+    elif column.type is ColumnType.STRING:
+        if kind == "string_value":
+            return text_value(value.string_value, what)
+    elif column.type is ColumnType.BYTES:
+        if kind == "string_value":
+            return bytes_from_base64(value.string_value, what)
+    elif column.type is ColumnType.TIMESTAMP:
+        if kind == "string_value":
+            return timestamp_from_rfc3339(value.string_value, what)
+    elif column.type is ColumnType.BOOL:
+        if kind == "bool_value":
+            return value.bool_value
+    raise InvalidArgument(f"{what} cannot be a {_kind_name(kind)}")
+
+
+def key_to_proto(queue: QueueDef, key: Key) -> struct_pb2.ListValue:
+    out = struct_pb2.ListValue()
+    for column, v in zip(queue.key_columns, key):
+        item = out.values.add()
+        if column.type is ColumnType.INT64:
+            item.string_value = str(v)
+        elif column.type is ColumnType.BYTES:
+            item.string_value = base64.b64encode(bytes(v)).decode()
+        elif column.type is ColumnType.TIMESTAMP:
+            item.string_value = timestamp_to_rfc3339(v)
+        elif column.type is ColumnType.BOOL:
+            item.bool_value = bool(v)
+        else:
+            item.string_value = v
+    return out
+
+
+# -- payloads -------------------------------------------------------------
+
+
+def payload_from_proto(queue: QueueDef, value: struct_pb2.Value, has_payload: bool, where: str) -> Any:
+    kind = value.WhichOneof("kind")
+    if not has_payload or kind is None:
+        raise InvalidArgument(f"{where}: payload is required")
+    what = f"{where}: payload of {queue.payload_type.value} queue {queue.name!r}"
+    if queue.payload_type is ColumnType.JSON:
+        return json_from_value(value, what)
+    if kind != "string_value":
+        expected = "a string" if queue.payload_type is ColumnType.STRING else "a base64 string"
+        raise InvalidArgument(f"{what} must be {expected}, not a {_kind_name(kind)}")
+    if queue.payload_type is ColumnType.STRING:
+        return text_value(value.string_value, what)
+    return bytes_from_base64(value.string_value, what)
+
+
+def payload_to_proto(queue: QueueDef, payload: Any) -> struct_pb2.Value:
+    if queue.payload_type is ColumnType.JSON:
+        return value_from_json(payload)
+    if queue.payload_type is ColumnType.BYTES:
+        return struct_pb2.Value(string_value=base64.b64encode(bytes(payload)).decode())
+    return struct_pb2.Value(string_value=payload)
+
+
+def json_from_value(value: struct_pb2.Value, what: str) -> Any:
+    """A protobuf Value as plain JSON data; integral numbers stay integers."""
+    kind = value.WhichOneof("kind")
+    if kind == "null_value":
+        return None
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "number_value":
+        number = value.number_value
+        if not math.isfinite(number):
+            raise InvalidArgument(f"{what}: JSON has no {number!r}")
+        return int(number) if number.is_integer() and abs(number) <= MAX_SAFE_DOUBLE_INT else number
+    if kind == "string_value":
+        return text_value(value.string_value, what)
+    if kind == "list_value":
+        return [json_from_value(v, what) for v in value.list_value.values]
+    if kind == "struct_value":
+        return {text_value(k, what): json_from_value(v, what) for k, v in value.struct_value.fields.items()}
+    raise InvalidArgument(f"{what}: an empty value is not JSON")
+
+
+def value_from_json(data: Any) -> struct_pb2.Value:
+    value = struct_pb2.Value()
+    if data is None:
+        value.null_value = struct_pb2.NULL_VALUE
+    elif isinstance(data, bool):
+        value.bool_value = data
+    elif isinstance(data, (int, float)):
+        value.number_value = float(data)
+    elif isinstance(data, str):
+        value.string_value = data
+    elif isinstance(data, list):
+        value.list_value.values.extend(value_from_json(v) for v in data)
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            value.struct_value.fields[k].CopyFrom(value_from_json(v))
+    else:
+        raise TypeError(f"not JSON data: {type(data)}")
+    return value
+
+
+# -- scalars --------------------------------------------------------------
+
+
+def text_value(text: str, what: str) -> str:
+    if "\x00" in text:
+        raise InvalidArgument(f"{what}: text cannot contain NUL characters (PostgreSQL text cannot hold them)")
+    return text
+
+
+def bytes_from_base64(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgument(f"{what} must be standard base64, got {text[:40]!r}") from None
+
+
+def timestamp_from_rfc3339(text: str, what: str) -> datetime:
+    stamp = timestamp_pb2.Timestamp()
+    try:
+        stamp.FromJsonString(text)
+    except ValueError:
+        raise InvalidArgument(f"{what} must be an RFC 3339 timestamp like 2026-01-02T03:04:05Z, got {text!r}") from None
+    return timestamp_to_datetime(stamp)
+
+
+def timestamp_to_rfc3339(when: datetime) -> str:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(when)
+    return stamp.ToJsonString()
+
+
+def timestamp_to_datetime(stamp: timestamp_pb2.Timestamp) -> datetime:
+    return stamp.ToDatetime(tzinfo=timezone.utc)
+
+
+def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(when)
+    return stamp
+
+
+def duration_from_proto(
+    d: duration_pb2.Duration, what: str, *, default: timedelta | None, minimum: timedelta, maximum: timedelta,
+    zero_allowed: bool = False,
+) -> timedelta | None:
+    """A Duration within [minimum, maximum]; 0 (unset) gives the default, or 0 when zero_allowed."""
+    if d.seconds < 0 or d.nanos < 0:
+        raise InvalidArgument(f"{what} cannot be negative, got {d.ToJsonString()}")
+    if d.seconds > maximum.total_seconds() + 1:
+        raise InvalidArgument(f"{what} must be at most {_human(maximum)}, got {d.ToJsonString()}")
+    value = d.ToTimedelta()
+    if value == timedelta(0):
+        return timedelta(0) if zero_allowed else default
+    if not minimum <= value <= maximum:
+        raise InvalidArgument(
+            f"{what} must be between {_human(minimum)} and {_human(maximum)}, got {d.ToJsonString()}"
+        )
+    return value
+
+
+def duration(value: timedelta) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromTimedelta(value)
+    return d
+
+
+def _human(value: timedelta) -> str:
+    seconds = value.total_seconds()
+    if seconds and seconds % 3600 == 0:
+        return f"{int(seconds // 3600)}h"
+    if seconds and seconds % 60 == 0:
+        return f"{int(seconds // 60)}m"
+    return f"{seconds:g}s"
+
+
+def _kind_name(kind: str | None) -> str:
+    return {None: "missing value", "null_value": "null", "number_value": "number", "string_value": "string",
+            "bool_value": "bool", "struct_value": "JSON object", "list_value": "list"}[kind]

@@ -1,0 +1,42 @@
+"""Server configuration: one frozen dataclass, from flags and environment."""
+
+import dataclasses
+from datetime import timedelta
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Spanner's limits, configurable. Over a limit: RESOURCE_EXHAUSTED, nothing stored."""
+
+    max_streams_per_queue: int = 1000
+    """Concurrent Receive streams on one queue, per server."""
+    max_queues: int = 100
+    """Queues per database."""
+    max_payload_bytes: int = 1024 * 1024
+    """Largest payload of one message."""
+    max_messages_per_request: int = 1000
+    """Messages in one Send, acks in one Ack, tokens in one RenewLease."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    database_url: str | None = None
+    """PostgreSQL to use; None starts the embedded PostgreSQL in data_dir."""
+    listen: str = "localhost:50051"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    insecure: bool = False
+    """Allow plaintext on a non-loopback address."""
+    data_dir: str = ".spanq"
+    """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    pool_min_size: int = 2
+    pool_max_size: int = 10
+    poll_interval: timedelta = timedelta(seconds=5)
+    """How often an idle stream checks its queue when no wake-up arrives: the
+    fallback for lost notifications, and the only wake-up where LISTEN is unavailable."""
+    shutdown_grace: timedelta = timedelta(seconds=5)
+    ledger_retention: timedelta = timedelta(hours=24)
+    """How long the commit ledger remembers a request_id."""
+    inject_faults: str = ""
+    """Fault injection SPEC (name=probability,...); empty: off."""

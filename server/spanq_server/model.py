@@ -1,0 +1,96 @@
+"""The domain's values: queues, messages, leases. No protobuf, no SQL."""
+
+import dataclasses
+import json
+import enum
+from datetime import datetime, timedelta
+from typing import Any
+
+Key = tuple[Any, ...]
+"""A message key: one Python value per key column, in order."""
+
+
+class ColumnType(enum.Enum):
+    """Column types, named as Spanner's TypeCode."""
+
+    BOOL = "BOOL"
+    INT64 = "INT64"
+    STRING = "STRING"
+    BYTES = "BYTES"
+    TIMESTAMP = "TIMESTAMP"
+    JSON = "JSON"
+
+
+KEY_TYPES = frozenset({ColumnType.BOOL, ColumnType.INT64, ColumnType.STRING, ColumnType.BYTES, ColumnType.TIMESTAMP})
+PAYLOAD_TYPES = frozenset({ColumnType.BYTES, ColumnType.STRING, ColumnType.JSON})
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyColumn:
+    name: str
+    type: ColumnType
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDef:
+    """A queue as the catalog records it."""
+
+    name: str
+    key_columns: tuple[KeyColumn, ...]
+    payload_type: ColumnType
+    lease_duration: timedelta
+    initial_backoff: timedelta
+    max_backoff: timedelta
+    parent_table: str | None = None
+    max_delivery_attempts: int | None = None
+    dead_letter_queue: str | None = None
+    key_generated: bool = False
+    """True when the queue was created without key columns: sends may omit the key."""
+    create_time: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class OutgoingMessage:
+    key: Key
+    payload: Any
+    deliver_time: datetime | None = None
+    delay: timedelta | None = None
+
+    def payload_size(self) -> int:
+        """Bytes the payload takes on the wire, for the size limit."""
+        if isinstance(self.payload, bytes):
+            return len(self.payload)
+        if isinstance(self.payload, str):
+            return len(self.payload.encode())
+        return len(json.dumps(self.payload, separators=(",", ":")).encode())
+
+
+@dataclasses.dataclass(frozen=True)
+class LeasedMessage:
+    key: Key
+    payload: Any
+    deliver_time: datetime
+    lease_token: str
+    lease_expiration_time: datetime
+    delivery_attempt: int
+    enqueue_time: datetime
+    last_batch_message: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class AckItem:
+    key: Key
+    lease_token: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AckResult:
+    key: Key
+    acked: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RenewResult:
+    old_lease_token: str
+    new_lease_token: str | None
+    lease_expiration_time: datetime | None

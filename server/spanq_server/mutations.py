@@ -1,0 +1,152 @@
+"""Sends, acks and lease renewals: validated, then applied atomically in one transaction.
+
+Each unary RPC is a commit of one mutation; Commit applies several in order.
+This module is the domain both front-ends share: it takes domain values and
+knows nothing of protobuf.
+"""
+
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+
+from . import errors
+from .clock import Clock
+from .config import Limits
+from .model import AckItem, AckResult, Key, OutgoingMessage, QueueDef, RenewResult
+from .store import Connection, Store
+from .wakeups import Wakeups
+
+MAX_SCHEDULE_AHEAD = timedelta(days=366)
+MAX_LEASE = timedelta(hours=12)
+
+
+@dataclasses.dataclass(frozen=True)
+class SendOp:
+    queue: QueueDef
+    messages: Sequence[OutgoingMessage]
+
+
+@dataclasses.dataclass(frozen=True)
+class AckOp:
+    queue: QueueDef
+    items: Sequence[AckItem]
+    ignore_not_found: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RenewOp:
+    queue: QueueDef
+    lease_tokens: Sequence[str]
+    lease_duration: timedelta
+    """Zero releases the leases (a nack)."""
+
+
+Mutation = SendOp | AckOp | RenewOp
+Result = list[Key] | list[AckResult] | list[RenewResult]
+
+
+class Mutator:
+    """Validates and applies mutations; wakes this server's streams after sends and nacks."""
+
+    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups) -> None:
+        self._store = store
+        self._limits = limits
+        self._clock = clock
+        self._wakeups = wakeups
+
+    def prepare(self, mutation: Mutation) -> Mutation:
+        """Checks a mutation before any database work; fills in generated keys."""
+        if isinstance(mutation, SendOp):
+            return self._prepare_send(mutation)
+        if isinstance(mutation, AckOp):
+            self._check_count(len(mutation.items), "acks")
+            keys = [item.key for item in mutation.items]
+            if len(set(keys)) != len(keys):
+                raise errors.InvalidArgument("the same key is acked twice in one request")
+            return mutation
+        self._check_count(len(mutation.lease_tokens), "lease tokens")
+        if not timedelta(0) <= mutation.lease_duration <= MAX_LEASE:
+            raise errors.InvalidArgument("lease_duration must be between 0 (release) and 12h")
+        for token in mutation.lease_tokens:
+            if not token or len(token) > 200 or "\x00" in token:
+                raise errors.InvalidArgument(f"lease token {token[:40]!r} is not a lease token")
+        return mutation
+
+    def _prepare_send(self, op: SendOp) -> SendOp:
+        self._check_count(len(op.messages), "messages")
+        limit = self._limits.max_payload_bytes
+        horizon = datetime.now(timezone.utc) + MAX_SCHEDULE_AHEAD
+        messages = []
+        for i, message in enumerate(op.messages):
+            size = message.payload_size()
+            if size > limit:
+                raise errors.LimitExceeded(
+                    f"message {i}: payload is {size} bytes, over the {limit}-byte limit; keep large data out of "
+                    "band and send a reference"
+                )
+            if message.delay is not None and not timedelta(0) <= message.delay <= MAX_SCHEDULE_AHEAD:
+                raise errors.InvalidArgument(f"message {i}: delay must be between 0 and 366 days")
+            if message.deliver_time is not None and message.deliver_time > horizon:
+                raise errors.InvalidArgument(f"message {i}: deliver_time must be at most 366 days ahead")
+            if message.key == ():
+                if not op.queue.key_generated:
+                    raise errors.InvalidArgument(
+                        f"message {i}: queue {op.queue.name!r} needs a key "
+                        f"({', '.join(c.name for c in op.queue.key_columns)})"
+                    )
+                message = dataclasses.replace(message, key=(str(uuid.uuid4()),))
+            messages.append(message)
+        return dataclasses.replace(op, messages=messages)
+
+    def _check_count(self, n: int, what: str) -> None:
+        limit = self._limits.max_messages_per_request
+        if n == 0:
+            raise errors.InvalidArgument(f"a request needs at least one of its {what}")
+        if n > limit:
+            raise errors.InvalidArgument(f"a request takes at most {limit} {what}, got {n}; split it")
+
+    async def apply(self, mutations: Sequence[Mutation]) -> list[Result]:
+        """Applies the mutations in order, in one transaction: all or none."""
+        prepared = [self.prepare(m) for m in mutations]
+        async with self._store.transaction() as conn:
+            results = await self.apply_in(conn, prepared)
+        self._wake_after(prepared)
+        return results
+
+    async def apply_in(self, conn: Connection, mutations: Sequence[Mutation]) -> list[Result]:
+        """Applies prepared mutations on a transaction the caller commits. With
+        several mutations, an error carries the index of the one that failed."""
+        results: list[Result] = []
+        now = self._clock.now()
+        for index, mutation in enumerate(mutations):
+            try:
+                results.append(await self._apply_one(conn, mutation, now))
+            except errors.QueueError as exc:
+                if len(mutations) > 1:
+                    exc.metadata.setdefault("mutation_index", str(index))
+                raise
+        return results
+
+    async def _apply_one(self, conn: Connection, mutation: Mutation, now: datetime | None) -> Result:
+        if isinstance(mutation, SendOp):
+            await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
+            return [m.key for m in mutation.messages]
+        if isinstance(mutation, AckOp):
+            return await self._store.messages_ack(
+                conn, mutation.queue, mutation.items, ignore_not_found=mutation.ignore_not_found
+            )
+        renewed = await self._store.leases_renew(conn, mutation.queue, mutation.lease_tokens,
+                                                 mutation.lease_duration, now)
+        if mutation.lease_duration == timedelta(0):
+            # A nack makes messages deliverable without an INSERT: tell every server.
+            await self._store.notify(conn, mutation.queue.name)
+        return renewed
+
+    def _wake_after(self, mutations: Sequence[Mutation]) -> None:
+        for mutation in mutations:
+            if isinstance(mutation, SendOp) or (isinstance(mutation, RenewOp) and not mutation.lease_duration):
+                self._wakeups.wake(mutation.queue.name)
+            if isinstance(mutation, (AckOp, RenewOp)):
+                # Acks and nacks free room under some stream's max_outstanding.
+                self._wakeups.signal(mutation.queue.name).room.wake()

@@ -1,0 +1,151 @@
+"""Queue definitions: validation of names and settings, and the catalog with a short cache."""
+
+import base64
+import binascii
+import re
+import time
+from datetime import timedelta
+
+from . import errors
+from .config import Limits
+from .model import KEY_TYPES, PAYLOAD_TYPES, ColumnType, KeyColumn, QueueDef
+from .store import Store
+
+IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
+MAX_QUEUE_NAME = 48
+"""So that receive_<name>, renewlease_<name> and spanq_dt_<name> fit PostgreSQL's 63-byte identifiers."""
+MAX_COLUMN_NAME = 63
+MAX_KEY_COLUMNS = 16
+RESERVED_COLUMNS = frozenset({"payload", "deliver_time"})
+
+DEFAULT_LEASE = timedelta(seconds=10)
+MIN_LEASE = timedelta(seconds=1)
+MAX_LEASE = timedelta(hours=12)
+DEFAULT_INITIAL_BACKOFF = timedelta(seconds=1)
+DEFAULT_MAX_BACKOFF = timedelta(hours=1)
+MAX_BACKOFF = timedelta(hours=24)
+MAX_DELIVERY_ATTEMPTS = 1000
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+CACHE_SECONDS = 2.0
+"""How long a queue definition is trusted before it is read again (another
+server may drop and re-create a queue)."""
+
+
+def check_name(name: str, what: str, max_length: int) -> str:
+    if not IDENTIFIER.match(name) or len(name) > max_length:
+        shown = name if len(name) <= 80 else name[:80] + "..."
+        raise errors.InvalidArgument(
+            f"{what} {shown!r} is not valid: use lowercase letters, digits and underscores, starting with a "
+            f"letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
+        )
+    return name
+
+
+def check_queue_name(name: str) -> str:
+    return check_name(name, "queue name", MAX_QUEUE_NAME)
+
+
+def validate(queue: QueueDef) -> QueueDef:
+    """Checks a definition to be created; raises InvalidArgument with what to change."""
+    check_queue_name(queue.name)
+    if len(queue.key_columns) > MAX_KEY_COLUMNS:
+        raise errors.InvalidArgument(f"a queue has at most {MAX_KEY_COLUMNS} key columns, got {len(queue.key_columns)}")
+    seen = set()
+    for column in queue.key_columns:
+        check_name(column.name, "key column name", MAX_COLUMN_NAME)
+        if column.name in RESERVED_COLUMNS or column.name.startswith("spanq_"):
+            raise errors.InvalidArgument(
+                f"key column name {column.name!r} is reserved: payload, deliver_time and spanq_* are the queue's own"
+            )
+        if column.name in seen:
+            raise errors.InvalidArgument(f"key column {column.name!r} appears twice")
+        seen.add(column.name)
+        if column.type not in KEY_TYPES:
+            raise errors.InvalidArgument(
+                f"key column {column.name!r} cannot be {column.type.value}; use BOOL, INT64, STRING, BYTES or TIMESTAMP"
+            )
+    if queue.payload_type not in PAYLOAD_TYPES:
+        raise errors.InvalidArgument(f"payload_type cannot be {queue.payload_type.value}; use BYTES, STRING or JSON")
+    if queue.parent_table is not None:
+        check_name(queue.parent_table, "parent_table", MAX_COLUMN_NAME)
+        if queue.key_generated:
+            raise errors.InvalidArgument("a queue with a parent_table needs key columns that start with the parent's key")
+    if not MIN_LEASE <= queue.lease_duration <= MAX_LEASE:
+        raise errors.InvalidArgument("lease_duration must be between 1s and 12h")
+    if not timedelta(0) <= queue.initial_backoff <= queue.max_backoff <= MAX_BACKOFF:
+        raise errors.InvalidArgument("backoff must satisfy 0 <= initial_backoff <= max_backoff <= 24h")
+    if (queue.max_delivery_attempts is None) != (queue.dead_letter_queue is None):
+        raise errors.InvalidArgument("max_delivery_attempts and dead_letter_queue go together: set both or neither")
+    if queue.max_delivery_attempts is not None and not 1 <= queue.max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS:
+        raise errors.InvalidArgument(f"max_delivery_attempts must be between 1 and {MAX_DELIVERY_ATTEMPTS}")
+    if queue.dead_letter_queue is not None:
+        check_name(queue.dead_letter_queue, "dead_letter_queue", MAX_QUEUE_NAME)
+        if queue.dead_letter_queue == queue.name:
+            raise errors.InvalidArgument("a queue cannot be its own dead-letter queue")
+    return queue
+
+
+def default_key_columns() -> tuple[KeyColumn, ...]:
+    """A queue created without key columns gets one STRING key, filled with a UUID when omitted."""
+    return (KeyColumn("id", ColumnType.STRING),)
+
+
+class Catalog:
+    """Queue definitions, read through a short cache."""
+
+    def __init__(self, store: Store, limits: Limits) -> None:
+        self._store = store
+        self._limits = limits
+        self._cache: dict[str, tuple[float, QueueDef]] = {}
+
+    async def create(self, queue: QueueDef) -> QueueDef:
+        created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues)
+        self._cache[created.name] = (time.monotonic(), created)
+        return created
+
+    async def get(self, name: str) -> QueueDef:
+        check_queue_name(name)
+        cached = self._cache.get(name)
+        if cached and time.monotonic() - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        queue = await self._store.queue_get(name)
+        if queue is None:
+            self._cache.pop(name, None)
+            raise errors.QueueNotFound(f"queue {name!r} does not exist; create it with CreateQueue")
+        self._cache[name] = (time.monotonic(), queue)
+        return queue
+
+    def forget(self, name: str) -> None:
+        self._cache.pop(name, None)
+
+    async def list(self, page_size: int, page_token: str) -> tuple[list[QueueDef], str]:
+        if page_size < 0 or page_size > MAX_PAGE_SIZE:
+            raise errors.InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
+        size = page_size or DEFAULT_PAGE_SIZE
+        after = _decode_page_token(page_token)
+        queues = await self._store.queue_list(after, size + 1)
+        more = len(queues) > size
+        queues = queues[:size]
+        return queues, (_encode_page_token(queues[-1].name) if more else "")
+
+    async def drop(self, name: str) -> None:
+        queue = await self.get(name)
+        self.forget(name)
+        await self._store.queue_drop(queue)
+
+
+def _encode_page_token(after: str) -> str:
+    return base64.urlsafe_b64encode(after.encode()).decode()
+
+
+def _decode_page_token(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        after = base64.urlsafe_b64decode(token.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        after = None
+    if after is None or not IDENTIFIER.match(after):
+        raise errors.InvalidArgument("page_token is not one this server returned; start again with an empty token")
+    return after

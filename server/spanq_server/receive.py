@@ -1,0 +1,139 @@
+"""The long-running receive: a stream that pushes leased messages as soon as
+they are deliverable, like Spanner's RECEIVE query.
+
+Each stream loops: lease up to a batch (one SQL statement, SKIP LOCKED), push
+it, and when nothing is deliverable sleep until the earliest of: a wake-up
+(send, nack), the queue's next deliver_time (scheduled messages, expired
+leases), the poll fallback, the stream's end. Streams hold no database
+connection while they wait.
+"""
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+from . import errors
+from .clock import Clock
+from .config import Limits
+from .model import LeasedMessage, QueueDef
+from .store import Store
+from .wakeups import Wakeups
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 100
+MAX_BATCH = 1000
+DEFAULT_MAX_OUTSTANDING = 1000
+MAX_OUTSTANDING = 100_000
+MAX_STREAM_DURATION = timedelta(hours=1)
+MIN_WAIT = 0.005
+"""Seconds: the shortest sleep, for due messages that another receiver holds locked for a moment."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceiveOptions:
+    max_batch_size: int = DEFAULT_BATCH
+    max_duration: timedelta | None = None
+    """None: until cancelled."""
+    lease_duration: timedelta | None = None
+    """None: the queue's lease_duration."""
+    max_outstanding: int = DEFAULT_MAX_OUTSTANDING
+
+    def checked(self) -> "ReceiveOptions":
+        if not 0 <= self.max_batch_size <= MAX_BATCH:
+            raise errors.InvalidArgument(f"max_batch_size must be between 1 and {MAX_BATCH} (0: {DEFAULT_BATCH})")
+        if not 0 <= self.max_outstanding <= MAX_OUTSTANDING:
+            raise errors.InvalidArgument(
+                f"max_outstanding must be between 1 and {MAX_OUTSTANDING} (0: {DEFAULT_MAX_OUTSTANDING})"
+            )
+        return dataclasses.replace(
+            self,
+            max_batch_size=self.max_batch_size or DEFAULT_BATCH,
+            max_outstanding=self.max_outstanding or DEFAULT_MAX_OUTSTANDING,
+        )
+
+
+class Receiver:
+    """Runs Receive streams; counts them per queue for the stream limit."""
+
+    def __init__(self, store: Store, wakeups: Wakeups, clock: Clock, limits: Limits,
+                 poll_interval: timedelta) -> None:
+        self._store = store
+        self._wakeups = wakeups
+        self._clock = clock
+        self._limits = limits
+        self._poll = poll_interval.total_seconds()
+        self._streams: Counter[str] = Counter()
+        self._closing = asyncio.Event()
+        clock.on_advance(wakeups.wake_all)
+
+    def open_streams(self) -> int:
+        return sum(self._streams.values())
+
+    def close(self) -> None:
+        """Ends every stream with UNAVAILABLE so that clients reconnect (to another server)."""
+        self._closing.set()
+        self._wakeups.wake_all()
+
+    async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
+        options = options.checked()
+        if self._streams[queue.name] >= self._limits.max_streams_per_queue:
+            raise errors.LimitExceeded(
+                f"queue {queue.name!r} has {self._streams[queue.name]} open Receive streams on this server, the "
+                "configured maximum; close some or spread them over more servers"
+            )
+        self._streams[queue.name] += 1
+        try:
+            async for batch in self._run(queue, options):
+                yield batch
+        finally:
+            self._streams[queue.name] -= 1
+            if not self._streams[queue.name]:
+                del self._streams[queue.name]
+
+    async def _run(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
+        lease = options.lease_duration or queue.lease_duration
+        prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
+        signal = self._wakeups.signal(queue.name)
+        end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
+        held = 0  # an upper bound on this stream's live leases, recounted when it reaches the limit
+        while not self._closing.is_set():
+            remaining = None if end is None else end - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            ready, room = signal.ready.current(), signal.room.current()
+            if held >= options.max_outstanding:
+                held = await self._store.leases_count_held(queue, prefix, self._clock.now())
+            if held < options.max_outstanding:
+                batch = await self._store.messages_lease(
+                    queue,
+                    max_batch_size=min(options.max_batch_size, options.max_outstanding - held),
+                    lease_duration=lease,
+                    lease_prefix=prefix,
+                    now=self._clock.now(),
+                )
+                if batch:
+                    held += len(batch)
+                    yield batch
+                    continue
+                due = await self._store.next_delivery_in(queue, self._clock.now())
+                waits = [self._poll, remaining, None if due is None else max(due, MIN_WAIT)]
+                await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
+            else:
+                waits = [self._poll, remaining]
+                await _wait_any([room, self._closing], min(w for w in waits if w is not None))
+        raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
+
+
+async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+    waiters = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()

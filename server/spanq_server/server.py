@@ -1,0 +1,125 @@
+"""Assembles the service: store, domain, gRPC server with reflection and
+health; starts it and stops it gracefully."""
+
+import asyncio
+import dataclasses
+import ipaddress
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+
+from .clock import Clock
+from .config import Config
+from .mutations import Mutator
+from .queues import Catalog
+from .receive import Receiver
+from .service import QueueService
+from .store import Store
+from .wakeups import Wakeups
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name
+
+
+@dataclasses.dataclass
+class Running:
+    """A started server. ``stop()`` is idempotent."""
+
+    config: Config
+    server: grpc.aio.Server
+    port: int
+    store: Store
+    wakeups: Wakeups
+    receiver: Receiver
+    health: health.aio.HealthServicer
+    _stopped: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, end streams with UNAVAILABLE, finish in-flight commits, close the pool."""
+        if self._stopped:
+            return
+        self._stopped = True
+        await self.health.enter_graceful_shutdown()
+        self.receiver.close()
+        await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
+        await self.wakeups.stop()
+        await self.store.close()
+
+
+def is_loopback(listen: str) -> bool:
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def start(config: Config, *, clock: Clock | None = None) -> Running:
+    """Opens the store, applies migrations, and serves on config.listen (port 0: any free port)."""
+    if config.database_url is None:
+        raise ValueError("start() needs a database_url; the CLI starts the embedded PostgreSQL")
+    if not (config.tls_cert and config.tls_key) and not is_loopback(config.listen) and not config.insecure:
+        raise ValueError(
+            f"refusing to serve plaintext on {config.listen}: give --tls-cert and --tls-key, "
+            "or --insecure to accept that"
+        )
+    clock = clock or Clock()
+    store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size)
+    await store.open()
+    try:
+        applied = await store.migrate()
+        if applied:
+            logger.info("applied migrations %s", applied)
+        limits = config.limits
+        wakeups = Wakeups(store)
+        wakeups.start()
+        catalog = Catalog(store, limits)
+        receiver = Receiver(store, wakeups, clock, limits, config.poll_interval)
+        mutator = Mutator(store, limits, clock, wakeups)
+
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
+        queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            server,
+        )
+        if config.tls_cert and config.tls_key:
+            with open(config.tls_key, "rb") as key, open(config.tls_cert, "rb") as cert:
+                credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+            port = server.add_secure_port(config.listen, credentials)
+        else:
+            port = server.add_insecure_port(config.listen)
+        await server.start()
+    except BaseException:
+        await store.close()
+        raise
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    logger.info("spanq serving on %s (port %d)", config.listen, port)
+    return Running(config, server, port, store, wakeups, receiver, health_servicer)
+
+
+async def serve(config: Config) -> None:
+    """Serves until SIGINT or SIGTERM, then shuts down gracefully."""
+    running = await start(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    logger.info("shutting down")
+    await running.stop()

@@ -1,0 +1,267 @@
+"""The spanq.v1.QueueService servicer: protobuf <-> domain, and domain errors
+-> gRPC status. No SQL and no queue rules here."""
+
+import functools
+import logging
+from datetime import timedelta
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import empty_pb2
+from grpc_status import rpc_status
+
+from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+
+from . import codec, errors, queues, status
+from .model import AckItem, AckResult, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
+from .mutations import AckOp, Mutation, Mutator, RenewOp, Result, SendOp
+from .queues import Catalog
+from .receive import MAX_STREAM_DURATION, Receiver, ReceiveOptions
+
+logger = logging.getLogger(__name__)
+
+Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+
+async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
+    await context.abort_with_status(rpc_status.to_status(status.to_status(error)))
+
+
+def translate_errors(method: Handler) -> Handler:
+    """Maps domain errors to their status; anything unexpected is INTERNAL and logged."""
+
+    @functools.wraps(method)
+    async def unary(self: "QueueService", request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except errors.QueueError as exc:
+            await abort(context, exc)
+        except Exception:
+            logger.exception("unexpected error in %s", method.__name__)
+            await abort(context, errors.QueueError("internal error; the server logged it"))
+
+    return unary  # type: ignore[return-value]
+
+
+class QueueService(queue_pb2_grpc.QueueServiceServicer):
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver) -> None:
+        self._catalog = catalog
+        self._mutator = mutator
+        self._receiver = receiver
+
+    # -- queues ---------------------------------------------------------------
+
+    @translate_errors
+    async def CreateQueue(self, request: queue_pb2.CreateQueueRequest, context: Any) -> queue_pb2.Queue:
+        return queue_to_proto(await self._catalog.create(queue_from_proto(request.queue)))
+
+    @translate_errors
+    async def GetQueue(self, request: queue_pb2.GetQueueRequest, context: Any) -> queue_pb2.Queue:
+        return queue_to_proto(await self._catalog.get(request.name))
+
+    @translate_errors
+    async def ListQueues(self, request: queue_pb2.ListQueuesRequest, context: Any) -> queue_pb2.ListQueuesResponse:
+        found, token = await self._catalog.list(request.page_size, request.page_token)
+        return queue_pb2.ListQueuesResponse(queues=[queue_to_proto(q) for q in found], next_page_token=token)
+
+    @translate_errors
+    async def DropQueue(self, request: queue_pb2.DropQueueRequest, context: Any) -> empty_pb2.Empty:
+        await self._catalog.drop(request.name)
+        return empty_pb2.Empty()
+
+    # -- mutations --------------------------------------------------------------
+
+    @translate_errors
+    async def Send(self, request: queue_pb2.SendRequest, context: Any) -> queue_pb2.SendResponse:
+        op = await self._send_op(request)
+        [keys] = await self._mutator.apply([op])
+        return send_response(op.queue, keys)  # type: ignore[arg-type]
+
+    @translate_errors
+    async def Ack(self, request: queue_pb2.AckRequest, context: Any) -> queue_pb2.AckResponse:
+        op = await self._ack_op(request)
+        [results] = await self._mutator.apply([op])
+        return ack_response(op.queue, results)  # type: ignore[arg-type]
+
+    @translate_errors
+    async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:
+        op = await self._renew_op(request)
+        [results] = await self._mutator.apply([op])
+        return renew_response(results)  # type: ignore[arg-type]
+
+    @translate_errors
+    async def Commit(self, request: queue_pb2.CommitRequest, context: Any) -> queue_pb2.CommitResponse:
+        if not request.mutations:
+            raise errors.InvalidArgument("a commit needs at least one mutation")
+        ops: list[Mutation] = []
+        for index, mutation in enumerate(request.mutations):
+            kind = mutation.WhichOneof("operation")
+            try:
+                if kind is None:
+                    raise errors.InvalidArgument("the mutation sets none of send, ack, renew_lease")
+                inner = getattr(mutation, kind)
+                if inner.request_id:
+                    raise errors.InvalidArgument("request_id goes on the Commit, not on its mutations")
+                ops.append(await {"send": self._send_op, "ack": self._ack_op, "renew_lease": self._renew_op}[kind](inner))
+            except errors.QueueError as exc:
+                exc.metadata.setdefault("mutation_index", str(index))
+                exc.args = (f"mutation {index}: {exc.message}",)
+                raise
+        results = await self._mutator.apply(ops)
+        return queue_pb2.CommitResponse(results=[mutation_result(op, r) for op, r in zip(ops, results)])
+
+    # -- receive ----------------------------------------------------------------
+
+    async def Receive(self, request: queue_pb2.ReceiveRequest, context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[queue_pb2.ReceiveResponse]:
+        try:
+            options = ReceiveOptions(
+                max_batch_size=request.max_batch_size,
+                max_duration=codec.duration_from_proto(
+                    request.max_duration, "max_duration", default=None,
+                    minimum=timedelta(0), maximum=MAX_STREAM_DURATION,
+                ),
+                lease_duration=codec.duration_from_proto(
+                    request.lease_duration, "lease_duration", default=None,
+                    minimum=queues.MIN_LEASE, maximum=queues.MAX_LEASE,
+                ),
+                max_outstanding=request.max_outstanding,
+            )
+            queue = await self._catalog.get(request.queue)
+            async for batch in self._receiver.stream(queue, options):
+                yield queue_pb2.ReceiveResponse(messages=[received_to_proto(queue, m) for m in batch])
+        except errors.QueueError as exc:
+            await abort(context, exc)
+        except Exception:
+            logger.exception("unexpected error in Receive")
+            await abort(context, errors.QueueError("internal error; the server logged it"))
+
+    # -- request -> domain ------------------------------------------------------
+
+    async def _send_op(self, request: queue_pb2.SendRequest) -> SendOp:
+        queue = await self._catalog.get(request.queue)
+        messages = []
+        for i, m in enumerate(request.messages):
+            where = f"message {i}"
+            key: Key = ()
+            if m.HasField("key") and (m.key.values or not queue.key_generated):
+                key = codec.key_from_proto(queue, m.key, where)
+            messages.append(
+                OutgoingMessage(
+                    key=key,
+                    payload=codec.payload_from_proto(queue, m.payload, m.HasField("payload"), where),
+                    deliver_time=codec.timestamp_to_datetime(m.deliver_time) if m.HasField("deliver_time") else None,
+                    delay=codec.duration_from_proto(
+                        m.delay, f"{where}: delay", default=None, minimum=timedelta(0),
+                        maximum=timedelta(days=366),
+                    ) if m.HasField("delay") else None,
+                )
+            )
+        return SendOp(queue=queue, messages=messages)
+
+    async def _ack_op(self, request: queue_pb2.AckRequest) -> AckOp:
+        queue = await self._catalog.get(request.queue)
+        items = [
+            AckItem(key=codec.key_from_proto(queue, a.key, f"ack {i}"), lease_token=a.lease_token or None)
+            for i, a in enumerate(request.acks)
+        ]
+        return AckOp(queue=queue, items=items, ignore_not_found=request.ignore_not_found)
+
+    async def _renew_op(self, request: queue_pb2.RenewLeaseRequest) -> RenewOp:
+        queue = await self._catalog.get(request.queue)
+        lease = codec.duration_from_proto(
+            request.lease_duration, "lease_duration", default=None, minimum=timedelta(0),
+            maximum=queues.MAX_LEASE, zero_allowed=True,
+        )
+        assert lease is not None
+        return RenewOp(queue=queue, lease_tokens=list(request.lease_tokens), lease_duration=lease)
+
+
+# -- domain -> response ---------------------------------------------------------
+
+
+def send_response(queue: QueueDef, keys: list[Key]) -> queue_pb2.SendResponse:
+    return queue_pb2.SendResponse(keys=[codec.key_to_proto(queue, k) for k in keys])
+
+
+def ack_response(queue: QueueDef, results: list[AckResult]) -> queue_pb2.AckResponse:
+    return queue_pb2.AckResponse(
+        results=[queue_pb2.AckResult(key=codec.key_to_proto(queue, r.key), acked=r.acked) for r in results]
+    )
+
+
+def renew_response(results: list[RenewResult]) -> queue_pb2.RenewLeaseResponse:
+    leases = []
+    for r in results:
+        lease = queue_pb2.RenewedLease(old_lease_token=r.old_lease_token, new_lease_token=r.new_lease_token or "")
+        if r.lease_expiration_time is not None:
+            lease.lease_expiration_time.CopyFrom(codec.timestamp(r.lease_expiration_time))
+        leases.append(lease)
+    return queue_pb2.RenewLeaseResponse(leases=leases)
+
+
+def mutation_result(op: Mutation, result: Result) -> queue_pb2.MutationResult:
+    if isinstance(op, SendOp):
+        return queue_pb2.MutationResult(send=send_response(op.queue, result))  # type: ignore[arg-type]
+    if isinstance(op, AckOp):
+        return queue_pb2.MutationResult(ack=ack_response(op.queue, result))  # type: ignore[arg-type]
+    return queue_pb2.MutationResult(renew_lease=renew_response(result))  # type: ignore[arg-type]
+
+
+def received_to_proto(queue: QueueDef, m: LeasedMessage) -> queue_pb2.ReceivedMessage:
+    return queue_pb2.ReceivedMessage(
+        key=codec.key_to_proto(queue, m.key),
+        payload=codec.payload_to_proto(queue, m.payload),
+        deliver_time=codec.timestamp(m.deliver_time),
+        lease_token=m.lease_token,
+        lease_expiration_time=codec.timestamp(m.lease_expiration_time),
+        delivery_attempt=m.delivery_attempt,
+        enqueue_time=codec.timestamp(m.enqueue_time),
+        last_batch_message=m.last_batch_message,
+    )
+
+
+def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
+    key_columns = tuple(
+        KeyColumn(c.name, codec.column_type(c.type, f"key column {c.name!r}")) for c in q.key_columns
+    )
+    generated = not key_columns
+    return QueueDef(
+        name=q.name,
+        key_columns=key_columns or queues.default_key_columns(),
+        payload_type=codec.column_type(q.payload_type or queue_pb2.BYTES, "payload_type"),
+        key_generated=generated,
+        parent_table=q.parent_table or None,
+        lease_duration=_setting(q.lease_duration, "lease_duration", queues.DEFAULT_LEASE, queues.MAX_LEASE),
+        initial_backoff=_setting(q.initial_backoff, "initial_backoff", queues.DEFAULT_INITIAL_BACKOFF,
+                                 queues.MAX_BACKOFF, explicit_zero=q.HasField("initial_backoff")),
+        max_backoff=_setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
+        max_delivery_attempts=q.max_delivery_attempts or None,
+        dead_letter_queue=q.dead_letter_queue or None,
+    )
+
+
+def _setting(d: Any, what: str, default: timedelta, maximum: timedelta,
+             explicit_zero: bool = False) -> timedelta:
+    value = codec.duration_from_proto(d, what, default=default, minimum=timedelta(0), maximum=maximum,
+                                      zero_allowed=explicit_zero)
+    assert value is not None
+    return value
+
+
+def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
+    out = queue_pb2.Queue(
+        name=q.name,
+        key_columns=[queue_pb2.KeyColumn(name=c.name, type=codec.TYPE_CODE_OF[c.type]) for c in q.key_columns],
+        payload_type=codec.TYPE_CODE_OF[q.payload_type],
+        parent_table=q.parent_table or "",
+        lease_duration=codec.duration(q.lease_duration),
+        initial_backoff=codec.duration(q.initial_backoff),
+        max_backoff=codec.duration(q.max_backoff),
+        max_delivery_attempts=q.max_delivery_attempts or 0,
+        dead_letter_queue=q.dead_letter_queue or "",
+    )
+    if q.create_time is not None:
+        out.create_time.CopyFrom(codec.timestamp(q.create_time))
+    return out

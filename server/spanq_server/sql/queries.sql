@@ -1,0 +1,261 @@
+-- Every statement spanq runs, by name. A block starts with `-- name --`,
+-- then `-- ` lines that describe it, then the SQL. `%(name)s` are bound
+-- parameters; `{name}` are identifiers or fragments composed with
+-- psycopg.sql (never user text). Loaded once by spanq_server.sql.
+
+-- advisory_lock --
+-- Serialises schema migrations and queue DDL across servers sharing a database.
+SELECT pg_advisory_xact_lock(%(lock_id)s)
+
+-- migration_table_create --
+-- The bookkeeping table for versioned migrations.
+CREATE SCHEMA IF NOT EXISTS spanq;
+CREATE TABLE IF NOT EXISTS spanq.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+
+-- migration_applied_list --
+-- Versions already applied.
+SELECT version FROM spanq.schema_migrations ORDER BY version
+
+-- migration_record --
+-- Records one applied migration (same transaction as the migration itself).
+INSERT INTO spanq.schema_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- queue_count --
+-- How many queues exist, for the queues-per-database limit.
+SELECT count(*) FROM spanq.queues
+
+-- queue_get --
+-- One queue's catalog row.
+SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
+       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time
+FROM spanq.queues
+WHERE name = %(name)s
+
+-- queue_list --
+-- A page of queues in name order, after the page token's name.
+SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
+       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time
+FROM spanq.queues
+WHERE name > %(after)s
+ORDER BY name
+LIMIT %(limit)s
+
+-- queue_insert --
+-- Adds a queue to the catalog; its table and functions are created in the same transaction.
+INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
+                          lease_duration, initial_backoff, max_backoff,
+                          max_delivery_attempts, dead_letter_queue)
+VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
+        %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
+        %(max_delivery_attempts)s, %(dead_letter_queue)s)
+RETURNING create_time
+
+-- queue_delete --
+-- Removes a queue from the catalog; RESTRICT on dead_letter_queue refuses a queue still in use.
+DELETE FROM spanq.queues WHERE name = %(name)s
+
+-- relation_exists --
+-- Whether a table (or any relation) of that name exists in the public schema.
+SELECT to_regclass(format('public.%%I', %(name)s::text)) IS NOT NULL
+
+-- parent_key_width --
+-- The number of primary-key columns of a would-be parent table; no row when it has no primary key.
+SELECT i.indnkeyatts
+FROM pg_index AS i
+WHERE i.indrelid = to_regclass(format('public.%%I', %(name)s::text)) AND i.indisprimary
+
+-- queue_table_create --
+-- A queue is a table. deliver_time is when the message is next deliverable:
+-- leasing moves it past the lease's end (plus backoff), so one index serves
+-- new, scheduled and expired-lease messages alike. The spanq_ columns are
+-- spanq's own metadata. The lease token is COLLATE "C" so that a stream's
+-- tokens (which share a prefix) form one index range.
+CREATE TABLE {queue} (
+    {key_column_definitions},
+    payload                          {payload_type} NOT NULL,
+    deliver_time                     timestamptz NOT NULL DEFAULT now(),
+    spanq_lease_token                text COLLATE "C",
+    spanq_lease_expiration_timestamp timestamptz,
+    spanq_delivery_attempt           integer NOT NULL DEFAULT 0,
+    spanq_enqueue_time               timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY ({key_columns}){parent_constraint}
+);
+CREATE INDEX {deliver_time_index} ON {queue} (deliver_time);
+CREATE UNIQUE INDEX {lease_token_index} ON {queue} (spanq_lease_token)
+    WHERE spanq_lease_token IS NOT NULL;
+CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
+    FOR EACH STATEMENT EXECUTE FUNCTION spanq.notify_send()
+
+-- queue_parent_constraint --
+-- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE: the queue's
+-- leading key columns reference the parent's primary key.
+,
+    FOREIGN KEY ({parent_key_columns}) REFERENCES {parent_table} ON DELETE CASCADE
+
+-- queue_receive_function_create --
+-- spanq.receive_<queue>(max_batch_size): leases up to max_batch_size
+-- deliverable messages in one statement and returns them. The server uses
+-- this same function, with a lease prefix naming its stream. SKIP LOCKED lets
+-- concurrent receivers take disjoint rows instead of queueing on each other.
+-- The new deliver_time is the lease's end plus the backoff for this attempt,
+-- so a lease that lapses is redelivered after backoff with no sweeper.
+CREATE FUNCTION spanq.{receive_function}(
+    max_batch_size integer DEFAULT 1,
+    lease_duration interval DEFAULT {lease_duration},
+    lease_prefix   text DEFAULT 'sql',
+    now            timestamptz DEFAULT NULL)
+RETURNS TABLE (
+    {key_column_outputs},
+    payload                          {payload_type},
+    deliver_time                     timestamptz,
+    spanq_lease_token                text,
+    spanq_lease_expiration_timestamp timestamptz,
+    spanq_delivery_attempt           integer,
+    spanq_enqueue_time               timestamptz,
+    spanq_last_batch_message         boolean)
+LANGUAGE sql VOLATILE
+AS $receive$
+WITH clock AS (
+    SELECT coalesce($4, statement_timestamp()) AS now
+), ready AS (
+    SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS attempt
+    FROM {queue} AS m, clock
+    WHERE m.deliver_time <= clock.now
+    ORDER BY m.deliver_time
+    LIMIT greatest($1, 1)
+    FOR UPDATE OF m SKIP LOCKED
+){dead_letter_steps}, leased AS (
+    UPDATE {queue} AS m SET
+        spanq_lease_token = $3 || '.' || replace(gen_random_uuid()::text, '-', ''),
+        spanq_lease_expiration_timestamp = clock.now + $2,
+        deliver_time = clock.now + $2
+            + least({max_backoff}, {initial_backoff} * power(2, least(ready.attempt - 1, 40))),
+        spanq_delivery_attempt = ready.attempt
+    FROM ready, clock
+    WHERE ({m_key_columns}) = ({ready_qualified_key_columns}){live_condition}
+    RETURNING {m_key_columns}, m.payload, ready.deliver_time, m.spanq_lease_token,
+              m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time
+)
+SELECT leased.*, row_number() OVER (ORDER BY leased.deliver_time) = count(*) OVER ()
+FROM leased
+ORDER BY leased.deliver_time
+$receive$
+
+-- queue_receive_dead_letter_steps --
+-- Spliced into the receive function when the queue has a dead-letter queue:
+-- a message past max_delivery_attempts moves there instead of being leased.
+-- A key already in the dead-letter queue keeps its older copy there.
+, dead AS (
+    DELETE FROM {queue} AS m USING ready
+    WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.attempt > {max_delivery_attempts}
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time
+), buried AS (
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time)
+    SELECT * FROM dead
+    ON CONFLICT DO NOTHING
+)
+
+-- queue_renew_function_create --
+-- spanq.renewlease_<queue>(lease_tokens): Spanner's RENEWLEASE. A held,
+-- unexpired lease gets a new token (keeping the stream prefix) and a new
+-- expiry; unknown or expired tokens return no row. A lease_duration of 0
+-- releases the lease (a nack): no new token, redelivery after backoff.
+-- Rows are locked in token order so concurrent renewers cannot deadlock.
+CREATE FUNCTION spanq.{renew_function}(
+    lease_tokens   text[],
+    lease_duration interval DEFAULT {lease_duration},
+    now            timestamptz DEFAULT NULL)
+RETURNS TABLE (
+    spanq_old_lease_token            text,
+    spanq_new_lease_token            text,
+    spanq_lease_expiration_timestamp timestamptz)
+LANGUAGE sql VOLATILE
+AS $renew$
+WITH clock AS (
+    SELECT coalesce($3, statement_timestamp()) AS now
+), held AS (
+    SELECT {ready_key_columns}, m.spanq_lease_token AS old_token, m.spanq_delivery_attempt AS attempt
+    FROM {queue} AS m, clock
+    WHERE m.spanq_lease_token = ANY ($1) AND m.spanq_lease_expiration_timestamp > clock.now
+    ORDER BY m.spanq_lease_token
+    FOR UPDATE OF m
+), renewed AS (
+    UPDATE {queue} AS m SET
+        spanq_lease_token = CASE WHEN $2 > interval '0' THEN
+            split_part(held.old_token, '.', 1) || '.' || replace(gen_random_uuid()::text, '-', '') END,
+        spanq_lease_expiration_timestamp = clock.now + greatest($2, interval '0'),
+        deliver_time = clock.now + greatest($2, interval '0')
+            + least({max_backoff}, {initial_backoff} * power(2, least(held.attempt - 1, 40)))
+    FROM held, clock
+    WHERE ({m_key_columns}) = ({held_key_columns})
+    RETURNING held.old_token, m.spanq_lease_token,
+              CASE WHEN $2 > interval '0' THEN m.spanq_lease_expiration_timestamp END
+)
+SELECT * FROM renewed
+$renew$
+
+-- queue_drop --
+-- Drops a queue's functions and table (its messages with it).
+DROP FUNCTION IF EXISTS spanq.{receive_function};
+DROP FUNCTION IF EXISTS spanq.{renew_function};
+DROP TABLE IF EXISTS {queue}
+
+-- message_insert --
+-- Stores a batch of messages: one row per element of the parallel arrays.
+-- A deliver_time in the past means now, as in Spanner.
+INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
+SELECT {s_key_columns}, s.spanq_payload,
+       greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')), clock.now),
+       clock.now
+FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::timestamptz[],
+            %(delays)s::interval[])
+         AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay),
+     (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+
+-- message_lease_batch --
+-- Leases up to max_batch_size deliverable messages for one stream.
+SELECT * FROM spanq.{receive_function}(%(max_batch_size)s, %(lease_duration)s, %(lease_prefix)s, %(now)s)
+
+-- message_ack --
+-- Deletes acked messages by key; with a lease token, only while that token is current.
+DELETE FROM {queue} AS m
+USING unnest({key_arrays}, %(lease_tokens)s::text[]) AS a({key_columns}, spanq_lease_token)
+WHERE ({m_key_columns}) = ({a_key_columns})
+  AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
+RETURNING {m_key_columns}
+
+-- message_ack_probe --
+-- For acks that deleted nothing: which of those messages still exist (their lease moved on).
+SELECT {m_key_columns}
+FROM {queue} AS m
+JOIN unnest({key_arrays}) AS a({key_columns}) ON ({m_key_columns}) = ({a_key_columns})
+
+-- lease_renew --
+-- Renews or releases leases by token.
+SELECT * FROM spanq.{renew_function}(%(lease_tokens)s, %(lease_duration)s, %(now)s)
+
+-- lease_count_held --
+-- Unexpired leases held under one stream's token prefix (for max_outstanding).
+SELECT count(*)
+FROM {queue} AS m
+WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %(lease_prefix)s || '/'
+  AND m.spanq_lease_expiration_timestamp > coalesce(%(now)s::timestamptz, statement_timestamp())
+
+-- message_next_delivery --
+-- Seconds until the earliest deliver_time (negative when one is due); no row when empty.
+SELECT extract(epoch FROM m.deliver_time - coalesce(%(now)s::timestamptz, statement_timestamp()))::float8
+FROM {queue} AS m
+ORDER BY m.deliver_time
+LIMIT 1
+
+-- wakeup_notify --
+-- Wakes receivers on every server for a queue whose messages became deliverable without an INSERT (a nack).
+SELECT pg_notify('spanq_wakeup', %(queue)s::text)
+
+-- wakeup_listen --
+-- The one listening connection per server.
+LISTEN spanq_wakeup

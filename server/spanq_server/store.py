@@ -1,0 +1,544 @@
+"""The one module that runs SQL: a psycopg pool, the named queries, and the
+translation of psycopg errors into domain errors.
+
+Every method takes and returns domain values (model.py), never rows. Methods
+that mutate take the transaction's connection, so that one transaction can
+hold several mutations and the commit-ledger entry (see ``transaction``).
+"""
+
+import contextlib
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from . import errors
+from .model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
+from .sql import MIGRATIONS, QUERIES
+
+logger = logging.getLogger(__name__)
+
+MIGRATION_LOCK_ID = 0x5350_414E_5100_0001
+"""pg_advisory_xact_lock key for migrations ("SPANQ" + 1)."""
+CATALOG_LOCK_ID = 0x5350_414E_5100_0002
+"""pg_advisory_xact_lock key for queue DDL, so the queue limit holds across servers."""
+
+SQL_TYPES = {
+    ColumnType.BOOL: "boolean",
+    ColumnType.INT64: "bigint",
+    ColumnType.STRING: "text",
+    ColumnType.BYTES: "bytea",
+    ColumnType.TIMESTAMP: "timestamptz",
+    ColumnType.JSON: "jsonb",
+}
+
+Connection = psycopg.AsyncConnection[Any]
+
+
+def _query(name: str, **fragments: sql.Composable) -> sql.Composed | sql.SQL:
+    statement = sql.SQL(QUERIES[name])  # type: ignore[arg-type]  # loaded from our own file
+    return statement.format(**fragments) if fragments else statement
+
+
+@contextlib.contextmanager
+def wrap_errors(queue: str | None = None) -> Iterator[None]:
+    """psycopg -> domain errors: the one table for this boundary."""
+    try:
+        yield
+    except pg_errors.UniqueViolation as exc:
+        detail = exc.diag.message_detail or ""
+        raise errors.MessageAlreadyExists(
+            f"a message with that key is already in queue {queue!r} ({detail}); nothing of this request was stored"
+        ) from exc
+    except pg_errors.ForeignKeyViolation as exc:
+        raise errors.ParentRowNotFound(
+            f"the parent row for a message of queue {queue!r} does not exist ({exc.diag.message_detail}); "
+            "insert the parent row first"
+        ) from exc
+    except (pg_errors.UndefinedTable, pg_errors.UndefinedFunction) as exc:
+        raise errors.QueueNotFound(f"queue {queue!r} does not exist (it was dropped)") from exc
+    except (pg_errors.InvalidTextRepresentation, pg_errors.DatetimeFieldOverflow,
+            pg_errors.NumericValueOutOfRange, pg_errors.UntranslatableCharacter,
+            pg_errors.CharacterNotInRepertoire, pg_errors.IntervalFieldOverflow) as exc:
+        raise errors.InvalidArgument(f"a value does not fit its column: {exc.diag.message_primary}") from exc
+    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+        raise errors.StoreUnavailable(f"the database is unavailable: {exc}; nothing was committed, retry") from exc
+
+
+class Store:
+    """The database gateway. Created closed; ``open()`` and ``close()`` are idempotent."""
+
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0) -> None:
+        self.dsn = dsn
+        self._pool = psycopg_pool.AsyncConnectionPool(
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            open=False,
+            configure=self._configure,
+            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            name="spanq",
+        )
+
+    @staticmethod
+    async def _configure(conn: Connection) -> None:
+        # UTC on the wire so timestamps come back comparable and unambiguous.
+        await conn.execute("SET TIME ZONE 'UTC'")
+        await conn.commit()
+
+    async def open(self) -> None:
+        await self._pool.open(wait=True, timeout=30)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> "Store":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def pool_stats(self) -> dict[str, int]:
+        return self._pool.get_stats()
+
+    # -- transactions -------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, queue: str | None = None) -> AsyncIterator[Connection]:
+        """One read-write transaction. An error before COMMIT rolls back and is
+        StoreUnavailable (safe to retry); a connection lost while COMMIT is in
+        flight is CommitOutcomeUnknown: the server cannot know, so it never guesses."""
+        with wrap_errors(queue):
+            async with self._pool.connection() as conn:
+                try:
+                    yield conn
+                except BaseException:
+                    with contextlib.suppress(psycopg.Error):
+                        await conn.rollback()
+                    raise
+                try:
+                    await conn.commit()
+                except psycopg.OperationalError as exc:
+                    raise errors.CommitOutcomeUnknown(
+                        f"the database connection failed while COMMIT was in flight: {exc}"
+                    ) from exc
+
+    @contextlib.asynccontextmanager
+    async def read(self, queue: str | None = None) -> AsyncIterator[Connection]:
+        """A connection for reads and self-contained statements (autocommitted)."""
+        with wrap_errors(queue):
+            async with self._pool.connection() as conn:
+                await conn.set_autocommit(True)
+                try:
+                    yield conn
+                finally:
+                    if not conn.closed:
+                        await conn.set_autocommit(False)
+
+    # -- migrations ---------------------------------------------------------
+
+    async def migrate(self) -> list[int]:
+        """Applies missing migrations, under an advisory lock so concurrent servers take turns."""
+        async with self.transaction() as conn:
+            await conn.execute(_query("advisory_lock"), {"lock_id": MIGRATION_LOCK_ID})
+            await conn.execute(_query("migration_table_create"))
+            cur = await conn.execute(_query("migration_applied_list"))
+            applied = {row[0] for row in await cur.fetchall()}
+            done = []
+            for migration in MIGRATIONS:
+                if migration.version in applied:
+                    continue
+                logger.info("applying migration %04d_%s", migration.version, migration.name)
+                await conn.execute(migration.sql.encode())
+                await conn.execute(_query("migration_record"), {"version": migration.version, "name": migration.name})
+                done.append(migration.version)
+            return done
+
+    # -- the queue catalog --------------------------------------------------
+
+    async def queue_get(self, name: str) -> QueueDef | None:
+        async with self.read() as conn:
+            cur = await conn.execute(_query("queue_get"), {"name": name})
+            row = await cur.fetchone()
+        return _queue_from_row(row) if row else None
+
+    async def queue_list(self, after: str, limit: int) -> list[QueueDef]:
+        async with self.read() as conn:
+            cur = await conn.execute(_query("queue_list"), {"after": after, "limit": limit})
+            return [_queue_from_row(row) for row in await cur.fetchall()]
+
+    async def queue_create(self, queue: QueueDef, *, max_queues: int) -> QueueDef:
+        """Creates the catalog row, table, indexes, trigger and SQL functions in one transaction."""
+        async with self.transaction(queue.name) as conn:
+            await conn.execute(_query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
+            count = await _scalar(conn, "queue_count")
+            if count >= max_queues:
+                raise errors.LimitExceeded(
+                    f"the database has {count} queues, the configured maximum; drop one or raise --max-queues"
+                )
+            if await _scalar(conn, "relation_exists", name=queue.name):
+                raise errors.QueueAlreadyExists(f"a queue or table named {queue.name!r} already exists")
+            parent = None
+            if queue.parent_table:
+                width = await _scalar(conn, "parent_key_width", name=queue.parent_table)
+                if width is None:
+                    raise errors.InvalidArgument(
+                        f"parent table {queue.parent_table!r} does not exist in schema public or has no primary key"
+                    )
+                if width > len(queue.key_columns):
+                    raise errors.InvalidArgument(
+                        f"parent table {queue.parent_table!r} has {width} primary-key columns; the queue's key "
+                        f"must start with as many columns matching them, but it has {len(queue.key_columns)}"
+                    )
+                parent = _query(
+                    "queue_parent_constraint",
+                    parent_key_columns=_identifiers(c.name for c in queue.key_columns[:width]),
+                    parent_table=sql.Identifier("public", queue.parent_table),
+                )
+            if queue.dead_letter_queue:
+                target = await _fetch_queue(conn, queue.dead_letter_queue)
+                if target is None:
+                    raise errors.InvalidArgument(f"dead-letter queue {queue.dead_letter_queue!r} does not exist")
+                if target.key_columns != queue.key_columns or target.payload_type != queue.payload_type:
+                    raise errors.InvalidArgument(
+                        f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
+                        "type as the queue"
+                    )
+            cur = await conn.execute(_query("queue_insert"), _queue_params(queue))
+            row = await cur.fetchone()
+            assert row is not None
+            names = _QueueSql(queue)
+            try:
+                await conn.execute(
+                    _query(
+                        "queue_table_create",
+                        queue=names.table,
+                        key_column_definitions=names.key_definitions,
+                        key_columns=names.keys,
+                        payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
+                        parent_constraint=parent or sql.SQL(""),
+                        deliver_time_index=sql.Identifier(f"spanq_dt_{queue.name}"),
+                        lease_token_index=sql.Identifier(f"spanq_lt_{queue.name}"),
+                        notify_trigger=sql.Identifier("spanq_notify_send"),
+                    )
+                )
+            except (pg_errors.DatatypeMismatch, pg_errors.InvalidForeignKey) as exc:
+                raise errors.InvalidArgument(
+                    f"the queue's leading key columns must match the primary key of {queue.parent_table!r}: "
+                    f"{exc.diag.message_primary}"
+                ) from exc
+            await conn.execute(names.receive_function_ddl())
+            await conn.execute(names.renew_function_ddl())
+            return _replace_create_time(queue, row[0])
+
+    async def queue_drop(self, queue: QueueDef) -> None:
+        names = _QueueSql(queue)
+        async with self.transaction(queue.name) as conn:
+            await conn.execute(_query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
+            try:
+                cur = await conn.execute(_query("queue_delete"), {"name": queue.name})
+            except pg_errors.ForeignKeyViolation as exc:
+                raise errors.FailedPrecondition(
+                    f"queue {queue.name!r} is the dead-letter queue of another queue; drop that queue first"
+                ) from exc
+            if cur.rowcount == 0:
+                raise errors.QueueNotFound(f"queue {queue.name!r} does not exist")
+            await conn.execute(
+                _query(
+                    "queue_drop",
+                    queue=names.table,
+                    receive_function=names.receive_function,
+                    renew_function=names.renew_function,
+                )
+            )
+
+    # -- messages -----------------------------------------------------------
+
+    async def messages_insert(
+        self, conn: Connection, queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
+    ) -> None:
+        names = _QueueSql(queue)
+        params: dict[str, Any] = names.key_array_params([m.key for m in messages])
+        params.update(
+            payloads=[_payload_param(queue.payload_type, m.payload) for m in messages],
+            deliver_times=[m.deliver_time for m in messages],
+            delays=[m.delay for m in messages],
+            now=now,
+        )
+        with wrap_errors(queue.name):
+            await conn.execute(
+                _query(
+                    "message_insert",
+                    queue=names.table,
+                    key_columns=names.keys,
+                    s_key_columns=names.qualified_keys("s"),
+                    key_arrays=names.key_arrays,
+                    payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
+                ),
+                params,
+            )
+
+    async def messages_lease(
+        self, queue: QueueDef, *, max_batch_size: int, lease_duration: timedelta, lease_prefix: str,
+        now: datetime | None,
+    ) -> list[LeasedMessage]:
+        names = _QueueSql(queue)
+        width = len(queue.key_columns)
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(
+                _query("message_lease_batch", receive_function=names.receive_function),
+                {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
+                 "lease_prefix": lease_prefix, "now": now},
+            )
+            rows = await cur.fetchall()
+        return [
+            LeasedMessage(
+                key=tuple(row[:width]),
+                payload=row[width],
+                deliver_time=row[width + 1],
+                lease_token=row[width + 2],
+                lease_expiration_time=row[width + 3],
+                delivery_attempt=row[width + 4],
+                enqueue_time=row[width + 5],
+                last_batch_message=row[width + 6],
+            )
+            for row in rows
+        ]
+
+    async def messages_ack(
+        self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool
+    ) -> list[AckResult]:
+        """Deletes the acked messages; raises (and the caller rolls back) if one cannot be acked."""
+        names = _QueueSql(queue)
+        params = names.key_array_params([i.key for i in items])
+        with wrap_errors(queue.name):
+            cur = await conn.execute(
+                _query(
+                    "message_ack",
+                    queue=names.table,
+                    key_arrays=names.key_arrays,
+                    key_columns=names.keys,
+                    m_key_columns=names.qualified_keys("m"),
+                    a_key_columns=names.qualified_keys("a"),
+                ),
+                {**params, "lease_tokens": [i.lease_token for i in items]},
+            )
+            deleted = {_normal_key(tuple(row)) for row in await cur.fetchall()}
+            missing = [i for i in items if _normal_key(i.key) not in deleted]
+            still_there: set[Key] = set()
+            if missing:
+                cur = await conn.execute(
+                    _query(
+                        "message_ack_probe",
+                        queue=names.table,
+                        key_arrays=names.key_arrays,
+                        key_columns=names.keys,
+                        m_key_columns=names.qualified_keys("m"),
+                        a_key_columns=names.qualified_keys("a"),
+                    ),
+                    names.key_array_params([i.key for i in missing]),
+                )
+                still_there = {_normal_key(tuple(row)) for row in await cur.fetchall()}
+        for item in missing:
+            if _normal_key(item.key) in still_there:
+                raise errors.LeaseNotHeld(
+                    f"cannot ack {list(item.key)!r} in queue {queue.name!r}: lease token {item.lease_token!r} is no "
+                    "longer current (the lease was renewed, released or granted to another receiver); nothing "
+                    "was acked",
+                    key=json.dumps(list(item.key), default=str),
+                )
+            if not ignore_not_found:
+                raise errors.MessageNotFound(
+                    f"cannot ack {list(item.key)!r} in queue {queue.name!r}: the message is gone (already "
+                    "acknowledged or deleted); nothing was acked. Set ignore_not_found to accept that",
+                    key=json.dumps(list(item.key), default=str),
+                )
+        return [AckResult(key=i.key, acked=_normal_key(i.key) in deleted) for i in items]
+
+    async def leases_renew(
+        self, conn: Connection, queue: QueueDef, tokens: Sequence[str], lease_duration: timedelta,
+        now: datetime | None,
+    ) -> list[RenewResult]:
+        names = _QueueSql(queue)
+        with wrap_errors(queue.name):
+            cur = await conn.execute(
+                _query("lease_renew", renew_function=names.renew_function),
+                {"lease_tokens": list(tokens), "lease_duration": lease_duration, "now": now},
+            )
+            rows = {row[0]: row for row in await cur.fetchall()}
+        return [
+            RenewResult(t, rows[t][1], rows[t][2]) if t in rows else RenewResult(t, None, None) for t in tokens
+        ]
+
+    async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(
+                _query("lease_count_held", queue=_QueueSql(queue).table),
+                {"lease_prefix": lease_prefix, "now": now},
+            )
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
+        """Seconds until the queue's earliest deliver_time; None when the queue is empty."""
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(_query("message_next_delivery", queue=_QueueSql(queue).table), {"now": now})
+            row = await cur.fetchone()
+        return float(row[0]) if row else None
+
+    async def notify(self, conn: Connection, queue: str) -> None:
+        await conn.execute(_query("wakeup_notify"), {"queue": queue})
+
+    # -- the wake-up listener -------------------------------------------------
+
+    async def listen(self) -> psycopg.AsyncConnection[Any]:
+        """A dedicated autocommit connection, outside the pool, listening for wake-ups."""
+        with wrap_errors():
+            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            await conn.execute(_query("wakeup_listen"))
+        return conn
+
+
+class _QueueSql:
+    """The identifiers and fragments of one queue's statements (composed, never from user text)."""
+
+    def __init__(self, queue: QueueDef) -> None:
+        self.queue = queue
+        self.table = sql.Identifier("public", queue.name)
+        self.receive_function = sql.Identifier(f"receive_{queue.name}")
+        self.renew_function = sql.Identifier(f"renewlease_{queue.name}")
+        self.keys = _identifiers(c.name for c in queue.key_columns)
+        self.key_definitions = sql.SQL(",\n    ").join(
+            sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type]))
+            for c in queue.key_columns
+        )
+        self.key_outputs = sql.SQL(",\n    ").join(
+            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type])) for c in queue.key_columns
+        )
+        self.key_arrays = sql.SQL(", ").join(
+            sql.SQL("{}::{}[]").format(sql.Placeholder(f"k{i}"), sql.SQL(SQL_TYPES[c.type]))
+            for i, c in enumerate(queue.key_columns)
+        )
+
+    def qualified_keys(self, alias: str) -> sql.Composed:
+        return sql.SQL(", ").join(sql.Identifier(alias, c.name) for c in self.queue.key_columns)
+
+    def key_array_params(self, keys: Sequence[Key]) -> dict[str, Any]:
+        return {f"k{i}": [key[i] for key in keys] for i in range(len(self.queue.key_columns))}
+
+    def receive_function_ddl(self) -> sql.Composed:
+        q = self.queue
+        steps: sql.Composable = sql.SQL("")
+        live: sql.Composable = sql.SQL("")
+        if q.dead_letter_queue and q.max_delivery_attempts:
+            steps = _query(
+                "queue_receive_dead_letter_steps",
+                queue=self.table,
+                m_key_columns=self.qualified_keys("m"),
+                ready_qualified_key_columns=self.qualified_keys("ready"),
+                max_delivery_attempts=sql.Literal(q.max_delivery_attempts),
+                dead_letter_queue=sql.Identifier("public", q.dead_letter_queue),
+                key_columns=self.keys,
+            )
+            live = sql.SQL(" AND ready.attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
+        return _query(
+            "queue_receive_function_create",
+            receive_function=self.receive_function,
+            lease_duration=sql.Literal(q.lease_duration),
+            key_column_outputs=self.key_outputs,
+            payload_type=sql.SQL(SQL_TYPES[q.payload_type]),
+            ready_key_columns=self.qualified_keys("m"),
+            queue=self.table,
+            dead_letter_steps=steps,
+            max_backoff=sql.Literal(q.max_backoff),
+            initial_backoff=sql.Literal(q.initial_backoff),
+            m_key_columns=self.qualified_keys("m"),
+            ready_qualified_key_columns=self.qualified_keys("ready"),
+            live_condition=live,
+        )
+
+    def renew_function_ddl(self) -> sql.Composed:
+        q = self.queue
+        return _query(
+            "queue_renew_function_create",
+            renew_function=self.renew_function,
+            lease_duration=sql.Literal(q.lease_duration),
+            ready_key_columns=self.qualified_keys("m"),
+            queue=self.table,
+            max_backoff=sql.Literal(q.max_backoff),
+            initial_backoff=sql.Literal(q.initial_backoff),
+            m_key_columns=self.qualified_keys("m"),
+            held_key_columns=self.qualified_keys("held"),
+        )
+
+
+def _identifiers(names: Any) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+async def _scalar(conn: Connection, query: str, **params: Any) -> Any:
+    cur = await conn.execute(_query(query), params)
+    row = await cur.fetchone()
+    return row[0] if row else None
+
+
+async def _fetch_queue(conn: Connection, name: str) -> QueueDef | None:
+    cur = await conn.execute(_query("queue_get"), {"name": name})
+    row = await cur.fetchone()
+    return _queue_from_row(row) if row else None
+
+
+def _queue_params(queue: QueueDef) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "key_columns": Jsonb([{"name": c.name, "type": c.type.value} for c in queue.key_columns]),
+        "payload_type": queue.payload_type.value,
+        "key_generated": queue.key_generated,
+        "parent_table": queue.parent_table,
+        "lease_duration": queue.lease_duration,
+        "initial_backoff": queue.initial_backoff,
+        "max_backoff": queue.max_backoff,
+        "max_delivery_attempts": queue.max_delivery_attempts,
+        "dead_letter_queue": queue.dead_letter_queue,
+    }
+
+
+def _queue_from_row(row: Sequence[Any]) -> QueueDef:
+    (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
+     max_backoff, max_delivery_attempts, dead_letter_queue, create_time) = row
+    return QueueDef(
+        name=name,
+        key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
+        payload_type=ColumnType(payload_type),
+        key_generated=key_generated,
+        parent_table=parent_table,
+        lease_duration=lease_duration,
+        initial_backoff=initial_backoff,
+        max_backoff=max_backoff,
+        max_delivery_attempts=max_delivery_attempts,
+        dead_letter_queue=dead_letter_queue,
+        create_time=create_time,
+    )
+
+
+def _replace_create_time(queue: QueueDef, create_time: datetime) -> QueueDef:
+    return dataclasses.replace(queue, create_time=create_time)
+
+
+def _payload_param(payload_type: ColumnType, payload: Any) -> Any:
+    return Jsonb(payload) if payload_type is ColumnType.JSON else payload
+
+
+def _normal_key(key: Key) -> Key:
+    """Keys compare as stored: bytes from memoryview, timestamps as instants."""
+    return tuple(bytes(v) if isinstance(v, memoryview) else v for v in key)

@@ -1,0 +1,110 @@
+"""Wake-ups for waiting Receive streams.
+
+One LISTEN connection per server, whatever the number of streams: a send's
+INSERT trigger notifies channel ``spanq_wakeup`` with the queue name, and
+this fans the notification out in memory to the queue's waiting streams.
+Sends through this server wake its streams directly, without waiting for
+the notification. When LISTEN is unavailable (a lost connection, PgBouncer
+in transaction mode) streams fall back to polling.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+import psycopg
+
+from . import errors
+from .store import Store
+
+logger = logging.getLogger(__name__)
+
+RECONNECT_BACKOFF = (0.1, 5.0)
+"""Seconds: first and largest wait between attempts to re-open the listener."""
+
+
+class Beacon:
+    """Wakes every current waiter at once; later waiters wait for the next wake."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def current(self) -> asyncio.Event:
+        """Take this before checking for work, then wait on it: no wake-up is lost in between."""
+        return self._event
+
+    def wake(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+
+class QueueSignal:
+    """A queue's two beacons: messages may be deliverable; leases were freed."""
+
+    def __init__(self) -> None:
+        self.ready = Beacon()
+        self.room = Beacon()
+
+
+class Wakeups:
+    """The per-server listener and the per-queue signals. start()/stop() are idempotent."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._signals: dict[str, QueueSignal] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.listening = False
+        """True while notifications arrive; streams poll either way, as a fallback."""
+        self.connected = asyncio.Event()
+
+    def signal(self, queue: str) -> QueueSignal:
+        signal = self._signals.get(queue)
+        if signal is None:
+            signal = self._signals[queue] = QueueSignal()
+        return signal
+
+    def wake(self, queue: str) -> None:
+        signal = self._signals.get(queue)
+        if signal is not None:
+            signal.ready.wake()
+
+    def wake_all(self) -> None:
+        for signal in self._signals.values():
+            signal.ready.wake()
+            signal.room.wake()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._listen_forever(), name="spanq-listener")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.listening = False
+
+    async def _listen_forever(self) -> None:
+        delay = RECONNECT_BACKOFF[0]
+        while True:
+            conn = None
+            try:
+                conn = await self._store.listen()
+                self.listening = True
+                self.connected.set()
+                delay = RECONNECT_BACKOFF[0]
+                # Notifications sent while we were not listening are lost: look again.
+                self.wake_all()
+                async for notify in conn.notifies():
+                    self.wake(notify.payload)
+            except (psycopg.Error, errors.StoreUnavailable) as exc:
+                logger.warning("wake-up listener lost its connection (%s); polling until it is back", exc)
+            finally:
+                self.listening = False
+                self.connected.clear()
+                if conn is not None:
+                    with contextlib.suppress(Exception):
+                        await conn.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_BACKOFF[1])

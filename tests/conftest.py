@@ -1,0 +1,105 @@
+"""Real PostgreSQL and a real gRPC server over a real socket, for every test.
+
+The database is DATABASE_URL when set (CI's running server), else an embedded
+PostgreSQL started once per session; tests never skip for want of one. The
+schema is migrated once into a template database; each test gets its own
+database cloned from it, dropped afterwards.
+"""
+
+import asyncio
+import os
+import pathlib
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import grpc
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from spanq._proto.spanq.v1 import queue_pb2_grpc
+from spanq_server.clock import ManualClock
+from spanq_server.config import Config
+from spanq_server.server import Running, start
+from spanq_server.store import Store
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _with_db(url: str, dbname: str) -> str:
+    return make_conninfo(url, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """A PostgreSQL server URL (its maintenance database)."""
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        return url
+    from spanq_server.embedded import start_embedded
+
+    return start_embedded(ROOT / ".spanq" / "test")
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_url: str) -> Iterator[str]:
+    name = f"spanq_template_{os.getpid()}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+    async def migrate() -> None:
+        async with Store(_with_db(pg_url, name), min_size=1, max_size=1) as store:
+            await store.migrate()
+
+    asyncio.run(migrate())
+    yield name
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(pg_url: str, template_db: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"spanq_t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield _with_db(pg_url, name)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The server's clock: real time plus an offset the test advances instead of sleeping."""
+    return ManualClock()
+
+
+@pytest.fixture
+def server_config(database_url: str) -> Config:
+    return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1, pool_max_size=10)
+
+
+@pytest.fixture
+async def server(server_config: Config, clock: ManualClock) -> AsyncIterator[Running]:
+    running = await start(server_config, clock=clock)
+    yield running
+    await running.stop(0)
+
+
+@pytest.fixture
+async def channel(server: Running) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(server.target) as channel:
+        yield channel
+
+
+@pytest.fixture
+def stub(channel: grpc.aio.Channel) -> queue_pb2_grpc.QueueServiceStub:
+    return queue_pb2_grpc.QueueServiceStub(channel)
+
+
+@pytest.fixture
+def sql(database_url: str) -> Iterator[psycopg.Connection]:
+    """A plain autocommit psql-like connection to the test's database."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        yield conn
