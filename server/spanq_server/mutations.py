@@ -7,12 +7,13 @@ knows nothing of protobuf.
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 
 from . import errors
 from .clock import Clock
 from .config import Limits
+from .ledger import Ledger
 from .model import AckItem, AckResult, Key, OutgoingMessage, QueueDef, RenewResult
 from .store import Connection, Store
 from .wakeups import Wakeups
@@ -46,11 +47,24 @@ Mutation = SendOp | AckOp | RenewOp
 Result = list[Key] | list[AckResult] | list[RenewResult]
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    response: bytes
+    """The response as recorded in the commit ledger."""
+    replayed: bool
+    """True when an earlier commit of the same request_id produced it: nothing changed now."""
+
+
+class _AlreadyCommitted(Exception):
+    """The request_id belongs to a committed transaction."""
+
+
 class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
-    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups) -> None:
+    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger) -> None:
         self._store = store
+        self._ledger = ledger
         self._limits = limits
         self._clock = clock
         self._wakeups = wakeups
@@ -106,13 +120,28 @@ class Mutator:
         if n > limit:
             raise errors.InvalidArgument(f"a request takes at most {limit} {what}, got {n}; split it")
 
-    async def apply(self, mutations: Sequence[Mutation]) -> list[Result]:
-        """Applies the mutations in order, in one transaction: all or none."""
+    async def commit(self, mutations: Sequence[Mutation], *, request_id: str, fingerprint: bytes,
+                     encode: Callable[[list[Result]], bytes]) -> Outcome:
+        """Applies the mutations in order, in one transaction with the commit-ledger
+        entry for request_id: all or none, once. ``encode`` turns the results into
+        the response bytes the ledger records for replays."""
         prepared = [self.prepare(m) for m in mutations]
-        async with self._store.transaction() as conn:
-            results = await self.apply_in(conn, prepared)
+        try:
+            async with self._store.transaction(inject_faults=True) as conn:
+                if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
+                    raise _AlreadyCommitted
+                response = encode(await self.apply_in(conn, prepared))
+                await self._store.ledger_record(conn, request_id, response)
+        except _AlreadyCommitted:
+            recorded = await self._ledger.recorded(request_id, fingerprint)
+            if recorded is None:  # committed, then pruned within this instant: vanishingly rare
+                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
+            return Outcome(recorded, replayed=True)
+        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
+            exc.metadata["request_id"] = request_id
+            raise
         self._wake_after(prepared)
-        return results
+        return Outcome(response, replayed=False)
 
     async def apply_in(self, conn: Connection, mutations: Sequence[Mutation]) -> list[Result]:
         """Applies prepared mutations on a transaction the caller commits. With

@@ -15,6 +15,8 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from .clock import Clock
 from .config import Config
+from .faults import FaultInjector
+from .ledger import Ledger
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
@@ -37,6 +39,7 @@ class Running:
     store: Store
     wakeups: Wakeups
     receiver: Receiver
+    ledger: Ledger
     health: health.aio.HealthServicer
     _stopped: bool = False
 
@@ -53,6 +56,7 @@ class Running:
         self.receiver.close()
         await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
         await self.wakeups.stop()
+        await self.ledger.stop()
         await self.store.close()
 
 
@@ -76,7 +80,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             "or --insecure to accept that"
         )
     clock = clock or Clock()
-    store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size)
+    store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
+                  faults=FaultInjector.parse(config.inject_faults))
     await store.open()
     try:
         applied = await store.migrate()
@@ -87,10 +92,12 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         wakeups.start()
         catalog = Catalog(store, limits)
         receiver = Receiver(store, wakeups, clock, limits, config.poll_interval)
-        mutator = Mutator(store, limits, clock, wakeups)
+        ledger = Ledger(store, clock, config.ledger_retention)
+        ledger.start()
+        mutator = Mutator(store, limits, clock, wakeups, ledger)
 
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
-        queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver), server)
+        queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -110,7 +117,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     logger.info("spanq serving on %s (port %d)", config.listen, port)
-    return Running(config, server, port, store, wakeups, receiver, health_servicer)
+    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer)
 
 
 async def serve(config: Config) -> None:

@@ -13,7 +13,8 @@ from grpc_status import rpc_status
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
-from . import codec, errors, queues, status
+from . import codec, errors, ledger, queues, status
+from .ledger import Ledger
 from .model import AckItem, AckResult, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
 from .mutations import AckOp, Mutation, Mutator, RenewOp, Result, SendOp
 from .queues import Catalog
@@ -22,6 +23,15 @@ from .receive import MAX_STREAM_DURATION, Receiver, ReceiveOptions
 logger = logging.getLogger(__name__)
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+Reply = Any
+"""A request or response message of a mutating RPC (they share request_id / replayed)."""
+
+RESPONSE_TYPES = {
+    "Send": queue_pb2.SendResponse,
+    "Ack": queue_pb2.AckResponse,
+    "RenewLease": queue_pb2.RenewLeaseResponse,
+    "Commit": queue_pb2.CommitResponse,
+}
 
 
 async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
@@ -45,8 +55,9 @@ def translate_errors(method: Handler) -> Handler:
 
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver) -> None:
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger: Ledger) -> None:
         self._catalog = catalog
+        self._ledger = ledger
         self._mutator = mutator
         self._receiver = receiver
 
@@ -74,42 +85,94 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     @translate_errors
     async def Send(self, request: queue_pb2.SendRequest, context: Any) -> queue_pb2.SendResponse:
-        op = await self._send_op(request)
-        [keys] = await self._mutator.apply([op])
-        return send_response(op.queue, keys)  # type: ignore[arg-type]
+        async def ops() -> list[Mutation]:
+            return [await self._send_op(request)]
+
+        return await self._commit("Send", request, ops, lambda o, r: send_response(o[0].queue, r[0]))
 
     @translate_errors
     async def Ack(self, request: queue_pb2.AckRequest, context: Any) -> queue_pb2.AckResponse:
-        op = await self._ack_op(request)
-        [results] = await self._mutator.apply([op])
-        return ack_response(op.queue, results)  # type: ignore[arg-type]
+        async def ops() -> list[Mutation]:
+            return [await self._ack_op(request)]
+
+        return await self._commit("Ack", request, ops, lambda o, r: ack_response(o[0].queue, r[0]))
 
     @translate_errors
     async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:
-        op = await self._renew_op(request)
-        [results] = await self._mutator.apply([op])
-        return renew_response(results)  # type: ignore[arg-type]
+        async def ops() -> list[Mutation]:
+            return [await self._renew_op(request)]
+
+        return await self._commit("RenewLease", request, ops, lambda o, r: renew_response(r[0]))
 
     @translate_errors
     async def Commit(self, request: queue_pb2.CommitRequest, context: Any) -> queue_pb2.CommitResponse:
-        if not request.mutations:
-            raise errors.InvalidArgument("a commit needs at least one mutation")
-        ops: list[Mutation] = []
-        for index, mutation in enumerate(request.mutations):
-            kind = mutation.WhichOneof("operation")
-            try:
-                if kind is None:
-                    raise errors.InvalidArgument("the mutation sets none of send, ack, renew_lease")
-                inner = getattr(mutation, kind)
-                if inner.request_id:
-                    raise errors.InvalidArgument("request_id goes on the Commit, not on its mutations")
-                ops.append(await {"send": self._send_op, "ack": self._ack_op, "renew_lease": self._renew_op}[kind](inner))
-            except errors.QueueError as exc:
-                exc.metadata.setdefault("mutation_index", str(index))
-                exc.args = (f"mutation {index}: {exc.message}",)
+        async def ops() -> list[Mutation]:
+            if not request.mutations:
+                raise errors.InvalidArgument("a commit needs at least one mutation")
+            found: list[Mutation] = []
+            for index, mutation in enumerate(request.mutations):
+                try:
+                    found.append(await self._mutation_op(mutation))
+                except errors.QueueError as exc:
+                    exc.metadata.setdefault("mutation_index", str(index))
+                    exc.args = (f"mutation {index}: {exc.message}",)
+                    raise
+            return found
+
+        def build(found: list[Mutation], results: list[Result]) -> queue_pb2.CommitResponse:
+            return queue_pb2.CommitResponse(results=[mutation_result(op, r) for op, r in zip(found, results)])
+
+        return await self._commit("Commit", request, ops, build)
+
+    async def _mutation_op(self, mutation: queue_pb2.Mutation) -> Mutation:
+        kind = mutation.WhichOneof("operation")
+        if kind is None:
+            raise errors.InvalidArgument("the mutation sets none of send, ack, renew_lease")
+        inner = getattr(mutation, kind)
+        if inner.request_id:
+            raise errors.InvalidArgument("request_id goes on the Commit, not on its mutations")
+        if kind == "send":
+            return await self._send_op(inner)
+        if kind == "ack":
+            return await self._ack_op(inner)
+        return await self._renew_op(inner)
+
+    async def _commit(self, kind: str, request: Reply, ops: Callable[[], Awaitable[list[Mutation]]],
+                      build: Callable[[list[Mutation], list[Result]], Reply]) -> Reply:
+        """Runs one mutating RPC through the commit ledger: a replay of a committed
+        request_id answers the recorded response with replayed = true."""
+        request_id = ledger.request_id_or_new(request.request_id)
+        unkeyed = type(request)()
+        unkeyed.CopyFrom(request)
+        unkeyed.request_id = ""
+        fingerprint = ledger.fingerprint(kind, unkeyed.SerializeToString(deterministic=True))
+        built: list[Reply] = []
+
+        def encode(results: list[Result]) -> bytes:
+            built.append(build(found, results))
+            return built[-1].SerializeToString()
+
+        try:
+            found = await ops()
+            outcome = await self._mutator.commit(found, request_id=request_id, fingerprint=fingerprint, encode=encode)
+        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable):
+            raise
+        except errors.QueueError:
+            # A request that fails now may be the replay of one that committed
+            # before (its message since acked, its queue since dropped).
+            recorded = await self._ledger.recorded(request_id, fingerprint)
+            if recorded is None:
                 raise
-        results = await self._mutator.apply(ops)
-        return queue_pb2.CommitResponse(results=[mutation_result(op, r) for op, r in zip(ops, results)])
+            return self._replayed(kind, recorded)
+        if outcome.replayed:
+            return self._replayed(kind, outcome.response)
+        return built[-1]
+
+    @staticmethod
+    def _replayed(kind: str, response: bytes) -> Any:
+        reply = RESPONSE_TYPES[kind].FromString(response)
+        reply.replayed = True
+        return reply
 
     # -- receive ----------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from . import errors
+from .faults import FaultInjector
 from .model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
 from .sql import MIGRATIONS, QUERIES
 
@@ -76,8 +77,10 @@ def wrap_errors(queue: str | None = None) -> Iterator[None]:
 class Store:
     """The database gateway. Created closed; ``open()`` and ``close()`` are idempotent."""
 
-    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0) -> None:
+    def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0,
+                 faults: FaultInjector | None = None) -> None:
         self.dsn = dsn
+        self.faults = faults or FaultInjector()
         self._pool = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=min_size,
@@ -114,10 +117,12 @@ class Store:
     # -- transactions -------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def transaction(self, queue: str | None = None) -> AsyncIterator[Connection]:
+    async def transaction(self, queue: str | None = None, *, inject_faults: bool = False
+                          ) -> AsyncIterator[Connection]:
         """One read-write transaction. An error before COMMIT rolls back and is
         StoreUnavailable (safe to retry); a connection lost while COMMIT is in
-        flight is CommitOutcomeUnknown: the server cannot know, so it never guesses."""
+        flight is CommitOutcomeUnknown: the server cannot know, so it never guesses.
+        With inject_faults, the configured FaultInjector may fake either case."""
         with wrap_errors(queue):
             async with self._pool.connection() as conn:
                 try:
@@ -126,12 +131,20 @@ class Store:
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
                     raise
+                fault = self.faults.draw() if inject_faults else None
+                if fault in ("unknown_commit_before", "unavailable_before"):
+                    await conn.rollback()
+                    if fault == "unavailable_before":
+                        raise errors.StoreUnavailable("injected fault: rolled back before COMMIT; retry")
+                    raise errors.CommitOutcomeUnknown("injected fault: the outcome of this commit is unknown")
                 try:
                     await conn.commit()
                 except psycopg.OperationalError as exc:
                     raise errors.CommitOutcomeUnknown(
                         f"the database connection failed while COMMIT was in flight: {exc}"
                     ) from exc
+                if fault == "unknown_commit_after":
+                    raise errors.CommitOutcomeUnknown("injected fault: the outcome of this commit is unknown")
 
     @contextlib.asynccontextmanager
     async def read(self, queue: str | None = None) -> AsyncIterator[Connection]:
@@ -398,6 +411,33 @@ class Store:
 
     async def notify(self, conn: Connection, queue: str) -> None:
         await conn.execute(_query("wakeup_notify"), {"queue": queue})
+
+    # -- the commit ledger ----------------------------------------------------
+
+    async def ledger_claim(self, conn: Connection, request_id: str, fingerprint: bytes, now: datetime | None) -> bool:
+        """True if this transaction now owns request_id; False if a committed one has it."""
+        cur = await conn.execute(
+            _query("ledger_claim"), {"request_id": request_id, "fingerprint": fingerprint, "now": now}
+        )
+        return await cur.fetchone() is not None
+
+    async def ledger_record(self, conn: Connection, request_id: str, response: bytes) -> None:
+        await conn.execute(_query("ledger_record"), {"request_id": request_id, "response": response})
+
+    async def ledger_lookup(self, request_id: str) -> tuple[bytes, bytes] | None:
+        """(fingerprint, response) of a committed request_id, or None."""
+        async with self.read() as conn:
+            cur = await conn.execute(_query("ledger_lookup"), {"request_id": request_id})
+            row = await cur.fetchone()
+        return (bytes(row[0]), bytes(row[1])) if row else None
+
+    async def ledger_prune(self, retention: timedelta, now: datetime | None, batch_size: int = 1000) -> int:
+        """Deletes one batch of expired entries; returns how many."""
+        async with self.read() as conn:
+            cur = await conn.execute(
+                _query("ledger_prune"), {"retention": retention, "now": now, "batch_size": batch_size}
+            )
+            return cur.rowcount
 
     # -- the wake-up listener -------------------------------------------------
 

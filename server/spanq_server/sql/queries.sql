@@ -259,3 +259,34 @@ SELECT pg_notify('spanq_wakeup', %(queue)s::text)
 -- wakeup_listen --
 -- The one listening connection per server.
 LISTEN spanq_wakeup
+
+-- ledger_claim --
+-- Claims a request_id at the start of its transaction. When another
+-- transaction holds the same id, this waits on the unique key until that
+-- one ends: no row back means it committed (answer as a replay); a row
+-- means it rolled back and this attempt goes ahead. The database, not an
+-- application check, closes the race between an original and its replay.
+INSERT INTO spanq.commit_ledger (request_id, fingerprint, response, commit_time)
+VALUES (%(request_id)s, %(fingerprint)s, '', coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (request_id) DO NOTHING
+RETURNING true
+
+-- ledger_record --
+-- Stores the response, in the same transaction as the effect it describes.
+UPDATE spanq.commit_ledger SET response = %(response)s WHERE request_id = %(request_id)s
+
+-- ledger_lookup --
+-- A committed request's fingerprint and recorded response.
+SELECT fingerprint, response FROM spanq.commit_ledger WHERE request_id = %(request_id)s
+
+-- ledger_prune --
+-- Forgets up to batch_size entries older than the retention window. Small
+-- batches and SKIP LOCKED keep pruning from holding long locks or blocking
+-- another server's pruning.
+DELETE FROM spanq.commit_ledger
+WHERE request_id IN (
+    SELECT request_id FROM spanq.commit_ledger
+    WHERE commit_time < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(retention)s
+    ORDER BY commit_time
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED)

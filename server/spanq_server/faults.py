@@ -1,0 +1,57 @@
+"""Fault injection (off by default): makes the unknown-commit cases reproducible.
+
+SPEC is comma-separated ``name=probability``:
+
+- ``unknown_commit_after``: commit, then report UNKNOWN_COMMIT (the answer was "lost");
+- ``unknown_commit_before``: roll back, then report UNKNOWN_COMMIT;
+- ``unavailable_before``: roll back, then report UNAVAILABLE.
+
+Only mutating commits (Send, Ack, RenewLease, Commit) are subject to it.
+"""
+
+import random
+
+FAULTS = ("unknown_commit_after", "unknown_commit_before", "unavailable_before")
+
+
+class FaultInjector:
+    def __init__(self, probabilities: dict[str, float] | None = None, *, seed: int | None = None) -> None:
+        self.probabilities = dict(probabilities or {})
+        self._random = random.Random(seed)
+        self.injected: dict[str, int] = dict.fromkeys(FAULTS, 0)
+        """How many of each fault were injected, for tests and metrics."""
+
+    @classmethod
+    def parse(cls, spec: str) -> "FaultInjector":
+        probabilities: dict[str, float] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            name, sep, value = part.partition("=")
+            name = name.strip()
+            if name not in FAULTS or not sep:
+                raise ValueError(f"fault {part!r}: use name=probability with name one of {', '.join(FAULTS)}")
+            try:
+                probability = float(value)
+            except ValueError:
+                raise ValueError(f"fault {part!r}: probability must be a number from 0 to 1") from None
+            if not 0 <= probability <= 1:
+                raise ValueError(f"fault {part!r}: probability must be from 0 to 1")
+            probabilities[name] = probability
+        if sum(probabilities.values()) > 1:
+            raise ValueError("fault probabilities add up to more than 1")
+        return cls(probabilities)
+
+    @property
+    def enabled(self) -> bool:
+        return any(self.probabilities.values())
+
+    def draw(self) -> str | None:
+        """The fault to inject into this commit, if any."""
+        if not self.enabled:
+            return None
+        roll = self._random.random()
+        for name in FAULTS:
+            roll -= self.probabilities.get(name, 0.0)
+            if roll < 0:
+                self.injected[name] += 1
+                return name
+        return None
