@@ -43,6 +43,8 @@ SQL_TYPES = {
 
 Connection = psycopg.AsyncConnection[Any]
 
+_UNKNOWN = "the commit may or may not have happened; replay the same request_id to learn which"
+
 
 def _query(name: str, **fragments: sql.Composable) -> sql.Composed | sql.SQL:
     statement = sql.SQL(QUERIES[name])  # type: ignore[arg-type]  # loaded from our own file
@@ -136,15 +138,15 @@ class Store:
                     await conn.rollback()
                     if fault == "unavailable_before":
                         raise errors.StoreUnavailable("injected fault: rolled back before COMMIT; retry")
-                    raise errors.CommitOutcomeUnknown("injected fault: the outcome of this commit is unknown")
+                    raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
                 try:
                     await conn.commit()
                 except psycopg.OperationalError as exc:
                     raise errors.CommitOutcomeUnknown(
-                        f"the database connection failed while COMMIT was in flight: {exc}"
+                        f"the database connection failed while COMMIT was in flight ({exc}): {_UNKNOWN}"
                     ) from exc
                 if fault == "unknown_commit_after":
-                    raise errors.CommitOutcomeUnknown("injected fault: the outcome of this commit is unknown")
+                    raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
 
     @contextlib.asynccontextmanager
     async def read(self, queue: str | None = None) -> AsyncIterator[Connection]:
@@ -200,7 +202,7 @@ class Store:
                     f"the database has {count} queues, the configured maximum; drop one or raise --max-queues"
                 )
             if await _scalar(conn, "relation_exists", name=queue.name):
-                raise errors.QueueAlreadyExists(f"a queue or table named {queue.name!r} already exists")
+                raise errors.QueueAlreadyExists(f"a queue, table or type named {queue.name!r} already exists")
             parent = None
             if queue.parent_table:
                 width = await _scalar(conn, "parent_key_width", name=queue.parent_table)
