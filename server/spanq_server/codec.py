@@ -66,7 +66,7 @@ def _key_value(column: KeyColumn, value: struct_pb2.Value, where: str) -> Any:
             return int(number)
         if kind == "string_value":
             text = value.string_value.strip()
-            if not text.lstrip("-").isdecimal() or not text.isascii():
+            if not text.removeprefix("-").isdecimal() or not text.isascii():
                 raise InvalidArgument(f"{what} needs a decimal integer string, got {value.string_value!r}")
             number = int(text)
             if not INT64_MIN <= number <= INT64_MAX:
@@ -164,6 +164,7 @@ def value_from_json(data: Any) -> struct_pb2.Value:
     elif isinstance(data, list):
         value.list_value.values.extend(value_from_json(v) for v in data)
     elif isinstance(data, dict):
+        value.struct_value.SetInParent()  # an empty object is still an object, not an unset Value
         for k, v in data.items():
             value.struct_value.fields[k].CopyFrom(value_from_json(v))
     else:
@@ -202,8 +203,13 @@ def timestamp_to_rfc3339(when: datetime) -> str:
     return stamp.ToJsonString()
 
 
-def timestamp_to_datetime(stamp: timestamp_pb2.Timestamp) -> datetime:
-    return stamp.ToDatetime(tzinfo=timezone.utc)
+def timestamp_to_datetime(stamp: timestamp_pb2.Timestamp, what: str = "timestamp") -> datetime:
+    try:
+        return stamp.ToDatetime(tzinfo=timezone.utc)
+    except (ValueError, OverflowError):
+        raise InvalidArgument(
+            f"{what} is not a valid Timestamp (years 1 to 9999), got seconds={stamp.seconds} nanos={stamp.nanos}"
+        ) from None
 
 
 def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
@@ -217,16 +223,18 @@ def duration_from_proto(
     zero_allowed: bool = False,
 ) -> timedelta | None:
     """A Duration within [minimum, maximum]; 0 (unset) gives the default, or 0 when zero_allowed."""
+    if not -999_999_999 <= d.nanos <= 999_999_999 or (d.seconds > 0 > d.nanos) or (d.seconds < 0 < d.nanos):
+        raise InvalidArgument(f"{what} is not a valid Duration, got seconds={d.seconds} nanos={d.nanos}")
     if d.seconds < 0 or d.nanos < 0:
-        raise InvalidArgument(f"{what} cannot be negative, got {d.ToJsonString()}")
+        raise InvalidArgument(f"{what} cannot be negative, got {_shown(d)}")
     if d.seconds > maximum.total_seconds() + 1:
-        raise InvalidArgument(f"{what} must be at most {_human(maximum)}, got {d.ToJsonString()}")
+        raise InvalidArgument(f"{what} must be at most {_human(maximum)}, got {_shown(d)}")
     value = d.ToTimedelta()
     if value == timedelta(0):
         return timedelta(0) if zero_allowed else default
     if not minimum <= value <= maximum:
         raise InvalidArgument(
-            f"{what} must be between {_human(minimum)} and {_human(maximum)}, got {d.ToJsonString()}"
+            f"{what} must be between {_human(minimum)} and {_human(maximum)}, got {_shown(d)}"
         )
     return value
 
@@ -235,6 +243,14 @@ def duration(value: timedelta) -> duration_pb2.Duration:
     d = duration_pb2.Duration()
     d.FromTimedelta(value)
     return d
+
+
+def _shown(d: duration_pb2.Duration) -> str:
+    """A Duration as JSON ("1.5s"), or its raw fields when it is outside the Duration range."""
+    try:
+        return d.ToJsonString()
+    except ValueError:
+        return f"seconds={d.seconds} nanos={d.nanos}"
 
 
 def _human(value: timedelta) -> str:

@@ -214,7 +214,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                 OutgoingMessage(
                     key=key,
                     payload=codec.payload_from_proto(queue, m.payload, m.HasField("payload"), where),
-                    deliver_time=codec.timestamp_to_datetime(m.deliver_time) if m.HasField("deliver_time") else None,
+                    deliver_time=codec.timestamp_to_datetime(m.deliver_time, f"{where}: deliver_time")
+                    if m.HasField("deliver_time") else None,
                     delay=codec.duration_from_proto(
                         m.delay, f"{where}: delay", default=None, minimum=timedelta(0),
                         maximum=timedelta(days=366),

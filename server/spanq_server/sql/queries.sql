@@ -59,8 +59,10 @@ RETURNING create_time
 DELETE FROM spanq.queues WHERE name = %(name)s
 
 -- relation_exists --
--- Whether a table (or any relation) of that name exists in the public schema.
+-- Whether a table (or any relation), or a type, of that name exists in the
+-- public schema: a table's row type would clash with the type.
 SELECT to_regclass(format('public.%%I', %(name)s::text)) IS NOT NULL
+    OR to_regtype(format('public.%%I', %(name)s::text)) IS NOT NULL
 
 -- parent_key_width --
 -- The number of primary-key columns of a would-be parent table; no row when it has no primary key.
