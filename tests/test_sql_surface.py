@@ -1,0 +1,165 @@
+"""The SQL surface, as psql users and applications' own transactions use it:
+send is an INSERT, receive and renew are SQL functions, ack is a DELETE by
+key whose row count the application checks. The last test replays README.md's
+"From psql" session with the real psql."""
+
+from datetime import timedelta
+
+import grpc
+import psycopg
+import pytest
+
+from spanq._proto.spanq.v1 import queue_pb2
+
+from .helpers import create_queue, duration, error_of, key, plain, receive_some, send, text_message
+from .readme_session import replay
+
+RECEIVE_COLUMNS = ["id", "payload", "deliver_time", "spanq_lease_token", "spanq_lease_expiration_timestamp",
+                   "spanq_delivery_attempt", "spanq_enqueue_time", "spanq_last_batch_message"]
+RENEW_COLUMNS = ["spanq_old_lease_token", "spanq_new_lease_token", "spanq_lease_expiration_timestamp"]
+
+
+@pytest.fixture
+async def tasks(stub, sql):
+    """Queue `tasks` (key id STRING, STRING payload, 10 s leases) and a plain table `orders`."""
+    await create_queue(stub, "tasks", key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.STRING)],
+                       payload_type=queue_pb2.STRING)
+    sql.execute("CREATE TABLE orders (id integer PRIMARY KEY, receipts_sent integer NOT NULL DEFAULT 0)")
+    return "tasks"
+
+
+def receive(sql: psycopg.Connection, n: int, *args: str) -> list[dict]:
+    extra = "".join(f", {a}" for a in args)
+    cur = sql.execute(f"SELECT * FROM spanq.receive_tasks({n}{extra})")  # test-owned text, no user input
+    assert cur.description is not None
+    assert [c.name for c in cur.description] == RECEIVE_COLUMNS
+    return [dict(zip(RECEIVE_COLUMNS, row)) for row in cur.fetchall()]
+
+
+def renew(sql: psycopg.Connection, tokens: list[str], *args: str) -> list[dict]:
+    extra = "".join(f", {a}" for a in args)
+    cur = sql.execute(f"SELECT * FROM spanq.renewlease_tasks(%s{extra})", [tokens])
+    assert cur.description is not None
+    assert [c.name for c in cur.description] == RENEW_COLUMNS
+    return [dict(zip(RENEW_COLUMNS, row)) for row in cur.fetchall()]
+
+
+def db_now(sql: psycopg.Connection):
+    return sql.execute("SELECT now()").fetchone()[0]
+
+
+async def test_insert_sends_and_receive_function_leases(stub, sql, tasks):
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'hello')")
+    before = db_now(sql)
+    [row] = receive(sql, 1)
+    after = db_now(sql)
+    assert row["id"] == "k1" and row["payload"] == "hello" and row["spanq_delivery_attempt"] == 1
+    assert row["spanq_lease_token"].startswith("sql.") and row["spanq_last_batch_message"] is True
+    # The queue's lease_duration (10 s) from now.
+    assert before + timedelta(seconds=10) <= row["spanq_lease_expiration_timestamp"] <= after + timedelta(seconds=10)
+    assert row["spanq_enqueue_time"] <= row["deliver_time"] <= before
+    # The table holds the lease; the message is not deliverable again while it lasts, by SQL or gRPC.
+    assert sql.execute("SELECT spanq_lease_token FROM tasks WHERE id = 'k1'").fetchone() == (row["spanq_lease_token"],)
+    assert receive(sql, 1) == []
+    assert await receive_some(stub, "tasks", 1, timeout=0.3) == []
+
+    # A batch: up to max_batch_size rows, the last one flagged; an explicit lease duration.
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k2', 'two'), ('k3', 'three'), ('k4', 'four')")
+    batch = receive(sql, 2, "interval '1 minute'")
+    assert len(batch) == 2 and [r["spanq_last_batch_message"] for r in batch] == [False, True]
+    assert all(r["spanq_lease_expiration_timestamp"] > after + timedelta(seconds=55) for r in batch)
+    [last] = receive(sql, 5)
+    assert last["spanq_last_batch_message"] is True
+    assert {r["id"] for r in batch + [last]} == {"k2", "k3", "k4"}
+
+
+async def test_renewlease_function(stub, sql, tasks):
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'hello')")
+    [row] = receive(sql, 1)
+    old = row["spanq_lease_token"]
+    [renewed] = renew(sql, [old])
+    new = renewed["spanq_new_lease_token"]
+    assert renewed["spanq_old_lease_token"] == old and new and new != old and new.startswith("sql.")
+    assert renewed["spanq_lease_expiration_timestamp"] > row["spanq_lease_expiration_timestamp"]
+    # No row for a superseded, unknown or expired token; one row per live token.
+    assert renew(sql, [old]) == []
+    assert renew(sql, ["no-such-token"]) == []
+    [again] = renew(sql, [new, "no-such-token", old])
+    assert again["spanq_old_lease_token"] == new
+    newest = again["spanq_new_lease_token"]
+    assert renew(sql, [newest], "interval '10 seconds'", "now() + interval '1 hour'") == []
+
+    # SQL and gRPC share the leases: the superseded token cannot ack, the current one can.
+    code, _, info = await error_of(stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+        queue_pb2.AckMessage(key=key("k1"), lease_token=new)])))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and info["reason"] == "LEASE_NOT_HELD"
+    acked = await stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+        queue_pb2.AckMessage(key=key("k1"), lease_token=newest)]))
+    assert [r.acked for r in acked.results] == [True]
+    # An acknowledged message's token: no row (docs/semantics.md: the row is deleted).
+    assert renew(sql, [newest]) == []
+
+
+def ack_in_transaction(sql: psycopg.Connection, key: str) -> int:
+    """The application's ack: its own write and the DELETE in one transaction, committed only
+    when the DELETE removed exactly one row (Spanner's ASSERT_ROWS_MODIFIED 1)."""
+    with sql.transaction():
+        sql.execute("UPDATE orders SET receipts_sent = receipts_sent + 1 WHERE id = 1")
+        deleted = sql.execute("DELETE FROM tasks WHERE id = %s", [key]).rowcount
+        if deleted != 1:
+            raise psycopg.Rollback()  # already acked: this work must not commit twice
+    return deleted
+
+
+async def test_ack_is_a_delete_whose_row_count_decides_the_commit(stub, sql, tasks):
+    sql.execute("INSERT INTO orders (id) VALUES (1)")
+    await send(stub, "tasks", text_message("k1", "send the receipt"))
+    [message] = await receive_some(stub, "tasks", 1)
+
+    assert ack_in_transaction(sql, "k1") == 1
+    assert sql.execute("SELECT receipts_sent FROM orders").fetchall() == [(1,)]
+    assert sql.execute("SELECT count(*) FROM tasks").fetchone() == (0,)
+    # The second ack deletes 0 rows, so the application rolls back its write with it.
+    assert ack_in_transaction(sql, "k1") == 0
+    assert sql.execute("SELECT receipts_sent FROM orders").fetchall() == [(1,)]
+    # gRPC sees the SQL ack: the message is gone.
+    code, _, _ = await error_of(stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+        queue_pb2.AckMessage(key=message.key, lease_token=message.lease_token)])))
+    assert code == grpc.StatusCode.OUT_OF_RANGE
+
+
+async def test_send_and_ack_commit_or_roll_back_with_other_writes(stub, sql, tasks, database_url):
+    await send(stub, "tasks", text_message("old", "for order 0"))
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        # One transaction: an order, the send of its task, and the ack of another task.
+        await conn.execute("INSERT INTO orders (id) VALUES (1)")
+        await conn.execute("INSERT INTO tasks (id, payload) VALUES ('new', 'for order 1')")
+        assert (await conn.execute("DELETE FROM tasks WHERE id = 'old'")).rowcount == 1
+        # Until COMMIT receivers get neither 'new' (not visible) nor 'old' (being acked: locked).
+        assert await receive_some(stub, "tasks", 1, timeout=0.5, lease_duration=duration(1)) == []
+        await conn.commit()
+    assert sql.execute("SELECT id FROM orders").fetchall() == [(1,)]
+    assert sql.execute("SELECT id FROM tasks").fetchall() == [("new",)]
+    # The committed INSERT is a send like any other: a gRPC receiver gets it.
+    [got] = await receive_some(stub, "tasks", 1)
+    assert plain(got.key) == ["new"] and plain(got.payload) == "for order 1"
+
+    # The same shape rolled back: neither the order, nor the send, nor the ack happened.
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        await conn.execute("INSERT INTO orders (id) VALUES (2)")
+        await conn.execute("INSERT INTO tasks (id, payload) VALUES ('newer', 'for order 2')")
+        assert (await conn.execute("DELETE FROM tasks WHERE id = 'new'")).rowcount == 1
+        await conn.rollback()
+    assert sql.execute("SELECT id FROM orders").fetchall() == [(1,)]
+    assert sql.execute("SELECT id, spanq_lease_token FROM tasks").fetchall() == [("new", got.lease_token)]
+
+
+async def test_readme_psql_session(server, database_url, sql):
+    session = await replay("From psql", server.target, database_url)
+    ran = "\n".join(session.ran)
+    for what in ["/CreateQueue", "INSERT INTO emails", "spanq.receive_emails(", "spanq.renewlease_emails(",
+                 "DELETE FROM emails", "COMMIT", "ROLLBACK"]:
+        assert what in ran, f"the README's psql session no longer shows {what}"
+    # The session ran against this database.
+    assert sql.execute("SELECT id, receipts_sent FROM orders").fetchall() == [(1, 1)]
+    assert sql.execute("SELECT count(*) FROM emails").fetchone() == (0,)
