@@ -6,8 +6,14 @@ schema is migrated once into a template database; each test gets its own
 database cloned from it, dropped afterwards.
 """
 
-import asyncio
 import os
+
+# Tests fork (pg_ctl, servers, grpcurl) from a process with gRPC threads; gRPC's
+# fork handlers then crash the child at random. Children exec at once, so the
+# handlers are not needed. Must be set before grpc is imported.
+os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
+
+import asyncio  # noqa: E402
 import pathlib
 import uuid
 from collections.abc import AsyncIterator, Iterator

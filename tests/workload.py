@@ -127,7 +127,7 @@ class Workload:
                 await asyncio.gather(*(self.produce(p, per_producer, pace_s) for p in range(producers)))
                 if during is not None:
                     await during
-                while len(self.history.acked) < len(self.history.confirmed):
+                while not set(self.history.confirmed.values()) <= self.history.acked:
                     for task in tasks:
                         if task.done() and task.exception():
                             raise task.exception()  # type: ignore[misc]
