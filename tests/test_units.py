@@ -1,0 +1,53 @@
+"""Fast unit tests: the SQL file parser, migrations, fault specs, status table."""
+
+import grpc
+import pytest
+
+from spanq_server import errors, status
+from spanq_server.faults import FaultInjector
+from spanq_server.sql import MIGRATIONS, QUERIES, parse_queries
+
+
+def test_parse_queries_splits_named_blocks_and_drops_descriptions():
+    text = "-- header\n\n-- one --\n-- what it does\nSELECT 1\n\n-- two_more --\nSELECT 2;\nSELECT 3\n"
+    assert parse_queries(text) == {"one": "SELECT 1", "two_more": "SELECT 2;\nSELECT 3"}
+
+
+def test_parse_queries_rejects_duplicates_and_empty_blocks():
+    with pytest.raises(ValueError, match="twice"):
+        parse_queries("-- a --\nSELECT 1\n-- a --\nSELECT 2\n")
+    with pytest.raises(ValueError, match="empty"):
+        parse_queries("-- a --\n-- only a description\n")
+
+
+def test_every_statement_the_store_uses_is_defined():
+    for name in ("message_insert", "message_lease_batch", "message_ack", "lease_renew", "ledger_claim",
+                 "ledger_record", "ledger_lookup", "ledger_prune", "queue_table_create",
+                 "queue_receive_function_create", "queue_renew_function_create", "wakeup_listen"):
+        assert name in QUERIES
+    assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
+
+
+def test_fault_spec_parsing():
+    faults = FaultInjector.parse("unknown_commit_after=0.2, unavailable_before=0.1")
+    assert faults.probabilities == {"unknown_commit_after": 0.2, "unavailable_before": 0.1}
+    assert not FaultInjector.parse("").enabled
+    for bad in ("nope=0.1", "unknown_commit_after", "unknown_commit_after=2", "unknown_commit_after=x",
+                "unknown_commit_after=0.6,unknown_commit_before=0.6"):
+        with pytest.raises(ValueError):
+            FaultInjector.parse(bad)
+
+
+def test_fault_draws_follow_the_probabilities():
+    faults = FaultInjector({"unknown_commit_after": 0.3}, seed=1)
+    drawn = [faults.draw() for _ in range(10_000)]
+    assert 2700 < drawn.count("unknown_commit_after") < 3300
+    assert set(drawn) == {None, "unknown_commit_after"}
+
+
+def test_status_table_maps_each_error_to_its_code():
+    assert status.code_and_reason(errors.MessageNotFound())[0] == grpc.StatusCode.OUT_OF_RANGE
+    assert status.code_and_reason(errors.LeaseNotHeld())[0] == grpc.StatusCode.FAILED_PRECONDITION
+    assert status.code_and_reason(errors.CommitOutcomeUnknown()) == (grpc.StatusCode.UNKNOWN, "UNKNOWN_COMMIT")
+    s = status.to_status(errors.CommitOutcomeUnknown("lost", request_id="r"))
+    assert s.code == grpc.StatusCode.UNKNOWN.value[0] and s.message == "lost" and len(s.details) == 1
