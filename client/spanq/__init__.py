@@ -1,1 +1,85 @@
-"""spanq: Spanner's queues on PostgreSQL. The Python SDK."""
+"""spanq: Spanner's queues on PostgreSQL. The Python SDK.
+
+- ``spanq.Client(target)``: blocking and thread-safe; ``spanq.aio.Client(target)``: asyncio. Both offer
+  queue admin, ``send``, ``ack``, ``renew_lease``, ``nack``, ``receive``, ``commit``/``transaction`` and
+  ``subscribe``, with automatic request ids and idempotent replay.
+- ``spanq.sql``: send and ack inside your own psycopg transaction.
+- Errors derive from ``spanq.SpanqError``.
+"""
+
+from . import aio, sql
+from ._client import Client, Subscription
+from ._errors import (
+    AlreadyExists,
+    Cancelled,
+    Closed,
+    CommitOutcomeUnknown,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InternalError,
+    InvalidArgument,
+    LeaseLost,
+    MessageGone,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    SpanqError,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+from ._retry import Retry
+from ._transaction import Transaction
+from ._types import (
+    CommitResult,
+    FlowControl,
+    Future,
+    Key,
+    KeyColumn,
+    KeyValue,
+    Message,
+    OutgoingMessage,
+    Queue,
+    RenewedLease,
+    TypeCode,
+)
+
+__all__ = [
+    "aio",
+    "sql",
+    # clients
+    "Client",
+    "Subscription",
+    "Transaction",
+    "Retry",
+    # values
+    "Queue",
+    "KeyColumn",
+    "TypeCode",
+    "Key",
+    "KeyValue",
+    "Message",
+    "OutgoingMessage",
+    "RenewedLease",
+    "CommitResult",
+    "FlowControl",
+    "Future",
+    # errors
+    "SpanqError",
+    "Closed",
+    "NotFound",
+    "AlreadyExists",
+    "MessageGone",
+    "FailedPrecondition",
+    "LeaseLost",
+    "InvalidArgument",
+    "ResourceExhausted",
+    "Unauthenticated",
+    "PermissionDenied",
+    "Unavailable",
+    "DeadlineExceeded",
+    "Cancelled",
+    "Unimplemented",
+    "InternalError",
+    "CommitOutcomeUnknown",
+]

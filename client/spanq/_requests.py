@@ -1,0 +1,134 @@
+"""Building spanq.v1 requests from Python values, and reading their responses.
+
+Shared by the direct calls, the transaction builder and the subscriber, so
+that a send, an ack or a renewal is encoded one way only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any, Union
+
+from . import _codec
+from ._errors import InvalidArgument
+from ._proto.spanq.v1 import queue_pb2
+from ._types import Key, KeyValue, Message, OutgoingMessage, Queue, RenewedLease
+
+AckTarget = Union[Message, Key, KeyValue]
+"""What an ack names: a Message (its key and current lease token), or a key (a tuple, or a lone value for
+a one-column key) to ack whoever holds it."""
+LeaseTarget = Union[Message, str]
+"""What a renewal or nack names: a Message (its current lease token) or a lease token."""
+
+MAX_ITEMS_PER_REQUEST = 1000
+"""The server's default per-request limit on messages, acks and lease tokens."""
+
+
+def outgoing(messages: Iterable[OutgoingMessage | Any]) -> list[OutgoingMessage]:
+    """OutgoingMessage values; anything else is a payload with no key."""
+    return [m if isinstance(m, OutgoingMessage) else OutgoingMessage(payload=m) for m in messages]
+
+
+def send_request(queue: Queue, messages: Sequence[OutgoingMessage]) -> queue_pb2.SendRequest:
+    if not messages:
+        raise InvalidArgument("a send needs at least one message")
+    out = queue_pb2.SendRequest(queue=queue.name)
+    for m in messages:
+        item = out.messages.add()
+        if m.key is not None:
+            item.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
+        item.payload.CopyFrom(_codec.payload_to_proto(queue, m.payload))
+        if m.deliver_time is not None and m.delay is not None:
+            raise InvalidArgument("set at most one of deliver_time and delay")
+        if m.deliver_time is not None:
+            item.deliver_time.CopyFrom(_codec.timestamp(m.deliver_time))
+        elif m.delay is not None:
+            item.delay.CopyFrom(_codec.duration(m.delay))
+    return out
+
+
+def send_keys(queue: Queue, response: queue_pb2.SendResponse) -> list[Key]:
+    return [_codec.key_from_proto(queue, k) for k in response.keys]
+
+
+def ack_request(queue: Queue, targets: Sequence[AckTarget], ignore_not_found: bool) -> queue_pb2.AckRequest:
+    """Reads each Message's current lease token: build it while no renewal of those messages is in flight."""
+    if not targets:
+        raise InvalidArgument("an ack needs at least one message or key")
+    out = queue_pb2.AckRequest(queue=queue.name, ignore_not_found=ignore_not_found)
+    for target in targets:
+        item = out.acks.add()
+        if isinstance(target, Message):
+            _check_queue(queue, target)
+            item.key.CopyFrom(_codec.key_to_proto(queue, target.key))
+            item.lease_token = target.lease_token
+        else:
+            item.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(target)))
+    return out
+
+
+def ack_results(response: queue_pb2.AckResponse) -> list[bool]:
+    return [r.acked for r in response.results]
+
+
+def renew_request(queue: str, targets: Sequence[LeaseTarget], lease_duration: timedelta) -> queue_pb2.RenewLeaseRequest:
+    if not targets:
+        raise InvalidArgument("a renewal needs at least one message or lease token")
+    if lease_duration < timedelta(0):
+        raise InvalidArgument("lease_duration cannot be negative")
+    tokens = []
+    for target in targets:
+        if isinstance(target, Message):
+            if target.queue != queue:
+                raise InvalidArgument(f"the message is from queue {target.queue!r}, not {queue!r}")
+            tokens.append(target.lease_token)
+        elif isinstance(target, str):
+            tokens.append(target)
+        else:
+            raise InvalidArgument(f"a lease target is a Message or a lease token, not {type(target).__name__}")
+    return queue_pb2.RenewLeaseRequest(queue=queue, lease_tokens=tokens, lease_duration=_codec.duration(lease_duration))
+
+
+def renew_results(response: queue_pb2.RenewLeaseResponse) -> list[RenewedLease]:
+    return [
+        RenewedLease(
+            old_lease_token=lease.old_lease_token,
+            new_lease_token=lease.new_lease_token or None,
+            lease_expiration_time=(
+                _codec.timestamp_to_datetime(lease.lease_expiration_time)
+                if lease.HasField("lease_expiration_time") else None
+            ),
+        )
+        for lease in response.leases
+    ]
+
+
+def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
+    return Message(
+        queue=queue.name,
+        key=_codec.key_from_proto(queue, m.key),
+        payload=_codec.payload_from_proto(queue, m.payload),
+        lease_token=m.lease_token,
+        lease_expiration_time=_codec.timestamp_to_datetime(m.lease_expiration_time),
+        deliver_time=_codec.timestamp_to_datetime(m.deliver_time),
+        enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
+        delivery_attempt=m.delivery_attempt,
+        size=m.payload.ByteSize(),
+    )
+
+
+def _check_queue(queue: Queue, message: Message) -> None:
+    if message.queue != queue.name:
+        raise InvalidArgument(f"the message is from queue {message.queue!r}, not {queue.name!r}")
+
+
+def apply_renewals(targets: Sequence[LeaseTarget], renewed: Sequence[RenewedLease]) -> None:
+    """Carries each Message's new token forward (a renewed token supersedes the old one)."""
+    for target, lease in zip(targets, renewed):
+        if isinstance(target, Message) and lease.new_lease_token:
+            target._renewed(lease.new_lease_token, lease.lease_expiration_time)
+
+
+def chunks(items: Sequence[Any], size: int = MAX_ITEMS_PER_REQUEST) -> list[Sequence[Any]]:
+    return [items[i:i + size] for i in range(0, len(items), size)] or [items]

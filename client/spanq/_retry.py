@@ -1,0 +1,148 @@
+"""Retries: which codes are retried, backoff with jitter, a total deadline,
+and the replay rule for mutations (one request_id per intent, replayed on
+every retry; an unresolved unknown outcome is CommitOutcomeUnknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
+
+import grpc
+
+from ._errors import UNKNOWN_COMMIT, CommitOutcomeUnknown, SpanqError, from_rpc_error
+
+logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+_RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+"""Retried on every call; a mutation replays its request_id. (UNKNOWN is retried only with reason
+UNKNOWN_COMMIT: a bare UNKNOWN is a server bug, not an unknown outcome.)"""
+
+_SAFE_UNAVAILABLE_REASONS = frozenset({"DATABASE_UNAVAILABLE"})
+"""UNAVAILABLE reasons by which the server says nothing was committed. Any other UNAVAILABLE (a dropped
+connection, a stopping server) may have come after the commit, so it leaves the outcome unknown."""
+
+STREAM_RETRYABLE_CODES = (
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.ABORTED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.CANCELLED,
+)
+"""A Receive stream that fails with these is reopened after a backoff."""
+
+STREAM_TERMINAL_CODES = (
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.PERMISSION_DENIED,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.ALREADY_EXISTS,
+)
+"""A Receive stream that fails with these ends its subscription with the error."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Retry:
+    """How calls are retried: exponential backoff with jitter, within a total deadline.
+
+    Mutations (send, ack, renew, nack, commit) are retried on UNAVAILABLE, DEADLINE_EXCEEDED and
+    UNKNOWN_COMMIT by replaying the same request_id, so a retry never duplicates; reads on UNAVAILABLE and
+    DEADLINE_EXCEEDED. A mutation whose outcome is still unknown at the deadline raises
+    CommitOutcomeUnknown.
+    """
+
+    initial_backoff: float = 0.05
+    """Seconds before the first retry."""
+    max_backoff: float = 2.0
+    """Seconds: the longest wait between attempts."""
+    multiplier: float = 2.0
+    """Each wait is this many times the previous one (before jitter)."""
+    deadline: float = 60.0
+    """Seconds for all attempts together."""
+    attempt_timeout: float = 20.0
+    """Seconds for one attempt."""
+
+    def backoffs(self) -> Iterator[float]:
+        """Jittered waits: each uniform in [cap/2, cap], the cap growing to max_backoff."""
+        cap = self.initial_backoff
+        while True:
+            yield random.uniform(cap / 2, cap)
+            cap = min(self.max_backoff, cap * self.multiplier)
+
+
+Retry.__module__ = "spanq"
+
+DEFAULT_RETRY = Retry()
+
+
+def _outcome_unknown(error: SpanqError) -> bool:
+    """Whether a failed mutation attempt may nevertheless have committed."""
+    if error.reason == UNKNOWN_COMMIT:
+        return True
+    if error.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return True
+    return error.code == grpc.StatusCode.UNAVAILABLE and error.reason not in _SAFE_UNAVAILABLE_REASONS
+
+
+def _retryable(error: SpanqError) -> bool:
+    return error.reason == UNKNOWN_COMMIT or error.code in _RETRYABLE_CODES
+
+
+async def call(
+    attempt: Callable[[float], Awaitable[R]],
+    policy: Retry,
+    *,
+    what: str,
+    request_id: str | None = None,
+) -> R:
+    """Runs ``attempt(timeout)`` until it succeeds, fails for good, or the deadline passes.
+
+    With a request_id the call is a mutation: every attempt must carry that same request_id, and an
+    outcome that stays unknown raises CommitOutcomeUnknown instead of the last error.
+    """
+    give_up_at = time.monotonic() + policy.deadline
+    backoffs = policy.backoffs()
+    unknown = False
+    attempts = 0
+    while True:
+        attempts += 1
+        remaining = give_up_at - time.monotonic()
+        try:
+            return await attempt(max(0.001, min(policy.attempt_timeout, remaining)))
+        except grpc.aio.AioRpcError as exc:
+            error = from_rpc_error(exc)
+            cause: BaseException = exc
+        if request_id is not None and _outcome_unknown(error):
+            unknown = True
+        if not _retryable(error):
+            if isinstance(error, CommitOutcomeUnknown):  # pragma: no cover - _retryable covers it
+                raise error from cause
+            raise error from cause
+        wait = next(backoffs)
+        if time.monotonic() + wait >= give_up_at:
+            if unknown:
+                raise CommitOutcomeUnknown(
+                    f"{what}: the outcome of request {request_id} is unknown after {attempts} attempt(s) in "
+                    f"{policy.deadline:g}s (last: {error.code.name if error.code else '?'} {error.message}); "
+                    "replay it with the same request_id to learn whether it committed",
+                    request_id=request_id or "",
+                    code=error.code,
+                    reason=error.reason,
+                    metadata=error.metadata,
+                ) from cause
+            raise error from cause
+        logger.debug("%s: %s (%s), retrying in %.3fs%s", what, error.code, error.message, wait,
+                     f" with request_id {request_id}" if request_id else "")
+        await asyncio.sleep(wait)

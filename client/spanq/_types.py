@@ -1,0 +1,315 @@
+"""spanq's public value types: queues, key columns, messages, flow control.
+
+These are plain Python objects, never protobuf; _codec.py converts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import enum
+import threading
+from collections.abc import Callable, Generator
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Union
+
+if TYPE_CHECKING:
+    from ._subscriber import Subscriber
+
+__all__ = [
+    "TypeCode",
+    "KeyColumn",
+    "Queue",
+    "Key",
+    "KeyValue",
+    "OutgoingMessage",
+    "Message",
+    "RenewedLease",
+    "CommitResult",
+    "FlowControl",
+    "Future",
+]
+
+T = TypeVar("T")
+
+KeyValue = Union[int, str, bytes, datetime, bool]
+"""One key column's value: int (INT64), str (STRING), bytes (BYTES), datetime (TIMESTAMP, timezone-aware), bool."""
+
+Key = tuple[KeyValue, ...]
+"""A message key: one value per key column, in the queue's key-column order."""
+
+
+class TypeCode(str, enum.Enum):
+    """Column and payload types, named as Spanner's TypeCode."""
+
+    BOOL = "BOOL"
+    INT64 = "INT64"
+    STRING = "STRING"
+    BYTES = "BYTES"
+    TIMESTAMP = "TIMESTAMP"
+    JSON = "JSON"
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyColumn:
+    """One primary-key column of a queue: a name and a type (BOOL, INT64, STRING, BYTES or TIMESTAMP)."""
+
+    name: str
+    type: TypeCode = TypeCode.STRING
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type", TypeCode(self.type))
+
+
+@dataclasses.dataclass(frozen=True)
+class Queue:
+    """A queue's definition, for ``create_queue`` and as returned by ``get_queue``/``list_queues``.
+
+    ``None`` fields take the server's defaults (a 10 s lease, backoff 1 s doubling to 1 h). A queue with no
+    ``key_columns`` gets one STRING column ``id`` that the server fills with a UUID when a send omits the key.
+    """
+
+    name: str
+    key_columns: tuple[KeyColumn, ...] = ()
+    """The primary key, in order."""
+    payload_type: TypeCode = TypeCode.BYTES
+    """BYTES (payloads are ``bytes``), STRING (``str``) or JSON (any JSON data)."""
+    parent_table: str | None = None
+    """A table whose rows own this queue's messages (ON DELETE CASCADE)."""
+    lease_duration: timedelta | None = None
+    """The lease a receive grants when the receiver asks for none (server default 10 s)."""
+    initial_backoff: timedelta | None = None
+    """Redelivery backoff after the first failed attempt (server default 1 s; may be 0)."""
+    max_backoff: timedelta | None = None
+    """The most a redelivery waits (server default 1 h)."""
+    max_delivery_attempts: int | None = None
+    """With dead_letter_queue: deliveries before a message moves there."""
+    dead_letter_queue: str | None = None
+    """An existing queue with the same key columns and payload type."""
+    create_time: datetime | None = None
+    """Output only."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))
+        object.__setattr__(self, "payload_type", TypeCode(self.payload_type))
+
+
+@dataclasses.dataclass(frozen=True)
+class OutgoingMessage:
+    """One message to send with ``send_many`` or ``Transaction.send_many``.
+
+    ``key`` may be omitted only on a queue created without key columns (the server makes a UUID). Set at most
+    one of ``deliver_time`` (a timezone-aware datetime) and ``delay``; neither means deliverable now.
+    """
+
+    payload: Any
+    key: Key | KeyValue | None = None
+    deliver_time: datetime | None = None
+    delay: timedelta | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RenewedLease:
+    """The outcome of renewing one lease token."""
+
+    old_lease_token: str
+    new_lease_token: str | None
+    """The token that supersedes the old one; None when the lease was not renewed (unknown, expired or
+    superseded token, acknowledged message, or a release)."""
+    lease_expiration_time: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitResult:
+    """The outcome of a commit: one entry per mutation, in order.
+
+    A send's entry is its list of keys, an ack's a list of ``acked`` flags, a renew's a list of
+    RenewedLease. ``replayed`` is true when this is the recorded answer of an earlier attempt.
+    """
+
+    results: list[Any]
+    replayed: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowControl:
+    """How much a subscriber holds at once, and how long it keeps leases alive.
+
+    The subscriber pauses receiving when it holds ``max_messages`` messages or ``max_bytes`` payload bytes
+    (leased and not yet acked or nacked), and resumes below ``resume_threshold`` of both.
+    """
+
+    max_messages: int = 1000
+    """At most this many messages leased at once (also sent as the Receive stream's max_outstanding)."""
+    max_bytes: int = 100 * 1024 * 1024
+    """At most this many payload bytes leased at once (100 MiB)."""
+    max_lease_duration: timedelta = timedelta(hours=1)
+    """Stop renewing a message's lease this long after it was received (it is then redelivered)."""
+    max_lease_extension: timedelta | None = None
+    """Each renewal asks for this much more time; None: the stream's lease duration."""
+    resume_threshold: float = 0.8
+    """Resume receiving when the load falls below this fraction of the limits."""
+
+    def __post_init__(self) -> None:
+        if self.max_messages < 1 or self.max_bytes < 1:
+            raise ValueError("FlowControl limits must be positive")
+        if not 0 < self.resume_threshold <= 1:
+            raise ValueError("resume_threshold must be in (0, 1]")
+
+
+class Future(Generic[T]):
+    """The outcome of an ack, nack or renew started by a Message: fire and forget, ``await`` it in
+    asyncio, or call ``result()`` from a thread. Never call ``result()`` on the client's own event loop."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: concurrent.futures.Future[T] | None = None) -> None:
+        self._inner: concurrent.futures.Future[T] = inner if inner is not None else concurrent.futures.Future()
+
+    def result(self, timeout: float | None = None) -> T:
+        """Blocks until done; returns the outcome or raises its error."""
+        return self._inner.result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Blocks until done; the error, or None."""
+        return self._inner.exception(timeout)
+
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+        return self._inner.done()
+
+    def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:
+        """Calls ``fn(self)`` when done (on whichever thread completes it)."""
+        self._inner.add_done_callback(lambda _: fn(self))
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return asyncio.wrap_future(self._inner).__await__()
+
+    # -- completion, for the SDK's machinery ---------------------------------
+
+    def _set_result(self, value: T) -> None:
+        if not self._inner.done():
+            self._inner.set_result(value)
+
+    def _set_exception(self, exc: BaseException) -> None:
+        if not self._inner.done():
+            self._inner.set_exception(exc)
+
+
+Future.__module__ = "spanq"
+
+
+class _Settler(Protocol):
+    """What a Message calls to ack, nack or renew itself: a subscriber, or the client."""
+
+    def _settle(self, message: Message, action: str, lease_duration: timedelta | None) -> Future[Any]: ...
+
+
+class Message:
+    """A leased message, as a receive or a subscriber delivers it.
+
+    ``lease_token`` is the current token: a renewal (by the subscriber's leaser or ``renew()``) replaces it.
+    ``ack()``, ``nack()`` and ``renew()`` return a Future at once; in a subscriber acks and nacks are
+    batched. Acks carry the lease token, so acking a message whose lease was lost fails with LeaseLost
+    rather than deleting a message another receiver holds.
+    """
+
+    __slots__ = (
+        "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size",
+        "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
+    )
+
+    queue: str
+    """The queue's name."""
+    key: Key
+    """The message's key, one value per key column."""
+    payload: Any
+    """bytes (BYTES queue), str (STRING) or JSON data (JSON)."""
+    deliver_time: datetime
+    """When the message became deliverable for this delivery."""
+    enqueue_time: datetime
+    """When the message was sent."""
+    delivery_attempt: int
+    """1 on the first delivery, +1 on each redelivery."""
+    size: int
+    """The payload's size on the wire, in bytes (for flow control)."""
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        key: Key,
+        payload: Any,
+        lease_token: str,
+        lease_expiration_time: datetime,
+        deliver_time: datetime,
+        enqueue_time: datetime,
+        delivery_attempt: int,
+        size: int = 0,
+        settler: _Settler | None = None,
+    ) -> None:
+        self.queue = queue
+        self.key = key
+        self.payload = payload
+        self.deliver_time = deliver_time
+        self.enqueue_time = enqueue_time
+        self.delivery_attempt = delivery_attempt
+        self.size = size
+        self._lease_token = lease_token
+        self._lease_expiration_time = lease_expiration_time
+        self._settler = settler
+        self._owner: Subscriber | None = None
+        self._lock = threading.Lock()
+        self._settled: str | None = None  # "ack", "nack" or "lost" once settled (set on the client's loop)
+        self._sql_acked = False  # acked by spanq.sql inside the application's transaction
+
+    @property
+    def lease_token(self) -> str:
+        """The current lease token (a renewal supersedes the previous one)."""
+        with self._lock:
+            return self._lease_token
+
+    @property
+    def lease_expiration_time(self) -> datetime:
+        """When the current lease ends (the server's clock)."""
+        with self._lock:
+            return self._lease_expiration_time
+
+    def _renewed(self, token: str, expiration: datetime | None) -> None:
+        with self._lock:
+            self._lease_token = token
+            if expiration is not None:
+                self._lease_expiration_time = expiration
+
+    def ack(self) -> Future[None]:
+        """Acknowledges (deletes) the message, checking that its lease is still ours.
+
+        The Future fails with LeaseLost if the lease expired and another receiver holds the message."""
+        return self._call("ack", None)
+
+    def nack(self) -> Future[None]:
+        """Releases the lease now: the message is redelivered after the queue's backoff."""
+        return self._call("nack", None)
+
+    def renew(self, lease_duration: timedelta | float | None = None) -> Future[RenewedLease]:
+        """Extends the lease by ``lease_duration`` from now (None: the subscriber's or queue's lease) and
+        carries the new token forward. Inside a subscriber the leaser already does this."""
+        if isinstance(lease_duration, (int, float)):
+            lease_duration = timedelta(seconds=lease_duration)
+        return self._call("renew", lease_duration)
+
+    def _call(self, action: str, lease_duration: timedelta | None) -> Future[Any]:
+        if self._settler is None:
+            raise RuntimeError("this Message was not delivered by a spanq client, so it cannot settle itself")
+        return self._settler._settle(self, action, lease_duration)
+
+    def __repr__(self) -> str:
+        return (
+            f"Message(queue={self.queue!r}, key={self.key!r}, delivery_attempt={self.delivery_attempt}, "
+            f"payload={self.payload!r:.60})"
+        )
+
+
+for _cls in (TypeCode, KeyColumn, Queue, OutgoingMessage, RenewedLease, CommitResult, FlowControl, Message):
+    _cls.__module__ = "spanq"

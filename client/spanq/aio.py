@@ -1,0 +1,528 @@
+"""The asyncio client: ``spanq.aio.Client``, the canonical implementation.
+
+``spanq.Client`` (sync) runs this one on a private event-loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import grpc
+
+from . import _codec, _requests, _retry
+from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
+from ._loop import call_soon
+from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from ._requests import AckTarget, LeaseTarget
+from ._retry import DEFAULT_RETRY, Retry
+from ._subscriber import Callback, Subscriber, Subscription
+from ._transaction import AckOp, RenewOp, SendOp, Transaction
+from ._types import (
+    CommitResult, FlowControl, Future, Key, KeyColumn, KeyValue, Message, OutgoingMessage, Queue, RenewedLease,
+    TypeCode,
+)
+
+__all__ = ["Client", "Subscription"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
+    # A queue client wants to be back soon after a server restart: reconnect within ~2 s, not 2 minutes.
+    "grpc.initial_reconnect_backoff_ms": 200,
+    "grpc.max_reconnect_backoff_ms": 2000,
+    "grpc.max_receive_message_length": 64 * 1024 * 1024,
+}
+"""Channel options the client sets unless ``options`` overrides them."""
+
+
+class Client:
+    """An asyncio spanq client: queue admin, send, ack, renew, nack, commit, receive and subscribe.
+
+    ``target`` is ``host:port``. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
+    given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
+    or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
+    Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
+    UNKNOWN_COMMIT per ``retry``, so a retry never duplicates; pass ``request_id=`` to choose it yourself
+    (e.g. to replay the request of a CommitOutcomeUnknown).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
+        retry: Retry = DEFAULT_RETRY,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self._credentials = credentials
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        self._retry = retry
+        self._options = list({**DEFAULT_CHANNEL_OPTIONS, **dict(options)}.items())
+        self._channel: grpc.aio.Channel | None = None
+        self._stub_: queue_pb2_grpc.QueueServiceStub | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._schemas: dict[str, Queue] = {}
+        self._subscriptions: set[Subscription] = set()
+        self._pending: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle --------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Opens the channel on the running loop (calls do this themselves). Idempotent."""
+        self._stub()
+
+    def _stub(self) -> queue_pb2_grpc.QueueServiceStub:
+        if self._closed:
+            raise Closed(f"the client for {self.target} is closed")
+        if self._stub_ is None:
+            self._loop = asyncio.get_running_loop()
+            if self._credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            self._stub_ = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        return self._stub_
+
+    async def aclose(self, timeout: float | None = None) -> None:
+        """Shuts subscriptions down gracefully, waits for pending message acks, closes the channel.
+
+        Idempotent; calls made afterwards raise Closed."""
+        if self._closed:
+            return
+        subscriptions = list(self._subscriptions)
+        for subscription in subscriptions:
+            subscription.cancel()
+        if subscriptions:
+            await asyncio.wait_for(
+                asyncio.gather(*(s.result() for s in subscriptions), return_exceptions=True), timeout
+            )
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=timeout)
+        self._closed = True
+        if self._channel is not None:
+            await self._channel.close()
+
+    async def __aenter__(self) -> Client:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- queues -----------------------------------------------------------------
+
+    async def create_queue(
+        self,
+        queue: Queue | str,
+        *,
+        key_columns: Sequence[KeyColumn | tuple[str, TypeCode | str]] = (),
+        payload_type: TypeCode | str = TypeCode.BYTES,
+        lease_duration: timedelta | float | None = None,
+        initial_backoff: timedelta | float | None = None,
+        max_backoff: timedelta | float | None = None,
+        parent_table: str | None = None,
+        max_delivery_attempts: int | None = None,
+        dead_letter_queue: str | None = None,
+    ) -> Queue:
+        """Creates a queue (a table plus its SQL functions) and returns it as stored.
+
+        Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
+        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken.
+        """
+        if isinstance(queue, str):
+            queue = Queue(
+                name=queue,
+                key_columns=tuple(c if isinstance(c, KeyColumn) else KeyColumn(c[0], TypeCode(c[1])) for c in key_columns),
+                payload_type=TypeCode(payload_type),
+                lease_duration=_codec.as_timedelta(lease_duration),
+                initial_backoff=_codec.as_timedelta(initial_backoff),
+                max_backoff=_codec.as_timedelta(max_backoff),
+                parent_table=parent_table,
+                max_delivery_attempts=max_delivery_attempts,
+                dead_letter_queue=dead_letter_queue,
+            )
+        request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
+        stub = self._stub()
+        maybe_created = False
+
+        async def attempt(timeout: float) -> queue_pb2.Queue | None:
+            nonlocal maybe_created
+            try:
+                created: queue_pb2.Queue = await stub.CreateQueue(request, timeout=timeout, metadata=self._metadata)
+                return created
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    maybe_created = True
+                elif exc.code() == grpc.StatusCode.ALREADY_EXISTS and maybe_created:
+                    return None  # probably our own earlier attempt: check below
+                raise
+
+        created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}")
+        if created is None:
+            return await self.get_queue(queue.name)
+        result = _codec.queue_from_proto(created)
+        self._schemas[result.name] = result
+        return result
+
+    async def get_queue(self, name: str) -> Queue:
+        """Returns a queue's definition; raises NotFound if there is none."""
+        stub = self._stub()
+        request = queue_pb2.GetQueueRequest(name=name)
+        try:
+            found = await _retry.call(
+                lambda t: stub.GetQueue(request, timeout=t, metadata=self._metadata), self._retry,
+                what=f"get queue {name}",
+            )
+        except NotFound:
+            self._schemas.pop(name, None)
+            raise
+        queue = _codec.queue_from_proto(found)
+        self._schemas[name] = queue
+        return queue
+
+    async def list_queues(self, *, page_size: int = 0) -> list[Queue]:
+        """Returns every queue, in name order (fetched ``page_size`` at a time; 0: the server's default)."""
+        stub = self._stub()
+        out: list[Queue] = []
+        token = ""
+        while True:
+            request = queue_pb2.ListQueuesRequest(page_size=page_size, page_token=token)
+            page = await _retry.call(
+                lambda t: stub.ListQueues(request, timeout=t, metadata=self._metadata), self._retry,
+                what="list queues",
+            )
+            out.extend(_codec.queue_from_proto(q) for q in page.queues)
+            token = page.next_page_token
+            if not token:
+                return out
+
+    async def drop_queue(self, name: str) -> None:
+        """Drops a queue with all its messages; raises NotFound if there is none."""
+        stub = self._stub()
+        request = queue_pb2.DropQueueRequest(name=name)
+        maybe_dropped = False
+
+        async def attempt(timeout: float) -> None:
+            nonlocal maybe_dropped
+            try:
+                await stub.DropQueue(request, timeout=timeout, metadata=self._metadata)
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    maybe_dropped = True
+                elif exc.code() == grpc.StatusCode.NOT_FOUND and maybe_dropped:
+                    return  # our own earlier attempt dropped it
+                raise
+
+        try:
+            await _retry.call(attempt, self._retry, what=f"drop queue {name}")
+        finally:
+            self._schemas.pop(name, None)
+
+    # -- sending ----------------------------------------------------------------
+
+    async def send(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        key: Key | KeyValue | None = None,
+        deliver_time: datetime | None = None,
+        delay: timedelta | float | None = None,
+        request_id: str | None = None,
+    ) -> Key:
+        """Sends one message and returns its key (the server makes a UUID key when the queue has no key
+        columns and ``key`` is omitted).
+
+        ``payload`` is bytes, str or JSON data to match the queue's payload type; ``key`` a tuple (or a lone
+        value for a one-column key). ``deliver_time`` (timezone-aware) or ``delay`` schedules it. Raises
+        AlreadyExists if a message with that key is in the queue.
+        """
+        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay))
+        [sent] = await self.send_many(queue, [message], request_id=request_id)
+        return sent
+
+    async def send_many(
+        self, queue: str, messages: Iterable[OutgoingMessage | Any], *, request_id: str | None = None
+    ) -> list[Key]:
+        """Sends messages atomically (all or none) and returns their keys in order.
+
+        Each item is an OutgoingMessage, or a bare payload (for a queue without key columns)."""
+        schema = await self._schema(queue)
+        request = _requests.send_request(schema, _requests.outgoing(messages))
+        response = await self._call_mutation("Send", request, queue=queue, request_id=request_id)
+        return _requests.send_keys(schema, response)
+
+    # -- receiving --------------------------------------------------------------
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int = 1,
+        *,
+        timeout: float = 5.0,
+        lease_duration: timedelta | float | None = None,
+    ) -> list[Message]:
+        """Leases up to ``max_messages`` deliverable messages, waiting up to ``timeout`` seconds for the
+        first; returns [] if none came. For steady consumption use ``subscribe``.
+
+        The messages' leases are not renewed: ack, nack or renew them before the lease ends.
+        """
+        schema = await self._schema(queue)
+        request = queue_pb2.ReceiveRequest(queue=queue, max_batch_size=max_messages, max_outstanding=max_messages)
+        if lease_duration is not None:
+            request.lease_duration.CopyFrom(_codec.duration(lease_duration))
+        call = self._stub().Receive(request, metadata=self._metadata)
+        got: list[Message] = []
+        try:
+            async with asyncio.timeout(timeout):
+                async for response in call:
+                    got.extend(_requests.received_message(schema, m) for m in response.messages)
+                    if got:
+                        break
+        except TimeoutError:
+            pass
+        except grpc.aio.AioRpcError as exc:
+            self._forget(queue, exc)
+            raise from_rpc_error(exc) from exc
+        finally:
+            call.cancel()
+        for message in got:
+            message._settler = self
+        return got
+
+    def subscribe(
+        self,
+        queue: str,
+        callback: Callback,
+        *,
+        flow_control: FlowControl | None = None,
+        lease_duration: timedelta | float | None = None,
+        max_batch_size: int = 100,
+        stream_duration: timedelta | float | None = timedelta(minutes=5),
+        shutdown_timeout: float = 30.0,
+        executor: concurrent.futures.Executor | None = None,
+        max_workers: int = 10,
+        auto_ack: bool = True,
+    ) -> Subscription:
+        """Starts consuming ``queue`` with ``callback(message)``; returns the running Subscription.
+
+        An ``async def`` callback runs as a task; a plain one on ``executor`` (default: a pool of
+        ``max_workers`` threads). A callback that returns acks the message (unless ``auto_ack`` is False
+        or it settled the message itself); one that raises nacks it. While callbacks run, the leaser renews
+        their leases (each renewal asks for ``flow_control.max_lease_extension`` or the lease duration, up
+        to ``flow_control.max_lease_duration`` in total). ``lease_duration`` overrides the queue's lease;
+        ``stream_duration`` is how long one Receive stream stays open before it is restarted. Must be
+        called on the running event loop.
+        """
+        self._stub()
+        subscriber = Subscriber(
+            self, queue, callback,
+            flow_control=flow_control or FlowControl(),
+            lease_duration=_codec.as_timedelta(lease_duration),
+            max_batch_size=max_batch_size,
+            stream_duration=_codec.as_timedelta(stream_duration),
+            shutdown_timeout=shutdown_timeout,
+            executor=executor,
+            max_workers=max_workers,
+            auto_ack=auto_ack,
+        )
+        subscription = Subscription(subscriber)
+        self._subscriptions.add(subscription)
+        subscriber.task.add_done_callback(lambda _: self._subscriptions.discard(subscription))
+        return subscription
+
+    # -- acks and leases --------------------------------------------------------
+
+    async def ack(
+        self, queue: str, *targets: AckTarget, ignore_not_found: bool = False, request_id: str | None = None
+    ) -> list[bool]:
+        """Acknowledges (deletes) messages atomically; returns one ``acked`` flag per target.
+
+        A Message target checks its current lease token (LeaseLost if the lease moved on); a key acks the
+        message whoever holds it. A message that is gone raises MessageGone, unless ``ignore_not_found``
+        (then its flag is False).
+        """
+        schema = await self._schema(queue)
+        async with self._holding(targets):
+            request = _requests.ack_request(schema, targets, ignore_not_found)
+            response = await self._call_mutation("Ack", request, queue=queue, request_id=request_id)
+            self._settled(targets, "ack")
+        return _requests.ack_results(response)
+
+    async def renew_lease(
+        self, queue: str, *targets: LeaseTarget, lease_duration: timedelta | float, request_id: str | None = None
+    ) -> list[RenewedLease]:
+        """Extends leases by ``lease_duration`` from now; a Message carries its new token forward.
+
+        A token that is unknown, expired or superseded comes back with ``new_lease_token`` None."""
+        duration = _codec.as_timedelta(lease_duration)
+        assert duration is not None
+        async with self._holding(targets):
+            since = time.monotonic()
+            request = _requests.renew_request(queue, targets, duration)
+            response = await self._call_mutation("RenewLease", request, queue=queue, request_id=request_id)
+            renewed = _requests.renew_results(response)
+            _requests.apply_renewals(targets, renewed)
+            self._renewed(targets, renewed, duration, since)
+        return renewed
+
+    async def nack(self, queue: str, *targets: LeaseTarget, request_id: str | None = None) -> None:
+        """Releases leases now: the messages are redelivered after the queue's backoff."""
+        async with self._holding(targets):
+            request = _requests.renew_request(queue, targets, timedelta(0))
+            await self._call_mutation("RenewLease", request, queue=queue, request_id=request_id)
+            self._settled(targets, "nack")
+
+    # -- transactions -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, *, request_id: str | None = None) -> AsyncIterator[Transaction]:
+        """``async with client.transaction() as tx: tx.ack(...); tx.send(...)`` commits on a clean exit
+        (nothing on an error, or when empty); ``tx.result`` then holds the CommitResult."""
+        tx = Transaction()
+        yield tx
+        if len(tx):
+            await self.commit(tx, request_id=request_id)
+
+    async def commit(self, transaction: Transaction, *, request_id: str | None = None) -> CommitResult:
+        """Applies a transaction's mutations atomically and in order, with one request_id for all."""
+        ops = transaction.mutations
+        schemas = {op.queue: await self._schema(op.queue) for op in ops if not isinstance(op, RenewOp)}
+        targets: list[Any] = [t for op in ops if not isinstance(op, SendOp) for t in op.targets]
+        async with self._holding(targets):
+            since = time.monotonic()
+            request = queue_pb2.CommitRequest()
+            for op in ops:
+                mutation = request.mutations.add()
+                if isinstance(op, SendOp):
+                    mutation.send.CopyFrom(_requests.send_request(schemas[op.queue], op.messages))
+                elif isinstance(op, AckOp):
+                    mutation.ack.CopyFrom(_requests.ack_request(schemas[op.queue], op.targets, op.ignore_not_found))
+                else:
+                    mutation.renew_lease.CopyFrom(_requests.renew_request(op.queue, op.targets, op.lease_duration))
+            response = await self._call_mutation("Commit", request, queue=None, request_id=request_id)
+            results: list[Any] = []
+            for op, result in zip(ops, response.results):
+                if isinstance(op, SendOp):
+                    results.append(_requests.send_keys(schemas[op.queue], result.send))
+                elif isinstance(op, AckOp):
+                    results.append(_requests.ack_results(result.ack))
+                    self._settled(op.targets, "ack")
+                else:
+                    renewed = _requests.renew_results(result.renew_lease)
+                    _requests.apply_renewals(op.targets, renewed)
+                    if op.lease_duration:
+                        self._renewed(op.targets, renewed, op.lease_duration, since)
+                    else:
+                        self._settled(op.targets, "nack")
+                    results.append(renewed)
+        transaction.result = CommitResult(results, response.replayed)
+        return transaction.result
+
+    # -- machinery --------------------------------------------------------------
+
+    async def _schema(self, queue: str) -> Queue:
+        """The queue's definition, cached: keys are encoded and decoded with its column types."""
+        found = self._schemas.get(queue)
+        return found if found is not None else await self.get_queue(queue)
+
+    def _forget(self, queue: str | None, error: BaseException) -> None:
+        """Drops a cached definition when the server no longer knows the queue."""
+        code = error.code if isinstance(error, SpanqError) else getattr(error, "code", lambda: None)()
+        if queue is not None and code == grpc.StatusCode.NOT_FOUND:
+            self._schemas.pop(queue, None)
+
+    async def _call_mutation(self, rpc: str, request: Any, *, queue: str | None, request_id: str | None) -> Any:
+        try:
+            return await self._mutate(rpc, request, what=f"{rpc} on {queue}" if queue else rpc,
+                                      request_id=request_id)
+        except SpanqError as exc:
+            self._forget(queue, exc)
+            raise
+
+    async def _mutate(
+        self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None
+    ) -> Any:
+        """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
+        method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
+        request.request_id = request_id or str(uuid.uuid4())
+        try:
+            return await _retry.call(
+                lambda timeout: method(request, timeout=timeout, metadata=self._metadata),
+                policy or self._retry, what=what, request_id=request.request_id,
+            )
+        except SpanqError:
+            if self._closed:
+                raise Closed(f"the client for {self.target} was closed during {what}") from None
+            raise
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, targets: Iterable[Any]) -> AsyncIterator[None]:
+        """Holds the rpc locks of the subscribers that own any of ``targets``, so that no renewal changes
+        their tokens while this call reads and uses them."""
+        owners = {id(t._owner): t._owner for t in targets if isinstance(t, Message) and t._owner is not None}
+        async with contextlib.AsyncExitStack() as stack:
+            for _, owner in sorted(owners.items()):
+                await stack.enter_async_context(owner.rpc_lock)
+            yield
+
+    @staticmethod
+    def _settled(targets: Iterable[Any], action: str) -> None:
+        for target in targets:
+            if isinstance(target, Message) and target._owner is not None:
+                target._owner.settled_elsewhere(target, action)
+
+    @staticmethod
+    def _renewed(targets: Sequence[Any], renewed: Sequence[RenewedLease], duration: timedelta, since: float) -> None:
+        for target, lease in zip(targets, renewed):
+            if isinstance(target, Message) and target._owner is not None:
+                target._owner.renewed_elsewhere(target, lease, duration, since)
+
+    def _settle(self, message: Message, action: str, lease_duration: timedelta | None) -> Future[Any]:
+        """Message.ack()/nack()/renew() for a message from ``receive``: thread-safe."""
+        future: Future[Any] = Future()
+        loop = self._loop
+        if loop is None or self._closed:
+            future._set_exception(Closed(f"the client for {self.target} is closed"))
+            return future
+
+        async def run() -> None:
+            try:
+                if action == "ack":
+                    await self.ack(message.queue, message)
+                    future._set_result(None)
+                elif action == "nack":
+                    await self.nack(message.queue, message)
+                    future._set_result(None)
+                else:
+                    duration = lease_duration or (await self._schema(message.queue)).lease_duration
+                    [lease] = await self.renew_lease(message.queue, message, lease_duration=duration or 10)
+                    future._set_result(lease)
+            except BaseException as exc:  # noqa: BLE001 - handed to the Future
+                future._set_exception(exc)
+                logger.debug("%s of %r failed: %s", action, message, exc)
+
+        def start() -> None:
+            task = loop.create_task(run(), name=f"spanq-{action}")
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+        call_soon(loop, start)
+        return future
+
+    def __repr__(self) -> str:
+        return f"<spanq.aio.Client {self.target}{' closed' if self._closed else ''}>"
+
+
+Client.__module__ = "spanq.aio"

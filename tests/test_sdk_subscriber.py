@@ -1,0 +1,188 @@
+"""The SDK's subscriber against a real server: leases kept alive for slow
+callbacks, flow control, reconnection across a server restart, graceful
+shutdown, and the sync client's subscriber."""
+
+import asyncio
+import dataclasses
+import logging
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+import spanq
+import spanq.aio
+from spanq_server.server import start
+
+
+async def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def test_a_callback_slower_than_three_leases_is_never_redelivered_while_alive(server, sql, caplog):
+    caplog.set_level(logging.WARNING, logger="spanq")
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("slow", key_columns=[("id", "STRING")], payload_type="STRING",
+                                  lease_duration=1, initial_backoff=0)
+        await client.send_many("slow", [spanq.OutgoingMessage("work", k) for k in ("a", "b")])
+        deliveries: list[tuple[str, int]] = []
+        tokens: dict[str, set[str]] = {"a": set(), "b": set()}
+
+        async def slow_async(message: spanq.Message) -> None:
+            deliveries.append((message.key[0], message.delivery_attempt))
+            for _ in range(14):  # 3.5 s, watching the lease token change as the leaser renews it
+                tokens[message.key[0]].add(message.lease_token)
+                await asyncio.sleep(0.25)
+
+        def slow_sync(message: spanq.Message) -> None:  # runs on the subscriber's thread pool
+            deliveries.append((message.key[0], message.delivery_attempt))
+            for _ in range(14):
+                tokens[message.key[0]].add(message.lease_token)
+                time.sleep(0.25)
+
+        one = spanq.FlowControl(max_messages=1)
+        async with client.subscribe("slow", slow_async, flow_control=one), \
+                client.subscribe("slow", slow_sync, flow_control=one):
+            await wait_for(lambda: len(deliveries) == 2, what="both deliveries")
+            # A free competitor polls all along: had a lease lapsed, it would get the message.
+            stolen = []
+            while sql.execute("SELECT count(*) FROM slow").fetchone()[0]:
+                stolen += await client.receive("slow", timeout=0.2)
+        assert sorted(deliveries) == [("a", 1), ("b", 1)] and stolen == []
+        assert all(len(seen) >= 4 for seen in tokens.values())  # renewed several times; each new token carried on
+        assert not [r for r in caplog.records if "lost the lease" in r.getMessage()]
+
+
+async def test_flow_control_bounds_the_messages_in_hand(server, sql):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("flow", key_columns=[("id", "INT64")], payload_type="BYTES", lease_duration=2,
+                                  initial_backoff=0)
+        await client.send_many("flow", [spanq.OutgoingMessage(b"x" * 100, i) for i in range(40)])
+        running = peak = 0
+        held_peak = 0
+        done: set[int] = set()
+
+        async def handle(message: spanq.Message) -> None:
+            nonlocal running, peak, held_peak
+            running += 1
+            peak = max(peak, running)
+            held_peak = max(held_peak, subscription.in_hand)
+            await asyncio.sleep(0.03)
+            running -= 1
+            done.add(message.key[0])
+
+        subscription = client.subscribe("flow", handle, flow_control=spanq.FlowControl(max_messages=5))
+        async with subscription:
+            leased_peak = 0
+            while len(done) < 40:
+                leased = sql.execute(
+                    "SELECT count(*) FROM flow WHERE spanq_lease_expiration_timestamp > now()").fetchone()[0]
+                leased_peak = max(leased_peak, leased)
+                await asyncio.sleep(0.01)
+        assert peak <= 5 and held_peak <= 5 and leased_peak <= 5
+        assert peak >= 3  # and it does run callbacks side by side
+
+        # By bytes: 100-byte payloads with a 250-byte budget pause after the third message in hand.
+        await client.send_many("flow", [spanq.OutgoingMessage(b"y" * 100, i) for i in range(100, 112)])
+        done.clear()
+        running = peak = held_peak = 0
+        subscription = client.subscribe("flow", handle, max_batch_size=1,
+                                        flow_control=spanq.FlowControl(max_messages=100, max_bytes=250))
+        async with subscription:
+            await wait_for(lambda: len(done) == 12, timeout=15, what="the byte-limited messages")
+        assert held_peak <= 3
+
+
+async def test_the_subscriber_survives_a_server_restart(server, server_config, clock, caplog):
+    caplog.set_level(logging.INFO, logger="spanq")
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "INT64")], payload_type="JSON")
+        seen: Counter[int] = Counter()
+
+        async def handle(message: spanq.Message) -> None:
+            seen[message.key[0]] += 1
+
+        replacement = None
+        try:
+            async with client.subscribe("jobs", handle):
+                await client.send_many("jobs", [spanq.OutgoingMessage({"n": i}, i) for i in range(10)])
+                await wait_for(lambda: len(seen) == 10, what="the first ten")
+
+                await server.stop(0)
+                # Sent while no server is up: the send retries (one request_id) until the new one answers.
+                sending = asyncio.create_task(
+                    client.send_many("jobs", [spanq.OutgoingMessage({"n": i}, i) for i in range(10, 20)]))
+                await asyncio.sleep(0.5)
+                replacement = await start(dataclasses.replace(server_config, listen=f"127.0.0.1:{server.port}"),
+                                          clock=clock)
+                await sending
+                await wait_for(lambda: len(seen) == 20, timeout=15, what="the ten sent after the restart")
+            assert await client.receive("jobs", timeout=0.2) == []  # and acked them all
+        finally:
+            if replacement is not None:
+                await replacement.stop(0)
+        assert set(seen) == set(range(20))
+        assert any("reconnecting" in r.getMessage() for r in caplog.records)  # the stream did break
+
+
+async def test_graceful_shutdown_finishes_running_callbacks_and_nacks_the_rest(server, sql):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("batch", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send_many("batch", [spanq.OutgoingMessage("m", i) for i in range(6)])
+        started: list[int] = []
+        finished: list[int] = []
+        failing_seen = threading.Event()
+
+        def handle(message: spanq.Message) -> None:
+            key = message.key[0]
+            started.append(key)
+            if key == 0:
+                failing_seen.set()
+                raise RuntimeError("a failing callback nacks its message")
+            time.sleep(0.3 if key == 1 else 5)  # key 1 finishes within the grace period, the others do not
+            finished.append(key)
+
+        subscription = client.subscribe("batch", handle, max_workers=3, shutdown_timeout=0.8)
+        await wait_for(lambda: {0, 1} <= set(started) and len(started) >= 3, what="callbacks to start")
+        subscription.cancel()
+        await subscription
+        assert subscription.done() and 1 in finished
+        rows = dict(sql.execute("SELECT id, spanq_lease_token FROM batch").fetchall())
+        assert 1 not in rows  # acked
+        assert len(rows) == 5 and all(token is None for token in rows.values())  # the rest: released, not leased
+
+
+async def test_sync_subscriber_and_message_acks_from_threads(server, sql):
+    def consume() -> list[int]:
+        got: list[int] = []
+        with spanq.Client(server.target) as client:
+            client.create_queue("tasks", key_columns=[("id", "INT64")], payload_type="STRING")
+            client.send_many("tasks", [spanq.OutgoingMessage(f"task {i}", i) for i in range(8)])
+
+            def handle(message: spanq.Message) -> None:
+                if message.key[0] % 2:
+                    message.ack().result(5)  # settle it explicitly and wait for the commit
+                got.append(message.key[0])
+
+            with client.subscribe("tasks", handle, auto_ack=True) as subscription:
+                deadline = time.monotonic() + 10
+                while len(got) < 8 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            assert subscription.done()
+        return got
+
+    got = await asyncio.to_thread(consume)
+    assert sorted(got) == list(range(8))
+    assert sql.execute("SELECT count(*) FROM tasks").fetchone()[0] == 0
+
+
+async def test_a_dropped_queue_ends_the_subscription_with_its_error(server):
+    async with spanq.aio.Client(server.target) as client:
+        subscription = client.subscribe("nowhere", lambda m: None)
+        with pytest.raises(spanq.NotFound):
+            await asyncio.wait_for(subscription.result(), 10)
