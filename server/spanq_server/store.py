@@ -447,7 +447,11 @@ class Store:
         """A dedicated autocommit connection, outside the pool, listening for wake-ups."""
         with wrap_errors():
             conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-            await conn.execute(_query("wakeup_listen"))
+            try:
+                await conn.execute(_query("wakeup_listen"))
+            except BaseException:  # also cancellation by a stop() right after start(): close, do not leak
+                await conn.close()
+                raise
         return conn
 
 
