@@ -5,6 +5,7 @@ shutdown, and the sync client's subscriber."""
 import asyncio
 import dataclasses
 import logging
+import sys
 import threading
 import time
 from collections import Counter
@@ -186,3 +187,54 @@ async def test_a_dropped_queue_ends_the_subscription_with_its_error(server):
         subscription = client.subscribe("nowhere", lambda m: None)
         with pytest.raises(spanq.NotFound):
             await asyncio.wait_for(subscription.result(), 10)
+
+
+async def test_streams_that_end_at_max_duration_are_restarted(server, caplog):
+    caplog.set_level(logging.INFO, logger="spanq")
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("ticks", key_columns=[("id", "INT64")], payload_type="STRING")
+        seen: list[int] = []
+        async with client.subscribe("ticks", lambda m: seen.append(m.key[0]), stream_duration=0.2):
+            for i in range(4):  # each send lands after at least one stream has ended normally
+                await asyncio.sleep(0.3)
+                await client.send("ticks", "tick", key=i)
+            await wait_for(lambda: len(seen) == 4, what="every tick")
+        assert sorted(seen) == [0, 1, 2, 3]
+        assert not [r for r in caplog.records if "reconnecting" in r.getMessage()]  # normal ends, no errors
+
+
+WORKER = """
+import sys, time
+import spanq
+
+client = spanq.Client(sys.argv[1])
+
+def handle(message):
+    print("holding", message.key[0], flush=True)
+    time.sleep(60)
+
+client.subscribe("jobs", handle)
+time.sleep(60)
+"""
+
+
+async def test_a_killed_worker_has_its_message_redelivered_after_the_lease(server):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  lease_duration=1, initial_backoff=0)
+        await client.send("jobs", "long work", key=7)
+        worker = await asyncio.create_subprocess_exec(sys.executable, "-c", WORKER, server.target,
+                                                      stdout=asyncio.subprocess.PIPE)
+        try:
+            line = await asyncio.wait_for(worker.stdout.readline(), 20)
+            assert line.split() == [b"holding", b"7"]
+            await asyncio.sleep(1.5)  # past its first lease: the worker's leaser keeps it
+            assert await client.receive("jobs", timeout=0.2) == []
+        finally:
+            worker.kill()
+            await worker.wait()
+        killed = time.monotonic()
+        [message] = await client.receive("jobs", timeout=5)
+        assert message.key == (7,) and message.delivery_attempt == 2
+        assert time.monotonic() - killed < 2.5  # about one lease later
+        await message.ack()

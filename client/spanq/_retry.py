@@ -127,8 +127,6 @@ async def call(
         if request_id is not None and _outcome_unknown(error):
             unknown = True
         if not _retryable(error):
-            if isinstance(error, CommitOutcomeUnknown):  # pragma: no cover - _retryable covers it
-                raise error from cause
             raise error from cause
         wait = next(backoffs)
         if time.monotonic() + wait >= give_up_at:

@@ -220,8 +220,10 @@ class Subscriber:
                 continue  # paused, widened or stopping
             exc = reader.exception()
             if exc is None:
-                if time.monotonic() - opened < 1.0 and not self._stream_own:
-                    await self._sleep(next(backoffs))  # ended at once with nothing: do not spin
+                lasted = time.monotonic() - opened
+                expected = self._stream_duration.total_seconds() if self._stream_duration else 0.0
+                if lasted < 0.9 * expected or (not expected and lasted < 1.0):
+                    await self._sleep(next(backoffs))  # ended early: do not spin on a stream that ends at once
                 else:
                     failures, backoffs = 0, RECONNECT_BACKOFF.backoffs()
                 continue
