@@ -1,0 +1,83 @@
+"""Abusive clients: the server stays responsive to everyone else and stores
+nothing it should not. Deadlines here guard against hangs; they time nothing."""
+
+import asyncio
+import base64
+import time
+
+import grpc
+
+from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+
+from .helpers import create_queue, error_of, key, receive_some, send, text_message, value
+
+
+async def responsive(stub) -> None:  # type: ignore[no-untyped-def]
+    """A well-behaved client's round trip completes (generous deadline: no hang)."""
+    reply = await stub.Send(queue_pb2.SendRequest(queue="probe", messages=[text_message(None, "ping")]), timeout=10)
+    assert len(reply.keys) == 1
+    got = await receive_some(stub, "probe", 1, timeout=10)
+    assert got, "a send to an idle queue is delivered"
+    await stub.Ack(queue_pb2.AckRequest(queue="probe", acks=[queue_pb2.AckMessage(key=got[0].key)]), timeout=10)
+
+
+async def test_streams_that_never_read_do_not_starve_other_clients(server, stub):
+    await create_queue(stub, "probe", payload_type=queue_pb2.STRING)
+    await create_queue(stub, "flood", payload_type=queue_pb2.BYTES)
+    blob = base64.b64encode(b"x" * 50_000).decode()
+    for _ in range(4):
+        await stub.Send(queue_pb2.SendRequest(queue="flood", messages=[
+            queue_pb2.SendMessage(payload=value(blob)) for _ in range(100)]))
+    # Forty streams that lease messages and never read their responses.
+    async with grpc.aio.insecure_channel(server.target) as rude_channel:
+        rude = queue_pb2_grpc.QueueServiceStub(rude_channel)
+        calls = [rude.Receive(queue_pb2.ReceiveRequest(queue="flood", max_batch_size=10)) for _ in range(40)]
+        await asyncio.sleep(1.0)
+        await responsive(stub)
+        for call in calls:
+            call.cancel()
+    await responsive(stub)
+
+
+async def test_a_burst_of_tiny_rpcs_does_not_starve_other_clients(server, stub):
+    await create_queue(stub, "probe", payload_type=queue_pb2.STRING)
+    async with grpc.aio.insecure_channel(server.target) as noisy_channel:
+        noisy = queue_pb2_grpc.QueueServiceStub(noisy_channel)
+        stop = time.monotonic() + 2.0
+        sent = 0
+
+        async def hammer() -> None:
+            nonlocal sent
+            while time.monotonic() < stop:
+                await noisy.GetQueue(queue_pb2.GetQueueRequest(name="probe"))
+                sent += 1
+
+        burst = asyncio.gather(*(hammer() for _ in range(64)))
+        await asyncio.sleep(0.5)
+        await responsive(stub)  # answered in the middle of the burst
+        await burst
+    assert sent > 1000
+    await responsive(stub)
+
+
+async def test_oversized_messages_are_refused_and_nothing_is_stored(stub, sql):
+    await create_queue(stub, "big", payload_type=queue_pb2.BYTES)
+    over_limit = base64.b64encode(b"x" * (4 * 1024 * 1024 + 1)).decode()  # 4 MiB+, over the 1 MiB payload limit
+    code, message, _ = await error_of(stub.Send(queue_pb2.SendRequest(queue="big", messages=[
+        queue_pb2.SendMessage(key=key("k"), payload=value(over_limit))])))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "limit" in message
+    over_grpc = base64.b64encode(b"x" * (17 * 1024 * 1024)).decode()  # past the server's 16 MiB message cap
+    code, _, _ = await error_of(stub.Send(queue_pb2.SendRequest(queue="big", messages=[
+        queue_pb2.SendMessage(key=key("k"), payload=value(over_grpc))])))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert sql.execute("SELECT count(*) FROM big").fetchone() == (0,)
+
+
+async def test_a_request_id_reused_on_another_queue_is_refused(stub, sql):
+    await create_queue(stub, "first", payload_type=queue_pb2.STRING)
+    await create_queue(stub, "second", payload_type=queue_pb2.STRING)
+    await send(stub, "first", text_message("k", "x"), request_id="shared")
+    code, message, _ = await error_of(send(stub, "second", text_message("k", "x"), request_id="shared"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "already used" in message
+    assert sql.execute("SELECT count(*) FROM second").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM first").fetchone() == (1,)
