@@ -193,3 +193,17 @@ async def test_connection_cut_during_commit_is_unknown_commit_and_replay_resolve
     finally:
         await running.stop(0)
         await proxy.stop()
+
+
+async def test_readme_unknown_commit_session(server_config, clock, database_url, sql):
+    """The README's UNKNOWN_COMMIT session, replayed against a server that loses every commit's answer."""
+    from .readme_session import replay
+
+    running = await start_with_faults(server_config, clock, "unknown_commit_after=1")
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            await create_queue(queue_pb2_grpc.QueueServiceStub(channel), "orders", payload_type=queue_pb2.JSON)
+        await replay("Exactly once: request ids and UNKNOWN_COMMIT", running.target, database_url)
+    finally:
+        await running.stop(0)
+    assert sql.execute("SELECT id, payload FROM orders").fetchall() == [("order-42", {"total": 99})]
