@@ -238,3 +238,37 @@ async def test_a_killed_worker_has_its_message_redelivered_after_the_lease(serve
         assert message.key == (7,) and message.delivery_attempt == 2
         assert time.monotonic() - killed < 2.5  # about one lease later
         await message.ack()
+
+
+async def test_callbacks_may_settle_their_messages_every_way(server, sql, caplog):
+    caplog.set_level(logging.WARNING, logger="spanq")
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("ways", key_columns=[("id", "INT64")], payload_type="STRING", initial_backoff=0)
+        await client.create_queue("next", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send_many("ways", [spanq.OutgoingMessage("m", i) for i in range(5)])
+        attempts: Counter[int] = Counter()
+
+        async def handle(message: spanq.Message) -> None:
+            key = message.key[0]
+            attempts[key] += 1
+            if key == 0:
+                old = message.lease_token
+                lease = await message.renew(30)
+                assert lease.new_lease_token == message.lease_token != old
+            elif key == 1:
+                await client.ack("ways", message)  # a client call on a message the subscriber holds
+            elif key == 2:
+                async with client.transaction() as tx:
+                    tx.ack("ways", message).send("next", "follow-up", key=2)
+            elif key == 3 and message.delivery_attempt == 1:
+                await message.nack()
+            elif key == 4 and message.delivery_attempt == 1:
+                raise ValueError("fails once")
+
+        async with client.subscribe("ways", handle):
+            await wait_for(lambda: sql.execute("SELECT count(*) FROM ways").fetchone()[0] == 0, what="all settled")
+        assert attempts == {0: 1, 1: 1, 2: 1, 3: 2, 4: 2}
+        assert sql.execute("SELECT id FROM next").fetchall() == [(2,)]
+        # Only the failing callback is reported; no ack or renewal went wrong.
+        assert [r.getMessage() for r in caplog.records] == [
+            "ways: the callback failed on Message(queue='ways', key=(4,), delivery_attempt=1, payload='m'); nacking it"]

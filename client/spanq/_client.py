@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import grpc
 
 from . import aio
 from ._loop import LoopThread
+from ._retry import DEFAULT_RETRY, Retry
 from ._transaction import Transaction
 
 __all__ = ["Client", "Subscription"]
@@ -93,10 +96,18 @@ class Client:
     private loop (``async def``); never call a blocking Client method from an ``async def`` callback.
     """
 
-    def __init__(self, target: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        target: str,
+        *,
+        credentials: grpc.ChannelCredentials | None = None,
+        token: str | None = None,
+        retry: Retry = DEFAULT_RETRY,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
+        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options)
         self._thread = LoopThread(f"spanq-client-{target}")
-        self._aio = aio.Client(target, **kwargs)
         self.target = target
         self._closed = False
 

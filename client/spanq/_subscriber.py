@@ -43,6 +43,10 @@ RECONNECT_BACKOFF = _retry.Retry(initial_backoff=0.1, max_backoff=2.0)
 """Waits between attempts to reopen a failed Receive stream (it retries forever)."""
 
 
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
 class _Skipped(Exception):
     """A sync callback that had not started when shutdown began: it is nacked, not run."""
 
@@ -296,7 +300,9 @@ class Subscriber:
     def _call_sync(self, message: Message) -> None:
         if self._draining:
             raise _Skipped
-        self._callback(message)
+        result = self._callback(message)
+        if inspect.isawaitable(result):  # a plain function that returned a coroutine: run it on the loop
+            asyncio.run_coroutine_threadsafe(_awaited(result), self._loop).result()
 
     def _after(self, message: Message, error: BaseException | None) -> None:
         """What happens to a message whose callback returned without settling it."""
@@ -349,8 +355,9 @@ class Subscriber:
             request.future._set_result(result)
             return
         if error is not None:
-            if isinstance(error, LeaseLost):
-                logger.warning("%s: could not %s %r: %s", self.queue, request.action, message.key, error.message)
+            # Auto-acks are rarely awaited: say here that one failed (the message will be redelivered).
+            log = logger.info if isinstance(error, Closed) else logger.warning
+            log("%s: could not %s %r: %s", self.queue, request.action, message.key, error)
             request.future._set_exception(error)
         else:
             request.future._set_result(None)
@@ -381,10 +388,11 @@ class Subscriber:
                 self._room.set()
         else:
             self._room.set()
-            if self._stream_open:
+            if self._stream_open and self._stream_own >= self._stream_window:
+                # The stream is at its max_outstanding: once enough room freed up, reopen it wider.
                 room = self._fc.max_messages - (len(self._in_hand) - self._stream_own)
                 if room - self._stream_window >= max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages)):
-                    self._restart.set()  # enough room freed up: reopen with a wider window
+                    self._restart.set()
 
     def settled_elsewhere(self, message: Message, action: str) -> None:
         """A client call (ack, nack, commit) settled one of this subscriber's messages."""

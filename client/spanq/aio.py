@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from . import _codec, _requests, _retry
-from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
+from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from ._requests import AckTarget, LeaseTarget
