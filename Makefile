@@ -25,6 +25,10 @@ test: $(STAMP) ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL
 	$(PY) tools/genproto.py --check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+chaos: $(STAMP) ## the fault and history soaks, ten times longer (SPANQ_CHAOS_SCALE)
+	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
+		tests/test_faults.py tests/test_history.py
+
 proto: $(STAMP) ## regenerate the gRPC stubs from protos/
 	$(PY) tools/genproto.py
 
@@ -34,4 +38,4 @@ bench: $(STAMP) ## run the benchmarks and print figures against the plain-SQL ba
 clean: ## remove the venv and local data
 	rm -rf $(VENV) .spanq
 
-.PHONY: help install run test proto bench clean
+.PHONY: help install run test chaos proto bench clean

@@ -26,6 +26,8 @@ from .pgproxy import PgProxy
 from .workload import Workload, remaining_rows
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCALE = int(os.environ.get("SPANQ_CHAOS_SCALE", "1"))
+"""`make chaos` runs these soaks SCALE times longer."""
 
 
 def assert_exactly_once(work: Workload, sql, expected: int) -> None:  # type: ignore[no-untyped-def]
@@ -80,16 +82,17 @@ async def test_postgres_restart_mid_traffic_loses_and_duplicates_nothing(
         await create_queue(work.stubs[0], "work", payload_type=queue_pb2.JSON)
 
         async def restart_twice() -> None:
-            for _ in range(2):
+            for _ in range(2 * SCALE):
                 await asyncio.sleep(0.5)
                 await asyncio.to_thread(restart_postgres, restartable_postgres, mode)
 
         restarts = asyncio.ensure_future(restart_twice())
-        await work.run(producers=3, per_producer=120, consumers=3, pace_s=0.01, during=restarts)
+        await work.run(producers=3, per_producer=120 * SCALE, consumers=3, pace_s=0.01,
+                       during=restarts, timeout_s=90 * SCALE)
         assert work.history.faults_seen > 0  # the restarts were felt
         # The same server keeps serving: it recovered without a restart of its own.
         with psycopg.connect(restartable_db, autocommit=True) as sql:
-            assert_exactly_once(work, sql, 360)
+            assert_exactly_once(work, sql, 360 * SCALE)
     finally:
         await work.close()
         await running.stop(0)
@@ -147,9 +150,10 @@ async def test_server_killed_mid_stream_then_restarted_loses_nothing(database_ur
             process = spawn_server(database_url, port)
 
         chaos = asyncio.ensure_future(kill_and_restart())
-        await work.run(producers=2, per_producer=150, consumers=3, pace_s=0.01, during=chaos)
+        await work.run(producers=2, per_producer=150 * SCALE, consumers=3, pace_s=0.01, during=chaos,
+                       timeout_s=90 * SCALE)
         assert work.history.faults_seen > 0
-        assert_exactly_once(work, sql, 300)
+        assert_exactly_once(work, sql, 300 * SCALE)
         # The leases held when the server died expired, and their messages came back.
         redelivered = {d.key for d in work.history.deliveries}
         assert {plain(k)[0] for k in sent.keys} <= redelivered
@@ -174,15 +178,15 @@ async def test_database_connections_cut_at_random_moments(database_url, server_c
 
         async def cut_repeatedly() -> None:
             nonlocal cuts
-            for _ in range(8):
+            for _ in range(8 * SCALE):
                 await asyncio.sleep(rng.uniform(0.05, 0.3))
                 proxy.cut_all()
                 cuts += 1
 
-        await work.run(producers=3, per_producer=120, consumers=3, pace_s=0.005,
+        await work.run(producers=3, per_producer=120 * SCALE, consumers=3, pace_s=0.005, timeout_s=90 * SCALE,
                        during=asyncio.ensure_future(cut_repeatedly()))
-        assert cuts == 8 and work.history.faults_seen > 0
-        assert_exactly_once(work, sql, 360)
+        assert cuts == 8 * SCALE and work.history.faults_seen > 0
+        assert_exactly_once(work, sql, 360 * SCALE)
     finally:
         await work.close()
         await running.stop(0)
@@ -197,9 +201,9 @@ async def test_three_replicas_with_acks_through_another_replica(server_config, c
     work = Workload([r.target for r in replicas], "work", ack_elsewhere=True)
     try:
         await create_queue(work.stubs[0], "work", payload_type=queue_pb2.JSON)
-        await work.run(producers=3, per_producer=150, consumers=6)
+        await work.run(producers=3, per_producer=150 * SCALE, consumers=6, timeout_s=90 * SCALE)
         assert {d.receiver for d in work.history.deliveries} == {f"c{i}" for i in range(6)}
-        assert_exactly_once(work, sql, 450)
+        assert_exactly_once(work, sql, 450 * SCALE)
     finally:
         await work.close()
         for r in replicas:
