@@ -84,3 +84,101 @@ async def error_of(awaitable: Any) -> tuple[grpc.StatusCode, str, dict[str, Any]
                     info = {"reason": parsed.reason, **parsed.metadata}
         return exc.code(), exc.details() or "", info
     raise AssertionError("the call succeeded but should have failed")
+
+
+# -- streams read in the background (test_delivery, test_concurrency, test_queues) --------------
+
+
+class ReceiveStream:
+    """A Receive stream read by a background task: each message lands in ``received`` and in an
+    asyncio queue that ``next``/``take``/``quiet`` consume. Use through ``open_stream``."""
+
+    def __init__(self, stub: queue_pb2_grpc.QueueServiceStub, queue: str, **fields: Any) -> None:
+        self.call = stub.Receive(queue_pb2.ReceiveRequest(queue=queue, **fields))
+        self.received: list[queue_pb2.ReceivedMessage] = []
+        self.responses = 0
+        self._pending: asyncio.Queue[queue_pb2.ReceivedMessage] = asyncio.Queue()
+        self.task = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        async for response in self.call:
+            self.responses += 1
+            for m in response.messages:
+                self.received.append(m)
+                self._pending.put_nowait(m)
+
+    async def next(self, timeout: float = 5) -> queue_pb2.ReceivedMessage:
+        """The next message not yet taken; fails the test after ``timeout`` seconds."""
+        try:
+            return await asyncio.wait_for(self._pending.get(), timeout)
+        except asyncio.TimeoutError:
+            raise AssertionError(f"no message arrived within {timeout}s (stream done: {self.task.done()})") from None
+
+    async def take(self, n: int, timeout: float = 5) -> list[queue_pb2.ReceivedMessage]:
+        """The next ``n`` messages, all within ``timeout`` seconds in total."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        return [await self.next(max(deadline - loop.time(), 0.001)) for _ in range(n)]
+
+    async def quiet(self, seconds: float = 0.3) -> None:
+        """Asserts that no message arrives for ``seconds`` (and none is waiting)."""
+        try:
+            m = await asyncio.wait_for(self._pending.get(), seconds)
+        except asyncio.TimeoutError:
+            return
+        raise AssertionError(f"unexpected delivery of {plain(m.key)} (attempt {m.delivery_attempt})")
+
+    def pending(self) -> int:
+        return self._pending.qsize()
+
+    def drain(self) -> list[queue_pb2.ReceivedMessage]:
+        """Takes every message that arrived and was not taken yet, without waiting."""
+        out = []
+        while not self._pending.empty():
+            out.append(self._pending.get_nowait())
+        return out
+
+    async def close(self) -> None:
+        self.call.cancel()
+        try:
+            await self.task
+        except (asyncio.CancelledError, grpc.aio.AioRpcError):
+            pass
+
+
+class open_stream:
+    """``async with open_stream(stub, "q", lease_duration=duration(30)) as s:`` a ReceiveStream,
+    cancelled on exit."""
+
+    def __init__(self, stub: queue_pb2_grpc.QueueServiceStub, queue: str, **fields: Any) -> None:
+        self._args = (stub, queue)
+        self._fields = fields
+
+    async def __aenter__(self) -> ReceiveStream:
+        self.stream = ReceiveStream(*self._args, **self._fields)
+        return self.stream
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stream.close()
+
+
+async def ack(stub: queue_pb2_grpc.QueueServiceStub, queue: str, *messages: queue_pb2.ReceivedMessage,
+              with_token: bool = True) -> queue_pb2.AckResponse:
+    """Acks received messages by key (and their lease token unless with_token is False)."""
+    return await stub.Ack(queue_pb2.AckRequest(queue=queue, acks=[
+        queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token if with_token else "") for m in messages]))
+
+
+async def renew(stub: queue_pb2_grpc.QueueServiceStub, queue: str, *tokens: str,
+                seconds: float) -> queue_pb2.RenewLeaseResponse:
+    """RenewLease for ``tokens``; seconds=0 releases them (a nack)."""
+    return await stub.RenewLease(queue_pb2.RenewLeaseRequest(
+        queue=queue, lease_tokens=list(tokens), lease_duration=duration(seconds)))
+
+
+def stamp(ts: Any) -> Any:
+    """A google.protobuf.Timestamp as an aware UTC datetime."""
+    from datetime import timezone
+
+    return ts.ToDatetime(tzinfo=timezone.utc)
+

@@ -62,5 +62,9 @@ class CommitOutcomeUnknown(QueueError):
     happened. Replay the same request_id to learn the outcome."""
 
 
+class TransactionAborted(QueueError):
+    """The transaction conflicted with another one, or was lost or reaped; nothing of it was committed: run it again."""
+
+
 class Unimplemented(QueueError):
     """This is not implemented yet."""

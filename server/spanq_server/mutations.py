@@ -8,6 +8,7 @@ knows nothing of protobuf.
 import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 from datetime import datetime, timedelta, timezone
 
 from . import errors
@@ -15,7 +16,7 @@ from .clock import Clock
 from .config import Limits
 from .ledger import Ledger
 from .model import AckItem, AckResult, Key, OutgoingMessage, QueueDef, RenewResult
-from .store import Connection, Store
+from .store import Connection, HeldTransaction, Store
 from .wakeups import Wakeups
 
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
@@ -53,6 +54,18 @@ class Outcome:
     """The response as recorded in the commit ledger."""
     replayed: bool
     """True when an earlier commit of the same request_id produced it: nothing changed now."""
+
+
+SEALED = b"\xffspanq:sealed"
+"""The ledger response of a request_id given up by ``Mutator.seal`` (never a valid protobuf)."""
+
+
+def _sealed_error(request_id: str) -> errors.TransactionAborted:
+    return errors.TransactionAborted(
+        f"request {request_id!r} was given up before it committed (its transaction was lost, rolled back or "
+        "reaped); nothing of it was committed: run the transaction again",
+        request_id=request_id,
+    )
 
 
 class _AlreadyCommitted(Exception):
@@ -136,12 +149,36 @@ class Mutator:
             recorded = await self._ledger.recorded(request_id, fingerprint)
             if recorded is None:  # committed, then pruned within this instant: vanishingly rare
                 raise errors.CommitOutcomeUnknown(request_id=request_id) from None
+            if recorded == SEALED:
+                raise _sealed_error(request_id) from None
             return Outcome(recorded, replayed=True)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
             exc.metadata["request_id"] = request_id
             raise
         self._wake_after(prepared)
         return Outcome(response, replayed=False)
+
+    async def seal(self, request_id: str, fingerprint: bytes) -> bytes | None:
+        """Settles a request_id whose commit may still be in flight elsewhere (a
+        retry that cannot redo the work, such as the commit of a transaction this
+        server does not hold): its recorded response if it committed; otherwise
+        None, after recording it as given up (SEALED), so that no late attempt
+        of it can commit any more."""
+        try:
+            async with self._store.transaction() as conn:
+                if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
+                    raise _AlreadyCommitted
+                await self._store.ledger_record(conn, request_id, SEALED)
+        except _AlreadyCommitted:
+            recorded = await self._ledger.recorded(request_id, fingerprint)
+            if recorded is None:
+                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
+            return None if recorded == SEALED else recorded
+        return None
+
+    async def begin(self, *, lock_timeout: timedelta) -> "OpenTransaction":
+        """A transaction held open across calls, for statements one at a time."""
+        return OpenTransaction(self, await self._store.hold(lock_timeout=lock_timeout))
 
     async def apply_in(self, conn: Connection, mutations: Sequence[Mutation]) -> list[Result]:
         """Applies prepared mutations on a transaction the caller commits. With
@@ -179,3 +216,75 @@ class Mutator:
             if isinstance(mutation, (AckOp, RenewOp)):
                 # Acks and nacks free room under some stream's max_outstanding.
                 self._wakeups.signal(mutation.queue.name).room.wake()
+
+
+class OpenTransaction:
+    """Statements applied one at a time across calls in one PostgreSQL transaction
+    (Spanner's read-write transactions), then committed once through the commit
+    ledger, or rolled back.
+
+    Each ``apply`` / ``select`` is one statement: if it fails, only its own effects
+    are undone and the transaction stays usable (Spanner's statement-level errors,
+    such as ASSERT_ROWS_MODIFIED's OUT_OF_RANGE). The caller serialises calls on
+    one transaction.
+    """
+
+    def __init__(self, mutator: Mutator, held: HeldTransaction) -> None:
+        self._mutator = mutator
+        self._held = held
+        self._applied: list[Mutation] = []
+
+    @property
+    def active(self) -> bool:
+        return self._held.active
+
+    async def apply(self, mutations: Sequence[Mutation],
+                    check: Callable[[list[Result]], None] | None = None) -> list[Result]:
+        """One statement; ``check`` may raise to undo it (ASSERT_ROWS_MODIFIED)."""
+        prepared = [self._mutator.prepare(m) for m in mutations]
+        async with self._held.statement() as conn:
+            results = await self._mutator.apply_in(conn, prepared)
+            if check is not None:
+                check(results)
+        self._applied.extend(prepared)
+        return results
+
+    async def select(self, queue: QueueDef, **query: Any) -> list[tuple[Key, Any, datetime]]:
+        """A plain read inside the transaction (it sees the transaction's own writes);
+        the keywords are ``Store.messages_select``'s."""
+        async with self._held.statement(queue.name) as conn:
+            return await self._mutator._store.messages_select(conn, queue, now=self._mutator._clock.now(), **query)
+
+    async def commit(self, mutations: Sequence[Mutation], *, request_id: str, fingerprint: bytes,
+                     encode: Callable[[list[Result]], bytes]) -> Outcome:
+        """Applies the final mutations, records request_id in the ledger and commits;
+        any failure ends the transaction, rolled back (or of unknown outcome)."""
+        m = self._mutator
+        try:
+            prepared = [m.prepare(x) for x in mutations]
+            async with self._held.statement() as conn:
+                if not await m._store.ledger_claim(conn, request_id, fingerprint, m._clock.now()):
+                    raise _AlreadyCommitted
+                response = encode(await m.apply_in(conn, prepared))
+                await m._store.ledger_record(conn, request_id, response)
+            await self._held.commit(inject_faults=True)
+        except _AlreadyCommitted:
+            await self._held.rollback()
+            recorded = await m._ledger.recorded(request_id, fingerprint)
+            if recorded is None:
+                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
+            if recorded == SEALED:
+                raise _sealed_error(request_id) from None
+            return Outcome(recorded, replayed=True)
+        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
+            await self._held.rollback()
+            exc.metadata["request_id"] = request_id
+            raise
+        except BaseException:
+            await self._held.rollback()
+            raise
+        m._wake_after(self._applied + prepared)
+        return Outcome(response, replayed=False)
+
+    async def rollback(self) -> None:
+        await self._held.rollback()

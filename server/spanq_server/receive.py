@@ -119,15 +119,32 @@ class Receiver:
                 )
                 if batch:
                     held += len(batch)
+                    _honour_cancellation()
                     yield batch
                     continue
                 due = await self._store.next_delivery_in(queue, self._clock.now())
                 waits = [self._poll, remaining, None if due is None else max(due, MIN_WAIT)]
+                _honour_cancellation()
                 await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
             else:
                 waits = [self._poll, remaining]
+                _honour_cancellation()
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
+
+
+def _honour_cancellation() -> None:
+    """Raises CancelledError if this task was cancelled but the cancellation was swallowed.
+
+    On Python 3.11, asyncio.wait_for (which psycopg_pool uses while a caller waits for a
+    connection) returns normally when the cancellation races with the connection being
+    handed over (CPython gh-86296, fixed in 3.12); the task still counts the request. gRPC
+    cancels a stream's task exactly once when its client goes away, so without this check
+    the stream would live on: holding a stream slot, and leasing messages nobody receives.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError()
 
 
 async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import ipaddress
 import logging
 import signal
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -23,6 +24,7 @@ from .receive import Receiver
 from .service import QueueService
 from .store import Store
 from .wakeups import Wakeups
+from . import spanner as spanner_front_end
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +43,8 @@ class Running:
     receiver: Receiver
     ledger: Ledger
     health: health.aio.HealthServicer
+    spanner: Any = None
+    """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
     _stopped: bool = False
 
     @property
@@ -56,6 +60,8 @@ class Running:
         self.receiver.close()
         await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
         await self.wakeups.stop()
+        if self.spanner is not None:
+            await self.spanner.stop()  # rolls back open Spanner transactions
         await self.ledger.stop()
         await self.store.close()
 
@@ -98,6 +104,13 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
 
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
+        # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
+        # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
+        spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, store, clock,
+                                           pool_max_size=config.pool_max_size)
+        if spanner is not None:
+            spanner.add_to(server)
+            spanner.start()
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         reflection.enable_server_reflection(
@@ -117,7 +130,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     logger.info("spanq serving on %s (port %d)", config.listen, port)
-    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer)
+    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, spanner=spanner)
 
 
 async def serve(config: Config) -> None:

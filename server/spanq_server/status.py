@@ -23,6 +23,7 @@ STATUS_TABLE: dict[type[errors.QueueError], tuple[grpc.StatusCode, str]] = {
     errors.StoreUnavailable: (grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE"),
     errors.CommitOutcomeUnknown: (grpc.StatusCode.UNKNOWN, "UNKNOWN_COMMIT"),
     errors.Unimplemented: (grpc.StatusCode.UNIMPLEMENTED, "UNIMPLEMENTED"),
+    errors.TransactionAborted: (grpc.StatusCode.ABORTED, "ABORTED"),
     errors.QueueError: (grpc.StatusCode.INTERNAL, "INTERNAL"),
 }
 

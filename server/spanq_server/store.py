@@ -262,7 +262,7 @@ class Store:
             await conn.execute(_query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
             try:
                 cur = await conn.execute(_query("queue_delete"), {"name": queue.name})
-            except pg_errors.ForeignKeyViolation as exc:
+            except (pg_errors.ForeignKeyViolation, pg_errors.RestrictViolation) as exc:  # ON DELETE RESTRICT: 23001
                 raise errors.FailedPrecondition(
                     f"queue {queue.name!r} is the dead-letter queue of another queue; drop that queue first"
                 ) from exc

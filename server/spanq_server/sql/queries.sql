@@ -222,6 +222,23 @@ FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::tim
 -- Leases up to max_batch_size deliverable messages for one stream.
 SELECT * FROM spanq.{receive_function}(%(max_batch_size)s, %(lease_duration)s, %(lease_prefix)s, %(now)s)
 
+-- message_select --
+-- A plain SELECT over a queue (Spanner's front-end): keys, payload and
+-- deliver_time of the matching messages, without leasing them. The
+-- conditions compare key columns or deliver_time with bound parameters.
+SELECT {key_columns}, m.payload, m.deliver_time
+FROM {queue} AS m
+WHERE {conditions}
+ORDER BY {order}
+LIMIT %(limit)s
+
+-- held_begin --
+-- Starts a transaction held open across calls (Spanner's read-write
+-- transactions): a lock wait longer than lock_timeout fails the statement
+-- (the caller aborts the transaction) instead of queueing behind another
+-- open transaction until it is reaped.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true)
+
 -- message_ack --
 -- Deletes acked messages by key; with a lease token, only while that token is current.
 DELETE FROM {queue} AS m

@@ -1,0 +1,40 @@
+"""Spanner's own gRPC API, beside spanq.v1: enough of google.spanner.v1 (and its
+instance, database and operations admin services) that the official
+google-cloud-spanner client, pointed at spanq with SPANNER_EMULATOR_HOST, runs
+queue code unchanged. See docs/spanner-compat.md.
+
+Modules, one per concern:
+
+- ``servicers``: the gRPC translation (protobuf <-> domain, errors -> status);
+- ``statements``: the strict parser for the few statement shapes queue code sends;
+- ``executor``: runs parsed statements on the domain;
+- ``transactions``: transaction ids, open read-write transactions, the reaper;
+- ``sessions``: resource names and (stateless) sessions;
+- ``admin``: instances, databases and long-running operations, as bookkeeping;
+- ``values``: Spanner's value encoding.
+
+The message classes come from google-cloud-spanner. Without it installed the
+front-end is simply not served (``create`` returns None).
+"""
+
+import logging
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+def create(catalog: Any, mutator: Any, receiver: Any, ledger: Any, store: Any, clock: Any, *,
+           pool_max_size: int) -> Any:
+    """The Spanner front-end (``servicers.SpannerFrontEnd``), or None when
+    google-cloud-spanner is not installed."""
+    try:
+        from .servicers import SpannerFrontEnd
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("google"):
+            raise
+        logger.info("Spanner front-end not served: %s (pip install google-cloud-spanner)", exc)
+        return None
+    # Each open read-write transaction holds a pooled connection: leave the
+    # other half of the pool to receive streams and single-use commits.
+    return SpannerFrontEnd(catalog, mutator, receiver, ledger, store, clock,
+                           max_open_transactions=max(1, pool_max_size // 2))

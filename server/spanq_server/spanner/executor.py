@@ -1,0 +1,373 @@
+"""Runs parsed statements on the domain: RECEIVE on the Receiver, RENEWLEASE,
+INSERT and DELETE as the domain's mutations, SELECT on the store; DDL on the
+Catalog. Values are resolved from literals and parameters by the column they
+meet. No protobuf beyond google.protobuf.Value, no SQL.
+"""
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from .. import errors, ledger, queues
+from ..clock import Clock
+from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
+from ..mutations import AckOp, Mutator, RenewOp, SendOp
+from ..queues import Catalog
+from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
+from ..store import Store
+from . import statements as st
+from . import values
+from .transactions import Use
+
+DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
+"""RECEIVE without max_duration (the docs recommend 20 minutes)."""
+DEFAULT_RECEIVE_BATCH = 100
+
+PAYLOAD, DELIVER_TIME = "Payload", "DeliverTime"
+RECEIVE_COLUMNS = [("SpannerLeaseExpirationTimestamp", ColumnType.TIMESTAMP), ("SpannerLeaseToken", ColumnType.STRING),
+                   ("SpannerLastBatchMessage", ColumnType.BOOL)]
+RENEW_COLUMNS = [("SpannerOldLeaseToken", ColumnType.STRING), ("SpannerNewLeaseToken", ColumnType.STRING),
+                 ("SpannerLeaseExpirationTimestamp", ColumnType.TIMESTAMP)]
+SYSTEM_COLUMNS = {"payload": "payload", "delivertime": "deliver_time", "deliver_time": "deliver_time"}
+
+
+class RowCountMismatch(errors.QueueError):
+    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
+
+
+@dataclasses.dataclass
+class Result:
+    columns: list[tuple[str, ColumnType]]
+    rows: list[list[struct_pb2.Value]]
+    row_count: int | None = None
+    """For DML: the rows it changed."""
+
+
+Params = Any
+"""A google.protobuf.Struct of parameter values."""
+
+
+class Executor:
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock) -> None:
+        self._catalog = catalog
+        self._mutator = mutator
+        self._receiver = receiver
+        self._store = store
+        self._clock = clock
+
+    # -- queries and DML ----------------------------------------------------------
+
+    async def run(self, statement: st.Statement, params: Params, use: Use) -> Result:
+        if isinstance(statement, (st.CreateQueue, st.DropQueue)):
+            raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
+        if isinstance(statement, st.Receive):
+            raise errors.InvalidArgument(
+                "RECEIVE is a long-running streaming query: run it with ExecuteStreamingSql in a single-use "
+                "read-only transaction (database.snapshot().execute_sql(...))"
+            )
+        queue = await self._catalog.get(statement.queue)
+        if isinstance(statement, st.Select):
+            return await self._select(queue, statement, params, use)
+        if isinstance(statement, st.RenewLease):
+            return await self._renew(queue, statement, params, use)
+        if use.read_only:
+            raise errors.InvalidArgument(
+                "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
+                "transaction), not in a read-only one"
+            )
+        if isinstance(statement, st.Insert):
+            return await self._insert(queue, statement, params, use)
+        return await self._delete(queue, statement, params, use)
+
+    async def _select(self, queue: QueueDef, s: st.Select, params: Params, use: Use) -> Result:
+        available = [(c.name, c.type) for c in queue.key_columns] + [(PAYLOAD, queue.payload_type),
+                                                                      (DELIVER_TIME, ColumnType.TIMESTAMP)]
+        if s.columns is None:
+            chosen = list(range(len(available)))
+        else:
+            by_name = {_column_key(name): i for i, (name, _) in enumerate(available)}
+            chosen = []
+            for name in s.columns:
+                if _column_key(name) not in by_name:
+                    raise errors.InvalidArgument(f"queue {queue.name!r} has no column {name!r}; it has "
+                                                 f"{', '.join(n for n, _ in available)}")
+                chosen.append(by_name[_column_key(name)])
+        key_types = {c.name: c.type for c in queue.key_columns}
+        key_equals, bounds = [], []
+        for cond in s.where:
+            column = SYSTEM_COLUMNS.get(cond.column, cond.column)
+            what = f"the condition on {cond.column!r}"
+            if column in key_types:
+                if cond.op != "=":
+                    raise errors.InvalidArgument(f"{what}: key columns compare with = only")
+                key_equals.append((column, self._value(cond.value, key_types[column], params, what)))
+            elif column == "deliver_time":
+                at, offset = self._instant(cond.value, params, what)
+                bounds.append((cond.op, at, offset))
+            else:
+                raise errors.InvalidArgument(f"{what}: conditions may name key columns (=) and DeliverTime only")
+        order_by = None
+        if s.order_by is not None:
+            order_by = SYSTEM_COLUMNS.get(s.order_by, s.order_by)
+            if order_by == "payload":
+                raise errors.InvalidArgument("ORDER BY takes a key column or DeliverTime")
+        limit = None
+        if s.limit is not None:
+            limit = self._value(s.limit, ColumnType.INT64, params, "LIMIT")
+            if limit < 0:
+                raise errors.InvalidArgument("LIMIT cannot be negative")
+        query = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
+                     descending=s.descending, limit=limit)
+        if use.read_only:
+            found = await self._store.messages_select(None, queue, now=self._clock.now(), **query)
+        else:
+            found = await (await use.hold()).select(queue, **query)
+        rows = []
+        for key, payload, deliver_time in found:
+            row = [values.encode(v, c.type) for v, c in zip(key, queue.key_columns)]
+            row += [values.encode(payload, queue.payload_type), values.encode(deliver_time, ColumnType.TIMESTAMP)]
+            rows.append([row[i] for i in chosen])
+        return Result([available[i] for i in chosen], rows)
+
+    async def _renew(self, queue: QueueDef, s: st.RenewLease, params: Params, use: Use) -> Result:
+        tokens = self._tokens(s.lease_tokens, params)
+        op = RenewOp(queue=queue, lease_tokens=tokens, lease_duration=queue.lease_duration)
+        if use.read_only:
+            # Its own commit: RENEWLEASE changes the lease, like RECEIVE does under a read-only transaction.
+            kept: list[Any] = []
+
+            def encode(results: list[Any]) -> bytes:
+                kept.extend(results[0])
+                return b""
+
+            outcome = await self._mutator.commit(
+                [op], request_id=f"spanner-renew:{uuid.uuid4()}", fingerprint=ledger.fingerprint("renew", b""),
+                encode=encode)
+            assert not outcome.replayed
+            renewed = kept
+        else:
+            renewed = (await (await use.hold()).apply([op]))[0]
+        rows = [
+            [values.encode(r.old_lease_token, ColumnType.STRING), values.encode(r.new_lease_token, ColumnType.STRING),
+             values.encode(r.lease_expiration_time, ColumnType.TIMESTAMP)]
+            for r in renewed if r.new_lease_token is not None
+        ]
+        return Result(list(RENEW_COLUMNS), rows)
+
+    async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
+        key_names = [c.name for c in queue.key_columns]
+        positions: dict[str, int] = {}
+        for i, name in enumerate(s.columns):
+            column = SYSTEM_COLUMNS.get(name, name)
+            if column not in key_names and column not in ("payload", "deliver_time"):
+                raise errors.InvalidArgument(f"queue {queue.name!r} has no column {name!r}; a send names the key "
+                                             f"columns ({', '.join(key_names)}), Payload and optionally DeliverTime")
+            if column in positions:
+                raise errors.InvalidArgument(f"column {name!r} is named twice")
+            positions[column] = i
+        missing = [n for n in key_names + ["payload"] if n not in positions]
+        if missing:
+            raise errors.InvalidArgument(f"INSERT INTO {queue.name} must give {', '.join(missing)}")
+        messages = []
+        for r, row in enumerate(s.rows):
+            where = f"row {r}"
+            key = tuple(self._value(row[positions[c.name]], c.type, params, f"{where}: column {c.name!r}")
+                        for c in queue.key_columns)
+            payload = self._value(row[positions["payload"]], queue.payload_type, params, f"{where}: Payload")
+            deliver_time, delay = None, None
+            if "deliver_time" in positions:
+                at, offset = self._instant(row[positions["deliver_time"]], params, f"{where}: DeliverTime")
+                if at is not None:
+                    deliver_time = at + offset
+                elif offset > timedelta(0):
+                    delay = offset
+            messages.append(OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time, delay=delay))
+        await (await use.hold()).apply([SendOp(queue=queue, messages=messages)])
+        return Result([], [], row_count=len(messages))
+
+    async def _delete(self, queue: QueueDef, s: st.Delete, params: Params, use: Use) -> Result:
+        key_types = {c.name: c.type for c in queue.key_columns}
+        given: dict[str, Any] = {}
+        for cond in s.where:
+            if cond.column not in key_types or cond.op != "=" or cond.column in given:
+                raise errors.InvalidArgument(
+                    f"DELETE FROM {queue.name} needs WHERE with each key column once, compared with = "
+                    f"({' AND '.join(f'{n} = ...' for n in key_types)}); got a condition on {cond.column!r}"
+                )
+            given[cond.column] = self._value(cond.value, key_types[cond.column], params,
+                                             f"the condition on {cond.column!r}")
+        if set(given) != set(key_types):
+            raise errors.InvalidArgument(
+                f"DELETE FROM {queue.name} needs every key column in WHERE "
+                f"({' AND '.join(f'{n} = ...' for n in key_types)}): messages are deleted by key"
+            )
+        key = tuple(given[c.name] for c in queue.key_columns)
+        expected = s.assert_rows_modified
+
+        def check(results: list[Any]) -> None:
+            deleted = sum(1 for r in results[0] if r.acked)
+            if expected is not None and deleted != expected:
+                raise RowCountMismatch(
+                    f"ASSERT_ROWS_MODIFIED {expected}: the DELETE modified {deleted} row(s) of queue "
+                    f"{queue.name!r} (key {list(key)!r}: the message is gone, already acknowledged or deleted). "
+                    "The statement changed nothing; the transaction is still open: roll it back"
+                )
+
+        op = AckOp(queue=queue, items=[AckItem(key=key)], ignore_not_found=True)
+        results = await (await use.hold()).apply([op], check=check)
+        return Result([], [], row_count=sum(1 for r in results[0] if r.acked))
+
+    # -- RECEIVE --------------------------------------------------------------------
+
+    async def receive(self, s: st.Receive, params: Params) -> tuple[QueueDef, list[tuple[str, ColumnType]],
+                                                                    AsyncIterator[list[LeasedMessage]]]:
+        queue = await self._catalog.get(s.queue)
+        duration = DEFAULT_RECEIVE_DURATION
+        if "max_duration" in s.args:
+            text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
+            duration = st.duration(text, "max_duration")
+            if not timedelta(0) < duration <= MAX_STREAM_DURATION:
+                raise errors.InvalidArgument("max_duration must be more than 0 and at most 1h")
+        batch = DEFAULT_RECEIVE_BATCH
+        if "max_batch_size" in s.args and s.args["max_batch_size"] != st.Literal(None):
+            batch = self._value(s.args["max_batch_size"], ColumnType.INT64, params, "max_batch_size")
+            if not 1 <= batch <= MAX_BATCH:
+                raise errors.InvalidArgument(f"max_batch_size must be between 1 and {MAX_BATCH}")
+        columns = [(c.name, c.type) for c in queue.key_columns]
+        columns += [(PAYLOAD, queue.payload_type), (DELIVER_TIME, ColumnType.TIMESTAMP)] + RECEIVE_COLUMNS
+        stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
+        return queue, columns, stream
+
+    @staticmethod
+    def receive_row(queue: QueueDef, m: LeasedMessage) -> list[struct_pb2.Value]:
+        row = [values.encode(v, c.type) for v, c in zip(m.key, queue.key_columns)]
+        row += [
+            values.encode(m.payload, queue.payload_type),
+            values.encode(m.deliver_time, ColumnType.TIMESTAMP),
+            values.encode(m.lease_expiration_time, ColumnType.TIMESTAMP),
+            values.encode(m.lease_token, ColumnType.STRING),
+            values.encode(m.last_batch_message, ColumnType.BOOL),
+        ]
+        return row
+
+    # -- DDL ------------------------------------------------------------------------
+
+    async def ddl(self, statement: st.Ddl) -> str | None:
+        """Applies one DDL statement; returns the queue it created, if any."""
+        if isinstance(statement, st.DropQueue):
+            try:
+                await self._catalog.drop(statement.name)
+            except errors.QueueNotFound:
+                if not statement.if_exists:
+                    raise
+            return None
+        queue = queue_from_ddl(statement)
+        try:
+            await self._catalog.create(queue)
+        except errors.QueueAlreadyExists:
+            if statement.if_not_exists:
+                return None
+            raise
+        return queue.name
+
+    # -- values -----------------------------------------------------------------------
+
+    def _value(self, expr: st.Expr, column_type: ColumnType, params: Params, what: str) -> Any:
+        if isinstance(expr, st.Param):
+            if expr.name not in params.fields:
+                raise errors.InvalidArgument(f"{what}: no value was given for parameter @{expr.name}")
+            return values.decode(params.fields[expr.name], column_type, f"{what} (@{expr.name})")
+        if isinstance(expr, st.Literal):
+            v = expr.value
+            if v is None:
+                raise errors.InvalidArgument(f"{what} cannot be NULL")
+            if column_type is ColumnType.INT64 and isinstance(v, int) and not isinstance(v, bool):
+                return v
+            if column_type is ColumnType.BOOL and isinstance(v, bool):
+                return v
+            if column_type is ColumnType.STRING and isinstance(v, str):
+                return v
+            if column_type is ColumnType.BYTES and isinstance(v, (bytes, str)):
+                return v if isinstance(v, bytes) else v.encode()
+            if column_type is ColumnType.JSON and isinstance(v, str):
+                return values.decode(struct_pb2.Value(string_value=v), column_type, what)
+            if column_type is ColumnType.TIMESTAMP and isinstance(v, str):
+                return values.timestamp(v, what)
+        if isinstance(expr, st.TimestampLiteral) and column_type is ColumnType.TIMESTAMP:
+            return values.timestamp(expr.text, what)
+        raise errors.InvalidArgument(f"{what}: this value does not fit a {column_type.value} column")
+
+    def _instant(self, expr: st.Expr, params: Params, what: str) -> tuple[datetime | None, timedelta]:
+        """(instant, offset); instant None means now."""
+        if isinstance(expr, st.Now):
+            return None, expr.offset
+        return self._value(expr, ColumnType.TIMESTAMP, params, what), timedelta(0)
+
+    def _tokens(self, expr: st.Expr, params: Params) -> list[str]:
+        if isinstance(expr, st.Param):
+            if expr.name not in params.fields:
+                raise errors.InvalidArgument(f"lease_tokens: no value was given for parameter @{expr.name}")
+            tokens = values.string_list(params.fields[expr.name], f"lease_tokens (@{expr.name})")
+        elif isinstance(expr, st.Array):
+            tokens = [self._value(item, ColumnType.STRING, params, "a lease token") for item in expr.items]
+        else:
+            raise errors.InvalidArgument("lease_tokens must be an array: lease_tokens => ['token', ...] or @tokens")
+        if not tokens:
+            raise errors.InvalidArgument("lease_tokens is empty")
+        return tokens
+
+
+def _column_key(name: str) -> str:
+    return SYSTEM_COLUMNS.get(name.lower(), name.lower())
+
+
+def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
+    types = {}
+    for name, column_type in s.columns:
+        if name in types:
+            raise errors.InvalidArgument(f"CREATE QUEUE {s.name}: column {name!r} is defined twice")
+        types[name] = column_type
+    if "payload" not in types:
+        raise errors.InvalidArgument(f"CREATE QUEUE {s.name} needs a Payload column (BYTES, STRING or JSON)")
+    if "payload" in s.primary_key:
+        raise errors.InvalidArgument("Payload cannot be part of the primary key")
+    for name in s.primary_key:
+        if name not in types:
+            raise errors.InvalidArgument(f"CREATE QUEUE {s.name}: primary-key column {name!r} is not defined")
+    extra = [n for n in types if n not in s.primary_key and n != "payload"]
+    if extra:
+        raise errors.InvalidArgument(
+            f"CREATE QUEUE {s.name}: a queue has only its primary-key columns and Payload; {', '.join(extra)} "
+            "would be neither"
+        )
+    if len(set(s.primary_key)) != len(s.primary_key):
+        raise errors.InvalidArgument(f"CREATE QUEUE {s.name}: a primary-key column is named twice")
+    return QueueDef(
+        name=s.name,
+        key_columns=tuple(KeyColumn(n, types[n]) for n in s.primary_key),
+        payload_type=types["payload"],
+        lease_duration=queues.DEFAULT_LEASE,
+        initial_backoff=queues.DEFAULT_INITIAL_BACKOFF,
+        max_backoff=queues.DEFAULT_MAX_BACKOFF,
+        parent_table=s.parent_table,
+    )
+
+
+def queue_ddl(queue: QueueDef) -> str:
+    """A queue's definition as GoogleSQL DDL (for GetDatabaseDdl)."""
+    spelled = {ColumnType.INT64: "INT64", ColumnType.STRING: "STRING(MAX)", ColumnType.BYTES: "BYTES(MAX)",
+               ColumnType.TIMESTAMP: "TIMESTAMP", ColumnType.BOOL: "BOOL", ColumnType.JSON: "JSON"}
+    columns = [f"  {c.name} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
+    columns.append(f"  Payload {spelled[queue.payload_type]} NOT NULL")
+    text = f"CREATE QUEUE {queue.name} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
+    text += ", ".join(c.name for c in queue.key_columns) + ")"
+    if queue.parent_table:
+        text += f",\n  INTERLEAVE IN PARENT {queue.parent_table} ON DELETE CASCADE"
+    return text
+
+
+Check = Callable[[list[Any]], None]

@@ -1,0 +1,628 @@
+"""The gRPC translation for Spanner's own API: google.spanner.v1.Spanner,
+google.spanner.admin.instance.v1.InstanceAdmin,
+google.spanner.admin.database.v1.DatabaseAdmin and google.longrunning.Operations.
+
+The message classes come from google-cloud-spanner (each proto-plus type's
+``.pb()`` is the raw protobuf class); its descriptor pool has no service
+descriptors, so the services are generic handlers over those classes. This
+module only translates between protobuf and the domain and maps errors to
+status codes, as Spanner's clients expect them.
+"""
+
+import functools
+import hashlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import grpc
+from google.cloud.spanner_admin_database_v1.types import common as dba_common
+from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dba
+from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as ia
+from google.cloud.spanner_v1.types import commit_response, result_set, spanner, transaction
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, duration_pb2, empty_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from .. import errors, ledger, status
+from ..clock import Clock
+from ..ledger import Ledger
+from ..model import AckItem, OutgoingMessage
+from ..mutations import SEALED, AckOp, Mutation, Mutator, Outcome, SendOp
+from ..queues import Catalog
+from ..receive import Receiver
+from ..store import Store
+from . import sessions, statements, values
+from .admin import Admin, AlreadyExists, NotFound, now_pb
+from .executor import Executor, Result, RowCountMismatch, queue_ddl
+from .transactions import Transactions, Use
+
+logger = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "x-goog-spanner-request-id"
+ABORT_RETRY_DELAY = timedelta(milliseconds=50)
+"""The RetryInfo delay sent with ABORTED (without one, the Python client waits 2 s and more)."""
+
+SPANNER = "google.spanner.v1.Spanner"
+INSTANCE_ADMIN = "google.spanner.admin.instance.v1.InstanceAdmin"
+DATABASE_ADMIN = "google.spanner.admin.database.v1.DatabaseAdmin"
+OPERATIONS = "google.longrunning.Operations"
+SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
+
+pb = spanner  # the request modules, read below as pb.X.pb()
+CommitResponsePb = commit_response.CommitResponse.pb()
+ResultSetPb = result_set.ResultSet.pb()
+PartialResultSetPb = result_set.PartialResultSet.pb()
+TransactionPb = transaction.Transaction.pb()
+
+
+# -- errors -> status ---------------------------------------------------------------
+
+
+def code_and_reason(error: errors.QueueError) -> tuple[grpc.StatusCode, str]:
+    """The status a Spanner client expects: an Ack mutation of a missing message is
+    NOT_FOUND (not spanq.v1's OUT_OF_RANGE), ASSERT_ROWS_MODIFIED is OUT_OF_RANGE,
+    and an unknown commit outcome that the client's own retry can resolve from the
+    commit ledger (it resends the same x-goog-spanner-request-id) is UNAVAILABLE;
+    the rest as in spanq.v1 (status.py)."""
+    if isinstance(error, errors.MessageNotFound):
+        return grpc.StatusCode.NOT_FOUND, "MESSAGE_NOT_FOUND"
+    if isinstance(error, NotFound):
+        return grpc.StatusCode.NOT_FOUND, "NOT_FOUND"
+    if isinstance(error, AlreadyExists):
+        return grpc.StatusCode.ALREADY_EXISTS, "ALREADY_EXISTS"
+    if isinstance(error, RowCountMismatch):
+        return grpc.StatusCode.OUT_OF_RANGE, "ASSERT_ROWS_MODIFIED"
+    if isinstance(error, errors.CommitOutcomeUnknown) and "replay" in error.metadata:
+        return grpc.StatusCode.UNAVAILABLE, "UNKNOWN_COMMIT"
+    return status.code_and_reason(error)
+
+
+def code_of(error: errors.QueueError) -> grpc.StatusCode:
+    return code_and_reason(error)[0]
+
+
+def to_status(error: errors.QueueError) -> Any:
+    """A google.rpc.Status with an ErrorInfo, as spanq.v1 sends, coded for Spanner's clients."""
+    code, reason = code_and_reason(error)
+    info = error_details_pb2.ErrorInfo(reason=reason, domain=status.DOMAIN, metadata=error.metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    return status_pb2.Status(code=code.value[0], message=error.message, details=[detail])
+
+
+async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
+    code = code_of(error)
+    rich = to_status(error)
+    trailing = []
+    if code is grpc.StatusCode.ABORTED:
+        delay = duration_pb2.Duration()
+        delay.FromTimedelta(ABORT_RETRY_DELAY)
+        retry = error_details_pb2.RetryInfo(retry_delay=delay)
+        detail = any_pb2.Any()
+        detail.Pack(retry)
+        rich.details.append(detail)
+        trailing.append(("google.rpc.retryinfo-bin", retry.SerializeToString()))
+    trailing.append(("grpc-status-details-bin", rich.SerializeToString()))
+    await context.abort(code, error.message, tuple(trailing))
+
+
+def translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(request, context)
+        except errors.QueueError as exc:
+            await abort(context, exc)
+        except Exception:
+            logger.exception("unexpected error in %s", method.__name__)
+            await abort(context, errors.QueueError("internal error; the server logged it"))
+
+    return unary
+
+
+def request_intent(context: grpc.aio.ServicerContext) -> str | None:
+    """The client's request id without its attempt number: the same on every retry
+    of one intent (the Python client resends Commit with the same header)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == REQUEST_ID_HEADER and isinstance(value, str) and value:
+            parts = value.split(".")
+            intent = ".".join(parts[:5]) if len(parts) == 6 else value
+            return f"spanner:{intent}"[: ledger.MAX_REQUEST_ID]
+    return None
+
+
+# -- the Spanner service ----------------------------------------------------------------
+
+
+class SpannerService:
+    def __init__(self, catalog: Catalog, mutator: Mutator, ledger_: Ledger, executor: Executor,
+                 transactions: Transactions) -> None:
+        self._catalog = catalog
+        self._mutator = mutator
+        self._ledger = ledger_
+        self._executor = executor
+        self._transactions = transactions
+
+    # sessions
+    async def CreateSession(self, request: Any, context: Any) -> Any:
+        return sessions.new_session(request.database, request.session if request.HasField("session") else None)
+
+    async def BatchCreateSessions(self, request: Any, context: Any) -> Any:
+        count = request.session_count
+        if not 1 <= count <= sessions.MAX_BATCH_SESSIONS:
+            raise errors.InvalidArgument(f"session_count must be between 1 and {sessions.MAX_BATCH_SESSIONS}")
+        template = request.session_template if request.HasField("session_template") else None
+        reply = pb.BatchCreateSessionsResponse.pb()()
+        reply.session.extend(sessions.new_session(request.database, template) for _ in range(count))
+        return reply
+
+    async def GetSession(self, request: Any, context: Any) -> Any:
+        return sessions.existing_session(request.name)
+
+    async def ListSessions(self, request: Any, context: Any) -> Any:
+        sessions.check_database(request.database)
+        return pb.ListSessionsResponse.pb()()
+
+    async def DeleteSession(self, request: Any, context: Any) -> Any:
+        sessions.database_of(request.name)
+        return empty_pb2.Empty()
+
+    # transactions
+    async def BeginTransaction(self, request: Any, context: Any) -> Any:
+        sessions.database_of(request.session)
+        mode = request.options.WhichOneof("mode")
+        if mode == "read_only":
+            from .transactions import check_read_only
+
+            check_read_only(request.options.read_only)
+            reply = TransactionPb(id=self._transactions.read_only_id())
+            reply.read_timestamp.CopyFrom(now_pb())
+            return reply
+        if mode != "read_write":
+            raise errors.InvalidArgument("BeginTransaction takes read_write or read_only options (partitioned DML "
+                                         "is not supported)")
+        return TransactionPb(id=self._transactions.begin(request.session).id)
+
+    async def Rollback(self, request: Any, context: Any) -> Any:
+        sessions.database_of(request.session)
+        await self._transactions.rollback(request.transaction_id)
+        return empty_pb2.Empty()
+
+    async def Commit(self, request: Any, context: Any) -> Any:
+        sessions.database_of(request.session)
+        intent = request_intent(context)
+        request_id = ledger.request_id_or_new(intent or "")
+        fingerprint = ledger.fingerprint(f"{SPANNER}/Commit", request.SerializeToString(deterministic=True))
+        count = len(request.mutations)
+
+        def encode(results: list[Any]) -> bytes:
+            reply = CommitResponsePb()
+            reply.commit_timestamp.CopyFrom(now_pb())
+            if request.return_commit_stats:
+                reply.commit_stats.mutation_count = count
+            return reply.SerializeToString()
+
+        try:
+            mutations = [await self._mutation(m, i) for i, m in enumerate(request.mutations)]
+            kind = request.WhichOneof("transaction")
+            if kind == "single_use_transaction":
+                if request.single_use_transaction.WhichOneof("mode") != "read_write":
+                    raise errors.InvalidArgument("a single-use Commit needs read_write transaction options")
+                outcome = await self._mutator.commit(mutations, request_id=request_id, fingerprint=fingerprint,
+                                                     encode=encode)
+            elif kind == "transaction_id":
+                outcome = await self._transactions.commit(
+                    request.session, request.transaction_id, mutations, request_id=request_id,
+                    fingerprint=fingerprint, encode=encode)
+            else:
+                raise errors.InvalidArgument("Commit needs a transaction_id or a single_use_transaction")
+        except errors.CommitOutcomeUnknown as exc:
+            if intent is not None:
+                exc.metadata["replay"] = f"resend the same {REQUEST_ID_HEADER}; the commit ledger answers it"
+            raise
+        except (errors.StoreUnavailable, errors.TransactionAborted):
+            raise
+        except errors.QueueError:
+            # A retry that fails now may be the replay of a commit that succeeded
+            # (its message since acked, its queue since dropped): the ledger decides.
+            recorded = await self._ledger.recorded(request_id, fingerprint) if intent else None
+            if recorded is None or recorded == SEALED:
+                raise
+            outcome = Outcome(recorded, replayed=True)
+        if outcome.replayed:
+            logger.info("Commit %s answered from the commit ledger (a replay)", request_id)
+        return CommitResponsePb.FromString(outcome.response)
+
+    async def _mutation(self, mutation: Any, index: int) -> Mutation:
+        kind = mutation.WhichOneof("operation")
+        try:
+            if kind == "send":
+                send = mutation.send
+                queue = await self._catalog.get(send.queue.lower())
+                key = self._key(queue, send.key, "key")
+                if not send.HasField("payload"):
+                    raise errors.InvalidArgument("a Send needs a payload")
+                payload = values.decode(send.payload, queue.payload_type, "payload")
+                deliver_time = None
+                if send.HasField("deliver_time"):
+                    from .. import codec
+
+                    deliver_time = codec.timestamp_to_datetime(send.deliver_time, "deliver_time")
+                return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
+            if kind == "ack":
+                ack = mutation.ack
+                queue = await self._catalog.get(ack.queue.lower())
+                return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
+                             ignore_not_found=ack.ignore_not_found)
+            raise errors.InvalidArgument(
+                f"{kind or 'an empty'} mutation: spanq serves queues, so Commit takes Send and Ack mutations "
+                "(batch.send / batch.ack); write rows of other tables through PostgreSQL"
+            )
+        except errors.QueueError as exc:
+            exc.metadata.setdefault("mutation_index", str(index))
+            exc.args = (f"mutation {index}: {exc.message}",)
+            raise
+
+    @staticmethod
+    def _key(queue: Any, key: Any, what: str) -> tuple[Any, ...]:
+        if len(key.values) != len(queue.key_columns):
+            names = [c.name for c in queue.key_columns]
+            raise errors.InvalidArgument(f"{what}: queue {queue.name!r} has {len(names)} key column(s) {names}, "
+                                         f"the key has {len(key.values)} value(s)")
+        return tuple(values.decode(v, c.type, f"{what} column {c.name!r}")
+                     for v, c in zip(key.values, queue.key_columns))
+
+    # statements
+    async def ExecuteSql(self, request: Any, context: Any) -> Any:
+        sessions.database_of(request.session)
+        statement = statements.parse(request.sql)
+        selector = request.transaction if request.HasField("transaction") else None
+        async with self._transactions.use(request.session, selector) as use:
+            return await self._statement(request, statement, use)
+
+    async def _statement(self, request: Any, statement: statements.Statement, use: Use) -> Any:
+        """Runs one statement; in an existing read-write transaction a retried seqno is
+        answered from what the first attempt did, never run twice."""
+        txn = use.txn if use.began is None else None
+        fingerprint = hashlib.sha256(request.SerializeToString(deterministic=True)).digest()
+        if txn is not None and request.seqno in txn.statements:
+            seen, outcome = txn.statements[request.seqno]
+            if seen != fingerprint:
+                raise errors.InvalidArgument(f"seqno {request.seqno} was already used for another statement")
+            if isinstance(outcome, errors.QueueError):
+                raise outcome
+            return outcome
+        try:
+            reply = result_set_pb(await self._executor.run(statement, request.params, use), use.began)
+        except errors.QueueError as exc:
+            if txn is not None and not isinstance(exc, (errors.TransactionAborted, errors.StoreUnavailable)):
+                txn.statements[request.seqno] = (fingerprint, exc)
+            raise
+        if txn is not None:
+            txn.statements[request.seqno] = (fingerprint, reply)
+        return reply
+
+    async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            sessions.database_of(request.session)
+            statement = statements.parse(request.sql)
+            selector = request.transaction if request.HasField("transaction") else None
+            if isinstance(statement, statements.Receive):
+                async for part in self._receive(statement, request, selector):
+                    yield part
+                return
+            async with self._transactions.use(request.session, selector) as use:
+                reply = await self._statement(request, statement, use)
+            part = PartialResultSetPb(metadata=reply.metadata, resume_token=b"done")
+            for row in reply.rows:
+                part.values.extend(row.values)
+            if reply.HasField("stats"):
+                part.stats.CopyFrom(reply.stats)
+            yield part
+        except errors.QueueError as exc:
+            await abort(context, exc)
+        except Exception:
+            logger.exception("unexpected error in ExecuteStreamingSql")
+            await abort(context, errors.QueueError("internal error; the server logged it"))
+
+    async def _receive(self, statement: statements.Receive, request: Any, selector: Any) -> AsyncIterator[Any]:
+        """RECEIVE: a long-running stream. The first part names the columns; then one
+        part per message, each with a resume token, so the client hands every row
+        over as it arrives. A resumed stream simply receives on (rows already
+        delivered are leased, not sent again)."""
+        began = None
+        kind = selector.WhichOneof("selector") if selector is not None else None
+        if kind == "begin" and selector.begin.WhichOneof("mode") == "read_only":
+            began = self._transactions.read_only_id()
+        elif kind == "id" and self._transactions.is_read_only(selector.id):
+            pass
+        elif kind is not None and not (kind == "single_use" and selector.single_use.WhichOneof("mode") == "read_only"):
+            raise errors.InvalidArgument(
+                "RECEIVE runs in a single-use read-only (strong) transaction, as Spanner requires: "
+                "database.snapshot().execute_sql(...)"
+            )
+        if kind == "single_use":
+            from .transactions import check_read_only
+
+            check_read_only(selector.single_use.read_only)
+        queue, columns, stream = await self._executor.receive(statement, request.params)
+        first = PartialResultSetPb(resume_token=b"receive:0")
+        first.metadata.row_type.CopyFrom(values.row_type(columns))
+        if began is not None:
+            first.metadata.transaction.id = began
+        yield first
+        sent = 0
+        try:
+            async for batch in stream:
+                for message in batch:
+                    sent += 1
+                    yield PartialResultSetPb(values=self._executor.receive_row(queue, message),
+                                             resume_token=f"receive:{sent}".encode())
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    async def ExecuteBatchDml(self, request: Any, context: Any) -> Any:
+        sessions.database_of(request.session)
+        parsed = [statements.parse(s.sql) for s in request.statements]
+        if not parsed:
+            raise errors.InvalidArgument("ExecuteBatchDml needs at least one statement")
+        reply = pb.ExecuteBatchDmlResponse.pb()()
+        selector = request.transaction if request.HasField("transaction") else None
+        async with self._transactions.use(request.session, selector) as use:
+            for i, (statement, given) in enumerate(zip(parsed, request.statements)):
+                if not isinstance(statement, (statements.Insert, statements.Delete)):
+                    raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT and DELETE only")
+                try:
+                    result = await self._executor.run(statement, given.params, use)
+                except (errors.TransactionAborted, errors.StoreUnavailable):
+                    raise
+                except errors.QueueError as exc:
+                    if i == 0:
+                        raise
+                    reply.status.CopyFrom(to_status(exc))
+                    break
+                reply.result_sets.append(result_set_pb(result, use.began if i == 0 else None))
+        return reply
+
+    async def Unsupported(self, request: Any, context: Any) -> Any:
+        raise errors.Unimplemented(
+            "spanq serves Spanner's queue API only: sessions, ExecuteSql / ExecuteStreamingSql / ExecuteBatchDml "
+            "for the queue statements, BeginTransaction, Commit (Send and Ack mutations) and Rollback; "
+            "see docs/spanner-compat.md"
+        )
+
+    async def UnsupportedStream(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await abort(context, errors.Unimplemented("Read and StreamingRead are not supported: use SQL over the queue"))
+        yield  # pragma: no cover  (makes this an async generator)
+
+
+def result_set_pb(result: Result, began: bytes | None) -> Any:
+    reply = ResultSetPb()
+    reply.metadata.row_type.CopyFrom(values.row_type(result.columns))
+    if began is not None:
+        reply.metadata.transaction.id = began
+    for row in result.rows:
+        reply.rows.add().values.extend(row)
+    if result.row_count is not None:
+        reply.stats.row_count_exact = result.row_count
+    return reply
+
+
+# -- admin -------------------------------------------------------------------------------
+
+
+class InstanceAdminService:
+    def __init__(self, admin: Admin, executor: Executor, catalog: Catalog) -> None:
+        self._admin = admin
+        self._executor = executor
+        self._catalog = catalog
+
+    async def ListInstanceConfigs(self, request: Any, context: Any) -> Any:
+        return ia.ListInstanceConfigsResponse.pb()(instance_configs=self._admin.instance_configs(request.parent))
+
+    async def GetInstanceConfig(self, request: Any, context: Any) -> Any:
+        return self._admin.instance_config(request.name)
+
+    async def CreateInstance(self, request: Any, context: Any) -> Any:
+        instance = self._admin.create_instance(request.parent, request.instance_id, request.instance)
+        metadata = ia.CreateInstanceMetadata.pb()(instance=instance)
+        metadata.start_time.CopyFrom(now_pb())
+        metadata.end_time.CopyFrom(metadata.start_time)
+        return self._admin.operation(instance.name, metadata, response=instance)
+
+    async def GetInstance(self, request: Any, context: Any) -> Any:
+        return self._admin.get_instance(request.name)
+
+    async def ListInstances(self, request: Any, context: Any) -> Any:
+        return ia.ListInstancesResponse.pb()(instances=self._admin.list_instances(request.parent))
+
+    async def DeleteInstance(self, request: Any, context: Any) -> Any:
+        for queue in self._admin.delete_instance(request.name):
+            await _drop_quietly(self._catalog, queue)
+        return empty_pb2.Empty()
+
+
+class DatabaseAdminService:
+    def __init__(self, admin: Admin, executor: Executor, catalog: Catalog) -> None:
+        self._admin = admin
+        self._executor = executor
+        self._catalog = catalog
+
+    async def CreateDatabase(self, request: Any, context: Any) -> Any:
+        if request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL:
+            raise errors.InvalidArgument("spanq's Spanner front-end speaks the GoogleSQL dialect only")
+        database_id = statements.parse_database_name(request.create_statement)
+        parsed = [statements.parse_ddl(s) for s in request.extra_statements]
+        database = self._admin.create_database(request.parent, database_id)
+        error = await self._apply_ddl(database.name, parsed)
+        metadata = dba.CreateDatabaseMetadata.pb()(database=database.name)
+        return self._admin.operation(database.name, metadata, response=database, error=error)
+
+    async def UpdateDatabaseDdl(self, request: Any, context: Any) -> Any:
+        sessions.check_database(request.database)
+        parsed = [statements.parse_ddl(s) for s in request.statements]
+        self._admin.ensure_database(request.database)
+        metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
+        error = await self._apply_ddl(request.database, parsed, metadata)
+        op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)
+        return op
+
+    async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None) -> errors.QueueError | None:
+        """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner."""
+        for statement in parsed:
+            try:
+                created = await self._executor.ddl(statement)
+            except errors.QueueError as exc:
+                return exc
+            if created is not None:
+                self._admin.queues_of.setdefault(database, set()).add(created)
+            elif isinstance(statement, statements.DropQueue):
+                self._admin.queues_of.get(database, set()).discard(statement.name)
+            if metadata is not None:
+                metadata.commit_timestamps.append(now_pb())
+        return None
+
+    async def GetDatabase(self, request: Any, context: Any) -> Any:
+        return self._admin.get_database(request.name)
+
+    async def ListDatabases(self, request: Any, context: Any) -> Any:
+        return dba.ListDatabasesResponse.pb()(databases=self._admin.list_databases(request.parent))
+
+    async def DropDatabase(self, request: Any, context: Any) -> Any:
+        for queue in self._admin.drop_database(request.database):
+            await _drop_quietly(self._catalog, queue)
+        return empty_pb2.Empty()
+
+    async def GetDatabaseDdl(self, request: Any, context: Any) -> Any:
+        sessions.check_database(request.database)
+        found, token = [], ""
+        while True:
+            page, token = await self._catalog.list(1000, token)
+            found += page
+            if not token:
+                break
+        return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q) for q in found])
+
+
+async def _drop_quietly(catalog: Catalog, queue: str) -> None:
+    try:
+        await catalog.drop(queue)
+    except errors.QueueNotFound:
+        pass
+
+
+class OperationsService:
+    def __init__(self, admin: Admin) -> None:
+        self._admin = admin
+
+    async def GetOperation(self, request: Any, context: Any) -> Any:
+        return self._admin.get_operation(request.name)
+
+    async def WaitOperation(self, request: Any, context: Any) -> Any:
+        return self._admin.get_operation(request.name)
+
+    async def ListOperations(self, request: Any, context: Any) -> Any:
+        return operations_pb2.ListOperationsResponse(operations=self._admin.list_operations(request.name))
+
+    async def DeleteOperation(self, request: Any, context: Any) -> Any:
+        self._admin.get_operation(request.name)
+        return empty_pb2.Empty()
+
+    async def CancelOperation(self, request: Any, context: Any) -> Any:
+        self._admin.get_operation(request.name)
+        return empty_pb2.Empty()
+
+
+# -- assembly ---------------------------------------------------------------------------
+
+
+def _unary(method: Callable[..., Awaitable[Any]], request: Any, response: Any) -> grpc.RpcMethodHandler:
+    return grpc.unary_unary_rpc_method_handler(
+        translated(method), request_deserializer=request.FromString, response_serializer=response.SerializeToString)
+
+
+def _stream(method: Callable[..., AsyncIterator[Any]], request: Any, response: Any) -> grpc.RpcMethodHandler:
+    return grpc.unary_stream_rpc_method_handler(
+        method, request_deserializer=request.FromString, response_serializer=response.SerializeToString)
+
+
+class SpannerFrontEnd:
+    """The four services, their shared state, and the transaction reaper."""
+
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, store: Store,
+                 clock: Clock, *, max_open_transactions: int) -> None:
+        self.admin = Admin()
+        self.transactions = Transactions(mutator, max_open=max_open_transactions)
+        self.executor = Executor(catalog, mutator, receiver, store, clock)
+        self.spanner = SpannerService(catalog, mutator, ledger_, self.executor, self.transactions)
+        self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
+        self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)
+        self.operations = OperationsService(self.admin)
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        s, i, d, o = self.spanner, self.instance_admin, self.database_admin, self.operations
+        Empty = empty_pb2.Empty
+        spanner_methods = {
+            "CreateSession": _unary(s.CreateSession, pb.CreateSessionRequest.pb(), pb.Session.pb()),
+            "BatchCreateSessions": _unary(s.BatchCreateSessions, pb.BatchCreateSessionsRequest.pb(),
+                                          pb.BatchCreateSessionsResponse.pb()),
+            "GetSession": _unary(s.GetSession, pb.GetSessionRequest.pb(), pb.Session.pb()),
+            "ListSessions": _unary(s.ListSessions, pb.ListSessionsRequest.pb(), pb.ListSessionsResponse.pb()),
+            "DeleteSession": _unary(s.DeleteSession, pb.DeleteSessionRequest.pb(), Empty),
+            "ExecuteSql": _unary(s.ExecuteSql, pb.ExecuteSqlRequest.pb(), ResultSetPb),
+            "ExecuteStreamingSql": _stream(s.ExecuteStreamingSql, pb.ExecuteSqlRequest.pb(), PartialResultSetPb),
+            "ExecuteBatchDml": _unary(s.ExecuteBatchDml, pb.ExecuteBatchDmlRequest.pb(),
+                                      pb.ExecuteBatchDmlResponse.pb()),
+            "Read": _unary(s.Unsupported, pb.ReadRequest.pb(), ResultSetPb),
+            "StreamingRead": _stream(s.UnsupportedStream, pb.ReadRequest.pb(), PartialResultSetPb),
+            "BeginTransaction": _unary(s.BeginTransaction, pb.BeginTransactionRequest.pb(), TransactionPb),
+            "Commit": _unary(s.Commit, pb.CommitRequest.pb(), CommitResponsePb),
+            "Rollback": _unary(s.Rollback, pb.RollbackRequest.pb(), Empty),
+            "PartitionQuery": _unary(s.Unsupported, pb.PartitionQueryRequest.pb(), pb.PartitionResponse.pb()),
+            "PartitionRead": _unary(s.Unsupported, pb.PartitionReadRequest.pb(), pb.PartitionResponse.pb()),
+        }
+        Op = operations_pb2.Operation
+        instance_methods = {
+            "ListInstanceConfigs": _unary(i.ListInstanceConfigs, ia.ListInstanceConfigsRequest.pb(),
+                                          ia.ListInstanceConfigsResponse.pb()),
+            "GetInstanceConfig": _unary(i.GetInstanceConfig, ia.GetInstanceConfigRequest.pb(),
+                                        ia.InstanceConfig.pb()),
+            "CreateInstance": _unary(i.CreateInstance, ia.CreateInstanceRequest.pb(), Op),
+            "GetInstance": _unary(i.GetInstance, ia.GetInstanceRequest.pb(), ia.Instance.pb()),
+            "ListInstances": _unary(i.ListInstances, ia.ListInstancesRequest.pb(), ia.ListInstancesResponse.pb()),
+            "DeleteInstance": _unary(i.DeleteInstance, ia.DeleteInstanceRequest.pb(), Empty),
+        }
+        database_methods = {
+            "CreateDatabase": _unary(d.CreateDatabase, dba.CreateDatabaseRequest.pb(), Op),
+            "GetDatabase": _unary(d.GetDatabase, dba.GetDatabaseRequest.pb(), dba.Database.pb()),
+            "ListDatabases": _unary(d.ListDatabases, dba.ListDatabasesRequest.pb(), dba.ListDatabasesResponse.pb()),
+            "UpdateDatabaseDdl": _unary(d.UpdateDatabaseDdl, dba.UpdateDatabaseDdlRequest.pb(), Op),
+            "DropDatabase": _unary(d.DropDatabase, dba.DropDatabaseRequest.pb(), Empty),
+            "GetDatabaseDdl": _unary(d.GetDatabaseDdl, dba.GetDatabaseDdlRequest.pb(),
+                                     dba.GetDatabaseDdlResponse.pb()),
+        }
+        operation_methods = {
+            "GetOperation": _unary(o.GetOperation, operations_pb2.GetOperationRequest, Op),
+            "WaitOperation": _unary(o.WaitOperation, operations_pb2.WaitOperationRequest, Op),
+            "ListOperations": _unary(o.ListOperations, operations_pb2.ListOperationsRequest,
+                                     operations_pb2.ListOperationsResponse),
+            "DeleteOperation": _unary(o.DeleteOperation, operations_pb2.DeleteOperationRequest, Empty),
+            "CancelOperation": _unary(o.CancelOperation, operations_pb2.CancelOperationRequest, Empty),
+        }
+        return [
+            grpc.method_handlers_generic_handler(SPANNER, spanner_methods),
+            grpc.method_handlers_generic_handler(INSTANCE_ADMIN, instance_methods),
+            grpc.method_handlers_generic_handler(DATABASE_ADMIN, database_methods),
+            grpc.method_handlers_generic_handler(OPERATIONS, operation_methods),
+        ]
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        server.add_generic_rpc_handlers(tuple(self.handlers()))
+
+    def start(self) -> None:
+        self.transactions.start()
+
+    async def stop(self) -> None:
+        await self.transactions.stop()

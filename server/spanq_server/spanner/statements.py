@@ -1,0 +1,611 @@
+"""A small, strict parser for exactly the GoogleSQL statement shapes that
+Spanner's queue code sends; anything else is INVALID_ARGUMENT that lists what
+is understood. Not a SQL engine: statements become the dataclasses below,
+which the executor maps onto the domain.
+
+Understood (keywords in any case; names are folded to lower case, since
+spanq's queue and column names are lowercase identifiers):
+
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
+        PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
+    DROP QUEUE [IF EXISTS] q
+    SELECT * FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
+    SELECT * FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens)
+    DELETE [FROM] q WHERE k1 = <v> AND ... [ASSERT_ROWS_MODIFIED 1]
+    INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)]
+    SELECT * | c1, ... FROM q [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
+
+A value <v> is a literal (123, 'text', "text", b'bytes', TRUE, FALSE,
+TIMESTAMP '...'), a parameter (@name), CURRENT_TIMESTAMP(), or
+TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n SECOND|MINUTE|HOUR|DAY|MILLISECOND).
+"""
+
+import dataclasses
+import re
+from datetime import timedelta
+from typing import Any
+
+from ..errors import InvalidArgument
+from ..model import ColumnType
+
+SUPPORTED = (
+    "CREATE QUEUE, DROP QUEUE, SELECT * FROM RECEIVE_<queue>(...), SELECT * FROM RENEWLEASE_<queue>(...), "
+    "DELETE FROM <queue> WHERE <key> = ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...), "
+    "SELECT ... FROM <queue> [WHERE ...] [ORDER BY ...] [LIMIT n]"
+)
+
+# -- expressions ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Literal:
+    value: Any
+    """int, str, bytes, bool or None."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TimestampLiteral:
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Now:
+    """CURRENT_TIMESTAMP(), shifted by TIMESTAMP_ADD / TIMESTAMP_SUB."""
+
+    offset: timedelta = timedelta(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Array:
+    items: tuple["Expr", ...]
+
+
+Expr = Literal | TimestampLiteral | Param | Now | Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    column: str
+    op: str
+    value: Expr
+
+
+# -- statements --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateQueue:
+    name: str
+    columns: tuple[tuple[str, ColumnType], ...]
+    primary_key: tuple[str, ...]
+    parent_table: str | None = None
+    if_not_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DropQueue:
+    name: str
+    if_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Receive:
+    queue: str
+    args: dict[str, Expr]
+
+
+@dataclasses.dataclass(frozen=True)
+class RenewLease:
+    queue: str
+    lease_tokens: Expr
+
+
+@dataclasses.dataclass(frozen=True)
+class Delete:
+    queue: str
+    where: tuple[Condition, ...]
+    assert_rows_modified: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Insert:
+    queue: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Expr, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Select:
+    queue: str
+    columns: tuple[str, ...] | None
+    """None: SELECT *."""
+    where: tuple[Condition, ...] = ()
+    order_by: str | None = None
+    descending: bool = False
+    limit: Expr | None = None
+
+
+Ddl = CreateQueue | DropQueue
+Query = Receive | RenewLease | Select
+Dml = Delete | Insert
+Statement = Ddl | Query | Dml
+
+RECEIVE_ARGS = ("max_duration", "max_batch_size", "priority")
+
+# -- tokens ------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+|--[^\n]*|\#[^\n]*|/\*.*?\*/)
+  | (?P<bytes>[bB][rR]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
+  | (?P<string>[rR]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
+  | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)
+  | (?P<number>\d+)
+  | (?P<punct>=>|<=|>=|!=|<>|[(),*=<>\[\];.-])
+    """,
+    re.X | re.S,
+)
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "0": "\0"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Token:
+    kind: str
+    text: str
+    value: Any = None
+
+    def is_word(self, *words: str) -> bool:
+        return self.kind == "ident" and not self.text.startswith("`") and self.value in words
+
+
+def _unquote(text: str, raw: bool) -> str:
+    body = text[1:-1]
+    if raw:
+        return body
+    out, i = [], 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt not in _ESCAPES:
+                raise InvalidArgument(f"unsupported escape \\{nxt} in {text[:40]}")
+            out.append(_ESCAPES[nxt])
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def tokenize(text: str) -> list[Token]:
+    tokens, pos = [], 0
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None:
+            raise InvalidArgument(f"cannot read the statement at {text[pos:pos + 20]!r}; {_supported()}")
+        pos = match.end()
+        kind = match.lastgroup
+        raw = match.group()
+        if kind == "space":
+            continue
+        if kind == "string":
+            is_raw = raw[0] in "rR"
+            tokens.append(Token("string", raw, _unquote(raw[1:] if is_raw else raw, is_raw)))
+        elif kind == "bytes":
+            is_raw = raw[1] in "rR"
+            body = raw[2:] if is_raw else raw[1:]
+            tokens.append(Token("bytes", raw, _unquote(body, is_raw).encode("utf-8")))
+        elif kind == "param":
+            tokens.append(Token("param", raw, raw[1:]))
+        elif kind == "ident":
+            name = raw[1:-1] if raw.startswith("`") else raw
+            tokens.append(Token("ident", raw, name.lower()))
+        elif kind == "number":
+            tokens.append(Token("number", raw, int(raw)))
+        else:
+            tokens.append(Token("punct", raw, raw))
+    tokens.append(Token("end", "", None))
+    return tokens
+
+
+def _supported() -> str:
+    return f"spanq's Spanner front-end understands only: {SUPPORTED}"
+
+
+# -- the parser ------------------------------------------------------------------
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.pos = 0
+
+    # token helpers
+    @property
+    def peek(self) -> Token:
+        return self.tokens[self.pos]
+
+    def next(self) -> Token:
+        token = self.tokens[self.pos]
+        self.pos += 1
+        return token
+
+    def error(self, expected: str) -> InvalidArgument:
+        token = self.peek
+        found = "the end of the statement" if token.kind == "end" else repr(token.text)
+        return InvalidArgument(f"expected {expected} but found {found} in: {self.text.strip()[:200]}; "
+                               f"{_supported()}")
+
+    def word(self, *words: str) -> str:
+        if not self.peek.is_word(*words):
+            raise self.error(" or ".join(w.upper() for w in words))
+        return self.next().value
+
+    def accept_word(self, *words: str) -> bool:
+        if self.peek.is_word(*words):
+            self.pos += 1
+            return True
+        return False
+
+    def punct(self, *marks: str) -> str:
+        if self.peek.kind != "punct" or self.peek.value not in marks:
+            raise self.error(" or ".join(repr(m) for m in marks))
+        return self.next().value
+
+    def accept_punct(self, mark: str) -> bool:
+        if self.peek.kind == "punct" and self.peek.value == mark:
+            self.pos += 1
+            return True
+        return False
+
+    def name(self, what: str) -> str:
+        if self.peek.kind != "ident":
+            raise self.error(what)
+        return self.next().value
+
+    def end(self) -> None:
+        self.accept_punct(";")
+        if self.peek.kind != "end":
+            raise self.error("the end of the statement")
+
+    # statements
+    def statement(self) -> Statement:
+        first = self.peek
+        if first.is_word("create"):
+            return self.create_queue()
+        if first.is_word("drop"):
+            return self.drop_queue()
+        if first.is_word("select"):
+            return self.select()
+        if first.is_word("delete"):
+            return self.delete()
+        if first.is_word("insert"):
+            return self.insert()
+        raise InvalidArgument(f"unsupported statement {self.text.strip()[:80]!r}; {_supported()}")
+
+    def create_queue(self) -> CreateQueue:
+        self.word("create")
+        if not self.peek.is_word("queue"):
+            raise InvalidArgument(
+                f"only CREATE QUEUE is supported among CREATE statements, got {self.text.strip()[:80]!r}; "
+                "spanq's Spanner front-end serves queues, not tables (create tables through psql)"
+            )
+        self.word("queue")
+        if_not_exists = False
+        if self.accept_word("if"):
+            self.word("not")
+            self.word("exists")
+            if_not_exists = True
+        name = self.name("a queue name")
+        self.punct("(")
+        columns: list[tuple[str, ColumnType]] = []
+        while not self.accept_punct(")"):
+            columns.append(self.column_definition())
+            if not self.accept_punct(","):
+                self.punct(")")
+                break
+        self.word("primary")
+        self.word("key")
+        self.punct("(")
+        key = [self.key_part()]
+        while self.accept_punct(","):
+            key.append(self.key_part())
+        self.punct(")")
+        parent = None
+        while self.accept_punct(","):
+            if self.accept_word("interleave"):
+                self.word("in")
+                self.word("parent")
+                parent = self.name("a parent table name")
+                if self.accept_word("on"):
+                    self.word("delete")
+                    if not self.accept_word("cascade"):
+                        raise InvalidArgument("a queue interleaved in a parent is deleted with it: use ON DELETE "
+                                              "CASCADE (spanq implements INTERLEAVE IN PARENT as a foreign key "
+                                              "with ON DELETE CASCADE)")
+            elif self.accept_word("options"):
+                self.options()
+            elif self.accept_word("row"):
+                raise InvalidArgument("row deletion policies (TTL) are not supported on spanq queues")
+            else:
+                raise self.error("INTERLEAVE IN PARENT or OPTIONS")
+        self.end()
+        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists)
+
+    def column_definition(self) -> tuple[str, ColumnType]:
+        name = self.name("a column name")
+        type_name = self.name(f"the type of column {name!r}")
+        length = None
+        if self.accept_punct("("):
+            length = self.next()
+            if length.kind != "number" and not length.is_word("max"):
+                raise self.error("a length or MAX")
+            self.punct(")")
+        types = {"int64": ColumnType.INT64, "string": ColumnType.STRING, "bytes": ColumnType.BYTES,
+                 "timestamp": ColumnType.TIMESTAMP, "bool": ColumnType.BOOL, "json": ColumnType.JSON}
+        if type_name not in types:
+            raise InvalidArgument(
+                f"column {name!r} has type {type_name.upper()}, which spanq queues do not support; key columns "
+                "may be INT64, STRING, BYTES, TIMESTAMP or BOOL, and Payload BYTES, STRING or JSON"
+            )
+        column_type = types[type_name]
+        if (length is not None) != (column_type in (ColumnType.STRING, ColumnType.BYTES)):
+            raise InvalidArgument(f"column {name!r}: {type_name.upper()} "
+                                  + ("takes no length" if length is not None else "needs a length: (n) or (MAX)"))
+        if self.accept_word("not"):
+            self.word("null")
+        if self.accept_word("options"):
+            self.options()
+        return name, column_type
+
+    def key_part(self) -> str:
+        name = self.name("a primary-key column")
+        if self.accept_word("desc"):
+            raise InvalidArgument(f"primary-key column {name!r}: DESC keys are not supported on spanq queues")
+        self.accept_word("asc")
+        return name
+
+    def options(self) -> dict[str, Expr]:
+        self.punct("(")
+        found = {}
+        while True:
+            key = self.name("an option name")
+            self.punct("=")
+            found[key] = self.value()
+            if not self.accept_punct(","):
+                break
+        self.punct(")")
+        mode = found.pop("receive_mode", None)
+        if mode is not None and not (isinstance(mode, Literal) and str(mode.value).upper() == "PULL"):
+            raise InvalidArgument("receive_mode must be 'PULL', the only mode spanq has")
+        if found:
+            raise InvalidArgument(f"unsupported option(s) {sorted(found)}; spanq queues take receive_mode = 'PULL'")
+        return found
+
+    def drop_queue(self) -> DropQueue:
+        self.word("drop")
+        if not self.peek.is_word("queue"):
+            raise InvalidArgument(f"only DROP QUEUE is supported among DROP statements, got {self.text.strip()[:80]!r}")
+        self.word("queue")
+        if_exists = False
+        if self.accept_word("if"):
+            self.word("exists")
+            if_exists = True
+        name = self.name("a queue name")
+        self.end()
+        return DropQueue(name, if_exists)
+
+    def select(self) -> Query:
+        self.word("select")
+        columns: list[str] | None = None
+        if not self.accept_punct("*"):
+            columns = [self.name("* or a column name")]
+            while self.accept_punct(","):
+                columns.append(self.name("a column name"))
+        self.word("from")
+        source = self.name("a queue or RECEIVE_<queue>(...) / RENEWLEASE_<queue>(...)")
+        if self.accept_punct("("):
+            if columns is not None:
+                raise InvalidArgument("select * from a table function: RECEIVE_ and RENEWLEASE_ return all "
+                                      "their columns")
+            return self.table_function(source)
+        where = self.conditions() if self.accept_word("where") else ()
+        order_by, descending, limit = None, False, None
+        if self.accept_word("order"):
+            self.word("by")
+            order_by = self.name("a column to order by")
+            if self.accept_word("desc"):
+                descending = True
+            else:
+                self.accept_word("asc")
+        if self.accept_word("limit"):
+            limit = self.value()
+        self.end()
+        return Select(source, tuple(columns) if columns is not None else None, where, order_by, descending, limit)
+
+    def table_function(self, function: str) -> Query:
+        if function.startswith("receive_"):
+            queue = function.removeprefix("receive_")
+            args: dict[str, Expr] = {}
+            while not self.accept_punct(")"):
+                if not (self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>"):
+                    raise InvalidArgument(
+                        "name RECEIVE's arguments: RECEIVE_q(max_duration => '20m', max_batch_size => 20)"
+                    )
+                arg = self.name("an argument name")
+                self.punct("=>")
+                if arg not in RECEIVE_ARGS:
+                    raise InvalidArgument(f"RECEIVE takes {', '.join(RECEIVE_ARGS)}; not {arg!r}")
+                if arg in args:
+                    raise InvalidArgument(f"RECEIVE argument {arg!r} is given twice")
+                args[arg] = self.value()
+                if not self.accept_punct(","):
+                    self.punct(")")
+                    break
+            self.end()
+            return Receive(queue, args)
+        if function.startswith("renewlease_"):
+            queue = function.removeprefix("renewlease_")
+            if self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>":
+                arg = self.name("lease_tokens")
+                if arg != "lease_tokens":
+                    raise InvalidArgument(f"RENEWLEASE takes lease_tokens, not {arg!r}")
+                self.punct("=>")
+            tokens = self.value()
+            self.punct(")")
+            self.end()
+            return RenewLease(queue, tokens)
+        raise InvalidArgument(f"unknown table function {function.upper()}; spanq has RECEIVE_<queue> and "
+                              "RENEWLEASE_<queue>")
+
+    def delete(self) -> Delete:
+        self.word("delete")
+        self.accept_word("from")
+        queue = self.name("a queue name")
+        self.word("where")
+        where = self.conditions()
+        assert_rows = None
+        if self.accept_word("assert_rows_modified"):
+            count = self.next()
+            if count.kind != "number":
+                raise self.error("a row count after ASSERT_ROWS_MODIFIED")
+            assert_rows = count.value
+        self.end()
+        return Delete(queue, where, assert_rows)
+
+    def insert(self) -> Insert:
+        self.word("insert")
+        if self.peek.is_word("or"):
+            raise InvalidArgument("INSERT OR IGNORE / OR UPDATE are not supported on queues; use INSERT")
+        self.accept_word("into")
+        queue = self.name("a queue name")
+        self.punct("(")
+        columns = [self.name("a column name")]
+        while self.accept_punct(","):
+            columns.append(self.name("a column name"))
+        self.punct(")")
+        self.word("values")
+        rows = [self.row(len(columns))]
+        while self.accept_punct(","):
+            rows.append(self.row(len(columns)))
+        if self.peek.is_word("then"):
+            raise InvalidArgument("THEN RETURN is not supported")
+        self.end()
+        return Insert(queue, tuple(columns), tuple(rows))
+
+    def row(self, width: int) -> tuple[Expr, ...]:
+        self.punct("(")
+        values = [self.value()]
+        while self.accept_punct(","):
+            values.append(self.value())
+        self.punct(")")
+        if len(values) != width:
+            raise InvalidArgument(f"a VALUES row has {len(values)} value(s) for {width} column(s)")
+        return tuple(values)
+
+    def conditions(self) -> tuple[Condition, ...]:
+        found = [self.condition()]
+        while self.accept_word("and"):
+            found.append(self.condition())
+        if self.peek.is_word("or"):
+            raise InvalidArgument("only conditions joined by AND are supported (column = value AND ...)")
+        return tuple(found)
+
+    def condition(self) -> Condition:
+        column = self.name("a column name")
+        op = self.punct("=", "<", "<=", ">", ">=", "!=", "<>")
+        return Condition(column, op, self.value())
+
+    def value(self) -> Expr:
+        token = self.next()
+        if token.kind in ("string", "bytes", "number"):
+            return Literal(token.value)
+        if token.kind == "param":
+            return Param(token.value)
+        if token.kind == "punct" and token.value == "-" and self.peek.kind == "number":
+            return Literal(-self.next().value)
+        if token.kind == "punct" and token.value == "[":
+            items: list[Expr] = []
+            while not self.accept_punct("]"):
+                items.append(self.value())
+                if not self.accept_punct(","):
+                    self.punct("]")
+                    break
+            return Array(tuple(items))
+        if token.is_word("true", "false"):
+            return Literal(token.value == "true")
+        if token.is_word("null"):
+            return Literal(None)
+        if token.is_word("array"):
+            if self.peek.kind == "punct" and self.peek.value == "[":
+                return self.value()
+        if token.is_word("timestamp") and self.peek.kind == "string":
+            return TimestampLiteral(self.next().value)
+        if token.is_word("current_timestamp"):
+            if self.accept_punct("("):
+                self.punct(")")
+            return Now()
+        if token.is_word("timestamp_add", "timestamp_sub"):
+            self.punct("(")
+            base = self.value()
+            if not isinstance(base, Now):
+                raise InvalidArgument(f"{token.text.upper()} is supported on CURRENT_TIMESTAMP() only")
+            self.punct(",")
+            self.word("interval")
+            amount = self.value()
+            if not isinstance(amount, Literal) or not isinstance(amount.value, int) or isinstance(amount.value, bool):
+                raise InvalidArgument("INTERVAL takes a whole number, like INTERVAL 1 HOUR")
+            unit = self.word("microsecond", "millisecond", "second", "minute", "hour", "day")
+            self.punct(")")
+            offset = timedelta(**{unit + "s": amount.value})
+            return Now(base.offset + (offset if token.value == "timestamp_add" else -offset))
+        raise InvalidArgument(f"expected a value (literal, @param, CURRENT_TIMESTAMP()) but found "
+                              f"{token.text or 'the end of the statement'!r} in: {self.text.strip()[:200]}")
+
+
+def parse(text: str) -> Statement:
+    """One statement, or INVALID_ARGUMENT saying what is understood."""
+    if not text or not text.strip():
+        raise InvalidArgument("the statement is empty")
+    return _Parser(text).statement()
+
+
+def parse_ddl(text: str) -> Ddl:
+    statement = parse(text)
+    if not isinstance(statement, (CreateQueue, DropQueue)):
+        raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE are DDL here, got {text.strip()[:80]!r}")
+    return statement
+
+
+def parse_database_name(create_statement: str) -> str:
+    """The database name of ``CREATE DATABASE name`` (backquotes allowed)."""
+    match = re.fullmatch(r"\s*create\s+database\s+(`[^`]+`|\"[^\"]+\"|[A-Za-z][A-Za-z0-9_-]*)\s*;?\s*",
+                         create_statement, re.I)
+    if match is None:
+        raise InvalidArgument(f"create_statement must be CREATE DATABASE <name>, got {create_statement[:80]!r}")
+    return match.group(1).strip("`\"")
+
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|ns|s|m|h|d)", re.I)
+
+
+def duration(text: str, what: str) -> timedelta:
+    """'20m', '30s', '1h30m', '500ms' as a timedelta."""
+    stripped = text.strip()
+    total, pos = timedelta(0), 0
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    for match in DURATION.finditer(stripped):
+        if match.start() != pos:
+            break
+        total += timedelta(seconds=float(match.group(1)) * units[match.group(2).lower()])
+        pos = match.end()
+    if pos != len(stripped) or not stripped:
+        raise InvalidArgument(f"{what} must be a duration like '20m', '30s' or '1h', got {text[:40]!r}")
+    return total

@@ -1,0 +1,284 @@
+"""Spanner transactions on spanq: ids, open read-write transactions, the reaper.
+
+- Read-only transactions (single-use, or begun) read the latest committed data
+  statement by statement; their ids carry no state (``ro`` + random bytes).
+- A read-write transaction gets an id (``rw`` + random bytes) at
+  BeginTransaction or at a statement's inline begin. It holds a PostgreSQL
+  transaction (one pooled connection, ``Mutator.begin``) from its first
+  statement to Commit or Rollback; a transaction with only mutations never
+  holds one and commits like a single-use one. Statements on one transaction
+  run one at a time.
+- A transaction idle longer than ``idle_timeout`` (10 s, as in Spanner) is
+  rolled back by the reaper; using or committing it afterwards is ABORTED, so
+  the client runs it again. So is a transaction whose database connection
+  failed or whose statement hit a lock conflict.
+- Commit goes through the commit ledger with the client's request id: a replay
+  of a committed Commit answers the recorded response, and a replay of one
+  that cannot have committed is given up for good (``Mutator.seal``) and
+  answered ABORTED.
+"""
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from .. import errors
+from ..mutations import Mutation, Mutator, OpenTransaction, Outcome, Result
+
+logger = logging.getLogger(__name__)
+
+READ_ONLY, READ_WRITE = b"ro", b"rw"
+REMEMBER_ENDED = 10_000
+"""How many ended transaction ids are remembered, to say why they ended."""
+
+
+@dataclasses.dataclass(eq=False)
+class ReadWrite:
+    id: bytes
+    session: str
+    last_used: float
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    open: OpenTransaction | None = None
+    statements: dict[int, tuple[bytes, Any]] = dataclasses.field(default_factory=dict)
+    """seqno -> (request fingerprint, response or error): a retried statement is answered, not re-run."""
+
+
+@dataclasses.dataclass
+class Use:
+    """What a statement runs in: a read-write transaction (``txn``) or a strong read."""
+
+    txn: ReadWrite | None
+    began: bytes | None
+    """The id of a transaction begun inline by this statement, for the response metadata."""
+    hold: Callable[[], Any]
+    """Coroutine function: the transaction's OpenTransaction, begun on first use."""
+
+    @property
+    def read_only(self) -> bool:
+        return self.txn is None
+
+
+class Transactions:
+    def __init__(self, mutator: Mutator, *, max_open: int, idle_timeout: timedelta = timedelta(seconds=10),
+                 lock_timeout: timedelta = timedelta(seconds=5)) -> None:
+        self._mutator = mutator
+        self.idle_timeout = idle_timeout
+        self.lock_timeout = lock_timeout
+        self._live: dict[bytes, ReadWrite] = {}
+        self._ended: collections.OrderedDict[bytes, str] = collections.OrderedDict()
+        self._slots = asyncio.Semaphore(max_open)
+        self.max_open = max_open
+        self._task: asyncio.Task[None] | None = None
+        self.reaped = 0
+
+    # -- ids ----------------------------------------------------------------
+
+    @staticmethod
+    def read_only_id() -> bytes:
+        return READ_ONLY + secrets.token_bytes(14)
+
+    @staticmethod
+    def is_read_only(transaction_id: bytes) -> bool:
+        return transaction_id.startswith(READ_ONLY)
+
+    def begin(self, session: str) -> ReadWrite:
+        txn = ReadWrite(READ_WRITE + secrets.token_bytes(14), session, time.monotonic())
+        self._live[txn.id] = txn
+        return txn
+
+    def open_count(self) -> int:
+        return sum(1 for t in self._live.values() if t.open is not None)
+
+    def _gone(self, transaction_id: bytes) -> errors.TransactionAborted:
+        why = self._ended.get(transaction_id)
+        if why is None:
+            return errors.TransactionAborted(
+                "transaction not found on this server (it ended, was reaped, or the server restarted); "
+                "run the transaction again"
+            )
+        return errors.TransactionAborted(f"the transaction {why}; run it again")
+
+    def get(self, transaction_id: bytes, session: str) -> ReadWrite:
+        txn = self._live.get(transaction_id)
+        if txn is None:
+            raise self._gone(transaction_id)
+        return txn
+
+    # -- statements ------------------------------------------------------------
+
+    async def _hold(self, txn: ReadWrite) -> OpenTransaction:
+        if txn.open is None:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), self.lock_timeout.total_seconds())
+            except TimeoutError:
+                raise errors.TransactionAborted(
+                    f"{self.max_open} read-write transactions are open on this server, the most it holds at once "
+                    "(each holds a database connection); run the transaction again"
+                ) from None
+            try:
+                txn.open = await self._mutator.begin(lock_timeout=self.lock_timeout)
+            except BaseException:
+                self._slots.release()
+                raise
+        return txn.open
+
+    @contextlib.asynccontextmanager
+    async def use(self, session: str, selector: Any) -> AsyncIterator[Use]:
+        """The transaction a statement's TransactionSelector names. A statement
+        that begins a transaction inline and fails ends it (no id was returned);
+        a failed statement in an existing transaction leaves it usable, unless
+        the failure aborted it."""
+        kind = selector.WhichOneof("selector") if selector is not None else None
+        if kind is None or kind == "single_use":
+            options = selector.single_use if kind else None
+            if options is not None and options.WhichOneof("mode") != "read_only":
+                raise errors.InvalidArgument(
+                    "statements run in a read-only single-use transaction, or in a read-write transaction begun "
+                    "with BeginTransaction or an inline begin; a single-use read-write transaction is a Commit"
+                )
+            if options is not None:
+                check_read_only(options.read_only)
+            yield Use(None, None, _no_hold)
+            return
+        if kind == "begin":
+            mode = selector.begin.WhichOneof("mode")
+            if mode == "read_only":
+                check_read_only(selector.begin.read_only)
+                yield Use(None, self.read_only_id(), _no_hold)
+                return
+            if mode != "read_write":
+                raise errors.InvalidArgument("partitioned DML is not supported by spanq; use a read-write transaction")
+            txn = self.begin(session)
+            try:
+                async with txn.lock:
+                    yield Use(txn, txn.id, lambda: self._hold(txn))
+            except BaseException:
+                await self.end(txn, "failed in its first statement")
+                raise
+            finally:
+                txn.last_used = time.monotonic()
+            return
+        transaction_id = selector.id
+        if self.is_read_only(transaction_id):
+            yield Use(None, None, _no_hold)
+            return
+        txn = self.get(transaction_id, session)
+        async with txn.lock:
+            if txn.id not in self._live:
+                raise self._gone(txn.id)
+            try:
+                yield Use(txn, None, lambda: self._hold(txn))
+            except (errors.TransactionAborted, errors.StoreUnavailable) as exc:
+                await self.end(txn, f"was aborted: {exc.message}")
+                if isinstance(exc, errors.StoreUnavailable):
+                    raise errors.TransactionAborted(
+                        f"the transaction lost its database connection ({exc.message}); run it again"
+                    ) from exc
+                raise
+            finally:
+                txn.last_used = time.monotonic()
+
+    # -- commit and rollback -------------------------------------------------------
+
+    async def commit(self, session: str, transaction_id: bytes, mutations: Sequence[Mutation], *,
+                     request_id: str, fingerprint: bytes, encode: Callable[[list[Result]], bytes]) -> Outcome:
+        if self.is_read_only(transaction_id):
+            raise errors.FailedPrecondition("a read-only transaction has nothing to commit")
+        txn = self._live.get(transaction_id)
+        if txn is not None:
+            async with txn.lock:
+                if txn.id in self._live:
+                    try:
+                        if txn.open is None:
+                            return await self._mutator.commit(
+                                mutations, request_id=request_id, fingerprint=fingerprint, encode=encode)
+                        return await txn.open.commit(
+                            mutations, request_id=request_id, fingerprint=fingerprint, encode=encode)
+                    finally:
+                        await self.end(txn, "was committed (or its commit failed)")
+        # Not held here: a retry of a commit that ended, or a transaction that was
+        # reaped or lost. Answer a committed one from the ledger; make sure any
+        # other can never commit, and have the client run it again.
+        recorded = await self._mutator.seal(request_id, fingerprint)
+        if recorded is None:
+            raise self._gone(transaction_id)
+        return Outcome(recorded, replayed=True)
+
+    async def rollback(self, transaction_id: bytes) -> None:
+        txn = self._live.get(transaction_id)
+        if txn is None:
+            return
+        async with txn.lock:
+            await self.end(txn, "was rolled back")
+
+    async def end(self, txn: ReadWrite, why: str) -> None:
+        """Forgets the transaction and rolls back what it still holds."""
+        if self._live.pop(txn.id, None) is None:
+            return
+        self._ended[txn.id] = why
+        while len(self._ended) > REMEMBER_ENDED:
+            self._ended.popitem(last=False)
+        if txn.open is not None:
+            opened, txn.open = txn.open, None
+            try:
+                await opened.rollback()
+            finally:
+                self._slots.release()
+
+    # -- the reaper -------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._reap_forever(), name="spanner-transaction-reaper")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for txn in list(self._live.values()):
+            with contextlib.suppress(Exception):
+                await self.end(txn, "was rolled back at server shutdown")
+
+    async def reap(self) -> int:
+        """Rolls back transactions idle longer than idle_timeout; returns how many."""
+        deadline = time.monotonic() - self.idle_timeout.total_seconds()
+        idle = [t for t in self._live.values() if t.last_used < deadline and not t.lock.locked()]
+        for txn in idle:
+            await self.end(txn, f"was idle longer than {self.idle_timeout.total_seconds():g}s and was rolled back")
+        self.reaped += len(idle)
+        return len(idle)
+
+    async def _reap_forever(self) -> None:
+        while True:
+            await asyncio.sleep(max(0.05, min(1.0, self.idle_timeout.total_seconds() / 4)))
+            try:
+                reaped = await self.reap()
+                if reaped:
+                    logger.info("rolled back %d abandoned Spanner read-write transaction(s)", reaped)
+            except Exception:
+                logger.exception("reaping idle Spanner transactions failed; will retry")
+
+
+async def _no_hold() -> OpenTransaction:
+    raise errors.InvalidArgument(
+        "DML and RENEWLEASE within a transaction need a read-write transaction; this statement runs in a "
+        "read-only one"
+    )
+
+
+def check_read_only(options: Any) -> None:
+    bound = options.WhichOneof("timestamp_bound")
+    if bound in ("read_timestamp", "exact_staleness"):
+        raise errors.InvalidArgument(
+            "spanq serves strong reads only (and bounded staleness, answered strongly); exact-timestamp and "
+            "exact-staleness reads are not supported, and RECEIVE needs a strong read"
+        )
