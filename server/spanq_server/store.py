@@ -72,6 +72,11 @@ def wrap_errors(queue: str | None = None) -> Iterator[None]:
             pg_errors.NumericValueOutOfRange, pg_errors.UntranslatableCharacter,
             pg_errors.CharacterNotInRepertoire, pg_errors.IntervalFieldOverflow) as exc:
         raise errors.InvalidArgument(f"a value does not fit its column: {exc.diag.message_primary}") from exc
+    except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.LockNotAvailable) as exc:
+        raise errors.TransactionAborted(
+            f"the transaction conflicted with another one ({exc.diag.message_primary}); nothing of it was "
+            "committed: run it again"
+        ) from exc
     except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
         raise errors.StoreUnavailable(f"the database is unavailable: {exc}; nothing was committed, retry") from exc
 
@@ -133,20 +138,39 @@ class Store:
                     with contextlib.suppress(psycopg.Error):
                         await conn.rollback()
                     raise
-                fault = self.faults.draw() if inject_faults else None
-                if fault in ("unknown_commit_before", "unavailable_before"):
-                    await conn.rollback()
-                    if fault == "unavailable_before":
-                        raise errors.StoreUnavailable("injected fault: rolled back before COMMIT; retry")
-                    raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
-                try:
-                    await conn.commit()
-                except psycopg.OperationalError as exc:
-                    raise errors.CommitOutcomeUnknown(
-                        f"the database connection failed while COMMIT was in flight ({exc}): {_UNKNOWN}"
-                    ) from exc
-                if fault == "unknown_commit_after":
-                    raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+                await self._commit(conn, inject_faults=inject_faults)
+
+    async def _commit(self, conn: Connection, *, inject_faults: bool) -> None:
+        """COMMIT, with the configured faults when inject_faults: the one place that
+        tells a failure before COMMIT (StoreUnavailable) from one during it (unknown)."""
+        fault = self.faults.draw() if inject_faults else None
+        if fault in ("unknown_commit_before", "unavailable_before"):
+            await conn.rollback()
+            if fault == "unavailable_before":
+                raise errors.StoreUnavailable("injected fault: rolled back before COMMIT; retry")
+            raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+        try:
+            await conn.commit()
+        except psycopg.OperationalError as exc:
+            raise errors.CommitOutcomeUnknown(
+                f"the database connection failed while COMMIT was in flight ({exc}): {_UNKNOWN}"
+            ) from exc
+        if fault == "unknown_commit_after":
+            raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+
+    async def hold(self, *, lock_timeout: timedelta) -> "HeldTransaction":
+        """A transaction held open across calls (Spanner's read-write transactions):
+        it keeps one pooled connection until committed or rolled back. A lock wait
+        longer than lock_timeout aborts the statement (TransactionAborted) instead of
+        queueing behind another open transaction."""
+        with wrap_errors():
+            conn = await self._pool.getconn()
+            try:
+                await conn.execute(_query("held_begin"), {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
+            except BaseException:
+                await self._pool.putconn(conn)
+                raise
+        return HeldTransaction(self, conn)
 
     @contextlib.asynccontextmanager
     async def read(self, queue: str | None = None) -> AsyncIterator[Connection]:
@@ -411,6 +435,56 @@ class Store:
             row = await cur.fetchone()
         return float(row[0]) if row else None
 
+    async def messages_select(
+        self, conn: Connection | None, queue: QueueDef, *, key_equals: Sequence[tuple[str, Any]] = (),
+        deliver_time_bounds: Sequence[tuple[str, datetime | None, timedelta]] = (),
+        order_by: str | None = None, descending: bool = False, limit: int | None = None,
+        now: datetime | None = None,
+    ) -> list[tuple[Key, Any, datetime]]:
+        """Reads messages (key, payload, deliver_time) without leasing them: a plain
+        SELECT over the queue. key_equals names key columns and values;
+        deliver_time_bounds are (operator, instant or None for now, offset);
+        order_by is a key column or deliver_time (default: the primary key). With
+        conn, inside that transaction (seeing its own writes); else autocommitted."""
+        names = _QueueSql(queue)
+        types = {c.name: c.type for c in queue.key_columns}
+        params: dict[str, Any] = {"limit": limit}
+        conditions: list[sql.Composable] = []
+        for i, (column, value) in enumerate(key_equals):
+            conditions.append(sql.SQL("{} = {}::{}").format(
+                sql.Identifier("m", column), sql.Placeholder(f"e{i}"), sql.SQL(SQL_TYPES[types[column]])))
+            params[f"e{i}"] = value
+        for i, (op, at, offset) in enumerate(deliver_time_bounds):
+            conditions.append(sql.SQL("m.deliver_time {} coalesce({}::timestamptz, {}::timestamptz, "
+                                      "statement_timestamp()) + {}::interval").format(
+                sql.SQL(_COMPARISONS[op]), sql.Placeholder(f"t{i}"), sql.Placeholder("now"),
+                sql.Placeholder(f"o{i}")))
+            params.update({f"t{i}": at, f"o{i}": offset})
+        params["now"] = now
+        direction = sql.SQL(" DESC" if descending else "")
+        if order_by is None:
+            order = sql.SQL(", ").join(sql.SQL("{}{}").format(sql.Identifier("m", c.name), direction)
+                                       for c in queue.key_columns)
+        else:
+            if order_by != "deliver_time" and order_by not in types:
+                raise errors.InvalidArgument(f"cannot order queue {queue.name!r} by {order_by!r}")
+            order = sql.SQL("{}{}").format(sql.Identifier("m", order_by), direction)
+        statement = _query(
+            "message_select",
+            key_columns=names.qualified_keys("m"),
+            queue=names.table,
+            conditions=sql.SQL(" AND ").join(conditions) if conditions else sql.SQL("TRUE"),
+            order=order,
+        )
+        width = len(queue.key_columns)
+        with wrap_errors(queue.name):
+            if conn is None:
+                async with self.read(queue.name) as own:
+                    rows = await (await own.execute(statement, params)).fetchall()
+            else:
+                rows = await (await conn.execute(statement, params)).fetchall()
+        return [(tuple(_normal_key(tuple(row[:width]))), _normal_value(row[width]), row[width + 1]) for row in rows]
+
     async def notify(self, conn: Connection, queue: str) -> None:
         await conn.execute(_query("wakeup_notify"), {"queue": queue})
 
@@ -453,6 +527,55 @@ class Store:
                 await conn.close()
                 raise
         return conn
+
+
+class HeldTransaction:
+    """One transaction held open across calls (from ``Store.hold``). Each statement
+    runs in a savepoint: when it fails, its own effects are undone and the
+    transaction stays usable, as Spanner's statement-level errors leave it.
+    ``commit`` and ``rollback`` end it and give the connection back to the pool;
+    ``rollback`` is safe to call again."""
+
+    def __init__(self, store: Store, conn: Connection) -> None:
+        self._store = store
+        self._conn: Connection | None = conn
+
+    @property
+    def active(self) -> bool:
+        return self._conn is not None
+
+    @contextlib.asynccontextmanager
+    async def statement(self, queue: str | None = None) -> AsyncIterator[Connection]:
+        conn = self._conn
+        if conn is None:
+            raise errors.TransactionAborted("the transaction has already ended; run it again")
+        with wrap_errors(queue):
+            async with conn.transaction():  # a SAVEPOINT: the transaction is already in progress
+                yield conn
+
+    async def commit(self, *, inject_faults: bool = False) -> None:
+        conn = self._conn
+        if conn is None:
+            raise errors.TransactionAborted("the transaction has already ended; run it again")
+        self._conn = None
+        try:
+            with wrap_errors():
+                await self._store._commit(conn, inject_faults=inject_faults)
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                await conn.rollback()  # a no-op after COMMIT; leaves a failed one clean for the pool
+            await self._store._pool.putconn(conn)
+
+    async def rollback(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with contextlib.suppress(psycopg.Error):
+            await conn.rollback()
+        await self._store._pool.putconn(conn)
+
+
+_COMPARISONS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>", "<>": "<>"}
 
 
 class _QueueSql:
@@ -583,6 +706,10 @@ def _replace_create_time(queue: QueueDef, create_time: datetime) -> QueueDef:
 
 def _payload_param(payload_type: ColumnType, payload: Any) -> Any:
     return Jsonb(payload) if payload_type is ColumnType.JSON else payload
+
+
+def _normal_value(value: Any) -> Any:
+    return bytes(value) if isinstance(value, memoryview) else value
 
 
 def _normal_key(key: Key) -> Key:
