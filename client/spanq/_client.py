@@ -131,6 +131,11 @@ class Client:
 
         return Subscription(self._thread, self._thread.run(start()))
 
+    subscribe.__doc__ = (aio.Client.subscribe.__doc__ or "").replace(
+        "Must be\n        called on the running event loop.",
+        "Returns at\n        once; the subscription runs on the client's loop thread.",
+    )
+
     @contextlib.contextmanager
     def transaction(self, *, request_id: str | None = None) -> Iterator[Transaction]:
         """``with client.transaction() as tx: tx.ack(...); tx.send(...)`` commits on a clean exit (nothing

@@ -276,7 +276,9 @@ class Client:
         """Leases up to ``max_messages`` deliverable messages, waiting up to ``timeout`` seconds for the
         first; returns [] if none came. For steady consumption use ``subscribe``.
 
-        The messages' leases are not renewed: ack, nack or renew them before the lease ends.
+        The messages' leases are not renewed: ack, nack or renew them before the lease ends. The stream is
+        closed after the first batch; a message the server leased to it a moment later is redelivered once
+        that lease ends.
         """
         schema = await self._schema(queue)
         request = queue_pb2.ReceiveRequest(queue=queue, max_batch_size=max_messages, max_outstanding=max_messages)
