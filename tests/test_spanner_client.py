@@ -13,13 +13,12 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-import grpc
 import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
 from google.protobuf import struct_pb2
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
 from spanq_server.server import start
 
@@ -107,7 +106,6 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
     userid, messageid, payload, deliver_time, lease_expiration, token, last_in_batch = rows[1][1]
     assert abs((deliver_time - later).total_seconds()) < 0.01 and isinstance(token, str) and last_in_batch is True
     assert lease_expiration > datetime.now(timezone.utc)
-    fields = None
 
     def columns() -> list[str]:
         with database.snapshot() as snapshot:
@@ -263,6 +261,16 @@ async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
         await asyncio.to_thread(_send, database, [(1, "once", b"x")])  # a single-use Commit
         assert sql.execute("SELECT userid, messageid FROM usertasks").fetchall() == [(1, "once")]
 
+        # RENEWLEASE under a read-only transaction commits on its own; its lost reply is settled too.
+        [(_, row), _end] = await asyncio.to_thread(receive, database, "300ms")
+
+        def renew_read_only() -> list:  # type: ignore[type-arg]
+            with database.snapshot() as snapshot:
+                return list(snapshot.execute_sql(f"SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => ['{row[5]}'])"))
+
+        [[old, new, _until]] = await asyncio.to_thread(renew_read_only)
+        assert old == row[5] and new != old
+
         def ack_and_resend(transaction):  # type: ignore[no-untyped-def]
             transaction.execute_update("DELETE FROM UserTasks WHERE UserId = 1 AND MessageId = 'once' "
                                        "ASSERT_ROWS_MODIFIED 1")
@@ -271,15 +279,23 @@ async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
         await asyncio.to_thread(database.run_in_transaction, ack_and_resend)  # a Commit with a transaction id
         assert sql.execute("SELECT userid, messageid FROM usertasks").fetchall() == [(1, "twice")]
 
+        def send_in_transaction(transaction):  # type: ignore[no-untyped-def]
+            # Mutations only: BeginTransaction with mutation_key, then Commit with the id.
+            transaction.send(queue="UserTasks", key=[1, "thrice"], payload=b64(b"z"))
+
+        await asyncio.to_thread(database.run_in_transaction, send_in_transaction)
+        assert sql.execute("SELECT messageid FROM usertasks ORDER BY 1").fetchall() == [("thrice",), ("twice",)]
+
         def ack() -> None:
             with database.batch() as batch:
                 batch.ack(queue="UserTasks", key=[1, "twice"])
+                batch.ack(queue="UserTasks", key=[1, "thrice"])
 
         await asyncio.to_thread(ack)  # not NOT_FOUND: the retry is answered from the ledger
         assert sql.execute("SELECT count(*) FROM usertasks").fetchone() == (0,)
-        assert running.store.faults.injected["unknown_commit_after"] == 3
+        assert running.store.faults.injected["unknown_commit_after"] == 5
         assert sql.execute("SELECT count(*) FROM spanq.commit_ledger WHERE request_id LIKE 'spanner:%'"
-                           ).fetchone() == (3,)
+                           ).fetchone() == (4,)
     finally:
         await running.stop(0)
 

@@ -6,7 +6,7 @@ meet. No protobuf beyond google.protobuf.Value, no SQL.
 
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,7 +15,7 @@ from google.protobuf import struct_pb2
 from .. import errors, ledger, queues
 from ..clock import Clock
 from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
-from ..mutations import AckOp, Mutator, RenewOp, SendOp
+from ..mutations import AckOp, Mutator, Outcome, RenewOp, SendOp
 from ..queues import Catalog
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ..store import Store
@@ -26,6 +26,8 @@ from .transactions import Use
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
 """RECEIVE without max_duration (the docs recommend 20 minutes)."""
 DEFAULT_RECEIVE_BATCH = 100
+RENEW_ATTEMPTS = 3
+"""A RENEWLEASE under a read-only transaction whose commit outcome is unknown is settled and retried."""
 
 PAYLOAD, DELIVER_TIME = "Payload", "DeliverTime"
 RECEIVE_COLUMNS = [("SpannerLeaseExpirationTimestamp", ColumnType.TIMESTAMP), ("SpannerLeaseToken", ColumnType.STRING),
@@ -136,27 +138,42 @@ class Executor:
     async def _renew(self, queue: QueueDef, s: st.RenewLease, params: Params, use: Use) -> Result:
         tokens = self._tokens(s.lease_tokens, params)
         op = RenewOp(queue=queue, lease_tokens=tokens, lease_duration=queue.lease_duration)
-        if use.read_only:
-            # Its own commit: RENEWLEASE changes the lease, like RECEIVE does under a read-only transaction.
-            kept: list[Any] = []
 
-            def encode(results: list[Any]) -> bytes:
-                kept.extend(results[0])
-                return b""
+        def rows_of(renewed: list[Any]) -> list[list[struct_pb2.Value]]:
+            return [
+                [values.encode(r.old_lease_token, ColumnType.STRING),
+                 values.encode(r.new_lease_token, ColumnType.STRING),
+                 values.encode(r.lease_expiration_time, ColumnType.TIMESTAMP)]
+                for r in renewed if r.new_lease_token is not None
+            ]
 
-            outcome = await self._mutator.commit(
-                [op], request_id=f"spanner-renew:{uuid.uuid4()}", fingerprint=ledger.fingerprint("renew", b""),
-                encode=encode)
-            assert not outcome.replayed
-            renewed = kept
-        else:
-            renewed = (await (await use.hold()).apply([op]))[0]
-        rows = [
-            [values.encode(r.old_lease_token, ColumnType.STRING), values.encode(r.new_lease_token, ColumnType.STRING),
-             values.encode(r.lease_expiration_time, ColumnType.TIMESTAMP)]
-            for r in renewed if r.new_lease_token is not None
-        ]
-        return Result(list(RENEW_COLUMNS), rows)
+        if not use.read_only:
+            return Result(list(RENEW_COLUMNS), rows_of((await (await use.hold()).apply([op]))[0]))
+        # Under a read-only transaction RENEWLEASE commits on its own, like RECEIVE's
+        # leases, through the commit ledger: an unknown outcome is settled there.
+        def encode(results: list[Any]) -> bytes:
+            table = struct_pb2.ListValue()
+            for row in rows_of(results[0]):
+                table.values.add().list_value.values.extend(row)
+            return table.SerializeToString()
+
+        fingerprint = ledger.fingerprint("spanner.RENEWLEASE", "\0".join([queue.name, *tokens]).encode())
+        for attempt in range(RENEW_ATTEMPTS):
+            request_id = f"spanner-renew:{uuid.uuid4()}"
+            try:
+                outcome = await self._mutator.commit([op], request_id=request_id, fingerprint=fingerprint,
+                                                     encode=encode)
+                break
+            except errors.CommitOutcomeUnknown:
+                recorded = await self._mutator.seal(request_id, fingerprint)
+                if recorded is not None:
+                    outcome = Outcome(recorded, replayed=True)
+                    break
+                if attempt == RENEW_ATTEMPTS - 1:  # it did not commit, and never will
+                    raise errors.StoreUnavailable("RENEWLEASE could not commit; nothing was renewed, retry")
+                # It did not commit, and now never will: renew afresh.
+        table = struct_pb2.ListValue.FromString(outcome.response)
+        return Result(list(RENEW_COLUMNS), [list(row.list_value.values) for row in table.values])
 
     async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
         key_names = [c.name for c in queue.key_columns]
@@ -369,5 +386,3 @@ def queue_ddl(queue: QueueDef) -> str:
         text += f",\n  INTERLEAVE IN PARENT {queue.parent_table} ON DELETE CASCADE"
     return text
 
-
-Check = Callable[[list[Any]], None]

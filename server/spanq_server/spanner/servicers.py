@@ -25,7 +25,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, duration_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from .. import errors, ledger, status
+from .. import codec, errors, ledger, status
 from ..clock import Clock
 from ..ledger import Ledger
 from ..model import AckItem, OutgoingMessage
@@ -36,7 +36,7 @@ from ..store import Store
 from . import sessions, statements, values
 from .admin import Admin, AlreadyExists, NotFound, now_pb
 from .executor import Executor, Result, RowCountMismatch, queue_ddl
-from .transactions import Transactions, Use
+from .transactions import Transactions, Use, check_read_only
 
 logger = logging.getLogger(__name__)
 
@@ -174,8 +174,6 @@ class SpannerService:
         sessions.database_of(request.session)
         mode = request.options.WhichOneof("mode")
         if mode == "read_only":
-            from .transactions import check_read_only
-
             check_read_only(request.options.read_only)
             reply = TransactionPb(id=self._transactions.read_only_id())
             reply.read_timestamp.CopyFrom(now_pb())
@@ -247,8 +245,6 @@ class SpannerService:
                 payload = values.decode(send.payload, queue.payload_type, "payload")
                 deliver_time = None
                 if send.HasField("deliver_time"):
-                    from .. import codec
-
                     deliver_time = codec.timestamp_to_datetime(send.deliver_time, "deliver_time")
                 return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
             if kind == "ack":
@@ -344,8 +340,6 @@ class SpannerService:
                 "database.snapshot().execute_sql(...)"
             )
         if kind == "single_use":
-            from .transactions import check_read_only
-
             check_read_only(selector.single_use.read_only)
         queue, columns, stream = await self._executor.receive(statement, request.params)
         first = PartialResultSetPb(resume_token=b"receive:0")

@@ -164,23 +164,34 @@ class Token:
         return self.kind == "ident" and not self.text.startswith("`") and self.value in words
 
 
-def _unquote(text: str, raw: bool) -> str:
+def _unquote(text: str, raw: bool, as_bytes: bool = False) -> Any:
+    """A quoted literal's value; \\xHH is a byte in a bytes literal, a character in a string."""
     body = text[1:-1]
     if raw:
-        return body
-    out, i = [], 0
+        return body.encode() if as_bytes else body
+    out, i = bytearray(), 0
     while i < len(body):
         ch = body[i]
         if ch == "\\" and i + 1 < len(body):
             nxt = body[i + 1]
+            if nxt in "xX" and re.fullmatch(r"[0-9A-Fa-f]{2}", body[i + 2:i + 4]):
+                code = int(body[i + 2:i + 4], 16)
+                out += bytes([code]) if as_bytes else chr(code).encode()
+                i += 4
+                continue
             if nxt not in _ESCAPES:
                 raise InvalidArgument(f"unsupported escape \\{nxt} in {text[:40]}")
-            out.append(_ESCAPES[nxt])
+            out += _ESCAPES[nxt].encode()
             i += 2
         else:
-            out.append(ch)
+            out += ch.encode()
             i += 1
-    return "".join(out)
+    if as_bytes:
+        return bytes(out)
+    try:
+        return out.decode()
+    except UnicodeDecodeError:
+        raise InvalidArgument(f"the string literal {text[:40]} is not valid UTF-8") from None
 
 
 def tokenize(text: str) -> list[Token]:
@@ -200,7 +211,7 @@ def tokenize(text: str) -> list[Token]:
         elif kind == "bytes":
             is_raw = raw[1] in "rR"
             body = raw[2:] if is_raw else raw[1:]
-            tokens.append(Token("bytes", raw, _unquote(body, is_raw).encode("utf-8")))
+            tokens.append(Token("bytes", raw, _unquote(body, is_raw, as_bytes=True)))
         elif kind == "param":
             tokens.append(Token("param", raw, raw[1:]))
         elif kind == "ident":

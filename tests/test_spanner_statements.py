@@ -1,0 +1,119 @@
+"""Unit tests of the Spanner front-end's strict statement parser and value encoding."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from google.protobuf import struct_pb2
+
+from spanq_server.errors import InvalidArgument
+from spanq_server.model import ColumnType
+from spanq_server.spanner import statements as st
+from spanq_server.spanner import values
+from spanq_server.spanner.executor import queue_ddl, queue_from_ddl
+
+
+def test_create_queue_as_in_spanners_docs() -> None:
+    parsed = st.parse_ddl("""
+        CREATE QUEUE UserTasks (
+          UserId     INT64 NOT NULL,
+          MessageId  STRING(36) NOT NULL,      -- UUID recommended
+          Payload    BYTES(MAX) NOT NULL
+        ) PRIMARY KEY (UserId, MessageId),
+        INTERLEAVE IN PARENT Users ON DELETE CASCADE""")
+    assert parsed == st.CreateQueue("usertasks", (("userid", ColumnType.INT64), ("messageid", ColumnType.STRING),
+                                                  ("payload", ColumnType.BYTES)), ("userid", "messageid"), "users")
+    queue = queue_from_ddl(parsed)
+    assert [c.name for c in queue.key_columns] == ["userid", "messageid"] and queue.parent_table == "users"
+    assert queue_from_ddl(st.parse_ddl(queue_ddl(queue))) == queue  # GetDatabaseDdl round-trips
+    trailing = st.parse_ddl("CREATE Queue MyQueue (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL,) "
+                            "PRIMARY KEY (Id), OPTIONS (receive_mode = 'PULL')")
+    assert trailing.name == "myqueue" and trailing.primary_key == ("id",)
+    assert st.parse_ddl("DROP QUEUE IF EXISTS `UserTasks`;") == st.DropQueue("usertasks", True)
+
+
+@pytest.mark.parametrize("ddl, message", [
+    ("CREATE TABLE T (Id INT64) PRIMARY KEY (Id)", "only CREATE QUEUE"),
+    ("CREATE QUEUE Q (Id FLOAT64, Payload BYTES(MAX)) PRIMARY KEY (Id)", "FLOAT64"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES) PRIMARY KEY (Id)", "needs a length"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id DESC)", "DESC"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id), OPTIONS (receive_mode = 'PUSH')", "PULL"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id) garbage", "end of the statement"),
+])
+def test_unsupported_ddl_is_invalid_argument(ddl: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        st.parse_ddl(ddl)
+
+
+@pytest.mark.parametrize("ddl, message", [
+    ("CREATE QUEUE Q (Id INT64) PRIMARY KEY (Id)", "needs a Payload"),
+    ("CREATE QUEUE Q (Id INT64, Extra STRING(MAX), Payload BYTES(MAX)) PRIMARY KEY (Id)", "extra"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Other)", "not defined"),
+])
+def test_queue_shapes_are_checked(ddl: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        queue_from_ddl(st.parse_ddl(ddl))
+
+
+def test_the_queue_statements() -> None:
+    assert st.parse("SELECT * FROM RECEIVE_UserTasks(max_duration => '20m', max_batch_size => 20)") == st.Receive(
+        "usertasks", {"max_duration": st.Literal("20m"), "max_batch_size": st.Literal(20)})
+    assert st.parse("select * from receive_q()") == st.Receive("q", {})
+    assert st.parse("SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => ['t1', 't2'])") == st.RenewLease(
+        "usertasks", st.Array((st.Literal("t1"), st.Literal("t2"))))
+    assert st.parse("SELECT * FROM RENEWLEASE_Q(@tokens)") == st.RenewLease("q", st.Param("tokens"))
+    assert st.parse("DELETE FROM UserTasks WHERE UserId = @userId AND MessageId = 'm' ASSERT_ROWS_MODIFIED 1;") == \
+        st.Delete("usertasks", (st.Condition("userid", "=", st.Param("userId")),
+                                st.Condition("messageid", "=", st.Literal("m"))), 1)
+    insert = st.parse("INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES "
+                      "(123, 'id-1', b'\\x41bc', TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 1 HOUR)), "
+                      "(-4, \"id-2\", B\"x\", CURRENT_TIMESTAMP())")
+    assert insert == st.Insert("usertasks", ("userid", "messageid", "payload", "delivertime"), (
+        (st.Literal(123), st.Literal("id-1"), st.Literal(b"Abc"), st.Now(timedelta(hours=1))),
+        (st.Literal(-4), st.Literal("id-2"), st.Literal(b"x"), st.Now()),
+    ))
+    select = st.parse("SELECT * FROM UserTasks WHERE DeliverTime <= CURRENT_TIMESTAMP() ORDER BY DeliverTime DESC "
+                      "LIMIT 10")
+    assert select == st.Select("usertasks", None, (st.Condition("delivertime", "<=", st.Now()),), "delivertime",
+                               True, st.Literal(10))
+
+
+@pytest.mark.parametrize("sql, message", [
+    ("", "empty"),
+    ("UPDATE UserTasks SET Payload = b'x' WHERE UserId = 1", "unsupported statement"),
+    ("SELECT * FROM RECEIVE_Q(20, NULL, '20m')", "name RECEIVE's arguments"),
+    ("SELECT * FROM RECEIVE_Q(max_wait => '1s')", "takes max_duration"),
+    ("SELECT * FROM READ_Q()", "unknown table function"),
+    ("DELETE FROM Q WHERE A = 1 OR B = 2", "AND"),
+    ("INSERT INTO Q (A, B) VALUES (1)", "1 value"),
+    ("SELECT * FROM Q; DROP TABLE Q", "end of the statement"),
+    ("SELECT 'unterminated FROM Q", "cannot read"),
+])
+def test_everything_else_is_invalid_argument_naming_what_is_understood(sql: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=message):
+        st.parse(sql)
+
+
+def test_durations() -> None:
+    assert st.duration("20m", "d") == timedelta(minutes=20)
+    assert st.duration("1h30m", "d") == timedelta(minutes=90)
+    assert st.duration("500ms", "d") == timedelta(milliseconds=500)
+    with pytest.raises(InvalidArgument):
+        st.duration("soon", "d")
+
+
+def test_spanner_value_encoding() -> None:
+    v = struct_pb2.Value
+    assert values.decode(v(string_value="-9223372036854775808"), ColumnType.INT64, "k") == -(2**63)
+    assert values.decode(v(string_value="aGk="), ColumnType.BYTES, "k") == b"hi"
+    assert values.decode(v(string_value='{"a": [1]}'), ColumnType.JSON, "p") == {"a": [1]}
+    when = datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=timezone.utc)
+    assert values.decode(v(string_value="2026-01-02T03:04:05.12Z"), ColumnType.TIMESTAMP, "t") == when
+    assert values.encode(when, ColumnType.TIMESTAMP).string_value == "2026-01-02T03:04:05.12Z"
+    assert values.encode(2**62, ColumnType.INT64).string_value == str(2**62)
+    assert values.encode(b"hi", ColumnType.BYTES).string_value == "aGk="
+    for bad, column_type in [(v(string_value="9223372036854775808"), ColumnType.INT64),
+                             (v(number_value=1.5), ColumnType.INT64),
+                             (v(string_value="not base64!"), ColumnType.BYTES),
+                             (v(null_value=0), ColumnType.STRING)]:
+        with pytest.raises(InvalidArgument):
+            values.decode(bad, column_type, "value")
