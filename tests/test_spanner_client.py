@@ -16,7 +16,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
+from google.cloud.spanner_v1.types import CommitRequest
 from google.protobuf import struct_pb2
+from google.rpc.error_details_pb2 import RetryInfo
 
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
@@ -248,6 +250,17 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
     assert [s.split("(")[0].strip() for s in statements] == ["CREATE QUEUE other", "CREATE QUEUE usertasks"]
     with pytest.raises(exceptions.InvalidArgument, match="CREATE TABLE|only CREATE QUEUE"):
         await asyncio.to_thread(ddl, ["CREATE TABLE T (Id INT64) PRIMARY KEY (Id)"])
+
+    # Committing a transaction the server does not hold (reaped, lost, never begun) is
+    # ABORTED with a short RetryInfo, so run_in_transaction runs the function again at once.
+    def commit_unknown_transaction() -> None:
+        database.spanner_api.commit(request=CommitRequest(
+            session=f"{database.name}/sessions/any", transaction_id=b"rw-not-a-transaction"))
+
+    with pytest.raises(exceptions.Aborted, match="not found") as aborted:
+        await asyncio.to_thread(commit_unknown_transaction)
+    retry = RetryInfo.FromString(dict(aborted.value.errors[0].trailing_metadata())["google.rpc.retryinfo-bin"])
+    assert retry.retry_delay.ToTimedelta() == timedelta(milliseconds=50)
 
 
 async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
