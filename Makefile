@@ -35,6 +35,9 @@ proto: $(STAMP) ## regenerate the gRPC stubs from protos/
 bench: $(STAMP) ## run the benchmarks and print figures against the plain-SQL baseline
 	$(PY) -m bench
 
+bench-quick: $(STAMP) ## the same benchmark table with small sizes (under a minute)
+	$(PY) -m bench --quick
+
 clean: ## remove the venv and local data
 	rm -rf $(VENV) .spanq
 
