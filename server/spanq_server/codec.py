@@ -212,10 +212,14 @@ def timestamp_to_datetime(stamp: timestamp_pb2.Timestamp, what: str = "timestamp
         ) from None
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(when)
-    return stamp
+    # Timestamp.FromDatetime (calendar.timegm) was a sixth of the server's CPU while
+    # draining a queue: three timestamps per received message. Naive means UTC, as there.
+    delta = (when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)) - _EPOCH
+    return timestamp_pb2.Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def duration_from_proto(

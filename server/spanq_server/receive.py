@@ -110,15 +110,18 @@ class Receiver:
             if held >= options.max_outstanding:
                 held = await self._store.leases_count_held(queue, prefix, self._clock.now())
             if held < options.max_outstanding:
+                asked = min(options.max_batch_size, options.max_outstanding - held)
                 batch = await self._store.messages_lease(
                     queue,
-                    max_batch_size=min(options.max_batch_size, options.max_outstanding - held),
+                    max_batch_size=asked,
                     lease_duration=lease,
                     lease_prefix=prefix,
                     now=self._clock.now(),
                 )
                 if batch:
                     held += len(batch)
+                    if len(batch) == asked:
+                        signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
                     _honour_cancellation()
                     yield batch
                     continue

@@ -10,6 +10,8 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
+import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,6 +33,8 @@ MIGRATION_LOCK_ID = 0x5350_414E_5100_0001
 """pg_advisory_xact_lock key for migrations ("SPANQ" + 1)."""
 CATALOG_LOCK_ID = 0x5350_414E_5100_0002
 """pg_advisory_xact_lock key for queue DDL, so the queue limit holds across servers."""
+RECENTLY_USED = 1.0
+"""Seconds: a pooled connection returned in good order this recently is handed out unchecked."""
 
 SQL_TYPES = {
     ColumnType.BOOL: "boolean",
@@ -95,9 +99,25 @@ class Store:
             timeout=timeout,
             open=False,
             configure=self._configure,
-            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            check=self._check,
+            reset=self._returned,
             name="spanq",
         )
+        self._last_returned: weakref.WeakKeyDictionary[Connection, float] = weakref.WeakKeyDictionary()
+
+    async def _check(self, conn: Connection) -> None:
+        """The pool's liveness check (a round trip), skipped for a connection returned in
+        good order within RECENTLY_USED: under load it would double the round trips of a
+        short transaction. If the server died since, the first statement fails, before any
+        COMMIT, as StoreUnavailable."""
+        returned = self._last_returned.get(conn)
+        if returned is not None and time.monotonic() - returned < RECENTLY_USED and not conn.broken:
+            return
+        await psycopg_pool.AsyncConnectionPool.check_connection(conn)
+
+    async def _returned(self, conn: Connection) -> None:
+        if not conn.broken and conn.pgconn.status == psycopg.pq.ConnStatus.OK:
+            self._last_returned[conn] = time.monotonic()
 
     @staticmethod
     async def _configure(conn: Connection) -> None:
@@ -308,10 +328,14 @@ class Store:
     ) -> None:
         names = _QueueSql(queue)
         params: dict[str, Any] = names.key_array_params([m.key for m in messages])
+        deliver_times = [m.deliver_time for m in messages]
+        delays = [m.delay for m in messages]
         params.update(
             payloads=[_payload_param(queue.payload_type, m.payload) for m in messages],
-            deliver_times=[m.deliver_time for m in messages],
-            delays=[m.delay for m in messages],
+            # NULL rather than an array of NULLs when no message is scheduled: multi-argument
+            # unnest pads with NULLs all the same, and dumping the array costs the server CPU.
+            deliver_times=deliver_times if any(t is not None for t in deliver_times) else None,
+            delays=delays if any(d is not None for d in delays) else None,
             now=now,
         )
         with wrap_errors(queue.name):
