@@ -28,21 +28,22 @@ async def wait_for(predicate, timeout: float = 10.0, what: str = "condition") ->
 async def test_a_callback_slower_than_three_leases_is_never_redelivered_while_alive(server, sql, caplog):
     caplog.set_level(logging.WARNING, logger="spanq")
     async with spanq.aio.Client(server.target) as client:
+        # A 2 s lease and 7 s callbacks: over three leases, with margin for a loaded machine.
         await client.create_queue("slow", key_columns=[("id", "STRING")], payload_type="STRING",
-                                  lease_duration=1, initial_backoff=0)
+                                  lease_duration=2, initial_backoff=0)
         await client.send_many("slow", [spanq.OutgoingMessage("work", k) for k in ("a", "b")])
         deliveries: list[tuple[str, int]] = []
         tokens: dict[str, set[str]] = {"a": set(), "b": set()}
 
         async def slow_async(message: spanq.Message) -> None:
             deliveries.append((message.key[0], message.delivery_attempt))
-            for _ in range(14):  # 3.5 s, watching the lease token change as the leaser renews it
+            for _ in range(28):  # 7 s, watching the lease token change as the leaser renews it
                 tokens[message.key[0]].add(message.lease_token)
                 await asyncio.sleep(0.25)
 
         def slow_sync(message: spanq.Message) -> None:  # runs on the subscriber's thread pool
             deliveries.append((message.key[0], message.delivery_attempt))
-            for _ in range(14):
+            for _ in range(28):
                 tokens[message.key[0]].add(message.lease_token)
                 time.sleep(0.25)
 
