@@ -8,7 +8,6 @@ threads may share one Client.
 from __future__ import annotations
 
 import contextlib
-import functools
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -34,6 +33,26 @@ def _blocking(method: Callable[Concatenate[aio.Client, P], Coroutine[Any, Any, R
     call.__name__ = method.__name__
     call.__qualname__ = f"Client.{method.__name__}"
     call.__doc__ = method.__doc__
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature() shows the real parameters
+    return call
+
+
+def _subscribing(method: Callable[Concatenate[aio.Client, P], aio.Subscription]) -> Callable[Concatenate[Client, P], Subscription]:
+    """The blocking twin of ``aio.Client.subscribe`` (same signature, typed as such): starts it on the loop
+    thread and returns a blocking Subscription."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Subscription:
+        async def start() -> aio.Subscription:
+            return method(self._aio, *args, **kwargs)
+
+        return Subscription(self._thread, self._thread.run(start()))
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"Client.{method.__name__}"
+    call.__doc__ = (method.__doc__ or "").replace(
+        "Must be\n        called on the running event loop.",
+        "Returns at\n        once; the subscription runs on the client's loop thread.",
+    )
     call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature() shows the real parameters
     return call
 
@@ -124,17 +143,7 @@ class Client:
     commit = _blocking(aio.Client.commit)
     open = _blocking(aio.Client.open)
 
-    @functools.wraps(aio.Client.subscribe)
-    def subscribe(self, *args: Any, **kwargs: Any) -> Subscription:
-        async def start() -> aio.Subscription:
-            return self._aio.subscribe(*args, **kwargs)
-
-        return Subscription(self._thread, self._thread.run(start()))
-
-    subscribe.__doc__ = (aio.Client.subscribe.__doc__ or "").replace(
-        "Must be\n        called on the running event loop.",
-        "Returns at\n        once; the subscription runs on the client's loop thread.",
-    )
+    subscribe = _subscribing(aio.Client.subscribe)
 
     @contextlib.contextmanager
     def transaction(self, *, request_id: str | None = None) -> Iterator[Transaction]:

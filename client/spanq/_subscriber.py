@@ -106,6 +106,8 @@ class Subscriber:
         self._stream_open = False
         self._stream_window = 0
         self._stream_own = 0
+        self._stream_delivered = 0  # messages the current stream delivered
+        self._stream_silent = 0  # of those, released after spanq.sql acked them: the server was not told
         self._error: BaseException | None = None
         self.task = self._loop.create_task(self._run(), name=f"spanq-subscriber-{queue}")
 
@@ -197,6 +199,7 @@ class Subscriber:
             window = self._fc.max_messages - len(self._in_hand)
             self._stream_id += 1
             self._stream_window, self._stream_own, self._stream_open = window, 0, True
+            self._stream_delivered = self._stream_silent = 0
             self._restart.clear()
             request = queue_pb2.ReceiveRequest(
                 queue=self.queue,
@@ -273,6 +276,7 @@ class Subscriber:
         self._bytes += message.size
         if stream == self._stream_id:
             self._stream_own += 1
+            self._stream_delivered += 1
         self._leaser.add(message)
         task = self._loop.create_task(self._invoke(message), name=f"spanq-callback-{self.queue}")
         self._callbacks.add(task)
@@ -382,6 +386,7 @@ class Subscriber:
             self._leaser.remove(message)
         if stream == self._stream_id:
             self._stream_own -= 1
+            self._stream_silent += message._sql_acked
         if self._paused:
             if self._load() < self._fc.resume_threshold:
                 self._paused = False
@@ -393,6 +398,12 @@ class Subscriber:
                 room = self._fc.max_messages - (len(self._in_hand) - self._stream_own)
                 if room - self._stream_window >= max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages)):
                     self._restart.set()
+            elif self._stream_open and self._stream_delivered >= self._stream_window and self._stream_silent >= min(
+                    self._stream_window, max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages))):
+                # The stream used up its max_outstanding, and the room came from acks made in the application's
+                # own transactions (spanq.sql.ack), which the server does not hear of: it would wait for its next
+                # poll (seconds) before leasing more. Reopen it.
+                self._restart.set()
 
     def settled_elsewhere(self, message: Message, action: str) -> None:
         """A client call (ack, nack, commit) settled one of this subscriber's messages."""
