@@ -29,6 +29,9 @@ chaos: $(STAMP) ## the fault and history soaks, ten times longer (SPANQ_CHAOS_SC
 	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
 		tests/test_faults.py tests/test_history.py
 
+typecheck: $(STAMP) ## mypy --strict over the SDK (also part of make test)
+	$(PY) -m mypy --strict -p spanq
+
 proto: $(STAMP) ## regenerate the gRPC stubs from protos/
 	$(PY) tools/genproto.py
 
@@ -41,4 +44,4 @@ bench-quick: $(STAMP) ## the same benchmark table with small sizes (under a minu
 clean: ## remove the venv and local data
 	rm -rf $(VENV) .spanq
 
-.PHONY: help install run test chaos proto bench clean
+.PHONY: help install run test chaos typecheck proto bench bench-quick clean
