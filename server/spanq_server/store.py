@@ -25,7 +25,8 @@ from psycopg.types.json import Jsonb
 from . import errors
 from .faults import FaultInjector
 from .model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
-from .sql import MIGRATIONS, QUERIES
+from .sql import MIGRATIONS
+from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
 logger = logging.getLogger(__name__)
 
@@ -36,23 +37,10 @@ CATALOG_LOCK_ID = 0x5350_414E_5100_0002
 RECENTLY_USED = 1.0
 """Seconds: a pooled connection returned in good order this recently is handed out unchecked."""
 
-SQL_TYPES = {
-    ColumnType.BOOL: "boolean",
-    ColumnType.INT64: "bigint",
-    ColumnType.STRING: "text",
-    ColumnType.BYTES: "bytea",
-    ColumnType.TIMESTAMP: "timestamptz",
-    ColumnType.JSON: "jsonb",
-}
 
 Connection = psycopg.AsyncConnection[Any]
 
 _UNKNOWN = "the commit may or may not have happened; replay the same request_id to learn which"
-
-
-def _query(name: str, **fragments: sql.Composable) -> sql.Composed | sql.SQL:
-    statement = sql.SQL(QUERIES[name])  # type: ignore[arg-type]  # loaded from our own file
-    return statement.format(**fragments) if fragments else statement
 
 
 @contextlib.contextmanager
@@ -186,7 +174,7 @@ class Store:
         with wrap_errors():
             conn = await self._pool.getconn()
             try:
-                await conn.execute(_query("held_begin"), {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
+                await conn.execute(query("held_begin"), {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
             except BaseException:
                 await self._pool.putconn(conn)
                 raise
@@ -209,9 +197,9 @@ class Store:
     async def migrate(self) -> list[int]:
         """Applies missing migrations, under an advisory lock so concurrent servers take turns."""
         async with self.transaction() as conn:
-            await conn.execute(_query("advisory_lock"), {"lock_id": MIGRATION_LOCK_ID})
-            await conn.execute(_query("migration_table_create"))
-            cur = await conn.execute(_query("migration_applied_list"))
+            await conn.execute(query("advisory_lock"), {"lock_id": MIGRATION_LOCK_ID})
+            await conn.execute(query("migration_table_create"))
+            cur = await conn.execute(query("migration_applied_list"))
             applied = {row[0] for row in await cur.fetchall()}
             done = []
             for migration in MIGRATIONS:
@@ -219,7 +207,7 @@ class Store:
                     continue
                 logger.info("applying migration %04d_%s", migration.version, migration.name)
                 await conn.execute(migration.sql.encode())
-                await conn.execute(_query("migration_record"), {"version": migration.version, "name": migration.name})
+                await conn.execute(query("migration_record"), {"version": migration.version, "name": migration.name})
                 done.append(migration.version)
             return done
 
@@ -227,19 +215,19 @@ class Store:
 
     async def queue_get(self, name: str) -> QueueDef | None:
         async with self.read() as conn:
-            cur = await conn.execute(_query("queue_get"), {"name": name})
+            cur = await conn.execute(query("queue_get"), {"name": name})
             row = await cur.fetchone()
         return _queue_from_row(row) if row else None
 
     async def queue_list(self, after: str, limit: int) -> list[QueueDef]:
         async with self.read() as conn:
-            cur = await conn.execute(_query("queue_list"), {"after": after, "limit": limit})
+            cur = await conn.execute(query("queue_list"), {"after": after, "limit": limit})
             return [_queue_from_row(row) for row in await cur.fetchall()]
 
     async def queue_create(self, queue: QueueDef, *, max_queues: int) -> QueueDef:
         """Creates the catalog row, table, indexes, trigger and SQL functions in one transaction."""
         async with self.transaction(queue.name) as conn:
-            await conn.execute(_query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
+            await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
             count = await _scalar(conn, "queue_count")
             if count >= max_queues:
                 raise errors.LimitExceeded(
@@ -259,9 +247,9 @@ class Store:
                         f"parent table {queue.parent_table!r} has {width} primary-key columns; the queue's key "
                         f"must start with as many columns matching them, but it has {len(queue.key_columns)}"
                     )
-                parent = _query(
+                parent = query(
                     "queue_parent_constraint",
-                    parent_key_columns=_identifiers(c.name for c in queue.key_columns[:width]),
+                    parent_key_columns=identifiers(c.name for c in queue.key_columns[:width]),
                     parent_table=sql.Identifier("public", queue.parent_table),
                 )
             if queue.dead_letter_queue:
@@ -273,13 +261,13 @@ class Store:
                         f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
                         "type as the queue"
                     )
-            cur = await conn.execute(_query("queue_insert"), _queue_params(queue))
+            cur = await conn.execute(query("queue_insert"), _queue_params(queue))
             row = await cur.fetchone()
             assert row is not None
-            names = _QueueSql(queue)
+            names = QueueStatements(queue)
             try:
                 await conn.execute(
-                    _query(
+                    query(
                         "queue_table_create",
                         queue=names.table,
                         key_column_definitions=names.key_definitions,
@@ -301,11 +289,11 @@ class Store:
             return _replace_create_time(queue, row[0])
 
     async def queue_drop(self, queue: QueueDef) -> None:
-        names = _QueueSql(queue)
+        names = QueueStatements(queue)
         async with self.transaction(queue.name) as conn:
-            await conn.execute(_query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
+            await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
             try:
-                cur = await conn.execute(_query("queue_delete"), {"name": queue.name})
+                cur = await conn.execute(query("queue_delete"), {"name": queue.name})
             except (pg_errors.ForeignKeyViolation, pg_errors.RestrictViolation) as exc:  # ON DELETE RESTRICT: 23001
                 raise errors.FailedPrecondition(
                     f"queue {queue.name!r} is the dead-letter queue of another queue; drop that queue first"
@@ -313,7 +301,7 @@ class Store:
             if cur.rowcount == 0:
                 raise errors.QueueNotFound(f"queue {queue.name!r} does not exist")
             await conn.execute(
-                _query(
+                query(
                     "queue_drop",
                     queue=names.table,
                     receive_function=names.receive_function,
@@ -326,7 +314,7 @@ class Store:
     async def messages_insert(
         self, conn: Connection, queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
     ) -> None:
-        names = _QueueSql(queue)
+        names = QueueStatements(queue)
         params: dict[str, Any] = names.key_array_params([m.key for m in messages])
         deliver_times = [m.deliver_time for m in messages]
         delays = [m.delay for m in messages]
@@ -340,7 +328,7 @@ class Store:
         )
         with wrap_errors(queue.name):
             await conn.execute(
-                _query(
+                query(
                     "message_insert",
                     queue=names.table,
                     key_columns=names.keys,
@@ -355,11 +343,11 @@ class Store:
         self, queue: QueueDef, *, max_batch_size: int, lease_duration: timedelta, lease_prefix: str,
         now: datetime | None,
     ) -> list[LeasedMessage]:
-        names = _QueueSql(queue)
+        names = QueueStatements(queue)
         width = len(queue.key_columns)
         async with self.read(queue.name) as conn:
             cur = await conn.execute(
-                _query("message_lease_batch", receive_function=names.receive_function),
+                query("message_lease_batch", receive_function=names.receive_function),
                 {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
                  "lease_prefix": lease_prefix, "now": now},
             )
@@ -382,11 +370,11 @@ class Store:
         self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool
     ) -> list[AckResult]:
         """Deletes the acked messages; raises (and the caller rolls back) if one cannot be acked."""
-        names = _QueueSql(queue)
+        names = QueueStatements(queue)
         params = names.key_array_params([i.key for i in items])
         with wrap_errors(queue.name):
             cur = await conn.execute(
-                _query(
+                query(
                     "message_ack",
                     queue=names.table,
                     key_arrays=names.key_arrays,
@@ -401,7 +389,7 @@ class Store:
             still_there: set[Key] = set()
             if missing:
                 cur = await conn.execute(
-                    _query(
+                    query(
                         "message_ack_probe",
                         queue=names.table,
                         key_arrays=names.key_arrays,
@@ -432,10 +420,10 @@ class Store:
         self, conn: Connection, queue: QueueDef, tokens: Sequence[str], lease_duration: timedelta,
         now: datetime | None,
     ) -> list[RenewResult]:
-        names = _QueueSql(queue)
+        names = QueueStatements(queue)
         with wrap_errors(queue.name):
             cur = await conn.execute(
-                _query("lease_renew", renew_function=names.renew_function),
+                query("lease_renew", renew_function=names.renew_function),
                 {"lease_tokens": list(tokens), "lease_duration": lease_duration, "now": now},
             )
             rows = {row[0]: row for row in await cur.fetchall()}
@@ -446,7 +434,7 @@ class Store:
     async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
         async with self.read(queue.name) as conn:
             cur = await conn.execute(
-                _query("lease_count_held", queue=_QueueSql(queue).table),
+                query("lease_count_held", queue=QueueStatements(queue).table),
                 {"lease_prefix": lease_prefix, "now": now},
             )
             row = await cur.fetchone()
@@ -455,7 +443,7 @@ class Store:
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
         """Seconds until the queue's earliest deliver_time; None when the queue is empty."""
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(_query("message_next_delivery", queue=_QueueSql(queue).table), {"now": now})
+            cur = await conn.execute(query("message_next_delivery", queue=QueueStatements(queue).table), {"now": now})
             row = await cur.fetchone()
         return float(row[0]) if row else None
 
@@ -470,7 +458,7 @@ class Store:
         deliver_time_bounds are (operator, instant or None for now, offset);
         order_by is a key column or deliver_time (default: the primary key). With
         conn, inside that transaction (seeing its own writes); else autocommitted."""
-        names = _QueueSql(queue)
+        names = QueueStatements(queue)
         types = {c.name: c.type for c in queue.key_columns}
         params: dict[str, Any] = {"limit": limit}
         conditions: list[sql.Composable] = []
@@ -493,7 +481,7 @@ class Store:
             if order_by != "deliver_time" and order_by not in types:
                 raise errors.InvalidArgument(f"cannot order queue {queue.name!r} by {order_by!r}")
             order = sql.SQL("{}{}").format(sql.Identifier("m", order_by), direction)
-        statement = _query(
+        statement = query(
             "message_select",
             key_columns=names.qualified_keys("m"),
             queue=names.table,
@@ -510,24 +498,24 @@ class Store:
         return [(tuple(_normal_key(tuple(row[:width]))), _normal_value(row[width]), row[width + 1]) for row in rows]
 
     async def notify(self, conn: Connection, queue: str) -> None:
-        await conn.execute(_query("wakeup_notify"), {"queue": queue})
+        await conn.execute(query("wakeup_notify"), {"queue": queue})
 
     # -- the commit ledger ----------------------------------------------------
 
     async def ledger_claim(self, conn: Connection, request_id: str, fingerprint: bytes, now: datetime | None) -> bool:
         """True if this transaction now owns request_id; False if a committed one has it."""
         cur = await conn.execute(
-            _query("ledger_claim"), {"request_id": request_id, "fingerprint": fingerprint, "now": now}
+            query("ledger_claim"), {"request_id": request_id, "fingerprint": fingerprint, "now": now}
         )
         return await cur.fetchone() is not None
 
     async def ledger_record(self, conn: Connection, request_id: str, response: bytes) -> None:
-        await conn.execute(_query("ledger_record"), {"request_id": request_id, "response": response})
+        await conn.execute(query("ledger_record"), {"request_id": request_id, "response": response})
 
     async def ledger_lookup(self, request_id: str) -> tuple[bytes, bytes] | None:
         """(fingerprint, response) of a committed request_id, or None."""
         async with self.read() as conn:
-            cur = await conn.execute(_query("ledger_lookup"), {"request_id": request_id})
+            cur = await conn.execute(query("ledger_lookup"), {"request_id": request_id})
             row = await cur.fetchone()
         return (bytes(row[0]), bytes(row[1])) if row else None
 
@@ -535,7 +523,7 @@ class Store:
         """Deletes one batch of expired entries; returns how many."""
         async with self.read() as conn:
             cur = await conn.execute(
-                _query("ledger_prune"), {"retention": retention, "now": now, "batch_size": batch_size}
+                query("ledger_prune"), {"retention": retention, "now": now, "batch_size": batch_size}
             )
             return cur.rowcount
 
@@ -546,7 +534,7 @@ class Store:
         with wrap_errors():
             conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
             try:
-                await conn.execute(_query("wakeup_listen"))
+                await conn.execute(query("wakeup_listen"))
             except BaseException:  # also cancellation by a stop() right after start(): close, do not leak
                 await conn.close()
                 raise
@@ -602,91 +590,14 @@ class HeldTransaction:
 _COMPARISONS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>", "<>": "<>"}
 
 
-class _QueueSql:
-    """The identifiers and fragments of one queue's statements (composed, never from user text)."""
-
-    def __init__(self, queue: QueueDef) -> None:
-        self.queue = queue
-        self.table = sql.Identifier("public", queue.name)
-        self.receive_function = sql.Identifier(f"receive_{queue.name}")
-        self.renew_function = sql.Identifier(f"renewlease_{queue.name}")
-        self.keys = _identifiers(c.name for c in queue.key_columns)
-        self.key_definitions = sql.SQL(",\n    ").join(
-            sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type]))
-            for c in queue.key_columns
-        )
-        self.key_outputs = sql.SQL(",\n    ").join(
-            sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type])) for c in queue.key_columns
-        )
-        self.key_arrays = sql.SQL(", ").join(
-            sql.SQL("{}::{}[]").format(sql.Placeholder(f"k{i}"), sql.SQL(SQL_TYPES[c.type]))
-            for i, c in enumerate(queue.key_columns)
-        )
-
-    def qualified_keys(self, alias: str) -> sql.Composed:
-        return sql.SQL(", ").join(sql.Identifier(alias, c.name) for c in self.queue.key_columns)
-
-    def key_array_params(self, keys: Sequence[Key]) -> dict[str, Any]:
-        return {f"k{i}": [key[i] for key in keys] for i in range(len(self.queue.key_columns))}
-
-    def receive_function_ddl(self) -> sql.Composed:
-        q = self.queue
-        steps: sql.Composable = sql.SQL("")
-        live: sql.Composable = sql.SQL("")
-        if q.dead_letter_queue and q.max_delivery_attempts:
-            steps = _query(
-                "queue_receive_dead_letter_steps",
-                queue=self.table,
-                m_key_columns=self.qualified_keys("m"),
-                ready_qualified_key_columns=self.qualified_keys("ready"),
-                max_delivery_attempts=sql.Literal(q.max_delivery_attempts),
-                dead_letter_queue=sql.Identifier("public", q.dead_letter_queue),
-                key_columns=self.keys,
-            )
-            live = sql.SQL(" AND ready.attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
-        return _query(
-            "queue_receive_function_create",
-            receive_function=self.receive_function,
-            lease_duration=sql.Literal(q.lease_duration),
-            key_column_outputs=self.key_outputs,
-            payload_type=sql.SQL(SQL_TYPES[q.payload_type]),
-            ready_key_columns=self.qualified_keys("m"),
-            queue=self.table,
-            dead_letter_steps=steps,
-            max_backoff=sql.Literal(q.max_backoff),
-            initial_backoff=sql.Literal(q.initial_backoff),
-            m_key_columns=self.qualified_keys("m"),
-            ready_qualified_key_columns=self.qualified_keys("ready"),
-            live_condition=live,
-        )
-
-    def renew_function_ddl(self) -> sql.Composed:
-        q = self.queue
-        return _query(
-            "queue_renew_function_create",
-            renew_function=self.renew_function,
-            lease_duration=sql.Literal(q.lease_duration),
-            ready_key_columns=self.qualified_keys("m"),
-            queue=self.table,
-            max_backoff=sql.Literal(q.max_backoff),
-            initial_backoff=sql.Literal(q.initial_backoff),
-            m_key_columns=self.qualified_keys("m"),
-            held_key_columns=self.qualified_keys("held"),
-        )
-
-
-def _identifiers(names: Any) -> sql.Composed:
-    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
-
-
-async def _scalar(conn: Connection, query: str, **params: Any) -> Any:
-    cur = await conn.execute(_query(query), params)
+async def _scalar(conn: Connection, statement: str, /, **params: Any) -> Any:
+    cur = await conn.execute(query(statement), params)
     row = await cur.fetchone()
     return row[0] if row else None
 
 
 async def _fetch_queue(conn: Connection, name: str) -> QueueDef | None:
-    cur = await conn.execute(_query("queue_get"), {"name": name})
+    cur = await conn.execute(query("queue_get"), {"name": name})
     row = await cur.fetchone()
     return _queue_from_row(row) if row else None
 
