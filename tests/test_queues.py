@@ -394,3 +394,25 @@ async def test_sql_functions_receive_and_renew(stub, sql):
     assert plain(m.key) == ["c"]
     # ack is a DELETE by key, as in Spanner.
     assert sql.execute("DELETE FROM tasks WHERE id = %s", (rows[0][0],)).rowcount == 1
+
+
+async def test_dropping_a_queue_ends_its_open_streams_with_not_found(server_config, clock):
+    """At once, not at the stream's next poll (30 s here)."""
+    import asyncio
+
+    slow_poll = dataclasses.replace(server_config, poll_interval=timedelta(seconds=30))
+    running = await start(slow_poll, clock=clock)
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            await stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(name="doomed")))
+            call = stub.Receive(queue_pb2.ReceiveRequest(queue="doomed"))
+            reader = asyncio.ensure_future(call.read())
+            await asyncio.sleep(0.3)  # open and idle
+            await stub.DropQueue(queue_pb2.DropQueueRequest(name="doomed"))
+            done, _ = await asyncio.wait([reader], timeout=5)
+            assert done, "the stream outlived its queue"
+            assert isinstance(reader.exception(), grpc.aio.AioRpcError)
+            assert reader.exception().code() == grpc.StatusCode.NOT_FOUND
+    finally:
+        await running.stop(0)

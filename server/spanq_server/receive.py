@@ -75,6 +75,10 @@ class Receiver:
     def open_streams(self) -> int:
         return sum(self._streams.values())
 
+    def queue_dropped(self, name: str) -> None:
+        """Ends this server's streams on a dropped queue (NOT_FOUND) at once, not at their next poll."""
+        self._wakeups.wake_streams(name)
+
     def close(self) -> None:
         """Ends every stream with UNAVAILABLE so that clients reconnect (to another server)."""
         self._closing.set()

@@ -119,6 +119,13 @@ class Wakeups:
         if signal is not None:
             signal.ready.wake()
 
+    def wake_streams(self, queue: str) -> None:
+        """Wakes every stream of one queue (it was dropped: let them find out now)."""
+        signal = self._signals.get(queue)
+        if signal is not None:
+            signal.ready.wake_all()
+            signal.room.wake()
+
     def wake_all(self) -> None:
         for signal in self._signals.values():
             signal.ready.wake_all()
