@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_server.codec import value_from_json
 
 from .spawned import free_port, spawn_server, wait_serving_sync
 
@@ -74,24 +75,6 @@ json_values = st.recursive(
 )
 
 
-def to_value(data) -> struct_pb2.Value:  # type: ignore[no-untyped-def]
-    value = struct_pb2.Value()
-    if data is None:
-        value.null_value = struct_pb2.NULL_VALUE
-    elif isinstance(data, bool):
-        value.bool_value = data
-    elif isinstance(data, (int, float)):
-        value.number_value = float(data)
-    elif isinstance(data, str):
-        value.string_value = data
-    elif isinstance(data, list):
-        value.list_value.values.extend(to_value(v) for v in data)
-    else:
-        for k, v in data.items():
-            value.struct_value.fields[k].CopyFrom(to_value(v))
-    return value
-
-
 # Mostly real queue names and plausible values, so that requests reach the
 # database as often as they fail validation.
 names = st.one_of(st.sampled_from(QUEUES), st.sampled_from(QUEUES), st.sampled_from(QUEUES),
@@ -108,8 +91,8 @@ plausible_keys = st.one_of(
         lambda b: __import__("base64").b64encode(b).decode())).map(list),
 )
 keys = st.one_of(plausible_keys, plausible_keys, st.lists(json_values, max_size=3)).map(
-    lambda vs: struct_pb2.ListValue(values=[to_value(v) for v in vs]))
-payloads = st.text(max_size=30).map(to_value) | json_values.map(to_value) | st.binary(max_size=6000).map(
+    lambda vs: struct_pb2.ListValue(values=[value_from_json(v) for v in vs]))
+payloads = st.text(max_size=30).map(value_from_json) | json_values.map(value_from_json) | st.binary(max_size=6000).map(
     lambda b: struct_pb2.Value(string_value=__import__("base64").b64encode(b).decode()))
 request_ids = st.sampled_from(["", "", "same-id"]) | st.uuids().map(str) | st.text(max_size=140)
 

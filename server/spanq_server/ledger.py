@@ -8,7 +8,6 @@ nothing). Entries are kept for a retention window, then pruned.
 """
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import uuid
@@ -17,6 +16,7 @@ from datetime import timedelta
 from . import errors
 from .clock import Clock
 from .store import Store
+from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Ledger:
         self._store = store
         self._clock = clock
         self.retention = retention
-        self._task: asyncio.Task[None] | None = None
+        self._pruner: BackgroundTask | None = None
 
     async def recorded(self, request_id: str, expected: bytes) -> bytes | None:
         """The recorded response of a committed request_id, or None; INVALID_ARGUMENT
@@ -76,15 +76,14 @@ class Ledger:
                 return total
 
     def start(self, interval: timedelta = PRUNE_INTERVAL) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._prune_forever(interval.total_seconds()), name="ledger-pruner")
+        if self._pruner is None:
+            self._pruner = BackgroundTask("ledger-pruner", lambda: self._prune_forever(interval.total_seconds()))
+            self._pruner.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        pruner, self._pruner = self._pruner, None
+        if pruner is not None:
+            await pruner.stop()
 
     async def _prune_forever(self, interval: float) -> None:
         while True:

@@ -17,6 +17,7 @@ import psycopg
 
 from . import errors
 from .store import Store
+from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class Wakeups:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._signals: dict[str, QueueSignal] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._listener = BackgroundTask("spanq-listener", self._listen_forever)
         self.listening = False
         """True while notifications arrive; streams poll either way, as a fallback."""
         self.connected = asyncio.Event()
@@ -132,15 +133,10 @@ class Wakeups:
             signal.room.wake()
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._listen_forever(), name="spanq-listener")
+        self._listener.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._listener.stop()
         self.listening = False
 
     async def _listen_forever(self) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from .. import errors
 from ..mutations import Mutation, Mutator, OpenTransaction, Outcome, Result
+from ..tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class Transactions:
         self._ended: collections.OrderedDict[bytes, str] = collections.OrderedDict()
         self._slots = asyncio.Semaphore(max_open)
         self.max_open = max_open
-        self._task: asyncio.Task[None] | None = None
+        self._reaper = BackgroundTask("spanner-transaction-reaper", self._reap_forever)
         self.reaped = 0
 
     # -- ids ----------------------------------------------------------------
@@ -235,15 +236,10 @@ class Transactions:
     # -- the reaper -------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._reap_forever(), name="spanner-transaction-reaper")
+        self._reaper.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._reaper.stop()
         for txn in list(self._live.values()):
             with contextlib.suppress(Exception):
                 await self.end(txn, "was rolled back at server shutdown")
