@@ -29,8 +29,9 @@ chaos: $(STAMP) ## the fault and history soaks, ten times longer (SPANQ_CHAOS_SC
 	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
 		tests/test_faults.py tests/test_history.py
 
-typecheck: $(STAMP) ## mypy --strict over the SDK (also part of make test)
+typecheck: $(STAMP) ## mypy: the SDK (--strict) and the server (also part of make test)
 	$(PY) -m mypy --strict -p spanq
+	$(PY) -m mypy -p spanq_server
 
 proto: $(STAMP) ## regenerate the gRPC stubs from protos/
 	$(PY) tools/genproto.py

@@ -51,3 +51,16 @@ def test_status_table_maps_each_error_to_its_code():
     assert status.code_and_reason(errors.CommitOutcomeUnknown()) == (grpc.StatusCode.UNKNOWN, "UNKNOWN_COMMIT")
     s = status.to_status(errors.CommitOutcomeUnknown("lost", request_id="r"))
     assert s.code == grpc.StatusCode.UNKNOWN.value[0] and s.message == "lost" and len(s.details) == 1
+
+
+def test_the_server_type_checks(tmp_path):
+    """mypy over spanq_server (configured in pyproject.toml), as `make typecheck` runs it."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path), "-p", "spanq_server"],
+                            cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr

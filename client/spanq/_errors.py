@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import grpc
-from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 logger = logging.getLogger(__name__)

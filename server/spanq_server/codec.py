@@ -22,7 +22,7 @@ from .model import ColumnType, Key, KeyColumn, QueueDef
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SAFE_DOUBLE_INT = 2**53
 
-TYPE_CODES = {
+TYPE_CODES: dict[int, ColumnType] = {
     queue_pb2.BOOL: ColumnType.BOOL,
     queue_pb2.INT64: ColumnType.INT64,
     queue_pb2.STRING: ColumnType.STRING,
@@ -30,7 +30,7 @@ TYPE_CODES = {
     queue_pb2.TIMESTAMP: ColumnType.TIMESTAMP,
     queue_pb2.JSON: ColumnType.JSON,
 }
-TYPE_CODE_OF = {v: k for k, v in TYPE_CODES.items()}
+TYPE_CODE_OF: dict[ColumnType, Any] = {v: k for k, v in TYPE_CODES.items()}
 
 
 def column_type(code: int, what: str) -> ColumnType:

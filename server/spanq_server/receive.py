@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any, Protocol
 
 from . import errors
 from .clock import Clock
@@ -154,7 +155,11 @@ def _honour_cancellation() -> None:
         raise asyncio.CancelledError()
 
 
-async def _wait_any(events: list[asyncio.Event], timeout: float) -> None:
+class _Waitable(Protocol):
+    async def wait(self) -> Any: ...
+
+
+async def _wait_any(events: list[_Waitable], timeout: float) -> None:
     waiters = [asyncio.ensure_future(e.wait()) for e in events]
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

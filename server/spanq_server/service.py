@@ -5,7 +5,7 @@ import functools
 import logging
 from datetime import timedelta
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf import empty_pb2
@@ -26,7 +26,7 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 Reply = Any
 """A request or response message of a mutating RPC (they share request_id / replayed)."""
 
-RESPONSE_TYPES = {
+RESPONSE_TYPES: dict[str, Any] = {
     "Send": queue_pb2.SendResponse,
     "Ack": queue_pb2.AckResponse,
     "RenewLease": queue_pb2.RenewLeaseResponse,
@@ -89,21 +89,22 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         async def ops() -> list[Mutation]:
             return [await self._send_op(request)]
 
-        return await self._commit("Send", request, ops, lambda o, r: send_response(o[0].queue, r[0]))
+        return await self._commit("Send", request, ops, lambda o, r: send_response(o[0].queue, cast(list[Key], r[0])))
 
     @translate_errors
     async def Ack(self, request: queue_pb2.AckRequest, context: Any) -> queue_pb2.AckResponse:
         async def ops() -> list[Mutation]:
             return [await self._ack_op(request)]
 
-        return await self._commit("Ack", request, ops, lambda o, r: ack_response(o[0].queue, r[0]))
+        return await self._commit("Ack", request, ops,
+                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])))
 
     @translate_errors
     async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:
         async def ops() -> list[Mutation]:
             return [await self._renew_op(request)]
 
-        return await self._commit("RenewLease", request, ops, lambda o, r: renew_response(r[0]))
+        return await self._commit("RenewLease", request, ops, lambda o, r: renew_response(cast(list[RenewResult], r[0])))
 
     @translate_errors
     async def Commit(self, request: queue_pb2.CommitRequest, context: Any) -> queue_pb2.CommitResponse:

@@ -122,7 +122,7 @@ class Executor:
             limit = self._value(s.limit, ColumnType.INT64, params, "LIMIT")
             if limit < 0:
                 raise errors.InvalidArgument("LIMIT cannot be negative")
-        query = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
+        query: dict[str, Any] = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
                      descending=s.descending, limit=limit)
         if use.read_only:
             found = await self._store.messages_select(None, queue, now=self._clock.now(), **query)
