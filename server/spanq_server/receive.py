@@ -34,6 +34,8 @@ MAX_OUTSTANDING = 100_000
 MAX_STREAM_DURATION = timedelta(hours=1)
 MIN_WAIT = 0.005
 """Seconds: the shortest sleep, for due messages that another receiver holds locked for a moment."""
+IDLE_POLLS = 10
+"""A stream that does not keep its queue's timers looks on its own every this many poll intervals."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +99,7 @@ class Receiver:
             async for batch in self._run(queue, options):
                 yield batch
         finally:
+            self._wakeups.signal(queue.name).ready.vacate()
             self._streams[queue.name] -= 1
             if not self._streams[queue.name]:
                 del self._streams[queue.name]
@@ -131,9 +134,19 @@ class Receiver:
                     yield batch
                     continue
                 due = await self._store.next_delivery_in(queue, self._clock.now())
-                waits = [self._poll, remaining, None if due is None else max(due, MIN_WAIT)]
                 _honour_cancellation()
-                await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
+                # One waiting stream per queue keeps the timers (poll, next deliver_time) and
+                # wakes the others through full batches, as a send does; the others look on
+                # their own only every IDLE_POLLS polls, in case the timekeeper is stuck.
+                keeper = signal.ready.keep_time()
+                waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS)]
+                if keeper:
+                    waits.append(None if due is None else max(due, MIN_WAIT))
+                try:
+                    await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
+                finally:
+                    if keeper:
+                        signal.ready.release_time()
             else:
                 waits = [self._poll, remaining]
                 _honour_cancellation()

@@ -52,6 +52,25 @@ class Relay:
     def __init__(self) -> None:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._kept = False
+        self._timekeeper = False
+
+    def keep_time(self) -> bool:
+        """True if the caller, about to wait, should also wait for the queue's timers (the
+        poll interval, the next deliver_time): one waiting stream per queue does, the others
+        wait for wakes only, so 1,000 idle streams poll and meet scheduled messages as one.
+        The caller calls release_time() when its wait ends."""
+        if self._timekeeper:
+            return False
+        self._timekeeper = True
+        return True
+
+    def release_time(self) -> None:
+        self._timekeeper = False
+
+    def vacate(self) -> None:
+        """A stream ended: if nobody keeps time now, wake a waiter so that one takes it over."""
+        if not self._timekeeper and self._waiters:
+            self.wake()
 
     def current(self) -> "Relay":
         """Same use as Beacon.current(): take it before checking for work, then wait on it."""
