@@ -11,6 +11,7 @@ comparison is with a good hand-written queue, not a naive poller.
 """
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -188,11 +189,16 @@ class SqlQueue:
 
             async def receiver(conn: Connection) -> None:
                 nonlocal acked
+                idle_since = None
                 while acked < n:
                     token, rows = await self.lease(conn, min(batch, n))
                     if not rows:
+                        idle_since = idle_since or loop.time()
+                        if loop.time() - idle_since > 10:
+                            raise RuntimeError(f"{self.name}: {n - acked} of {n} messages never came")
                         await asyncio.sleep(0.001)  # the rest are leased by the other receivers
                         continue
+                    idle_since = None
                     await self.delete(conn, token, rows)
                     acked += len(rows)
 
@@ -225,7 +231,7 @@ class SqlQueue:
             async for _ in conn.notifies(timeout=timeout, stop_after=1):
                 break
 
-    async def latency(self, rate: float, seconds: float, senders: int = 4) -> list[float]:
+    async def latency(self, rate: float, seconds: float, senders: int = 4) -> tuple[list[float], int]:
         """Seconds from just before each INSERT (1 message, its own commit, NOTIFY by trigger)
         until a LISTENing consumer leased it, at a steady ``rate`` for ``seconds``."""
         total = int(rate * seconds)
@@ -237,7 +243,9 @@ class SqlQueue:
         def on_rows(rows: list[tuple[Any, ...]]) -> None:
             now = time.perf_counter()
             for row in rows:
-                latencies.append(now - sent_at[int(row[1])])
+                at = sent_at.get(int(row[1]))
+                if at is not None:  # not a leftover of an earlier run
+                    latencies.append(now - at)
             if len(latencies) >= total:
                 done.set()
 
@@ -255,13 +263,14 @@ class SqlQueue:
                     await c.execute(statement, {"payload": str(i)}, prepare=True)
 
             await _paced(rate, total, sent_at, send)
-            await asyncio.wait_for(done.wait(), 30)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), 30)
         finally:
             stop.set()
             await consumer
             await pool.close()
             await conn.close()
-        return latencies
+        return latencies, total - len(latencies)
 
     async def lateness(self, n: int, spread: float, lead: float) -> list[float]:
         """Seconds each of ``n`` messages scheduled over ``spread`` seconds was leased after its deliver_time."""

@@ -12,7 +12,7 @@ import psycopg
 
 from . import env, sdk_side
 from .baseline import SqlQueue
-from .spanq_side import SpanqQueue
+from .spanq_side import SpanqQueue, cpu_seconds
 from .stats import Figure, percentile, ratio
 
 
@@ -20,20 +20,24 @@ from .stats import Figure, percentile, ratio
 class Sizes:
     runs: int = 5
     send_seconds: float = 2.0
-    drain_n: int = 100_000
+    drain_n: int = 50_000
     drain_runs: int = 3
     sdk_drain_n: int = 10_000
-    """The SDK subscriber drains fewer: it is several times slower than a raw stream."""
+    """The SDK subscriber drains fewer, for at most sdk_drain_seconds: it is slower than a raw stream."""
+    sdk_drain_seconds: float = 8
     latency_rate: float = 500
     latency_seconds: float = 10
     latency_runs: int = 3
+    low_rate: float = 100
+    """A second, lighter rate: latency when the server is not saturated."""
+    low_seconds: float = 5
     lateness_n: int = 5_000
     lateness_spread: float = 10
     lateness_lead: float = 1.0
     lateness_runs: int = 3
     depths: tuple[int, ...] = (10_000, 100_000, 1_000_000)
     depth_drain: int = 5_000
-    depth_runs: int = 5
+    depth_runs: int = 7
     churn_n: int = 1_000_000
     bloat_drain: int = 5_000
     bloat_pending: int = 10_000
@@ -48,7 +52,8 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(
-    runs=3, send_seconds=0.2, drain_n=2_000, drain_runs=3, sdk_drain_n=1_000, latency_seconds=0.5,
+    runs=3, send_seconds=0.2, drain_n=2_000, drain_runs=3, sdk_drain_n=1_000, sdk_drain_seconds=1.5, latency_seconds=0.5,
+    low_seconds=0.5,
     latency_runs=3, lateness_n=300, lateness_spread=0.6, lateness_lead=0.25, lateness_runs=3,
     depths=(2_000, 30_000), depth_drain=1_000, depth_runs=3, churn_n=20_000, bloat_drain=1_000,
     bloat_pending=2_000, held_seconds=2, held_window=0.5, fanin_streams=200, fanin_probes=5, fanin_settle=0.6,
@@ -176,14 +181,16 @@ async def cell_drain(ctx: Context) -> list[Row]:
                     await spanq.truncate()
                     await spanq.preload(s.sdk_drain_n)
                     await spanq.vacuum()
-                    c.add(await sdk_side.drain(ctx.target, ctx.db_url, spanq.name, s.sdk_drain_n, receivers))
+                    c.add(await sdk_side.drain(ctx.target, ctx.db_url, spanq.name, s.sdk_drain_n, receivers,
+                                               s.sdk_drain_seconds))
             plural = "s" if receivers > 1 else ""
             row = Row("2 receive+ack", f"drain {s.drain_n:,}, {receivers} Receive stream{plural} + Ack",
                       "msgs/s", a, b, target="ratio >= 0.5")
             row.met = row.ratio >= 0.5
             rows.append(row)
             rows.append(Row("2 receive+ack", f"drain {s.sdk_drain_n:,}, {receivers} SDK subscriber{plural}", "msgs/s",
-                            c, b, note="async callback, auto-ack; baseline column repeated from the row above"
+                            c, b, note=f"async callback, auto-ack, at most {s.sdk_drain_seconds:g}s; baseline "
+                                       "column repeated from the row above"
                             if sdk else "the installed SDK has no subscriber"))
             ctx.log(f"  drain x{receivers}: spanq {a.median:,.0f}  sql {b.median:,.0f}  sdk {c.median:,.0f}")
     finally:
@@ -223,23 +230,55 @@ async def cell_latency(ctx: Context) -> list[Row]:
         await sql.set_notify(True)
         sdk = sdk_side.available()
         runs_c: list[list[float]] = []
+        missing = {"spanq": 0, "sql": 0, "sdk": 0}
+        cpu = 0.0
         for _ in range(s.latency_runs):
-            runs_a.append(await spanq.latency(s.latency_rate, s.latency_seconds))
-            runs_b.append(await sql.latency(s.latency_rate, s.latency_seconds))
+            await spanq.truncate()
+            await sql.truncate()
+            cpu0 = cpu_seconds(ctx.server.pid)
+            got, lost = await spanq.latency(s.latency_rate, s.latency_seconds)
+            cpu += cpu_seconds(ctx.server.pid) - cpu0
+            runs_a.append(got)
+            missing["spanq"] += lost
+            got, lost = await sql.latency(s.latency_rate, s.latency_seconds)
+            runs_b.append(got)
+            missing["sql"] += lost
             if sdk:
-                runs_c.append(await sdk_side.latency(ctx.target, spanq.name, s.latency_rate, s.latency_seconds))
+                await spanq.truncate()
+                got, lost = await sdk_side.latency(ctx.target, spanq.name, s.latency_rate, s.latency_seconds)
+                runs_c.append(got)
+                missing["sdk"] += lost
             ctx.log(f"  latency p99: spanq {percentile(runs_a[-1], 99) * 1000:.2f} ms  "
                     f"sql {percentile(runs_b[-1], 99) * 1000:.2f} ms"
                     + (f"  sdk {percentile(runs_c[-1], 99) * 1000:.2f} ms" if sdk else ""))
+        low_a: list[list[float]] = []
+        low_b: list[list[float]] = []
+        for _ in range(s.latency_runs):
+            await spanq.truncate()
+            await sql.truncate()
+            low_a.append((await spanq.latency(s.low_rate, s.low_seconds))[0])
+            low_b.append((await sql.latency(s.low_rate, s.low_seconds))[0])
     finally:
         await _teardown(spanq, sql)
+    per_message = cpu / max(1, sum(len(r) for r in runs_a))
     ctx.extra["latency"] = {"spanq": _pooled_percentiles(runs_a), "baseline": _pooled_percentiles(runs_b),
-                            "rate": s.latency_rate, "seconds": s.latency_seconds}
+                            "rate": s.latency_rate, "seconds": s.latency_seconds,
+                            "low_rate": s.low_rate, "spanq_low": _pooled_percentiles(low_a),
+                            "baseline_low": _pooled_percentiles(low_b),
+                            "server_cpu_ms_per_message": per_message * 1000}
     if runs_c:
         ctx.extra["latency"]["sdk"] = _pooled_percentiles(runs_c)
     rows = _latency_rows("3 latency", f"send->stream @{s.latency_rate:g}/s", runs_a, runs_b, 10)
     if runs_c:
         rows += _latency_rows("3 latency", f"SDK send->callback @{s.latency_rate:g}/s", runs_c, runs_b, 10)
+    rows[1].note = (f"server CPU {per_message * 1000:.2f} ms per message (Send, Receive, Ack) at "
+                    f"{s.latency_rate:g}/s: {per_message * s.latency_rate * 100:.0f}% of a core asked for")
+    if any(missing.values()):
+        rows[0].note = ("sends failed or not received within 30s, over all runs: "
+                        + ", ".join(f"{k} {v}" for k, v in missing.items()))
+    for row in _latency_rows("3 latency", f"send->stream @{s.low_rate:g}/s", low_a, low_b, 10):
+        row.target, row.met = "", None
+        rows.append(row)
     return rows
 
 
@@ -273,6 +312,8 @@ async def cell_lateness(ctx: Context) -> list[Row]:
 async def _depth_curve(queue: Any, depths: tuple[int, ...], drain: int, runs: int) -> list[Figure]:
     """Receive+ack throughput (1 receiver, ``drain`` messages) at each depth, topping up after each run."""
     figures = []
+    await queue.preload(drain)
+    await queue.drain(drain, 1)  # warm-up (connections, prepared statements): not measured
     pending = 0
     for depth in depths:
         await queue.preload(depth - pending)
@@ -346,6 +387,7 @@ async def cell_bloat(ctx: Context) -> list[Row]:
                 fresh[side].add(await queue.drain(s.bloat_drain, 1))
                 await queue.preload(s.bloat_drain)
             await queue.churn(s.churn_n)
+            await queue.preload(max(0, s.bloat_pending - await queue.count()))  # churn may take pending ones
             churned[side] = Figure()
             for _ in range(s.runs):
                 churned[side].add(await queue.drain(s.bloat_drain, 1))

@@ -19,7 +19,8 @@ def plot(results: dict[str, Any], directory: str) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     extra = results.get("extra", {})
     machine = results.get("machine", {})
-    subtitle = f"{machine.get('nproc')} cores, {machine.get('postgresql', '')} ({results.get('mode')} run)"
+    postgresql = str(machine.get("postgresql", "")).split(" on ")[0]
+    subtitle = f"{machine.get('nproc')} cores, {postgresql} ({results.get('mode')} run)"
     written = []
 
     panels = [(key, title) for key, title in (
@@ -32,9 +33,18 @@ def plot(results: dict[str, Any], directory: str) -> list[str]:
             data = extra[key]
             labels = list(data["spanq"].keys())
             xs = range(len(labels))
-            for side, name, marker in (("spanq", "spanq (gRPC stream)", "o"), ("baseline", "plain SQL", "s")):
+            rate = f" @{data['rate']:g}/s" if "rate" in data else ""
+            low = f" @{data['low_rate']:g}/s" if "low_rate" in data else ""
+            lines = [("spanq", f"spanq, raw Receive stream{rate}", "o", "C0", "-"),
+                     ("sdk", f"spanq, SDK subscriber callback{rate}", "^", "C2", "-"),
+                     ("baseline", f"plain SQL{rate}", "s", "C1", "-"),
+                     ("spanq_low", f"spanq, raw Receive stream{low}", "o", "C0", "--"),
+                     ("baseline_low", f"plain SQL{low}", "s", "C1", "--")]
+            for side, name, marker, color, style in lines:
+                if side not in data:
+                    continue
                 ys = [max(data[side][p], 0.01) for p in labels]
-                ax.plot(xs, ys, marker=marker, label=name)
+                ax.plot(xs, ys, marker=marker, color=color, linestyle=style, label=name)
             ax.set_xticks(list(xs))
             ax.set_xticklabels([("max" if p == "100" else f"p{p}") for p in labels])
             ax.set_yscale("log")
@@ -42,8 +52,6 @@ def plot(results: dict[str, Any], directory: str) -> list[str]:
             target = 10 if key == "latency" else 50
             ax.axhline(target, color="grey", linestyle="--", linewidth=1)
             ax.text(0, target * 1.1, f"target p99 < {target} ms", color="grey", fontsize=8)
-            if key == "latency":
-                title += f" @{data.get('rate', 500):g}/s"
             ax.set_title(title, fontsize=10)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=8)
@@ -69,7 +77,7 @@ def plot(results: dict[str, Any], directory: str) -> list[str]:
         ax.set_ylim(bottom=0)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        ax.set_title(f"throughput against depth - {subtitle}", fontsize=10)
+        ax.set_title(f"throughput against depth\n{subtitle}", fontsize=10)
         fig.tight_layout()
         path = out / "bench-depth.png"
         fig.savefig(path, dpi=110)
