@@ -465,7 +465,8 @@ async def cell_fanin(ctx: Context) -> list[Row]:
     rows = [
         Row("7 fan-in", f"DB connections, {n:,} idle streams", "conns", Figure([result["connections_idle"]]),
             Figure([base["connections"]]), target="<= 10", met=result["connections_idle"] <= 10, compare=False,
-            note=f"baseline: {k} LISTENing consumers, one connection each"),
+            note=f"the server's pool (at most 10) and its one LISTEN connection, whatever the number of streams; "
+                 f"baseline: {k} LISTENing consumers, one connection each"),
         Row("7 fan-in", "DB connections, peak during wake-ups", "conns", Figure([result["connections_peak"]]),
             Figure([base["connections"]]), compare=False),
         Row("7 fan-in", f"server RSS with {n:,} streams", "MiB", Figure([result["rss"] / 2**20]),
@@ -476,9 +477,9 @@ async def cell_fanin(ctx: Context) -> list[Row]:
             note=f"{len(lat_a)} probes; baseline: {k} consumers"),
         Row("7 fan-in", "... max", "ms", Figure([max(lat_a) * 1000]), Figure([max(lat_b) * 1000])),
         Row("7 fan-in", "server CPU per wake-up", "ms", Figure([x * 1000 for x in result["cpu_per_wakeup"]]),
-            note="every idle stream on the queue wakes and looks"),
+            note="one idle stream wakes per send; it wakes the next when it finds a full batch"),
         Row("7 fan-in", f"server CPU while {n:,} streams idle", "% core", Figure([result["idle_cpu"] * 100]),
-            note="each stream polls on its own timer"),
+            note="one stream per queue keeps the poll and deliver_time timers; the others wait for wakes"),
     ]
     return rows
 
