@@ -15,12 +15,12 @@ from . import errors
 from .clock import Clock
 from .config import Limits
 from .ledger import Ledger
+from .queues import MAX_LEASE
 from .model import AckItem, AckResult, Key, OutgoingMessage, QueueDef, RenewResult
 from .store import Connection, HeldTransaction, Store
 from .wakeups import Wakeups
 
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
-MAX_LEASE = timedelta(hours=12)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from . import codec, errors, ledger, queues, status
 from .ledger import Ledger
 from .model import AckItem, AckResult, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
-from .mutations import AckOp, Mutation, Mutator, RenewOp, Result, SendOp
+from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Receiver, ReceiveOptions
 
@@ -220,7 +220,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                     if m.HasField("deliver_time") else None,
                     delay=codec.duration_from_proto(
                         m.delay, f"{where}: delay", default=None, minimum=timedelta(0),
-                        maximum=timedelta(days=366),
+                        maximum=MAX_SCHEDULE_AHEAD,
                     ) if m.HasField("delay") else None,
                 )
             )

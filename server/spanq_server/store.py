@@ -126,9 +126,6 @@ class Store:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def pool_stats(self) -> dict[str, int]:
-        return self._pool.get_stats()
-
     # -- transactions -------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -286,7 +283,7 @@ class Store:
                 ) from exc
             await conn.execute(names.receive_function_ddl())
             await conn.execute(names.renew_function_ddl())
-            return _replace_create_time(queue, row[0])
+            return dataclasses.replace(queue, create_time=row[0])
 
     async def queue_drop(self, queue: QueueDef) -> None:
         names = QueueStatements(queue)
@@ -633,10 +630,6 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         dead_letter_queue=dead_letter_queue,
         create_time=create_time,
     )
-
-
-def _replace_create_time(queue: QueueDef, create_time: datetime) -> QueueDef:
-    return dataclasses.replace(queue, create_time=create_time)
 
 
 def _payload_param(payload_type: ColumnType, payload: Any) -> Any:
