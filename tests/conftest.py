@@ -83,7 +83,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def server_config(database_url: str) -> Config:
-    return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1, pool_max_size=10)
+    return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1)
 
 
 @pytest.fixture

@@ -29,13 +29,17 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--max-queues", type=int, default=limits.max_queues)
     serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
     serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
-    serve.add_argument("--pool-size", type=int, default=default.pool_max_size, help="database connections at most")
+    serve.add_argument("--max-connections", type=int, default=default.max_connections,
+                       help=f"database connections in all: one listens for wake-ups, the rest are a pool "
+                            f"(default {default.max_connections}, at least 2)")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
                        help="seconds between an idle stream's fallback polls")
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
     serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
+    if args.max_connections < 2:
+        parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
@@ -54,7 +58,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
             max_streams_per_queue=args.max_streams_per_queue,
             max_payload_bytes=args.max_payload_bytes,
         ),
-        pool_max_size=args.pool_size,
+        max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
         inject_faults=args.inject_faults,
     )

@@ -31,12 +31,22 @@ class Config:
     """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
     limits: Limits = dataclasses.field(default_factory=Limits)
     pool_min_size: int = 2
-    pool_max_size: int = 10
+    max_connections: int = 10
+    """Database connections in all: the one wake-up listener and a pool of the rest.
+    Receive streams hold none while they wait, so 1,000 streams fit in 10."""
     poll_interval: timedelta = timedelta(seconds=5)
     """How often an idle stream checks its queue when no wake-up arrives: the
     fallback for lost notifications, and the only wake-up where LISTEN is unavailable."""
     shutdown_grace: timedelta = timedelta(seconds=5)
     ledger_retention: timedelta = timedelta(hours=24)
     """How long the commit ledger remembers a request_id."""
+    commit_groups_in_flight: int = 2
+    """Sends committed at once, each group one transaction; Sends that arrive while
+    these commit wait and share the next group (group commit)."""
     inject_faults: str = ""
     """Fault injection SPEC (name=probability,...); empty: off."""
+
+    @property
+    def pool_max_size(self) -> int:
+        """The pool's share of max_connections: all but the wake-up listener's one."""
+        return max(1, self.max_connections - 1)

@@ -4,6 +4,7 @@ import dataclasses
 import json
 import enum
 from datetime import datetime, timedelta
+from collections.abc import Sequence
 from typing import Any
 
 Key = tuple[Any, ...]
@@ -63,6 +64,16 @@ class OutgoingMessage:
         if isinstance(self.payload, str):
             return len(self.payload.encode())
         return len(json.dumps(self.payload, separators=(",", ":")).encode())
+
+
+@dataclasses.dataclass(frozen=True)
+class LedgeredSend:
+    """One Send request's messages with its commit-ledger entry, for a group commit."""
+
+    request_id: str
+    fingerprint: bytes
+    response: bytes
+    messages: Sequence[OutgoingMessage]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,9 +14,10 @@ from datetime import datetime, timedelta, timezone
 from . import errors
 from .clock import Clock
 from .config import Limits
+from .group_commit import GroupCommitter
 from .ledger import Ledger
 from .queues import MAX_LEASE
-from .model import AckItem, AckResult, Key, OutgoingMessage, QueueDef, RenewResult
+from .model import AckItem, AckResult, Key, LedgeredSend, OutgoingMessage, QueueDef, RenewResult
 from .store import Connection, HeldTransaction, Store
 from .wakeups import Wakeups
 
@@ -75,12 +76,15 @@ class _AlreadyCommitted(Exception):
 class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
-    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger) -> None:
+    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger, *,
+                 commit_groups_in_flight: int = 2) -> None:
         self._store = store
         self._ledger = ledger
         self._limits = limits
         self._clock = clock
         self._wakeups = wakeups
+        self.sends = GroupCommitter(store, clock, in_flight=commit_groups_in_flight)
+        """Group commit of Send requests (see group_commit.py)."""
 
     def prepare(self, mutation: Mutation) -> Mutation:
         """Checks a mutation before any database work; fills in generated keys."""
@@ -140,11 +144,20 @@ class Mutator:
         the response bytes the ledger records for replays."""
         prepared = [self.prepare(m) for m in mutations]
         try:
-            async with self._store.transaction(inject_faults=True) as conn:
-                if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
+            if len(prepared) == 1 and isinstance(prepared[0], SendOp):
+                # A send's response (its keys) is known before it runs: it can be
+                # claimed, recorded and stored in one statement, grouped with others.
+                send = prepared[0]
+                response = encode([[m.key for m in send.messages]])
+                if not await self.sends.commit(send.queue, LedgeredSend(request_id, fingerprint, response,
+                                                                         send.messages)):
                     raise _AlreadyCommitted
-                response = encode(await self.apply_in(conn, prepared))
-                await self._store.ledger_record(conn, request_id, response)
+            else:
+                async with self._store.transaction(inject_faults=True) as conn:
+                    if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
+                        raise _AlreadyCommitted
+                    response = encode(await self.apply_in(conn, prepared))
+                    await self._store.ledger_record(conn, request_id, response)
         except _AlreadyCommitted:
             recorded = await self._ledger.recorded(request_id, fingerprint)
             if recorded is None:  # committed, then pruned within this instant: vanishingly rare

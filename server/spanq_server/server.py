@@ -43,6 +43,7 @@ class Running:
     receiver: Receiver
     ledger: Ledger
     health: health.aio.HealthServicer
+    mutator: Mutator
     spanner: Any = None
     """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
     _stopped: bool = False
@@ -100,7 +101,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         receiver = Receiver(store, wakeups, clock, limits, config.poll_interval)
         ledger = Ledger(store, clock, config.ledger_retention)
         ledger.start()
-        mutator = Mutator(store, limits, clock, wakeups, ledger)
+        mutator = Mutator(store, limits, clock, wakeups, ledger,
+                          commit_groups_in_flight=config.commit_groups_in_flight)
 
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
@@ -130,7 +132,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     logger.info("spanq serving on %s (port %d)", config.listen, port)
-    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, spanner=spanner)
+    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, spanner=spanner)
 
 
 async def serve(config: Config) -> None:

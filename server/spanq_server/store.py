@@ -24,7 +24,8 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from .faults import FaultInjector
-from .model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
+from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, LedgeredSend, OutgoingMessage,
+                    QueueDef, RenewResult)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
@@ -312,29 +313,27 @@ class Store:
         self, conn: Connection, queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
     ) -> None:
         names = QueueStatements(queue)
-        params: dict[str, Any] = names.key_array_params([m.key for m in messages])
-        deliver_times = [m.deliver_time for m in messages]
-        delays = [m.delay for m in messages]
+        with wrap_errors(queue.name):
+            await conn.execute(_insert_statement("message_insert", names), _insert_params(names, messages, now))
+
+    async def messages_insert_claimed(
+        self, conn: Connection, queue: QueueDef, sends: Sequence[LedgeredSend], now: datetime | None
+    ) -> set[str]:
+        """Claims each send's request_id in the commit ledger, with its response, and
+        stores the messages of those this transaction claimed, in one statement.
+        Returns the request_ids claimed; the others were committed before."""
+        names = QueueStatements(queue)
+        messages = [m for send in sends for m in send.messages]
+        params = _insert_params(names, messages, now)
         params.update(
-            payloads=[_payload_param(queue.payload_type, m.payload) for m in messages],
-            # NULL rather than an array of NULLs when no message is scheduled: multi-argument
-            # unnest pads with NULLs all the same, and dumping the array costs the server CPU.
-            deliver_times=deliver_times if any(t is not None for t in deliver_times) else None,
-            delays=delays if any(d is not None for d in delays) else None,
-            now=now,
+            request_ids=[send.request_id for send in sends],
+            fingerprints=[send.fingerprint for send in sends],
+            responses=[send.response for send in sends],
+            owners=[send.request_id for send in sends for _ in send.messages],
         )
         with wrap_errors(queue.name):
-            await conn.execute(
-                query(
-                    "message_insert",
-                    queue=names.table,
-                    key_columns=names.keys,
-                    s_key_columns=names.qualified_keys("s"),
-                    key_arrays=names.key_arrays,
-                    payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
-                ),
-                params,
-            )
+            cur = await conn.execute(_insert_statement("message_insert_claimed", names), params)
+            return {row[0] for row in await cur.fetchall()}
 
     async def messages_lease(
         self, queue: QueueDef, *, max_batch_size: int, lease_duration: timedelta, lease_prefix: str,
@@ -630,6 +629,33 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         dead_letter_queue=dead_letter_queue,
         create_time=create_time,
     )
+
+
+def _insert_statement(name: str, names: QueueStatements) -> sql.Composed:
+    return query(
+        name,
+        queue=names.table,
+        key_columns=names.keys,
+        s_key_columns=names.qualified_keys("s"),
+        key_arrays=names.key_arrays,
+        payload_type=sql.SQL(SQL_TYPES[names.queue.payload_type]),
+    )
+
+
+def _insert_params(names: QueueStatements, messages: Sequence[OutgoingMessage], now: datetime | None
+                   ) -> dict[str, Any]:
+    params: dict[str, Any] = names.key_array_params([m.key for m in messages])
+    deliver_times = [m.deliver_time for m in messages]
+    delays = [m.delay for m in messages]
+    params.update(
+        payloads=[_payload_param(names.queue.payload_type, m.payload) for m in messages],
+        # NULL rather than an array of NULLs when no message is scheduled: multi-argument
+        # unnest pads with NULLs all the same, and dumping the array costs the server CPU.
+        deliver_times=deliver_times if any(t is not None for t in deliver_times) else None,
+        delays=delays if any(d is not None for d in delays) else None,
+        now=now,
+    )
+    return params
 
 
 def _payload_param(payload_type: ColumnType, payload: Any) -> Any:

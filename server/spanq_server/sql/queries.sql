@@ -218,6 +218,36 @@ FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::tim
          AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay),
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 
+-- message_insert_claimed --
+-- A commit group's sends to one queue, in one statement: claims each
+-- request_id in the commit ledger with its response (a send's response, its
+-- keys, is known before it runs), then stores the messages of the requests
+-- this transaction now owns. Returns the request_ids it claimed; one not
+-- returned was committed before (a replay) and stores nothing. Claims go in
+-- request_id order so that two groups claiming the same ids cannot deadlock.
+-- A claim of an id another transaction holds waits for it, as ledger_claim.
+WITH claimed AS (
+    INSERT INTO spanq.commit_ledger (request_id, fingerprint, response, commit_time)
+    SELECT r.request_id, r.fingerprint, r.response, clock.now
+    FROM unnest(%(request_ids)s::text[], %(fingerprints)s::bytea[], %(responses)s::bytea[])
+             AS r(request_id, fingerprint, response),
+         (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS clock
+    ORDER BY r.request_id
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING request_id
+), stored AS (
+    INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
+    SELECT {s_key_columns}, s.spanq_payload,
+           greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')), clock.now),
+           clock.now
+    FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::timestamptz[],
+                %(delays)s::interval[], %(owners)s::text[])
+             AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner),
+         (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+    WHERE s.spanq_owner IN (SELECT request_id FROM claimed)
+)
+SELECT request_id FROM claimed
+
 -- message_lease_batch --
 -- Leases up to max_batch_size deliverable messages for one stream.
 SELECT * FROM spanq.{receive_function}(%(max_batch_size)s, %(lease_duration)s, %(lease_prefix)s, %(now)s)
