@@ -5,7 +5,8 @@ network faults: connections dropped at a chosen moment, not simulated errors.
 forwarded to PostgreSQL (so it commits) and the connection is then dropped
 before the answer returns. ``cut_at_commit("before")`` drops the connection
 instead of forwarding the COMMIT (PostgreSQL rolls back). Either way the
-client cannot know the outcome.
+client cannot know the outcome. A statement that commits by itself (autocommit)
+is cut the same way by naming it: ``cut_at_commit(mode, LEDGERED_SEND)``.
 """
 
 import asyncio
@@ -17,6 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 Mode = Literal["before", "after"]
 COMMIT_QUERY = b"Q" + struct.pack("!i", 4 + len(b"COMMIT\x00")) + b"COMMIT\x00"
+LEDGERED_SEND = b"INSERT INTO spanq.commit_ledger"
+"""The start of the server's Send statement (claim + insert, its own transaction),
+as its text crosses the wire the first times a connection runs it."""
 
 
 class PgProxy:
@@ -28,6 +32,7 @@ class PgProxy:
         self._server: asyncio.base_events.Server | None = None
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._armed: Mode | None = None
+        self._marker = COMMIT_QUERY
         self.commits_cut = 0
         self.port = 0
 
@@ -53,8 +58,9 @@ class PgProxy:
             upstream.transport.abort()
         self._links.clear()
 
-    def cut_at_commit(self, mode: Mode) -> None:
-        self._armed = mode
+    def cut_at_commit(self, mode: Mode, marker: bytes = COMMIT_QUERY) -> None:
+        """Arms the cut for the next client message that contains marker."""
+        self._armed, self._marker = mode, marker
 
     async def _open_upstream(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         if self._host.startswith("/"):
@@ -90,7 +96,7 @@ class PgProxy:
                 data = await reader.read(65536)
                 if not data or cut.is_set():
                     return  # once cut, nothing more crosses: PostgreSQL's answer is lost
-                if inspect and self._armed and COMMIT_QUERY in data:
+                if inspect and self._armed and self._marker in data:
                     mode, self._armed = self._armed, None
                     self.commits_cut += 1
                     cut.set()

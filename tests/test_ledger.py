@@ -12,7 +12,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import create_queue, error_of, key, plain, receive_some, send, text_message
-from .pgproxy import PgProxy
+from .pgproxy import LEDGERED_SEND, PgProxy
 
 
 def rows(sql, queue: str) -> list[tuple]:
@@ -171,25 +171,42 @@ async def test_a_failing_mutation_rejects_the_whole_commit_with_its_index(stub, 
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
+@pytest.mark.parametrize("rpc", ["send", "ack"])
 async def test_connection_cut_during_commit_is_unknown_commit_and_replay_resolves_it(
-        database_url, server_config, clock, sql, mode):
-    """A real fault: the server's connection to PostgreSQL dies while COMMIT is in flight."""
+        database_url, server_config, clock, sql, mode, rpc):
+    """A real fault: the server's connection to PostgreSQL dies while its commit is in
+    flight: an Ack's COMMIT, or the one statement that claims and stores a Send."""
     proxy = PgProxy(database_url)
     await proxy.start()
-    running = await start(dataclasses.replace(server_config, database_url=proxy.url), clock=clock)
+    # The whole pool opened at start: a connection opened later would COMMIT its settings
+    # and take the cut meant for the Ack.
+    config = dataclasses.replace(server_config, database_url=proxy.url,
+                                 pool_min_size=server_config.pool_max_size)
+    running = await start(config, clock=clock)
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
             stub = queue_pb2_grpc.QueueServiceStub(channel)
             await create_queue(stub, "q", payload_type=queue_pb2.STRING)
-            proxy.cut_at_commit(mode)
-            code, _, info = await error_of(send(stub, "q", text_message(None, "cut"), request_id="cut-1"))
+            if rpc == "send":
+                proxy.cut_at_commit(mode, LEDGERED_SEND)
+                call = lambda: send(stub, "q", text_message(None, "cut"), request_id="cut-1")  # noqa: E731
+                committed = 1
+            else:
+                await send(stub, "q", text_message("m", "cut"))
+                [message] = await receive_some(stub, "q", 1)
+                proxy.cut_at_commit(mode)
+                call = lambda: stub.Ack(queue_pb2.AckRequest(  # noqa: E731
+                    queue="q", request_id="cut-1",
+                    acks=[queue_pb2.AckMessage(key=message.key, lease_token=message.lease_token)]))
+                committed = 0
+            code, _, info = await error_of(call())
             assert proxy.commits_cut == 1
             assert code == grpc.StatusCode.UNKNOWN and info["reason"] == "UNKNOWN_COMMIT"
-            assert len(rows(sql, "q")) == (1 if mode == "after" else 0)
+            assert len(rows(sql, "q")) == (committed if mode == "after" else 1 - committed)
             # The pool recovers by itself; the replay resolves the unknown to exactly one effect.
-            replay = await send(stub, "q", text_message(None, "cut"), request_id="cut-1")
+            replay = await call()
             assert replay.replayed == (mode == "after")
-            assert len(rows(sql, "q")) == 1
+            assert len(rows(sql, "q")) == committed
     finally:
         await running.stop(0)
         await proxy.stop()
