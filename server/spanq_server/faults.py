@@ -11,6 +11,8 @@ Only mutating commits (Send, Ack, RenewLease, Commit) are subject to it.
 
 import random
 
+from .errors import CommitOutcomeUnknown, QueueError, StoreUnavailable
+
 FAULTS = ("unknown_commit_after", "unknown_commit_before", "unavailable_before")
 
 
@@ -19,7 +21,7 @@ class FaultInjector:
         self.probabilities = dict(probabilities or {})
         self._random = random.Random(seed)
         self.injected: dict[str, int] = dict.fromkeys(FAULTS, 0)
-        """How many of each fault were injected, for tests and metrics."""
+        """How many of each fault were injected (``error`` called), for tests and metrics."""
 
     @classmethod
     def parse(cls, spec: str) -> "FaultInjector":
@@ -52,6 +54,14 @@ class FaultInjector:
         for name in FAULTS:
             roll -= self.probabilities.get(name, 0.0)
             if roll < 0:
-                self.injected[name] += 1
                 return name
         return None
+
+    def error(self, fault: str) -> QueueError:
+        """The error to raise for a drawn fault, counted as injected."""
+        self.injected[fault] += 1
+        if fault == "unavailable_before":
+            return StoreUnavailable("injected fault: rolled back before COMMIT; retry")
+        return CommitOutcomeUnknown(
+            "injected fault: the commit may or may not have happened; replay the same request_id to learn which"
+        )

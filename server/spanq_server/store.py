@@ -153,9 +153,7 @@ class Store:
         fault = self.faults.draw() if inject_faults else None
         if fault in ("unknown_commit_before", "unavailable_before"):
             await conn.rollback()
-            if fault == "unavailable_before":
-                raise errors.StoreUnavailable("injected fault: rolled back before COMMIT; retry")
-            raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+            raise self.faults.error(fault)
         try:
             await conn.commit()
         except psycopg.OperationalError as exc:
@@ -163,7 +161,7 @@ class Store:
                 f"the database connection failed while COMMIT was in flight ({exc}): {_UNKNOWN}"
             ) from exc
         if fault == "unknown_commit_after":
-            raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+            raise self.faults.error(fault)
 
     async def hold(self, *, lock_timeout: timedelta) -> "HeldTransaction":
         """A transaction held open across calls (Spanner's read-write transactions):
@@ -342,10 +340,8 @@ class Store:
                 cur = await conn.execute(statement, params)
                 return {row[0] for row in await cur.fetchall()}
         fault = self.faults.draw() if inject_faults else None
-        if fault == "unavailable_before":
-            raise errors.StoreUnavailable("injected fault: failed before the statement was sent; retry")
-        if fault == "unknown_commit_before":
-            raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+        if fault in ("unknown_commit_before", "unavailable_before"):
+            raise self.faults.error(fault)  # nothing sent: nothing committed
         async with self.read(queue.name) as own:
             try:
                 cur = await own.execute(statement, params)
@@ -356,7 +352,7 @@ class Store:
                     f"{_UNKNOWN}"
                 ) from exc
         if fault == "unknown_commit_after" and claimed:  # only a commit that wrote can lose its answer
-            raise errors.CommitOutcomeUnknown(f"injected fault: {_UNKNOWN}")
+            raise self.faults.error(fault)
         return claimed
 
     async def messages_lease(

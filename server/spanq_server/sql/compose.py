@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from psycopg import sql
+from psycopg.adapt import PyFormat
 
 from ..model import ColumnType, Key, QueueDef
 from . import QUERIES
@@ -46,8 +47,9 @@ class QueueStatements:
         self.key_outputs = sql.SQL(",\n    ").join(
             sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type])) for c in queue.key_columns
         )
+        # Arrays go in binary: psycopg dumps them 4-5x faster than as text.
         self.key_arrays = sql.SQL(", ").join(
-            sql.SQL("{}::{}[]").format(sql.Placeholder(f"k{i}"), sql.SQL(SQL_TYPES[c.type]))
+            sql.SQL("{}::{}[]").format(sql.Placeholder(f"k{i}", PyFormat.BINARY), sql.SQL(SQL_TYPES[c.type]))
             for i, c in enumerate(queue.key_columns)
         )
 

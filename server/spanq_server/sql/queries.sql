@@ -207,14 +207,15 @@ DROP FUNCTION IF EXISTS spanq.{renew_function};
 DROP TABLE IF EXISTS {queue}
 
 -- message_insert --
--- Stores a batch of messages: one row per element of the parallel arrays.
+-- Stores a batch of messages: one row per element of the parallel arrays
+-- (the arrays go in binary format: psycopg dumps them 4-5x faster so).
 -- A deliver_time in the past means now, as in Spanner.
 INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
 SELECT {s_key_columns}, s.spanq_payload,
        greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')), clock.now),
        clock.now
-FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::timestamptz[],
-            %(delays)s::interval[])
+FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
+            %(delays)b::interval[])
          AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay),
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 
@@ -229,7 +230,7 @@ FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::tim
 WITH claimed AS (
     INSERT INTO spanq.commit_ledger (request_id, fingerprint, response, commit_time)
     SELECT r.request_id, r.fingerprint, r.response, clock.now
-    FROM unnest(%(request_ids)s::text[], %(fingerprints)s::bytea[], %(responses)s::bytea[])
+    FROM unnest(%(request_ids)b::text[], %(fingerprints)b::bytea[], %(responses)b::bytea[])
              AS r(request_id, fingerprint, response),
          (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS clock
     ORDER BY r.request_id
@@ -240,8 +241,8 @@ WITH claimed AS (
     SELECT {s_key_columns}, s.spanq_payload,
            greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')), clock.now),
            clock.now
-    FROM unnest({key_arrays}, %(payloads)s::{payload_type}[], %(deliver_times)s::timestamptz[],
-                %(delays)s::interval[], %(owners)s::text[])
+    FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
+                %(delays)b::interval[], %(owners)b::text[])
              AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner),
          (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
     WHERE s.spanq_owner IN (SELECT request_id FROM claimed)
