@@ -1,10 +1,13 @@
 """Fast unit tests: the SQL file parser, migrations, fault specs, status table."""
 
+import uuid
+
 import grpc
 import pytest
 
 from spanq_server import errors, status
 from spanq_server.faults import FaultInjector
+from spanq_server.mutations import new_uuids
 from spanq_server.sql import MIGRATIONS, QUERIES, parse_queries
 
 
@@ -21,7 +24,7 @@ def test_parse_queries_rejects_duplicates_and_empty_blocks():
 
 
 def test_every_statement_the_store_uses_is_defined():
-    for name in ("message_insert", "message_lease_batch", "message_ack", "lease_renew", "ledger_claim",
+    for name in ("message_insert", "message_insert_claimed", "message_lease_batch", "message_ack", "lease_renew", "ledger_claim",
                  "ledger_record", "ledger_lookup", "ledger_prune", "queue_table_create",
                  "queue_receive_function_create", "queue_renew_function_create", "wakeup_listen"):
         assert name in QUERIES
@@ -43,6 +46,18 @@ def test_fault_draws_follow_the_probabilities():
     drawn = [faults.draw() for _ in range(10_000)]
     assert 2700 < drawn.count("unknown_commit_after") < 3300
     assert set(drawn) == {None, "unknown_commit_after"}
+    assert faults.injected["unknown_commit_after"] == 0, "a draw is counted only when its error is raised"
+    assert isinstance(faults.error("unknown_commit_after"), errors.CommitOutcomeUnknown)
+    assert isinstance(faults.error("unavailable_before"), errors.StoreUnavailable)
+    assert faults.injected == {"unknown_commit_after": 1, "unknown_commit_before": 0, "unavailable_before": 1}
+
+
+def test_generated_keys_are_distinct_version_4_uuids():
+    keys = new_uuids(5000)
+    assert len(set(keys)) == 5000
+    for k in keys:
+        parsed = uuid.UUID(k)
+        assert str(parsed) == k and parsed.version == 4 and parsed.variant == uuid.RFC_4122
 
 
 def test_status_table_maps_each_error_to_its_code():

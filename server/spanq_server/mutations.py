@@ -6,7 +6,7 @@ knows nothing of protobuf.
 """
 
 import dataclasses
-import uuid
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 from datetime import datetime, timedelta, timezone
@@ -69,6 +69,18 @@ def _sealed_error(request_id: str) -> errors.TransactionAborted:
     )
 
 
+def new_uuids(n: int) -> list[str]:
+    """n random (version 4) UUIDs as strings: the keys of messages sent without one.
+    One urandom call for all: uuid.uuid4() per message was 20% of a 100-message Send."""
+    raw = bytearray(os.urandom(16 * n))
+    for at in range(0, 16 * n, 16):
+        raw[at + 6] = raw[at + 6] & 0x0F | 0x40  # version 4
+        raw[at + 8] = raw[at + 8] & 0x3F | 0x80  # RFC 4122 variant
+    h = raw.hex()
+    return [f"{h[j:j + 8]}-{h[j + 8:j + 12]}-{h[j + 12:j + 16]}-{h[j + 16:j + 20]}-{h[j + 20:j + 32]}"
+            for j in range(0, 32 * n, 32)]
+
+
 class _AlreadyCommitted(Exception):
     """The request_id belongs to a committed transaction."""
 
@@ -108,7 +120,7 @@ class Mutator:
         self._check_count(len(op.messages), "messages")
         limit = self._limits.max_payload_bytes
         horizon = datetime.now(timezone.utc) + MAX_SCHEDULE_AHEAD
-        messages = []
+        keyless = 0
         for i, message in enumerate(op.messages):
             size = message.payload_size()
             if size > limit:
@@ -126,9 +138,14 @@ class Mutator:
                         f"message {i}: queue {op.queue.name!r} needs a key "
                         f"({', '.join(c.name for c in op.queue.key_columns)})"
                     )
-                message = dataclasses.replace(message, key=(str(uuid.uuid4()),))
-            messages.append(message)
-        return dataclasses.replace(op, messages=messages)
+                keyless += 1
+        if not keyless:
+            return op
+        keys = iter(new_uuids(keyless))
+        return dataclasses.replace(op, messages=[
+            OutgoingMessage((next(keys),), m.payload, m.deliver_time, m.delay) if m.key == () else m
+            for m in op.messages
+        ])
 
     def _check_count(self, n: int, what: str) -> None:
         limit = self._limits.max_messages_per_request
