@@ -307,6 +307,16 @@ async def test_bad_schedules_are_invalid_and_store_nothing(stub, stored):
                text_message("past", "now", deliver_time=stamp(now - timedelta(days=3650))))
 
 
+async def test_the_schedule_bound_follows_the_servers_clock(stub, stored, clock):
+    """366 days ahead of the server's clock (here advanced by 30 days), not of this host's."""
+    clock.advance(timedelta(days=30))
+    now = clock.now()
+    await send(stub, "tasks", text_message("in-bound", "x", deliver_time=stamp(now + timedelta(days=365))))
+    await expect(stub.Send(send_req("tasks", text_message("past-bound", "x",
+                                                          deliver_time=stamp(now + timedelta(days=367))))),
+                 INVALID, "deliver_time")
+
+
 # -- payloads -----------------------------------------------------------------------
 
 

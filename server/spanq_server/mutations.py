@@ -119,7 +119,9 @@ class Mutator:
     def _prepare_send(self, op: SendOp) -> SendOp:
         self._check_count(len(op.messages), "messages")
         limit = self._limits.max_payload_bytes
-        horizon = datetime.now(timezone.utc) + MAX_SCHEDULE_AHEAD
+        # The injected clock when there is one (tests advance it); else this host's, which
+        # only bounds how far ahead a message may be scheduled.
+        horizon = (self._clock.now() or datetime.now(timezone.utc)) + MAX_SCHEDULE_AHEAD
         keyless = 0
         for i, message in enumerate(op.messages):
             size = message.payload_size()
