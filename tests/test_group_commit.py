@@ -120,3 +120,25 @@ async def test_sends_to_several_queues_in_one_group(group_stub, one_group, sql, 
     await asyncio.gather(first, *calls)
     together = set(xmins(sql, "b").values()) | {x for k, x in xmins(sql, "a").items() if k != "first"}
     assert len(together) == 1
+
+
+async def test_shutdown_finishes_a_group_already_committing(server_config, clock, sql, database_url):
+    running = await start(dataclasses.replace(server_config, commit_groups_in_flight=1), clock=clock)
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            await create_queue(stub, "q", payload_type=queue_pb2.STRING)
+            blocker, first = await held_group(database_url, stub, "q")
+            while not sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                  "AND datname = current_database()").fetchone()[0]:
+                await asyncio.sleep(0.01)  # the group waits on the held request_id
+            stopping = asyncio.ensure_future(running.stop(0))  # no grace for calls: the caller is cut off
+            await asyncio.sleep(0.2)
+            assert not stopping.done(), "stop waits for the committing group"
+            await blocker.rollback()
+            await blocker.close()
+            await stopping
+            first.cancel()
+    finally:
+        await running.stop(0)
+    assert sql.execute("SELECT id FROM q").fetchall() == [("first",)]

@@ -68,6 +68,19 @@ class GroupCommitter:
             job.done.add_done_callback(_forget)
             raise
 
+    async def close(self, timeout: float) -> None:
+        """Lets the groups started or waiting finish (shutdown finishes in-flight commits),
+        then cancels what still runs after timeout seconds (a claim stuck on a lock)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self._tasks:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                for task in list(self._tasks):
+                    task.cancel()
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+                return
+            await asyncio.wait(list(self._tasks), timeout=left)
+
     def _start_groups(self) -> None:
         while self._waiting and self._running < self._in_flight:
             group = self._take_group()
