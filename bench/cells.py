@@ -465,7 +465,7 @@ async def cell_fanin(ctx: Context) -> list[Row]:
     rows = [
         Row("7 fan-in", f"DB connections, {n:,} idle streams", "conns", Figure([result["connections_idle"]]),
             Figure([base["connections"]]), target="<= 10", met=result["connections_idle"] <= 10, compare=False,
-            note=f"the server's pool (at most 10) and its one LISTEN connection, whatever the number of streams; "
+            note=f"--max-connections 10 (default): a pool of 9 and one LISTEN connection, whatever the number of streams; "
                  f"baseline: {k} LISTENing consumers, one connection each"),
         Row("7 fan-in", "DB connections, peak during wake-ups", "conns", Figure([result["connections_peak"]]),
             Figure([base["connections"]]), compare=False),
