@@ -3,10 +3,19 @@ leaser keeping leases alive, the dispatcher batching acks, and flow control.
 
 Flow control counts the messages (and payload bytes) in hand: leased to this
 subscriber and not yet acked, nacked or lost. The stream asks the server for
-at most the free room (max_outstanding), and is paused (cancelled) when the
-load reaches 1 and reopened below the resume threshold; it is also reopened
-when enough room frees up to widen its window. Reconnecting never drops
-held leases: the leaser renews them independently of any stream.
+at most the free room (max_outstanding), so the server itself stops leasing
+when the count is reached, and resumes as acks free room, on the same stream.
+At the byte limit the subscriber stops reading the stream (gRPC flow control
+then holds the server back) until the load is below the resume threshold.
+
+A stream is never cancelled for flow control: the server leases a batch
+before it sends it, so a stream cancelled with a batch in flight strands
+those messages until their leases expire (seconds to minutes of nothing
+delivered). The only reopen that flow control asks for, widening a stream
+that was opened narrow (or whose room came from acks made in SQL, which the
+server is not told of), happens while the stream is saturated and no ack is
+in flight, when the server has nothing in flight to lose. Reconnecting never
+drops held leases: the leaser renews them independently of any stream.
 """
 
 from __future__ import annotations
@@ -212,19 +221,18 @@ class Subscriber:
                 request.max_duration.CopyFrom(_codec.duration(self._stream_duration))
             call = self._client._stub().Receive(request, metadata=self._client._metadata)
             reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
-            restart = self._loop.create_task(self._restart.wait())
             opened = time.monotonic()
             try:
-                await asyncio.wait({reader, restart}, return_when=asyncio.FIRST_COMPLETED)
+                while not await self._stream_ended(reader, call):
+                    pass
             finally:
                 self._stream_open = False
                 if not reader.done():
                     call.cancel()
                     reader.cancel()
-                restart.cancel()
-                await asyncio.gather(reader, restart, return_exceptions=True)
+                await asyncio.gather(reader, return_exceptions=True)
             if reader.cancelled():
-                continue  # paused, widened or stopping
+                continue  # widened or stopping
             exc = reader.exception()
             if exc is None:
                 lasted = time.monotonic() - opened
@@ -257,6 +265,32 @@ class Subscriber:
         except asyncio.TimeoutError:
             pass
 
+    async def _stream_ended(self, reader: asyncio.Task[None], call: Any) -> bool:
+        """Waits until the stream ends, or a stop or a reopen is asked for; False if the stream goes on."""
+        restart = self._loop.create_task(self._restart.wait())
+        try:
+            await asyncio.wait({reader, restart}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            restart.cancel()
+            await asyncio.gather(restart, return_exceptions=True)
+        if reader.done() or self._stopping:
+            return True
+        self._restart.clear()
+        # Held while checking and cancelling: no ack or nack can free room on the server in between.
+        async with self.rpc_lock:
+            if reader.done() or not self._saturated():
+                return reader.done()  # acks freed room meanwhile: the server may be sending; ask again later
+            call.cancel()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        return True
+
+    def _saturated(self) -> bool:
+        """Whether the stream delivered its whole window and none of it was settled through the server
+        (with no ack in flight, i.e. under rpc_lock): then the server is waiting for room, with no batch
+        leased and unsent, and cancelling the stream loses nothing."""
+        return self._stream_own + self._stream_silent >= self._stream_window
+
     async def _read(self, call: Any) -> None:
         assert self._schema is not None
         stream = self._stream_id
@@ -267,8 +301,13 @@ class Subscriber:
                 message._owner = self
                 self._deliver(message, stream)
             if self._load() >= 1.0:
-                self._paused = True
-                self._restart.set()
+                self._paused = True  # no new stream opens until the load is below resume_threshold
+                # The server bounds the count (max_outstanding) but knows nothing of bytes: stop reading,
+                # and gRPC flow control holds the stream back, until the load is below the threshold.
+                by_bytes = self._bytes >= self._fc.max_bytes
+                while by_bytes and self._paused and not self._stopping:
+                    self._room.clear()
+                    await self._room.wait()
 
     def _deliver(self, message: Message, stream: int) -> None:
         assert self._leaser is not None
