@@ -223,8 +223,13 @@ def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
     return stamp
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 def timestamp_to_datetime(stamp: timestamp_pb2.Timestamp) -> datetime:
-    return stamp.ToDatetime(tzinfo=timezone.utc)
+    # What Timestamp.ToDatetime(tzinfo=timezone.utc) returns (nanos are never negative), at a third of
+    # its cost: every received message carries three timestamps.
+    return _EPOCH + timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
 
 
 def duration(value: timedelta | float) -> duration_pb2.Duration:

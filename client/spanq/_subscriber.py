@@ -368,26 +368,31 @@ class Subscriber:
 
     def _settle_now(self, message: Message, action: str, lease_duration: timedelta | None,
                     future: Future[Any] | None = None) -> None:
-        future = future or Future()
+        """On the loop. ``future`` is None for the subscriber's own settles (auto-ack, nack on error or
+        shutdown), which nobody awaits: a Future per message costs more than the rest of an ack."""
         if self._closed or self._dispatcher is None:
-            future._set_exception(Closed(f"the subscription to {self.queue} is closed"))
+            if future is not None:
+                future._set_exception(Closed(f"the subscription to {self.queue} is closed"))
             return
         if message._settled == "lost":
-            future._set_exception(LeaseLost(f"the lease on {message.key!r} in {self.queue} was lost"))
+            if future is not None:
+                future._set_exception(LeaseLost(f"the lease on {message.key!r} in {self.queue} was lost"))
             return
         if action in ("ack", "nack"):
             if message._settled is not None:
-                future._set_result(None)  # settling twice is a no-op
+                if future is not None:
+                    future._set_result(None)  # settling twice is a no-op
                 return
             message._settled = action
-        self._dispatcher.put(Request(action, message, future, lease_duration or self._lease))
+        self._dispatcher.put_nowait(Request(action, message, future, lease_duration or self._lease))
 
     def _done(self, request: Request, error: BaseException | None, result: Any) -> None:
         """The dispatcher's report on one work item."""
-        message = request.message
+        message, future = request.message, request.future
         if request.action == "renew":
             if error is not None:
-                request.future._set_exception(error)
+                if future is not None:
+                    future._set_exception(error)
                 return
             if result.new_lease_token:
                 assert self._leaser is not None and request.lease_duration is not None
@@ -395,15 +400,17 @@ class Subscriber:
                 self._leaser.extended(message, request.lease_duration, time.monotonic())
             else:
                 self._lost(message, "its lease could not be renewed")
-            request.future._set_result(result)
+            if future is not None:
+                future._set_result(result)
             return
         if error is not None:
             # Auto-acks are rarely awaited: say here that one failed (the message will be redelivered).
             log = logger.info if isinstance(error, Closed) else logger.warning
             log("%s: could not %s %r: %s", self.queue, request.action, message.key, error)
-            request.future._set_exception(error)
-        else:
-            request.future._set_result(None)
+            if future is not None:
+                future._set_exception(error)
+        elif future is not None:
+            future._set_result(None)
         self._release(message)
 
     def _lost(self, message: Message, why: str) -> None:

@@ -218,6 +218,7 @@ class Message:
     __slots__ = (
         "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
+        "_wire_key",
     )
 
     queue: str
@@ -263,6 +264,7 @@ class Message:
         self._lock = threading.Lock()
         self._settled: str | None = None  # "ack", "nack" or "lost" once settled (set on the client's loop)
         self._sql_acked = False  # acked by spanq.sql inside the application's transaction
+        self._wire_key: Any = None  # the key as received (a struct_pb2.ListValue): acks reuse it
 
     @property
     def lease_token(self) -> str:
