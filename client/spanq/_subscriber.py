@@ -11,11 +11,11 @@ then holds the server back) until the load is below the resume threshold.
 A stream is never cancelled for flow control: the server leases a batch
 before it sends it, so a stream cancelled with a batch in flight strands
 those messages until their leases expire (seconds to minutes of nothing
-delivered). The only reopen that flow control asks for, widening a stream
-that was opened narrow (or whose room came from acks made in SQL, which the
-server is not told of), happens while the stream is saturated and no ack is
-in flight, when the server has nothing in flight to lose. Reconnecting never
-drops held leases: the leaser renews them independently of any stream.
+delivered). A stream opened narrow (messages were in hand) asks the server to
+end it soon, and is reopened with the room there is then. The one cancel left
+is for room freed by acks made in SQL, which the server is not told of; it
+happens while the stream is saturated and no ack is in flight. Reconnecting
+never drops held leases: the leaser renews them independently of any stream.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ Callback = Callable[[Message], Union[Awaitable[Any], Any]]
 DEFAULT_LEASE = timedelta(seconds=10)
 RECONNECT_BACKOFF = _retry.Retry(initial_backoff=0.1, max_backoff=2.0)
 """Waits between attempts to reopen a failed Receive stream (it retries forever)."""
+NARROW_STREAM_DURATION = timedelta(seconds=1)
+"""A stream opened with less than max_messages of room lasts at most this long, then reopens wider."""
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
@@ -200,12 +202,18 @@ class Subscriber:
         backoffs = RECONNECT_BACKOFF.backoffs()
         failures = 0
         while not self._stopping:
+            if self._fc.max_messages - len(self._in_hand) < self._min_window():
+                self._paused = True  # no stream narrower than the room resume_threshold leaves
             while not self._stopping and (self._paused or len(self._in_hand) >= self._fc.max_messages):
                 self._room.clear()
                 await self._room.wait()
             if self._stopping:
                 return
             window = self._fc.max_messages - len(self._in_hand)
+            duration = self._stream_duration
+            if window < self._fc.max_messages:
+                # Ended by the server, between batches: cancelling it to widen it could strand a batch.
+                duration = min(duration or NARROW_STREAM_DURATION, NARROW_STREAM_DURATION)
             self._stream_id += 1
             self._stream_window, self._stream_own, self._stream_open = window, 0, True
             self._stream_delivered = self._stream_silent = 0
@@ -217,8 +225,8 @@ class Subscriber:
             )
             if self._lease_option is not None:
                 request.lease_duration.CopyFrom(_codec.duration(self._lease_option))
-            if self._stream_duration is not None:
-                request.max_duration.CopyFrom(_codec.duration(self._stream_duration))
+            if duration is not None:
+                request.max_duration.CopyFrom(_codec.duration(duration))
             call = self._client._stub().Receive(request, metadata=self._client._metadata)
             reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
             opened = time.monotonic()
@@ -232,11 +240,11 @@ class Subscriber:
                     reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
             if reader.cancelled():
-                continue  # widened or stopping
+                continue  # reopened (room freed in SQL) or stopping
             exc = reader.exception()
             if exc is None:
                 lasted = time.monotonic() - opened
-                expected = self._stream_duration.total_seconds() if self._stream_duration else 0.0
+                expected = duration.total_seconds() if duration else 0.0
                 if lasted < 0.9 * expected or (not expected and lasted < 1.0):
                     await self._sleep(next(backoffs))  # ended early: do not spin on a stream that ends at once
                 else:
@@ -279,16 +287,20 @@ class Subscriber:
         # Held while checking and cancelling: no ack or nack can free room on the server in between.
         async with self.rpc_lock:
             if reader.done() or not self._saturated():
-                return reader.done()  # acks freed room meanwhile: the server may be sending; ask again later
+                return reader.done()  # an ack freed room meanwhile: the server may be sending; not now
             call.cancel()
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
         return True
 
+    def _min_window(self) -> int:
+        return max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages))
+
     def _saturated(self) -> bool:
-        """Whether the stream delivered its whole window and none of it was settled through the server
-        (with no ack in flight, i.e. under rpc_lock): then the server is waiting for room, with no batch
-        leased and unsent, and cancelling the stream loses nothing."""
+        """Whether nothing the stream delivered was settled through the server (under rpc_lock: no ack in
+        flight) while it holds its whole window: then the server is waiting for room with no batch leased
+        and unsent, and cancelling the stream loses nothing. (Acks made in SQL free room unannounced: a
+        stream woken meanwhile by another client's ack may be sending. Rare, and no worse than before.)"""
         return self._stream_own + self._stream_silent >= self._stream_window
 
     async def _read(self, call: Any) -> None:
@@ -439,13 +451,8 @@ class Subscriber:
                 self._room.set()
         else:
             self._room.set()
-            if self._stream_open and self._stream_own >= self._stream_window:
-                # The stream is at its max_outstanding: once enough room freed up, reopen it wider.
-                room = self._fc.max_messages - (len(self._in_hand) - self._stream_own)
-                if room - self._stream_window >= max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages)):
-                    self._restart.set()
-            elif self._stream_open and self._stream_delivered >= self._stream_window and self._stream_silent >= min(
-                    self._stream_window, max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages))):
+            if self._stream_open and self._stream_delivered >= self._stream_window and \
+                    self._stream_silent >= min(self._stream_window, self._min_window()):
                 # The stream used up its max_outstanding, and the room came from acks made in the application's
                 # own transactions (spanq.sql.ack), which the server does not hear of: it would wait for its next
                 # poll (seconds) before leasing more. Reopen it.
