@@ -115,14 +115,16 @@ def _key_value_to_proto(queue: str, column: KeyColumn, value: Any) -> struct_pb2
 
 
 def key_from_proto(queue: Queue, key: struct_pb2.ListValue) -> Key:
-    return tuple(_key_value_from_proto(c, v) for c, v in zip(queue.key_columns, key.values))
+    # A list, not a generator: this runs once per received message.
+    return tuple([_key_value_from_proto(c, v) for c, v in zip(queue.key_columns, key.values)])
 
 
 def _key_value_from_proto(column: KeyColumn, value: struct_pb2.Value) -> KeyValue:
-    kind = value.WhichOneof("kind")
     t = column.type
+    if t is TypeCode.STRING:
+        return value.string_value
     if t is TypeCode.INT64:
-        return int(value.string_value) if kind == "string_value" else int(value.number_value)
+        return int(value.string_value) if value.WhichOneof("kind") == "string_value" else int(value.number_value)
     if t is TypeCode.BOOL:
         return value.bool_value
     if t is TypeCode.BYTES:

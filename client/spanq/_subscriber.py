@@ -451,7 +451,7 @@ class Subscriber:
                 self._room.set()
         else:
             self._room.set()
-            if self._stream_open and self._stream_delivered >= self._stream_window and \
+            if self._stream_silent and self._stream_open and self._stream_delivered >= self._stream_window and \
                     self._stream_silent >= min(self._stream_window, self._min_window()):
                 # The stream used up its max_outstanding, and the room came from acks made in the application's
                 # own transactions (spanq.sql.ack), which the server does not hear of: it would wait for its next
