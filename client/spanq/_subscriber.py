@@ -308,6 +308,11 @@ class Subscriber:
         stream = self._stream_id
         async for response in call:
             for wire in response.messages:
+                while len(self._in_hand) >= self._fc.max_messages and not self._stopping:
+                    # The server counts an ack's room free once it commits; here the message is in hand
+                    # until the ack's answer is handled: a batch leased in between waits for that.
+                    self._room.clear()
+                    await self._room.wait()
                 message = _requests.received_message(self._schema, wire)
                 message._settler = self
                 message._owner = self
@@ -445,12 +450,10 @@ class Subscriber:
         if stream == self._stream_id:
             self._stream_own -= 1
             self._stream_silent += message._sql_acked
-        if self._paused:
-            if self._load() < self._fc.resume_threshold:
-                self._paused = False
-                self._room.set()
-        else:
-            self._room.set()
+        if self._paused and self._load() < self._fc.resume_threshold:
+            self._paused = False
+        self._room.set()  # its waiters check what they wait for
+        if not self._paused:
             if self._stream_silent and self._stream_open and self._stream_delivered >= self._stream_window and \
                     self._stream_silent >= min(self._stream_window, self._min_window()):
                 # The stream used up its max_outstanding, and the room came from acks made in the application's
