@@ -9,10 +9,12 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
 import spanq
+import spanq._subscriber
 import spanq.aio
 from spanq_server.server import start
 
@@ -98,6 +100,84 @@ async def test_flow_control_bounds_the_messages_in_hand(server, sql):
         async with subscription:
             await wait_for(lambda: len(done) == 12, timeout=15, what="the byte-limited messages")
         assert held_peak <= 3
+
+
+def count_receive_streams(client: spanq.aio.Client) -> list[object]:
+    """Records each Receive stream the client opens (its request)."""
+    stub = client._stub()
+    receive, opened = stub.Receive, []
+
+    def counting(request, **kwargs):
+        opened.append(request)
+        return receive(request, **kwargs)
+
+    stub.Receive = counting
+    return opened
+
+
+async def test_flow_control_pauses_without_reopening_the_stream(server, sql):
+    """At max_messages the server holds back on the open stream (its max_outstanding); at max_bytes the
+    subscriber stops reading it. Cancelling the stream instead stranded the batch the server had leased
+    and not yet sent until its lease expired: here (a manual clock, a 60 s lease) never."""
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("paced", key_columns=[("id", "INT64")], payload_type="BYTES", lease_duration=60)
+        await client.send_many("paced", [spanq.OutgoingMessage(b"x" * 100, i) for i in range(40)])
+        opened = count_receive_streams(client)
+        done: set[int] = set()
+        held_peak = 0
+
+        async def handle(message: spanq.Message) -> None:
+            nonlocal held_peak
+            held_peak = max(held_peak, subscription.in_hand)
+            await asyncio.sleep(0.005)
+            done.add(message.key[0])
+
+        subscription = client.subscribe("paced", handle, max_batch_size=3,
+                                        flow_control=spanq.FlowControl(max_messages=5))
+        async with subscription:
+            await wait_for(lambda: len(done) == 40, what="every message")
+        assert sql.execute("SELECT count(*) FROM paced").fetchone()[0] == 0
+        assert len(opened) == 1 and opened[0].max_outstanding == 5
+        assert 3 <= held_peak <= 5  # paused at the limit many times over, on one stream
+
+        # By bytes: 250 bytes hold two 100-byte payloads; the third (one per response) pauses reading.
+        await client.send_many("paced", [spanq.OutgoingMessage(b"y" * 100, i) for i in range(100, 140)])
+        opened.clear()
+        done.clear()
+        held_peak = 0
+        subscription = client.subscribe("paced", handle, max_batch_size=1,
+                                        flow_control=spanq.FlowControl(max_messages=5, max_bytes=250))
+        async with subscription:
+            await wait_for(lambda: len(done) == 40, what="every message, by bytes")
+        assert len(opened) == 1 and held_peak <= 3
+
+
+async def test_a_stream_opened_narrow_ends_soon_and_loses_no_message(server, sql, monkeypatch):
+    """A stream reopened while messages are in hand gets only the room left; it asks the server to end it
+    soon (between batches) and reopens wider. Cancelling it to widen it could strand a leased batch (here,
+    with a manual clock and a 60 s lease, for good)."""
+    monkeypatch.setattr(spanq._subscriber, "NARROW_STREAM_DURATION", timedelta(seconds=0.1))
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("narrow", key_columns=[("id", "INT64")], payload_type="STRING", lease_duration=60)
+        await client.send_many("narrow", [spanq.OutgoingMessage("m", i) for i in range(300)])
+        opened = count_receive_streams(client)
+        done: set[int] = set()
+        held_peak = 0
+
+        async def handle(message: spanq.Message) -> None:
+            nonlocal held_peak
+            held_peak = max(held_peak, subscription.in_hand)
+            await asyncio.sleep(0.01 * (message.key[0] % 3))
+            done.add(message.key[0])
+
+        subscription = client.subscribe("narrow", handle, max_batch_size=4, stream_duration=0.3,
+                                        flow_control=spanq.FlowControl(max_messages=10))
+        async with subscription:
+            await wait_for(lambda: len(done) == 300, timeout=30, what="every message")
+            await wait_for(lambda: sql.execute("SELECT count(*) FROM narrow").fetchone()[0] == 0, what="all acked")
+        assert held_peak <= 10
+        durations = {r.max_outstanding == 10: r.max_duration.ToTimedelta() for r in opened}
+        assert durations == {True: timedelta(seconds=0.3), False: timedelta(seconds=0.1)}, opened
 
 
 async def test_the_subscriber_survives_a_server_restart(server, server_config, clock, caplog):

@@ -33,7 +33,8 @@ class Request:
 
     action: str
     message: Message
-    future: Future[Any]
+    future: Future[Any] | None
+    """None where nobody can await the outcome (the subscriber's own auto-acks and nacks)."""
     lease_duration: timedelta | None = None
 
 
@@ -67,6 +68,10 @@ class Dispatcher:
 
     def put(self, request: Request) -> None:
         call_soon(self._loop, lambda: self._enqueue(request))
+
+    def put_nowait(self, request: Request) -> None:
+        """``put`` from the loop's own thread."""
+        self._enqueue(request)
 
     def _enqueue(self, request: Request) -> None:
         if self._closed:

@@ -65,6 +65,7 @@ class Leaser:
         self._on_lost = on_lost
         self._leases: dict[Message, _Leased] = {}
         self._wake = asyncio.Event()
+        self._next_at: float | None = None  # when the task wakes on its own (None: only when woken)
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -75,8 +76,10 @@ class Leaser:
 
     def add(self, message: Message) -> None:
         now = time.monotonic()
-        self._leases[message] = _Leased(message, now, now + self._lease * random.uniform(*RENEW_AT), now + self._lease)
-        self._wake.set()
+        entry = _Leased(message, now, now + self._lease * random.uniform(*RENEW_AT), now + self._lease)
+        self._leases[message] = entry
+        if self._next_at is None or entry.renew_at < self._next_at:
+            self._wake.set()  # not for every message: each wake scans every lease
 
     def remove(self, message: Message) -> None:
         self._leases.pop(message, None)
@@ -112,11 +115,13 @@ class Leaser:
                 await self._renew(due)
                 continue
             self._wake.clear()
-            next_at = min((e.renew_at for e in self._leases.values()), default=None)
+            next_at = self._next_at = min((e.renew_at for e in self._leases.values()), default=None)
             try:
                 await asyncio.wait_for(self._wake.wait(), None if next_at is None else max(0.0, next_at - now))
             except asyncio.TimeoutError:
                 pass
+            finally:
+                self._next_at = None
 
     async def _renew(self, due: list[_Leased]) -> None:
         seconds = self._extension.total_seconds()

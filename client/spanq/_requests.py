@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Union
 
+from google.protobuf import struct_pb2
+
 from . import _codec
 from ._errors import InvalidArgument
 from ._proto.spanq.v1 import queue_pb2
@@ -61,7 +63,7 @@ def ack_request(queue: Queue, targets: Sequence[AckTarget], ignore_not_found: bo
         item = out.acks.add()
         if isinstance(target, Message):
             _check_queue(queue, target)
-            item.key.CopyFrom(_codec.key_to_proto(queue, target.key))
+            item.key.CopyFrom(target._wire_key or _codec.key_to_proto(queue, target.key))
             item.lease_token = target.lease_token
         else:
             item.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(target)))
@@ -105,7 +107,7 @@ def renew_results(response: queue_pb2.RenewLeaseResponse) -> list[RenewedLease]:
 
 
 def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
-    return Message(
+    message = Message(
         queue=queue.name,
         key=_codec.key_from_proto(queue, m.key),
         payload=_codec.payload_from_proto(queue, m.payload),
@@ -116,6 +118,10 @@ def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
         delivery_attempt=m.delivery_attempt,
         size=m.payload.ByteSize(),
     )
+    # A copy, not a reference: that would keep the whole response (every payload in it) alive.
+    message._wire_key = struct_pb2.ListValue()
+    message._wire_key.CopyFrom(m.key)
+    return message
 
 
 def _check_queue(queue: Queue, message: Message) -> None:

@@ -3,10 +3,19 @@ leaser keeping leases alive, the dispatcher batching acks, and flow control.
 
 Flow control counts the messages (and payload bytes) in hand: leased to this
 subscriber and not yet acked, nacked or lost. The stream asks the server for
-at most the free room (max_outstanding), and is paused (cancelled) when the
-load reaches 1 and reopened below the resume threshold; it is also reopened
-when enough room frees up to widen its window. Reconnecting never drops
-held leases: the leaser renews them independently of any stream.
+at most the free room (max_outstanding), so the server itself stops leasing
+when the count is reached, and resumes as acks free room, on the same stream.
+At the byte limit the subscriber stops reading the stream (gRPC flow control
+then holds the server back) until the load is below the resume threshold.
+
+A stream is never cancelled for flow control: the server leases a batch
+before it sends it, so a stream cancelled with a batch in flight strands
+those messages until their leases expire (seconds to minutes of nothing
+delivered). A stream opened narrow (messages were in hand) asks the server to
+end it soon, and is reopened with the room there is then. The one cancel left
+is for room freed by acks made in SQL, which the server is not told of; it
+happens while the stream is saturated and no ack is in flight. Reconnecting
+never drops held leases: the leaser renews them independently of any stream.
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ Callback = Callable[[Message], Union[Awaitable[Any], Any]]
 DEFAULT_LEASE = timedelta(seconds=10)
 RECONNECT_BACKOFF = _retry.Retry(initial_backoff=0.1, max_backoff=2.0)
 """Waits between attempts to reopen a failed Receive stream (it retries forever)."""
+NARROW_STREAM_DURATION = timedelta(seconds=1)
+"""A stream opened with less than max_messages of room lasts at most this long, then reopens wider."""
 
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
@@ -191,12 +202,18 @@ class Subscriber:
         backoffs = RECONNECT_BACKOFF.backoffs()
         failures = 0
         while not self._stopping:
+            if self._fc.max_messages - len(self._in_hand) < self._min_window():
+                self._paused = True  # no stream narrower than the room resume_threshold leaves
             while not self._stopping and (self._paused or len(self._in_hand) >= self._fc.max_messages):
                 self._room.clear()
                 await self._room.wait()
             if self._stopping:
                 return
             window = self._fc.max_messages - len(self._in_hand)
+            duration = self._stream_duration
+            if window < self._fc.max_messages:
+                # Ended by the server, between batches: cancelling it to widen it could strand a batch.
+                duration = min(duration or NARROW_STREAM_DURATION, NARROW_STREAM_DURATION)
             self._stream_id += 1
             self._stream_window, self._stream_own, self._stream_open = window, 0, True
             self._stream_delivered = self._stream_silent = 0
@@ -208,27 +225,26 @@ class Subscriber:
             )
             if self._lease_option is not None:
                 request.lease_duration.CopyFrom(_codec.duration(self._lease_option))
-            if self._stream_duration is not None:
-                request.max_duration.CopyFrom(_codec.duration(self._stream_duration))
+            if duration is not None:
+                request.max_duration.CopyFrom(_codec.duration(duration))
             call = self._client._stub().Receive(request, metadata=self._client._metadata)
             reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
-            restart = self._loop.create_task(self._restart.wait())
             opened = time.monotonic()
             try:
-                await asyncio.wait({reader, restart}, return_when=asyncio.FIRST_COMPLETED)
+                while not await self._stream_ended(reader, call):
+                    pass
             finally:
                 self._stream_open = False
                 if not reader.done():
                     call.cancel()
                     reader.cancel()
-                restart.cancel()
-                await asyncio.gather(reader, restart, return_exceptions=True)
+                await asyncio.gather(reader, return_exceptions=True)
             if reader.cancelled():
-                continue  # paused, widened or stopping
+                continue  # reopened (room freed in SQL) or stopping
             exc = reader.exception()
             if exc is None:
                 lasted = time.monotonic() - opened
-                expected = self._stream_duration.total_seconds() if self._stream_duration else 0.0
+                expected = duration.total_seconds() if duration else 0.0
                 if lasted < 0.9 * expected or (not expected and lasted < 1.0):
                     await self._sleep(next(backoffs))  # ended early: do not spin on a stream that ends at once
                 else:
@@ -257,18 +273,58 @@ class Subscriber:
         except asyncio.TimeoutError:
             pass
 
+    async def _stream_ended(self, reader: asyncio.Task[None], call: Any) -> bool:
+        """Waits until the stream ends, or a stop or a reopen is asked for; False if the stream goes on."""
+        restart = self._loop.create_task(self._restart.wait())
+        try:
+            await asyncio.wait({reader, restart}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            restart.cancel()
+            await asyncio.gather(restart, return_exceptions=True)
+        if reader.done() or self._stopping:
+            return True
+        self._restart.clear()
+        # Held while checking and cancelling: no ack or nack can free room on the server in between.
+        async with self.rpc_lock:
+            if reader.done() or not self._saturated():
+                return reader.done()  # an ack freed room meanwhile: the server may be sending; not now
+            call.cancel()
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        return True
+
+    def _min_window(self) -> int:
+        return max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages))
+
+    def _saturated(self) -> bool:
+        """Whether nothing the stream delivered was settled through the server (under rpc_lock: no ack in
+        flight) while it holds its whole window: then the server is waiting for room with no batch leased
+        and unsent, and cancelling the stream loses nothing. (Acks made in SQL free room unannounced: a
+        stream woken meanwhile by another client's ack may be sending. Rare, and no worse than before.)"""
+        return self._stream_own + self._stream_silent >= self._stream_window
+
     async def _read(self, call: Any) -> None:
         assert self._schema is not None
         stream = self._stream_id
         async for response in call:
             for wire in response.messages:
+                while len(self._in_hand) >= self._fc.max_messages and not self._stopping:
+                    # The server counts an ack's room free once it commits; here the message is in hand
+                    # until the ack's answer is handled: a batch leased in between waits for that.
+                    self._room.clear()
+                    await self._room.wait()
                 message = _requests.received_message(self._schema, wire)
                 message._settler = self
                 message._owner = self
                 self._deliver(message, stream)
             if self._load() >= 1.0:
-                self._paused = True
-                self._restart.set()
+                self._paused = True  # no new stream opens until the load is below resume_threshold
+                # The server bounds the count (max_outstanding) but knows nothing of bytes: stop reading,
+                # and gRPC flow control holds the stream back, until the load is below the threshold.
+                by_bytes = self._bytes >= self._fc.max_bytes
+                while by_bytes and self._paused and not self._stopping:
+                    self._room.clear()
+                    await self._room.wait()
 
     def _deliver(self, message: Message, stream: int) -> None:
         assert self._leaser is not None
@@ -329,26 +385,31 @@ class Subscriber:
 
     def _settle_now(self, message: Message, action: str, lease_duration: timedelta | None,
                     future: Future[Any] | None = None) -> None:
-        future = future or Future()
+        """On the loop. ``future`` is None for the subscriber's own settles (auto-ack, nack on error or
+        shutdown), which nobody awaits: a Future per message costs more than the rest of an ack."""
         if self._closed or self._dispatcher is None:
-            future._set_exception(Closed(f"the subscription to {self.queue} is closed"))
+            if future is not None:
+                future._set_exception(Closed(f"the subscription to {self.queue} is closed"))
             return
         if message._settled == "lost":
-            future._set_exception(LeaseLost(f"the lease on {message.key!r} in {self.queue} was lost"))
+            if future is not None:
+                future._set_exception(LeaseLost(f"the lease on {message.key!r} in {self.queue} was lost"))
             return
         if action in ("ack", "nack"):
             if message._settled is not None:
-                future._set_result(None)  # settling twice is a no-op
+                if future is not None:
+                    future._set_result(None)  # settling twice is a no-op
                 return
             message._settled = action
-        self._dispatcher.put(Request(action, message, future, lease_duration or self._lease))
+        self._dispatcher.put_nowait(Request(action, message, future, lease_duration or self._lease))
 
     def _done(self, request: Request, error: BaseException | None, result: Any) -> None:
         """The dispatcher's report on one work item."""
-        message = request.message
+        message, future = request.message, request.future
         if request.action == "renew":
             if error is not None:
-                request.future._set_exception(error)
+                if future is not None:
+                    future._set_exception(error)
                 return
             if result.new_lease_token:
                 assert self._leaser is not None and request.lease_duration is not None
@@ -356,15 +417,17 @@ class Subscriber:
                 self._leaser.extended(message, request.lease_duration, time.monotonic())
             else:
                 self._lost(message, "its lease could not be renewed")
-            request.future._set_result(result)
+            if future is not None:
+                future._set_result(result)
             return
         if error is not None:
             # Auto-acks are rarely awaited: say here that one failed (the message will be redelivered).
             log = logger.info if isinstance(error, Closed) else logger.warning
             log("%s: could not %s %r: %s", self.queue, request.action, message.key, error)
-            request.future._set_exception(error)
-        else:
-            request.future._set_result(None)
+            if future is not None:
+                future._set_exception(error)
+        elif future is not None:
+            future._set_result(None)
         self._release(message)
 
     def _lost(self, message: Message, why: str) -> None:
@@ -387,19 +450,12 @@ class Subscriber:
         if stream == self._stream_id:
             self._stream_own -= 1
             self._stream_silent += message._sql_acked
-        if self._paused:
-            if self._load() < self._fc.resume_threshold:
-                self._paused = False
-                self._room.set()
-        else:
-            self._room.set()
-            if self._stream_open and self._stream_own >= self._stream_window:
-                # The stream is at its max_outstanding: once enough room freed up, reopen it wider.
-                room = self._fc.max_messages - (len(self._in_hand) - self._stream_own)
-                if room - self._stream_window >= max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages)):
-                    self._restart.set()
-            elif self._stream_open and self._stream_delivered >= self._stream_window and self._stream_silent >= min(
-                    self._stream_window, max(1, int((1 - self._fc.resume_threshold) * self._fc.max_messages))):
+        if self._paused and self._load() < self._fc.resume_threshold:
+            self._paused = False
+        self._room.set()  # its waiters check what they wait for
+        if not self._paused:
+            if self._stream_silent and self._stream_open and self._stream_delivered >= self._stream_window and \
+                    self._stream_silent >= min(self._stream_window, self._min_window()):
                 # The stream used up its max_outstanding, and the room came from acks made in the application's
                 # own transactions (spanq.sql.ack), which the server does not hear of: it would wait for its next
                 # poll (seconds) before leasing more. Reopen it.

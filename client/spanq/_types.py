@@ -136,8 +136,9 @@ class CommitResult:
 class FlowControl:
     """How much a subscriber holds at once, and how long it keeps leases alive.
 
-    The subscriber pauses receiving when it holds ``max_messages`` messages or ``max_bytes`` payload bytes
-    (leased and not yet acked or nacked), and resumes below ``resume_threshold`` of both.
+    The subscriber holds at most ``max_messages`` messages (leased and not yet acked or nacked): the server
+    sends no more than the free room, and sends more as acks free some. At ``max_bytes`` payload bytes in
+    hand it stops reading, and resumes below ``resume_threshold`` of both limits.
     """
 
     max_messages: int = 1000
@@ -149,7 +150,8 @@ class FlowControl:
     max_lease_extension: timedelta | None = None
     """Each renewal asks for this much more time; None: the stream's lease duration."""
     resume_threshold: float = 0.8
-    """Resume receiving when the load falls below this fraction of the limits."""
+    """After the byte limit, resume reading when the load falls below this fraction of the limits; a new
+    stream waits for that much room too."""
 
     def __post_init__(self) -> None:
         if self.max_messages < 1 or self.max_bytes < 1:
@@ -218,6 +220,7 @@ class Message:
     __slots__ = (
         "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
+        "_wire_key",
     )
 
     queue: str
@@ -263,6 +266,7 @@ class Message:
         self._lock = threading.Lock()
         self._settled: str | None = None  # "ack", "nack" or "lost" once settled (set on the client's loop)
         self._sql_acked = False  # acked by spanq.sql inside the application's transaction
+        self._wire_key: Any = None  # the key as received (a struct_pb2.ListValue): acks reuse it
 
     @property
     def lease_token(self) -> str:
