@@ -205,15 +205,16 @@ async def run_with_follow_ups(client: spanq.aio.Client, seconds: float, check_ev
         run.deliveries.append(message.delivery_attempt)
         handle = service.start(str(message.key[0]), job["seconds"]) if job["phase"] == "start" else job["handle"]
         committed_at[number + 1] = time.monotonic()
+        done = service.done(handle)  # asked once: the commit and what follows must agree
         async with client.transaction() as tx:  # one Commit: the ack and the follow-up, or neither
             tx.ack(EXPORTS, message)
-            if not service.done(handle):
+            if not done:
                 follow_up = {"phase": "check", "handle": handle, "step": number + 1, "delay": check_every,
                              "seconds": job["seconds"]}
                 tx.send(EXPORTS, follow_up, key=message.key, delay=check_every)
         held = time.monotonic() - now
         run.steps.append(Step(job["phase"], message.delivery_attempt, after, job.get("delay", 0.0), scheduled, held))
-        if service.done(handle):
+        if done:
             finished.set()
 
     begin = time.monotonic()
