@@ -22,9 +22,9 @@ class Sizes:
     send_seconds: float = 2.0
     drain_n: int = 50_000
     drain_runs: int = 3
-    sdk_drain_n: int = 10_000
-    """The SDK subscriber drains fewer, for at most sdk_drain_seconds: it is slower than a raw stream."""
-    sdk_drain_seconds: float = 8
+    sdk_drain_n: int = 50_000
+    """The SDK subscriber drains as many as the raw streams, for at most sdk_drain_seconds."""
+    sdk_drain_seconds: float = 30
     latency_rate: float = 500
     latency_seconds: float = 10
     latency_runs: int = 3
@@ -52,7 +52,7 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(
-    runs=3, send_seconds=0.2, drain_n=2_000, drain_runs=3, sdk_drain_n=1_000, sdk_drain_seconds=1.5, latency_seconds=0.5,
+    runs=3, send_seconds=0.2, drain_n=2_000, drain_runs=3, sdk_drain_n=2_000, sdk_drain_seconds=3, latency_seconds=0.5,
     low_seconds=0.5,
     latency_runs=3, lateness_n=300, lateness_spread=0.6, lateness_lead=0.25, lateness_runs=3,
     depths=(2_000, 30_000), depth_drain=1_000, depth_runs=3, churn_n=20_000, bloat_drain=1_000,
