@@ -16,7 +16,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from . import codec, errors, ledger, queues, status
 from .ledger import Ledger
 from .model import AckItem, AckResult, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
-from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
+from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Receiver, ReceiveOptions
 
@@ -96,8 +96,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         async def ops() -> list[Mutation]:
             return [await self._ack_op(request)]
 
+        async def commit(found: list[Mutation], **kwargs: Any) -> Outcome:
+            return await self._mutator.commit_ack(cast(AckOp, found[0]), **kwargs)
+
         return await self._commit("Ack", request, ops,
-                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])))
+                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])), commit)
 
     @translate_errors
     async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:
@@ -140,9 +143,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         return await self._renew_op(inner)
 
     async def _commit(self, kind: str, request: Reply, ops: Callable[[], Awaitable[list[Mutation]]],
-                      build: Callable[[list[Mutation], list[Result]], Reply]) -> Reply:
+                      build: Callable[[list[Mutation], list[Result]], Reply],
+                      commit: Callable[..., Awaitable[Outcome]] | None = None) -> Reply:
         """Runs one mutating RPC through the commit ledger: a replay of a committed
-        request_id answers the recorded response with replayed = true."""
+        request_id answers the recorded response with replayed = true. ``commit``
+        replaces Mutator.commit (Ack's is Mutator.commit_ack)."""
         request_id = ledger.request_id_or_new(request.request_id)
         unkeyed = type(request)()
         unkeyed.CopyFrom(request)
@@ -156,7 +161,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
         try:
             found = await ops()
-            outcome = await self._mutator.commit(found, request_id=request_id, fingerprint=fingerprint, encode=encode)
+            outcome = await (commit or self._mutator.commit)(found, request_id=request_id, fingerprint=fingerprint,
+                                                             encode=encode)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable):
             raise
         except errors.QueueError:

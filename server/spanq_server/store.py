@@ -360,33 +360,54 @@ class Store:
     ) -> list[AckResult]:
         """Deletes the acked messages; raises (and the caller rolls back) if one cannot be acked."""
         statements = _receive_statements(queue)
-        names = statements.names
         with wrap_errors(queue.name):
-            cur = await conn.execute(
-                statements.ack,
-                {**statements.key_array_params([i.key for i in items]),
-                 "lease_tokens": _array_literal([i.lease_token for i in items])},
-            )
+            cur = await conn.execute(statements.ack, statements.ack_params(items))
             rows = await cur.fetchall()
-            if len(rows) == len(items):
-                # The keys are distinct (Mutator.prepare) and only they can be deleted: all were.
-                return [AckResult(i.key, True) for i in items]
-            deleted = {_normal_key(tuple(row)) for row in rows}
-            missing = [i for i in items if _normal_key(i.key) not in deleted]
-            still_there: set[Key] = set()
-            if missing:
-                cur = await conn.execute(
-                    query(
-                        "message_ack_probe",
-                        queue=names.table,
-                        key_arrays=names.key_arrays,
-                        key_columns=names.keys,
-                        m_key_columns=names.qualified_keys("m"),
-                        a_key_columns=names.qualified_keys("a"),
-                    ),
-                    names.key_array_params([i.key for i in missing]),
-                )
-                still_there = {_normal_key(tuple(row)) for row in await cur.fetchall()}
+            return await self._ack_results(conn, queue, items, rows, ignore_not_found=ignore_not_found)
+
+    async def messages_ack_claimed(
+        self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool,
+        request_id: str, fingerprint: bytes, response: bytes, now: datetime | None,
+    ) -> list[AckResult] | None:
+        """``ledger_claim`` (recording ``response``) and ``messages_ack`` in one statement;
+        None, and nothing deleted, when a committed transaction has request_id."""
+        statements = _receive_statements(queue)
+        params = statements.ack_params(items)
+        params.update(request_id=request_id, fingerprint=fingerprint, response=response, now=now)
+        with wrap_errors(queue.name):
+            cur = await conn.execute(statements.ack_claimed, params)
+            rows = await cur.fetchall()
+            if not rows[0][0]:
+                return None
+            if rows[0][1] is None:  # key columns are NOT NULL: the row of "none deleted"
+                rows = []
+            return await self._ack_results(conn, queue, items, [row[1:] for row in rows],
+                                           ignore_not_found=ignore_not_found)
+
+    @staticmethod
+    async def _ack_results(conn: Connection, queue: QueueDef, items: Sequence[AckItem], rows: Sequence[Sequence[Any]],
+                           *, ignore_not_found: bool) -> list[AckResult]:
+        """The results of an ack from the keys it deleted; raises if one cannot be acked."""
+        if len(rows) == len(items):
+            # The keys are distinct (Mutator.prepare) and only they can be deleted: all were.
+            return [AckResult(i.key, True) for i in items]
+        deleted = {_normal_key(tuple(row)) for row in rows}
+        missing = [i for i in items if _normal_key(i.key) not in deleted]
+        still_there: set[Key] = set()
+        if missing:
+            names = _receive_statements(queue).names
+            cur = await conn.execute(
+                query(
+                    "message_ack_probe",
+                    queue=names.table,
+                    key_arrays=names.key_arrays,
+                    key_columns=names.keys,
+                    m_key_columns=names.qualified_keys("m"),
+                    a_key_columns=names.qualified_keys("a"),
+                ),
+                names.key_array_params([i.key for i in missing]),
+            )
+            still_there = {_normal_key(tuple(row)) for row in await cur.fetchall()}
         for item in missing:
             if _normal_key(item.key) in still_there:
                 raise errors.LeaseNotHeld(
@@ -589,7 +610,20 @@ class _ReceiveStatements:
             m_key_columns=names.qualified_keys("m"),
             a_key_columns=names.qualified_keys("a"),
         ).as_bytes(None)
+        self.ack_claimed = query(
+            "message_ack_claimed",
+            queue=names.table,
+            key_arrays=names.key_arrays,
+            key_columns=names.keys,
+            m_key_columns=names.qualified_keys("m"),
+            a_key_columns=names.qualified_keys("a"),
+        ).as_bytes(None)
         self._width = len(queue.key_columns)
+
+    def ack_params(self, items: Sequence[AckItem]) -> dict[str, Any]:
+        params = self.key_array_params([i.key for i in items])
+        params["lease_tokens"] = _array_literal([i.lease_token for i in items])
+        return params
 
     def key_array_params(self, keys: Sequence[Key]) -> dict[str, Any]:
         if self._width == 1:

@@ -247,6 +247,28 @@ WHERE ({m_key_columns}) = ({a_key_columns})
   AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
 RETURNING {m_key_columns}
 
+-- message_ack_claimed --
+-- An Ack RPC's ledger claim and its DELETE in one statement (one round trip
+-- instead of two): ledger_claim, recording the response of every message
+-- acked, then message_ack only if the claim was made. `claimed` is false when
+-- another transaction committed the request_id (it waited for that one, as
+-- ledger_claim does). One row per deleted key; one row of NULL keys when none.
+WITH claim AS (
+    INSERT INTO spanq.commit_ledger (request_id, fingerprint, response, commit_time)
+    VALUES (%(request_id)s, %(fingerprint)s, %(response)s, coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING true
+), acked AS (
+    DELETE FROM {queue} AS m
+    USING unnest({key_arrays}, %(lease_tokens)s::text[]) AS a({key_columns}, spanq_lease_token)
+    WHERE EXISTS (SELECT FROM claim)
+      AND ({m_key_columns}) = ({a_key_columns})
+      AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
+    RETURNING {m_key_columns}
+)
+SELECT EXISTS (SELECT FROM claim) AS claimed, acked.*
+FROM (SELECT) AS one LEFT JOIN acked ON true
+
 -- message_ack_probe --
 -- For acks that deleted nothing: which of those messages still exist (their lease moved on).
 SELECT {m_key_columns}
