@@ -174,10 +174,11 @@ class Mutator:
                 results = await self._store.messages_ack_claimed(
                     conn, prepared.queue, prepared.items, ignore_not_found=prepared.ignore_not_found,
                     request_id=request_id, fingerprint=fingerprint, response=response, now=self._clock.now(),
+                    all_acked=guess,
                 )
                 if results is None:
                     raise _AlreadyCommitted
-                if results != guess:
+                if results is not guess and results != guess:
                     response = encode([results])
                     await self._store.ledger_record(conn, request_id, response)
         except _AlreadyCommitted:

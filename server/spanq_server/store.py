@@ -368,9 +368,11 @@ class Store:
     async def messages_ack_claimed(
         self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool,
         request_id: str, fingerprint: bytes, response: bytes, now: datetime | None,
+        all_acked: list[AckResult],
     ) -> list[AckResult] | None:
         """``ledger_claim`` (recording ``response``) and ``messages_ack`` in one statement;
-        None, and nothing deleted, when a committed transaction has request_id."""
+        None, and nothing deleted, when a committed transaction has request_id;
+        ``all_acked`` itself when every message was acked."""
         statements = _receive_statements(queue)
         params = statements.ack_params(items)
         params.update(request_id=request_id, fingerprint=fingerprint, response=response, now=now)
@@ -381,6 +383,8 @@ class Store:
                 return None
             if rows[0][1] is None:  # key columns are NOT NULL: the row of "none deleted"
                 rows = []
+            elif len(rows) == len(items):  # distinct keys (Mutator.prepare), and only they can go: all did
+                return all_acked
             return await self._ack_results(conn, queue, items, [row[1:] for row in rows],
                                            ignore_not_found=ignore_not_found)
 
