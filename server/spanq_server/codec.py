@@ -100,7 +100,7 @@ KeyReader = Callable[[struct_pb2.ListValue], "Key | None"]
 
 
 def _key_text(column_type: ColumnType) -> Callable[[Any], Any]:
-    """The wire form of one key column's values: (Value field, conversion)."""
+    """How one key column's values become their Value field (string_value but for BOOL)."""
     if column_type is ColumnType.INT64:
         return str
     if column_type is ColumnType.BYTES:

@@ -2,7 +2,6 @@
 identifiers and fragments of one queue (always psycopg.sql objects built from
 validated names, never user text)."""
 
-import functools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,16 +22,8 @@ SQL_TYPES = {
 
 def query(name: str, **fragments: sql.Composable) -> sql.Composed:
     """A named statement, with its ``{fragments}`` filled in."""
-    if not fragments:
-        return _plain(name)
     statement = sql.SQL(QUERIES[name])  # type: ignore[arg-type]  # loaded from our own file
     return statement.format(**fragments)
-
-
-@functools.cache
-def _plain(name: str) -> sql.Composed:
-    """A statement without fragments, parsed once: the ledger's run on every commit."""
-    return sql.SQL(QUERIES[name]).format()  # type: ignore[arg-type]  # loaded from our own file
 
 
 def identifiers(names: Iterable[str]) -> sql.Composed:
