@@ -120,6 +120,14 @@ RETURNS TABLE (
     spanq_enqueue_time               timestamptz,
     spanq_last_batch_message         boolean)
 LANGUAGE sql VOLATILE
+-- A SQL function's statements are planned without its arguments: the planner
+-- guesses `ready` at a tenth of the due rows and joins it to the queue by
+-- hashing the whole table, a scan per batch that grows with the queue's depth.
+-- The join is by primary key to at most max_batch_size rows: index lookups
+-- (and no JIT, which the guess's cost would bring in at 1M rows for 20 ms).
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
 AS $receive$
 WITH clock AS (
     SELECT coalesce($4, statement_timestamp()) AS now
