@@ -51,6 +51,29 @@ async def test_ack_replay_after_success_is_not_an_error(stub, sql):
     assert code == grpc.StatusCode.OUT_OF_RANGE
 
 
+async def test_ack_replay_returns_the_recorded_partial_results(stub, sql):
+    # An ack with ignore_not_found commits with some messages not acked: its ledger entry
+    # must hold those results, not those of every message acked.
+    await create_queue(stub, "q", payload_type=queue_pb2.STRING)
+    for k in ("a", "b", "c"):
+        await send(stub, "q", text_message(k, "x"))
+    await stub.Ack(queue_pb2.AckRequest(queue="q", acks=[queue_pb2.AckMessage(key=key("b"))]))
+    request = queue_pb2.AckRequest(queue="q", acks=[queue_pb2.AckMessage(key=key(k)) for k in ("a", "b", "c", "d")],
+                                   ignore_not_found=True, request_id="ack-partial")
+    first = await stub.Ack(request)
+    second = await stub.Ack(request)
+    assert [(plain(r.key), r.acked) for r in first.results] == [(["a"], True), (["b"], False), (["c"], True),
+                                                                 (["d"], False)]
+    assert not first.replayed and second.replayed
+    assert list(second.results) == list(first.results)
+    assert rows(sql, "q") == []
+    # One message, already gone: not acked, and nothing else happens.
+    alone = queue_pb2.AckRequest(queue="q", acks=[queue_pb2.AckMessage(key=key("a"))], ignore_not_found=True,
+                                 request_id="ack-alone")
+    assert [r.acked for r in (await stub.Ack(alone)).results] == [False]
+    assert [r.acked for r in (await stub.Ack(alone)).results] == [False]
+
+
 async def start_with_faults(config, clock, spec: str):
     return await start(dataclasses.replace(config, inject_faults=spec), clock=clock)
 

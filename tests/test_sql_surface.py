@@ -163,3 +163,15 @@ async def test_readme_psql_session(server, database_url, sql):
     # The session ran against this database.
     assert sql.execute("SELECT id, receipts_sent FROM orders").fetchall() == [(1, 1)]
     assert sql.execute("SELECT count(*) FROM emails").fetchone() == (0,)
+
+
+async def test_receive_reads_a_deep_queue_by_index_not_by_scanning_it(tasks, sql):
+    # Planned without its arguments, the receive function once joined its batch to the
+    # queue by hashing the whole table: a scan per batch, slower the deeper the queue.
+    sql.execute("INSERT INTO tasks (id, payload) SELECT 'm' || g, 'x' FROM generate_series(1, 20000) AS g")
+    sql.execute("ANALYZE tasks")
+    with sql.transaction():
+        for _ in range(3):
+            assert len(receive(sql, 100)) == 100
+        scans = sql.execute("SELECT pg_stat_get_xact_numscans('tasks'::regclass)").fetchone()
+    assert scans is not None and scans[0] == 0

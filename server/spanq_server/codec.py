@@ -8,7 +8,9 @@ as a string), BYTES as base64, TIMESTAMP as RFC 3339.
 
 import base64
 import binascii
+import functools
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -89,19 +91,78 @@ def _key_value(column: KeyColumn, value: struct_pb2.Value, where: str) -> Any:
 
 def key_to_proto(queue: QueueDef, key: Key) -> struct_pb2.ListValue:
     out = struct_pb2.ListValue()
-    for column, v in zip(queue.key_columns, key):
-        item = out.values.add()
-        if column.type is ColumnType.INT64:
-            item.string_value = str(v)
-        elif column.type is ColumnType.BYTES:
-            item.string_value = base64.b64encode(bytes(v)).decode()
-        elif column.type is ColumnType.TIMESTAMP:
-            item.string_value = timestamp_to_rfc3339(v)
-        elif column.type is ColumnType.BOOL:
-            item.bool_value = bool(v)
-        else:
-            item.string_value = v
+    key_writer(queue.key_columns)(out, key)
     return out
+
+
+KeyWriter = Callable[[struct_pb2.ListValue, Key], None]
+KeyReader = Callable[[struct_pb2.ListValue], "Key | None"]
+
+
+def _key_text(column_type: ColumnType) -> Callable[[Any], Any]:
+    """How one key column's values become their Value field (string_value but for BOOL)."""
+    if column_type is ColumnType.INT64:
+        return str
+    if column_type is ColumnType.BYTES:
+        return lambda v: base64.b64encode(bytes(v)).decode()
+    if column_type is ColumnType.TIMESTAMP:
+        return timestamp_to_rfc3339
+    if column_type is ColumnType.BOOL:
+        return bool
+    return _same
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+@functools.lru_cache(maxsize=256)
+def key_writer(columns: tuple[KeyColumn, ...]) -> KeyWriter:
+    """Fills a ListValue with a key, its conversions chosen once per queue rather than
+    per value: building keys was a tenth of the server's CPU while draining a queue."""
+    fields = ["bool_value" if c.type is ColumnType.BOOL else "string_value" for c in columns]
+    convert = [_key_text(c.type) for c in columns]
+    if len(columns) == 1 and convert[0] is _same:
+        def write_text(out: struct_pb2.ListValue, key: Key) -> None:
+            out.values.add(string_value=key[0])
+
+        return write_text
+
+    def write(out: struct_pb2.ListValue, key: Key) -> None:
+        add = out.values.add
+        for field, conv, v in zip(fields, convert, key):
+            add(**{field: conv(v)})
+
+    return write
+
+
+@functools.lru_cache(maxsize=256)
+def key_reader(columns: tuple[KeyColumn, ...]) -> KeyReader:
+    """A fast key decoder for well-formed keys: None when the key needs a closer
+    look, and then key_from_proto says what is wrong with it."""
+    if len(columns) == 1 and columns[0].type is ColumnType.STRING:
+        def read_text(key: struct_pb2.ListValue) -> Key | None:
+            values = key.values
+            if len(values) != 1:
+                return None
+            v = values[0]
+            if v.WhichOneof("kind") != "string_value":
+                return None
+            text = v.string_value
+            return None if "\x00" in text else (text,)
+
+        return read_text
+
+    def read(key: struct_pb2.ListValue) -> Key | None:
+        values = key.values
+        if len(values) != len(columns):
+            return None
+        try:
+            return tuple(_key_value(column, value, "") for column, value in zip(columns, values))
+        except InvalidArgument:
+            return None
+
+    return read
 
 
 # -- payloads -------------------------------------------------------------
@@ -128,6 +189,23 @@ def payload_to_proto(queue: QueueDef, payload: Any) -> struct_pb2.Value:
     if queue.payload_type is ColumnType.BYTES:
         return struct_pb2.Value(string_value=base64.b64encode(bytes(payload)).decode())
     return struct_pb2.Value(string_value=payload)
+
+
+def payload_writer(payload_type: ColumnType) -> Callable[[struct_pb2.Value, Any], None]:
+    """Sets a Value in place to a payload (no intermediate Value to copy in)."""
+    if payload_type is ColumnType.JSON:
+        return lambda out, payload: out.CopyFrom(value_from_json(payload))
+    if payload_type is ColumnType.BYTES:
+        return _write_bytes
+    return _write_text
+
+
+def _write_bytes(out: struct_pb2.Value, payload: Any) -> None:
+    out.string_value = base64.b64encode(bytes(payload)).decode()
+
+
+def _write_text(out: struct_pb2.Value, payload: Any) -> None:
+    out.string_value = payload
 
 
 def json_from_value(value: struct_pb2.Value, what: str) -> Any:
@@ -220,6 +298,13 @@ def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
     # draining a queue: three timestamps per received message. Naive means UTC, as there.
     delta = (when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)) - _EPOCH
     return timestamp_pb2.Timestamp(seconds=delta.days * 86_400 + delta.seconds, nanos=delta.microseconds * 1000)
+
+
+def set_timestamp(out: timestamp_pb2.Timestamp, when: datetime) -> None:
+    """``timestamp`` in place: no Timestamp to build and then copy into its parent."""
+    delta = (when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)) - _EPOCH
+    out.seconds = delta.days * 86_400 + delta.seconds
+    out.nanos = delta.microseconds * 1000
 
 
 def duration_from_proto(

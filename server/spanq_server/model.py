@@ -5,7 +5,7 @@ import json
 import enum
 from datetime import datetime, timedelta
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 Key = tuple[Any, ...]
 """A message key: one Python value per key column, in order."""
@@ -76,8 +76,12 @@ class LedgeredSend:
     messages: Sequence[OutgoingMessage]
 
 
-@dataclasses.dataclass(frozen=True)
-class LeasedMessage:
+# The per-message values of the receive and ack paths are NamedTuples: immutable
+# like the frozen dataclasses around them, and built in a third of the time
+# (a hundred of them per batch).
+
+
+class LeasedMessage(NamedTuple):
     key: Key
     payload: Any
     deliver_time: datetime
@@ -88,14 +92,12 @@ class LeasedMessage:
     last_batch_message: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class AckItem:
+class AckItem(NamedTuple):
     key: Key
     lease_token: str | None = None
 
 
-@dataclasses.dataclass(frozen=True)
-class AckResult:
+class AckResult(NamedTuple):
     key: Key
     acked: bool
 

@@ -16,7 +16,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from . import codec, errors, ledger, queues, status
 from .ledger import Ledger
 from .model import AckItem, AckResult, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
-from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
+from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Receiver, ReceiveOptions
 
@@ -96,8 +96,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         async def ops() -> list[Mutation]:
             return [await self._ack_op(request)]
 
+        async def commit(found: list[Mutation], **kwargs: Any) -> Outcome:
+            return await self._mutator.commit_ack(cast(AckOp, found[0]), **kwargs)
+
         return await self._commit("Ack", request, ops,
-                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])))
+                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])), commit)
 
     @translate_errors
     async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:
@@ -140,9 +143,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         return await self._renew_op(inner)
 
     async def _commit(self, kind: str, request: Reply, ops: Callable[[], Awaitable[list[Mutation]]],
-                      build: Callable[[list[Mutation], list[Result]], Reply]) -> Reply:
+                      build: Callable[[list[Mutation], list[Result]], Reply],
+                      commit: Callable[..., Awaitable[Outcome]] | None = None) -> Reply:
         """Runs one mutating RPC through the commit ledger: a replay of a committed
-        request_id answers the recorded response with replayed = true."""
+        request_id answers the recorded response with replayed = true. ``commit``
+        replaces Mutator.commit (Ack's is Mutator.commit_ack)."""
         request_id = ledger.request_id_or_new(request.request_id)
         unkeyed = type(request)()
         unkeyed.CopyFrom(request)
@@ -156,7 +161,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
         try:
             found = await ops()
-            outcome = await self._mutator.commit(found, request_id=request_id, fingerprint=fingerprint, encode=encode)
+            outcome = await (commit or self._mutator.commit)(found, request_id=request_id, fingerprint=fingerprint,
+                                                             encode=encode)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable):
             raise
         except errors.QueueError:
@@ -195,7 +201,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             )
             queue = await self._catalog.get(request.queue)
             async for batch in self._receiver.stream(queue, options):
-                yield queue_pb2.ReceiveResponse(messages=[received_to_proto(queue, m) for m in batch])
+                yield receive_response(queue, batch)
         except errors.QueueError as exc:
             await abort(context, exc)
         except Exception:
@@ -228,10 +234,13 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _ack_op(self, request: queue_pb2.AckRequest) -> AckOp:
         queue = await self._catalog.get(request.queue)
-        items = [
-            AckItem(key=codec.key_from_proto(queue, a.key, f"ack {i}"), lease_token=a.lease_token or None)
-            for i, a in enumerate(request.acks)
-        ]
+        read = codec.key_reader(queue.key_columns)
+        items = []
+        for i, a in enumerate(request.acks):
+            key = read(a.key)
+            if key is None:  # not well-formed: let the full decoder say why
+                key = codec.key_from_proto(queue, a.key, f"ack {i}")
+            items.append(AckItem(key, a.lease_token or None))
         return AckOp(queue=queue, items=items, ignore_not_found=request.ignore_not_found)
 
     async def _renew_op(self, request: queue_pb2.RenewLeaseRequest) -> RenewOp:
@@ -252,9 +261,13 @@ def send_response(queue: QueueDef, keys: list[Key]) -> queue_pb2.SendResponse:
 
 
 def ack_response(queue: QueueDef, results: list[AckResult]) -> queue_pb2.AckResponse:
-    return queue_pb2.AckResponse(
-        results=[queue_pb2.AckResult(key=codec.key_to_proto(queue, r.key), acked=r.acked) for r in results]
-    )
+    # Built in place (add, then fill): no intermediate messages to copy in.
+    write_key = codec.key_writer(queue.key_columns)
+    out = queue_pb2.AckResponse()
+    add = out.results.add
+    for r in results:
+        write_key(add(acked=r.acked).key, r.key)
+    return out
 
 
 def renew_response(results: list[RenewResult]) -> queue_pb2.RenewLeaseResponse:
@@ -275,17 +288,23 @@ def mutation_result(op: Mutation, result: Result) -> queue_pb2.MutationResult:
     return queue_pb2.MutationResult(renew_lease=renew_response(result))  # type: ignore[arg-type]
 
 
-def received_to_proto(queue: QueueDef, m: LeasedMessage) -> queue_pb2.ReceivedMessage:
-    return queue_pb2.ReceivedMessage(
-        key=codec.key_to_proto(queue, m.key),
-        payload=codec.payload_to_proto(queue, m.payload),
-        deliver_time=codec.timestamp(m.deliver_time),
-        lease_token=m.lease_token,
-        lease_expiration_time=codec.timestamp(m.lease_expiration_time),
-        delivery_attempt=m.delivery_attempt,
-        enqueue_time=codec.timestamp(m.enqueue_time),
-        last_batch_message=m.last_batch_message,
-    )
+def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.ReceiveResponse:
+    # Each message is added, then filled in place, with converters chosen once per
+    # queue: building nested messages and copying them in cost three times as much.
+    write_key = codec.key_writer(queue.key_columns)
+    write_payload = codec.payload_writer(queue.payload_type)
+    stamp = codec.set_timestamp
+    out = queue_pb2.ReceiveResponse()
+    add = out.messages.add
+    for m in batch:
+        r = add(lease_token=m.lease_token, delivery_attempt=m.delivery_attempt,
+                last_batch_message=m.last_batch_message)
+        write_key(r.key, m.key)
+        write_payload(r.payload, m.payload)
+        stamp(r.deliver_time, m.deliver_time)
+        stamp(r.lease_expiration_time, m.lease_expiration_time)
+        stamp(r.enqueue_time, m.enqueue_time)
+    return out
 
 
 def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:

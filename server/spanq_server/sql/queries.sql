@@ -120,6 +120,14 @@ RETURNS TABLE (
     spanq_enqueue_time               timestamptz,
     spanq_last_batch_message         boolean)
 LANGUAGE sql VOLATILE
+-- A SQL function's statements are planned without its arguments: the planner
+-- guesses `ready` at a tenth of the due rows and joins it to the queue by
+-- hashing the whole table, a scan per batch that grows with the queue's depth.
+-- The join is by primary key to at most max_batch_size rows: index lookups
+-- (and no JIT, which the guess's cost would bring in at 1M rows for 20 ms).
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+SET jit = off
 AS $receive$
 WITH clock AS (
     SELECT coalesce($4, statement_timestamp()) AS now
@@ -277,6 +285,28 @@ USING unnest({key_arrays}, %(lease_tokens)s::text[]) AS a({key_columns}, spanq_l
 WHERE ({m_key_columns}) = ({a_key_columns})
   AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
 RETURNING {m_key_columns}
+
+-- message_ack_claimed --
+-- An Ack RPC's ledger claim and its DELETE in one statement (one round trip
+-- instead of two): ledger_claim, recording the response of every message
+-- acked, then message_ack only if the claim was made. `claimed` is false when
+-- another transaction committed the request_id (it waited for that one, as
+-- ledger_claim does). One row per deleted key; one row of NULL keys when none.
+WITH claim AS (
+    INSERT INTO spanq.commit_ledger (request_id, fingerprint, response, commit_time)
+    VALUES (%(request_id)s, %(fingerprint)s, %(response)s, coalesce(%(now)s::timestamptz, now()))
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING true
+), acked AS (
+    DELETE FROM {queue} AS m
+    USING unnest({key_arrays}, %(lease_tokens)s::text[]) AS a({key_columns}, spanq_lease_token)
+    WHERE EXISTS (SELECT FROM claim)
+      AND ({m_key_columns}) = ({a_key_columns})
+      AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
+    RETURNING {m_key_columns}
+)
+SELECT EXISTS (SELECT FROM claim) AS claimed, acked.*
+FROM (SELECT) AS one LEFT JOIN acked ON true
 
 -- message_ack_probe --
 -- For acks that deleted nothing: which of those messages still exist (their lease moved on).
