@@ -178,12 +178,7 @@ class Mutator:
                     response = encode(await self.apply_in(conn, prepared))
                     await self._store.ledger_record(conn, request_id, response)
         except _AlreadyCommitted:
-            recorded = await self._ledger.recorded(request_id, fingerprint)
-            if recorded is None:  # committed, then pruned within this instant: vanishingly rare
-                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
-            if recorded == SEALED:
-                raise _sealed_error(request_id) from None
-            return Outcome(recorded, replayed=True)
+            return await self._replayed(request_id, fingerprint)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
             exc.metadata["request_id"] = request_id
             raise
@@ -214,17 +209,21 @@ class Mutator:
                     response = encode([results])
                     await self._store.ledger_record(conn, request_id, response)
         except _AlreadyCommitted:
-            recorded = await self._ledger.recorded(request_id, fingerprint)
-            if recorded is None:  # committed, then pruned within this instant: vanishingly rare
-                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
-            if recorded == SEALED:
-                raise _sealed_error(request_id) from None
-            return Outcome(recorded, replayed=True)
+            return await self._replayed(request_id, fingerprint)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
             exc.metadata["request_id"] = request_id
             raise
         self._wake_after([prepared])
         return Outcome(response, replayed=False)
+
+    async def _replayed(self, request_id: str, fingerprint: bytes) -> Outcome:
+        """The answer to a request whose request_id a committed transaction holds."""
+        recorded = await self._ledger.recorded(request_id, fingerprint)
+        if recorded is None:  # committed, then pruned within this instant: vanishingly rare
+            raise errors.CommitOutcomeUnknown(request_id=request_id) from None
+        if recorded == SEALED:
+            raise _sealed_error(request_id) from None
+        return Outcome(recorded, replayed=True)
 
     async def seal(self, request_id: str, fingerprint: bytes) -> bytes | None:
         """Settles a request_id whose commit may still be in flight elsewhere (a
@@ -338,12 +337,7 @@ class OpenTransaction:
             await self._held.commit(inject_faults=True)
         except _AlreadyCommitted:
             await self._held.rollback()
-            recorded = await m._ledger.recorded(request_id, fingerprint)
-            if recorded is None:
-                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
-            if recorded == SEALED:
-                raise _sealed_error(request_id) from None
-            return Outcome(recorded, replayed=True)
+            return await m._replayed(request_id, fingerprint)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
             await self._held.rollback()
             exc.metadata["request_id"] = request_id
