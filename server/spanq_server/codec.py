@@ -170,6 +170,10 @@ def key_reader(columns: tuple[KeyColumn, ...]) -> KeyReader:
 
 def payload_from_proto(queue: QueueDef, value: struct_pb2.Value, has_payload: bool, where: str) -> Any:
     kind = value.WhichOneof("kind")
+    if kind == "string_value" and queue.payload_type is ColumnType.STRING and has_payload:
+        text = value.string_value
+        if "\x00" not in text:  # the common case, without building the error text below
+            return text
     if not has_payload or kind is None:
         raise InvalidArgument(f"{where}: payload is required")
     what = f"{where}: payload of {queue.payload_type.value} queue {queue.name!r}"

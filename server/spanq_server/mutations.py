@@ -124,7 +124,9 @@ class Mutator:
         horizon = (self._clock.now() or datetime.now(timezone.utc)) + MAX_SCHEDULE_AHEAD
         keyless = 0
         for i, message in enumerate(op.messages):
-            size = message.payload_size()
+            payload = message.payload
+            # A string of n characters takes at most 4n bytes: most need no encoding to be measured.
+            size = len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit else message.payload_size()
             if size > limit:
                 raise errors.LimitExceeded(
                     f"message {i}: payload is {size} bytes, over the {limit}-byte limit; keep large data out of "

@@ -110,6 +110,7 @@ class Receiver:
         signal = self._wakeups.signal(queue.name)
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
         held = 0  # an upper bound on this stream's live leases, recounted when it reaches the limit
+        drained = False  # the last lease got fewer than it asked for: nothing more was deliverable
         while not self._closing.is_set():
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -118,31 +119,36 @@ class Receiver:
             if held >= options.max_outstanding:
                 held = await self._store.leases_count_held(queue, prefix, self._clock.now())
             if held < options.max_outstanding:
-                asked = min(options.max_batch_size, options.max_outstanding - held)
-                batch = await self._store.messages_lease(
-                    queue,
-                    max_batch_size=asked,
-                    lease_duration=lease,
-                    lease_prefix=prefix,
-                    now=self._clock.now(),
-                )
-                if batch:
-                    held += len(batch)
-                    if len(batch) == asked:
-                        signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
-                    _honour_cancellation()
-                    yield batch
-                    continue
-                due = await self._store.next_delivery_in(queue, self._clock.now())
-                _honour_cancellation()
+                if not drained:
+                    asked = min(options.max_batch_size, options.max_outstanding - held)
+                    batch = await self._store.messages_lease(
+                        queue,
+                        max_batch_size=asked,
+                        lease_duration=lease,
+                        lease_prefix=prefix,
+                        now=self._clock.now(),
+                    )
+                    if batch:
+                        held += len(batch)
+                        if len(batch) == asked:
+                            signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
+                        # A partial batch took all there was: wait next rather than lease again at
+                        # once for nothing (a wake that comes meanwhile is kept for the wait).
+                        drained = len(batch) < asked
+                        _honour_cancellation()
+                        yield batch
+                        continue
+                drained = False
                 # One waiting stream per queue keeps the timers (poll, next deliver_time) and
                 # wakes the others through full batches, as a send does; the others look on
                 # their own only every IDLE_POLLS polls, in case the timekeeper is stuck.
                 keeper = signal.ready.keep_time()
-                waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS)]
-                if keeper:
-                    waits.append(None if due is None else max(due, MIN_WAIT))
                 try:
+                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS)]
+                    if keeper:
+                        due = await self._store.next_delivery_in(queue, self._clock.now())
+                        _honour_cancellation()
+                        waits.append(None if due is None else max(due, MIN_WAIT))
                     await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
                 finally:
                     if keeper:

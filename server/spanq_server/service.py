@@ -212,12 +212,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _send_op(self, request: queue_pb2.SendRequest) -> SendOp:
         queue = await self._catalog.get(request.queue)
+        read = codec.key_reader(queue.key_columns)
         messages = []
         for i, m in enumerate(request.messages):
             where = f"message {i}"
             key: Key = ()
             if m.HasField("key") and (m.key.values or not queue.key_generated):
-                key = codec.key_from_proto(queue, m.key, where)
+                # The fast reader, or for a key that is not well-formed the full decoder, to say why.
+                key = read(m.key) or codec.key_from_proto(queue, m.key, where)
             messages.append(
                 OutgoingMessage(
                     key=key,
@@ -257,7 +259,12 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
 
 def send_response(queue: QueueDef, keys: list[Key]) -> queue_pb2.SendResponse:
-    return queue_pb2.SendResponse(keys=[codec.key_to_proto(queue, k) for k in keys])
+    write_key = codec.key_writer(queue.key_columns)
+    out = queue_pb2.SendResponse()
+    add = out.keys.add
+    for k in keys:
+        write_key(add(), k)
+    return out
 
 
 def ack_response(queue: QueueDef, results: list[AckResult]) -> queue_pb2.AckResponse:
