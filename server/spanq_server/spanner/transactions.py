@@ -249,8 +249,10 @@ class Transactions:
         deadline = time.monotonic() - self.idle_timeout.total_seconds()
         idle = [t for t in self._live.values() if t.last_used < deadline and not t.lock.locked()]
         for txn in idle:
+            # Counted before the rollback's await: end() forgets the transaction first, and a
+            # reader that sees it gone must see it counted.
+            self.reaped += 1
             await self.end(txn, f"was idle longer than {self.idle_timeout.total_seconds():g}s and was rolled back")
-        self.reaped += len(idle)
         return len(idle)
 
     async def _reap_forever(self) -> None:
