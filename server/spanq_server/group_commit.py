@@ -6,9 +6,11 @@ of the server's CPU for it goes into driving those round trips. A Send that
 finds fewer than ``in_flight`` groups committing starts its own at once (no
 added wait on an idle server); the ones that arrive meanwhile wait and go
 together in the next group: per queue, one statement claims all their
-request_ids in the commit ledger and inserts all their messages; then one
-COMMIT. Each request keeps its own ledger entry, so replays and UNKNOWN_COMMIT
-resolve per request exactly as for a Send committed alone.
+request_ids in the commit ledger and inserts all their messages. A group on
+one queue is that statement alone, committed by itself (autocommit: no BEGIN
+or COMMIT round trips); several queues share one transaction. Each request
+keeps its own ledger entry, so replays and UNKNOWN_COMMIT resolve per request
+exactly as for a Send committed alone.
 
 A failure that belongs to one request (a key already stored, a missing parent
 row) fails the group's statement for all: the group is then retried one
