@@ -312,7 +312,7 @@ class Store:
         self, conn: Connection, queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
     ) -> None:
         with wrap_errors(queue.name):
-            await conn.execute(_insert_statement("message_insert", queue), _insert_params(queue, messages, now))
+            await conn.execute(_queue_sql(queue).insert, _insert_params(queue, messages, now))
 
     async def messages_insert_claimed(
         self, conn: Connection | None, queue: QueueDef, sends: Sequence[LedgeredSend], now: datetime | None, *,
@@ -334,7 +334,7 @@ class Store:
             responses=[send.response for send in sends],
             owners=[send.request_id for send in sends for _ in send.messages],
         )
-        statement = _insert_statement("message_insert_claimed", queue)
+        statement = _queue_sql(queue).insert_claimed
         if conn is not None:
             with wrap_errors(queue.name):
                 cur = await conn.execute(statement, params)
@@ -359,7 +359,7 @@ class Store:
         self, queue: QueueDef, *, max_batch_size: int, lease_duration: timedelta, lease_prefix: str,
         now: datetime | None,
     ) -> list[LeasedMessage]:
-        statements = _receive_statements(queue)
+        statements = _queue_sql(queue)
         width = len(queue.key_columns)
         async with self.read(queue.name) as conn:
             cur = await conn.execute(
@@ -377,7 +377,7 @@ class Store:
         self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool
     ) -> list[AckResult]:
         """Deletes the acked messages; raises (and the caller rolls back) if one cannot be acked."""
-        statements = _receive_statements(queue)
+        statements = _queue_sql(queue)
         with wrap_errors(queue.name):
             cur = await conn.execute(statements.ack, statements.ack_params(items))
             rows = await cur.fetchall()
@@ -391,7 +391,7 @@ class Store:
         """``ledger_claim`` (recording ``response``) and ``messages_ack`` in one statement;
         None, and nothing deleted, when a committed transaction has request_id;
         ``all_acked`` itself when every message was acked."""
-        statements = _receive_statements(queue)
+        statements = _queue_sql(queue)
         params = statements.ack_params(items)
         params.update(request_id=request_id, fingerprint=fingerprint, response=response, now=now)
         with wrap_errors(queue.name):
@@ -417,7 +417,7 @@ class Store:
         missing = [i for i in items if _normal_key(i.key) not in deleted]
         still_there: set[Key] = set()
         if missing:
-            names = _receive_statements(queue).names
+            names = _queue_sql(queue).names
             cur = await conn.execute(
                 query(
                     "message_ack_probe",
@@ -617,12 +617,16 @@ class HeldTransaction:
         await self._store._pool.putconn(conn)
 
 
-class _ReceiveStatements:
-    """One queue's lease and ack statements, composed once (to bytes) rather than per
-    call: composing them was a few percent of the server's CPU while draining."""
+class _QueueSql:
+    """One queue's hot statements, composed once (to bytes) rather than per call:
+    composing them was a few percent of the server's CPU while draining, ~7% on sends."""
 
     def __init__(self, queue: QueueDef) -> None:
         names = self.names = QueueStatements(queue)
+        inserts = dict(queue=names.table, key_columns=names.keys, s_key_columns=names.qualified_keys("s"),
+                       key_arrays=names.key_arrays, payload_type=sql.SQL(SQL_TYPES[queue.payload_type]))
+        self.insert = query("message_insert", **inserts).as_bytes(None)
+        self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
         self.ack = query(
             "message_ack",
@@ -654,8 +658,8 @@ class _ReceiveStatements:
 
 
 @functools.lru_cache(maxsize=256)
-def _receive_statements(queue: QueueDef) -> _ReceiveStatements:
-    return _ReceiveStatements(queue)
+def _queue_sql(queue: QueueDef) -> _QueueSql:
+    return _QueueSql(queue)
 
 
 def _array_literal(values: list[Any]) -> Any:
@@ -721,20 +725,6 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         dead_letter_queue=dead_letter_queue,
         create_time=create_time,
     )
-
-
-@functools.lru_cache(maxsize=512)
-def _insert_statement(name: str, queue: QueueDef) -> bytes:
-    """Rendered once per queue: composing it on every Send cost ~7% of the server's CPU."""
-    names = QueueStatements(queue)
-    return query(
-        name,
-        queue=names.table,
-        key_columns=names.keys,
-        s_key_columns=names.qualified_keys("s"),
-        key_arrays=names.key_arrays,
-        payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
-    ).as_bytes(None)
 
 
 def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
