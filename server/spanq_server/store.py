@@ -628,22 +628,10 @@ class _QueueSql:
         self.insert = query("message_insert", **inserts).as_bytes(None)
         self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
-        self.ack = query(
-            "message_ack",
-            queue=names.table,
-            key_arrays=names.key_arrays,
-            key_columns=names.keys,
-            m_key_columns=names.qualified_keys("m"),
-            a_key_columns=names.qualified_keys("a"),
-        ).as_bytes(None)
-        self.ack_claimed = query(
-            "message_ack_claimed",
-            queue=names.table,
-            key_arrays=names.key_arrays,
-            key_columns=names.keys,
-            m_key_columns=names.qualified_keys("m"),
-            a_key_columns=names.qualified_keys("a"),
-        ).as_bytes(None)
+        acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
+                    m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))
+        self.ack = query("message_ack", **acks).as_bytes(None)
+        self.ack_claimed = query("message_ack_claimed", **acks).as_bytes(None)
         self._width = len(queue.key_columns)
 
     def ack_params(self, items: Sequence[AckItem]) -> dict[str, Any]:
