@@ -7,7 +7,7 @@ knows nothing of protobuf.
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from datetime import datetime, timedelta, timezone
 
@@ -164,7 +164,8 @@ class Mutator:
         entry for request_id: all or none, once. ``encode`` turns the results into
         the response bytes the ledger records for replays."""
         prepared = [self.prepare(m) for m in mutations]
-        try:
+
+        async def run() -> bytes:
             if len(prepared) == 1 and isinstance(prepared[0], SendOp):
                 # A send's response (its keys) is known before it runs: it can be
                 # claimed, recorded and stored in one statement, grouped with others.
@@ -173,19 +174,15 @@ class Mutator:
                 if not await self.sends.commit(send.queue, LedgeredSend(request_id, fingerprint, response,
                                                                          send.messages)):
                     raise _AlreadyCommitted
-            else:
-                async with self._store.transaction(inject_faults=True) as conn:
-                    if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
-                        raise _AlreadyCommitted
-                    response = encode(await self.apply_in(conn, prepared))
-                    await self._store.ledger_record(conn, request_id, response)
-        except _AlreadyCommitted:
-            return await self._replayed(request_id, fingerprint)
-        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
-            exc.metadata["request_id"] = request_id
-            raise
-        self._wake_after(prepared)
-        return Outcome(response, replayed=False)
+                return response
+            async with self._store.transaction(inject_faults=True) as conn:
+                if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
+                    raise _AlreadyCommitted
+                response = encode(await self.apply_in(conn, prepared))
+                await self._store.ledger_record(conn, request_id, response)
+            return response
+
+        return await self._ledgered(request_id, fingerprint, run, prepared)
 
     async def commit_ack(self, op: AckOp, *, request_id: str, fingerprint: bytes,
                          encode: Callable[[list[Result]], bytes]) -> Outcome:
@@ -196,7 +193,8 @@ class Mutator:
         ``encode`` may be called twice and must not depend on when it is called."""
         prepared = self.prepare(op)
         assert isinstance(prepared, AckOp)
-        try:
+
+        async def run() -> bytes:
             async with self._store.transaction(inject_faults=True) as conn:
                 guess = [AckResult(i.key, True) for i in prepared.items]
                 response = encode([guess])
@@ -210,12 +208,22 @@ class Mutator:
                 if results is not guess and results != guess:
                     response = encode([results])
                     await self._store.ledger_record(conn, request_id, response)
+            return response
+
+        return await self._ledgered(request_id, fingerprint, run, [prepared])
+
+    async def _ledgered(self, request_id: str, fingerprint: bytes, run: Callable[[], Awaitable[bytes]],
+                        applied: Sequence[Mutation]) -> Outcome:
+        """Runs a commit that claims request_id in the ledger (``run`` returns the recorded
+        response, or raises _AlreadyCommitted) and answers as the ledger says."""
+        try:
+            response = await run()
         except _AlreadyCommitted:
             return await self._replayed(request_id, fingerprint)
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
             exc.metadata["request_id"] = request_id
             raise
-        self._wake_after([prepared])
+        self._wake_after(applied)
         return Outcome(response, replayed=False)
 
     async def _replayed(self, request_id: str, fingerprint: bytes) -> Outcome:
