@@ -13,6 +13,7 @@ import time
 from datetime import timedelta
 
 import grpc
+import psycopg
 import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
@@ -20,7 +21,7 @@ from spanq_server.config import Config
 from spanq_server.server import start
 
 from .helpers import (
-    ack, create_queue, duration, error_of, key, open_stream, plain, renew, send, stamp, text_message,
+    ack, create_queue, duration, error_of, key, open_stream, plain, receive_some, renew, send, stamp, text_message,
 )
 
 POLL = timedelta(seconds=30)
@@ -523,6 +524,29 @@ async def test_cancelled_streams_are_released(stub, server):
         for st in streams:
             await st.__aexit__(None, None, None)
         await _wait_until(lambda: server.receiver.open_streams() == 0, 3)
+
+
+async def test_a_batch_leased_for_a_cancelled_stream_is_given_back(stub, server, sql, database_url):
+    # A table lock holds the stream's lease statement; the client leaves while it waits.
+    # When the lock goes, the statement leases the message for nobody: the server must
+    # undo that lease (token, deliver_time, attempt as before), not leave it to expire.
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("k", "x"))
+    columns = 'deliver_time, spanq_lease_token, spanq_delivery_attempt FROM "tasks"'
+    before = sql.execute(f"SELECT {columns}").fetchall()
+    with psycopg.connect(database_url) as locker:
+        locker.execute('LOCK TABLE "tasks" IN EXCLUSIVE MODE')
+        call = stub.Receive(queue_pb2.ReceiveRequest(queue="tasks"))
+        await _wait_until(lambda: sql.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%receive_tasks%'"
+        ).fetchone()[0] == 1, 5)
+        call.cancel()
+        await _wait_until(lambda: server.receiver.open_streams() == 0, 5)
+        locker.rollback()
+    await _wait_until(lambda: sql.execute(f"SELECT {columns}").fetchall() == before, 5)
+    # And a new stream gets it at once, as its first delivery.
+    got = await receive_some(stub, "tasks", 1, timeout=5)
+    assert [(plain(m.key), m.delivery_attempt) for m in got] == [(["k"], 1)]
 
 
 async def test_max_duration_ends_the_stream_normally(stub):

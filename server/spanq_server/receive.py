@@ -73,6 +73,7 @@ class Receiver:
         self._poll = poll_interval.total_seconds()
         self._streams: Counter[str] = Counter()
         self._closing = asyncio.Event()
+        self._giving_back: set[asyncio.Task[int]] = set()  # strong references until done
         clock.on_advance(wakeups.wake_all)
 
     def open_streams(self) -> int:
@@ -86,6 +87,11 @@ class Receiver:
         """Ends every stream with UNAVAILABLE so that clients reconnect (to another server)."""
         self._closing.set()
         self._wakeups.wake_all()
+
+    async def given_back(self, timeout: float) -> None:
+        """Waits (up to timeout) for the leases of ended streams to be given back."""
+        if self._giving_back:
+            await asyncio.wait(set(self._giving_back), timeout=timeout)
 
     async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
         options = options.checked()
@@ -118,16 +124,12 @@ class Receiver:
             ready, room = signal.ready.current(), signal.room.current()
             if held >= options.max_outstanding:
                 held = await self._store.leases_count_held(queue, prefix, self._clock.now())
+                _honour_cancellation()
             if held < options.max_outstanding:
                 if not drained:
                     asked = min(options.max_batch_size, options.max_outstanding - held)
-                    batch = await self._store.messages_lease(
-                        queue,
-                        max_batch_size=asked,
-                        lease_duration=lease,
-                        lease_prefix=prefix,
-                        now=self._clock.now(),
-                    )
+                    batch = await self._lease(queue, max_batch_size=asked, lease_duration=lease,
+                                              lease_prefix=prefix)
                     if batch:
                         held += len(batch)
                         if len(batch) == asked:
@@ -135,7 +137,6 @@ class Receiver:
                         # A partial batch took all there was: wait next rather than lease again at
                         # once for nothing (a wake that comes meanwhile is kept for the wait).
                         drained = len(batch) < asked
-                        _honour_cancellation()
                         yield batch
                         continue
                 drained = False
@@ -155,9 +156,37 @@ class Receiver:
                         signal.ready.release_time()
             else:
                 waits = [self._poll, remaining]
-                _honour_cancellation()
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
+
+    async def _lease(self, queue: QueueDef, **lease: Any) -> list[LeasedMessage]:
+        """One batch for a stream that is still wanted; a batch leased for a stream
+        that ended meanwhile is given back rather than left to its lease's expiry.
+
+        The statement runs shielded: cancelling it midway would leave unknown whether
+        it leased rows, and would swallow the cancellation on Python 3.11 (see
+        _honour_cancellation)."""
+        leasing = asyncio.ensure_future(self._store.messages_lease(queue, now=self._clock.now(), **lease))
+        try:
+            batch = await asyncio.shield(leasing)
+            _honour_cancellation()
+        except asyncio.CancelledError:
+            leasing.add_done_callback(lambda done: self._give_back(queue, done))
+            raise
+        return batch
+
+    def _give_back(self, queue: QueueDef, leasing: "asyncio.Future[list[LeasedMessage]]") -> None:
+        if leasing.cancelled() or leasing.exception() is not None or not leasing.result():
+            return
+        task = asyncio.create_task(self._store.leases_return(queue, leasing.result()))
+        self._giving_back.add(task)
+        task.add_done_callback(self._gave_back)
+
+    def _gave_back(self, task: "asyncio.Task[int]") -> None:
+        self._giving_back.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The leases expire by themselves; only the redelivery is later.
+            logger.warning("could not give back leases of an ended stream: %s", task.exception())
 
 
 def _honour_cancellation() -> None:

@@ -61,6 +61,7 @@ class Running:
         self.receiver.close()
         await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
         await self.mutator.sends.close(self.config.shutdown_grace.total_seconds())
+        await self.receiver.given_back(self.config.shutdown_grace.total_seconds())
         await self.wakeups.stop()
         if self.spanner is not None:
             await self.spanner.stop()  # rolls back open Spanner transactions

@@ -461,6 +461,17 @@ class Store:
             RenewResult(t, rows[t][1], rows[t][2]) if t in rows else RenewResult(t, None, None) for t in tokens
         ]
 
+    async def leases_return(self, queue: QueueDef, leased: Sequence[LeasedMessage]) -> int:
+        """Undoes leases no receiver got (deliver_time and attempt as before); how many were still held."""
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(
+                query("lease_return", queue=QueueStatements(queue).table),
+                {"lease_tokens": [m.lease_token for m in leased],
+                 "deliver_times": [m.deliver_time for m in leased], "queue_name": queue.name},
+            )
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
         async with self.read(queue.name) as conn:
             cur = await conn.execute(

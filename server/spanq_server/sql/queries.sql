@@ -318,6 +318,23 @@ JOIN unnest({key_arrays}) AS a({key_columns}) ON ({m_key_columns}) = ({a_key_col
 -- Renews or releases leases by token.
 SELECT * FROM spanq.{renew_function}(%(lease_tokens)s, %(lease_duration)s, %(now)s)
 
+-- lease_return --
+-- Undoes leases that never reached a receiver (its stream ended while they
+-- were being taken): each message gets back the deliver_time and attempt
+-- count it had, as if it had never been leased. Other servers learn of it by
+-- the notification in the same statement.
+WITH returned AS (
+    UPDATE {queue} AS m SET
+        spanq_lease_token = NULL,
+        spanq_lease_expiration_timestamp = NULL,
+        deliver_time = r.deliver_time,
+        spanq_delivery_attempt = m.spanq_delivery_attempt - 1
+    FROM unnest(%(lease_tokens)s::text[], %(deliver_times)s::timestamptz[]) AS r(lease_token, deliver_time)
+    WHERE m.spanq_lease_token = r.lease_token
+    RETURNING 1
+)
+SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned HAVING count(*) > 0
+
 -- lease_count_held --
 -- Unexpired leases held under one stream's token prefix (for max_outstanding).
 SELECT count(*)
