@@ -29,7 +29,7 @@ README_TARGET = "localhost:50051"
 GRPCURL = pathlib.Path(sys.executable).parent / "grpcurl"
 
 PROMPT = re.compile(r"^(\w+)[=-][*!]?# (.*)$")
-TOKEN = r"[0-9a-z]+\.[0-9a-f]{32}"
+TOKEN = r"[0-9a-z]+\.[0-9]+\.[0-9a-f]{32}"
 TIME = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d(?::\d\d)?)"
 VOLATILE = re.compile(rf"(?P<token>(?<![0-9a-z]){TOKEN}(?![0-9a-f]))|(?P<time>{TIME})")
 MARKER = "@@spanq-readme-step-done@@"

@@ -81,11 +81,12 @@ async def test_renewlease_function(stub, sql, tasks):
     new = renewed["spanq_new_lease_token"]
     assert renewed["spanq_old_lease_token"] == old and new and new != old and new.startswith("sql.")
     assert renewed["spanq_lease_expiration_timestamp"] > row["spanq_lease_expiration_timestamp"]
-    # No row for a superseded, unknown or expired token; one row per live token.
-    assert renew(sql, [old]) == []
+    # A superseded token is unrenewable: a row with NULLs until its lease would have
+    # ended. No row for an unknown or expired token; one row per live token.
+    assert renew(sql, [old]) == [unrenewable(old)]
     assert renew(sql, ["no-such-token"]) == []
-    [again] = renew(sql, [new, "no-such-token", old])
-    assert again["spanq_old_lease_token"] == new
+    again, superseded = sorted(renew(sql, [new, "no-such-token", old]), key=lambda r: r["spanq_old_lease_token"] != new)
+    assert again["spanq_old_lease_token"] == new and superseded == unrenewable(old)
     newest = again["spanq_new_lease_token"]
     assert renew(sql, [newest], "interval '10 seconds'", "now() + interval '1 hour'") == []
 
@@ -96,8 +97,65 @@ async def test_renewlease_function(stub, sql, tasks):
     acked = await stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
         queue_pb2.AckMessage(key=key("k1"), lease_token=newest)]))
     assert [r.acked for r in acked.results] == [True]
-    # An acknowledged message's token: no row (docs/semantics.md: the row is deleted).
-    assert renew(sql, [newest]) == []
+    # An acknowledged message's token: a row with a NULL new token, as in Spanner.
+    assert renew(sql, [newest]) == [unrenewable(newest)]
+
+
+def unrenewable(token: str) -> dict:
+    return {"spanq_old_lease_token": token, "spanq_new_lease_token": None, "spanq_lease_expiration_timestamp": None}
+
+
+def at(instant) -> str:
+    """The renew function's `now` argument, pinning its clock (test-owned text)."""
+    return f"timestamptz '{instant.isoformat()}'"
+
+
+async def test_renewlease_answers_an_acked_token_until_its_lease_would_have_ended(stub, sql, tasks):
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'one'), ('k2', 'two')")
+    first, second = receive(sql, 2, "interval '1 minute'")
+    acked, live = first["spanq_lease_token"], second["spanq_lease_token"]
+    ends = first["spanq_lease_expiration_timestamp"]
+    assert sql.execute("DELETE FROM tasks WHERE id = %s", [first["id"]]).rowcount == 1
+
+    # Acked, lease not over: one row, NULL new token and expiry. The live token in the
+    # same call still renews; unparseable ones return no row.
+    garbage = ["", "garbage", "sql." + "0" * 32, "sql.soon." + "0" * 32, acked.upper(), acked + "0", None]
+    rows = renew(sql, [acked, live, *garbage], "interval '1 minute'", at(ends - timedelta(seconds=30)))
+    by_token = {r["spanq_old_lease_token"]: r for r in rows}
+    assert set(by_token) == {acked, live}
+    assert by_token[acked] == unrenewable(acked)
+    renewed = by_token[live]["spanq_new_lease_token"]
+    assert renewed and renewed.startswith("sql.") and renewed != live
+    assert by_token[live]["spanq_lease_expiration_timestamp"] == ends + timedelta(seconds=30)
+    # The same, by the real clock.
+    assert renew(sql, [acked]) == [unrenewable(acked)]
+
+    # Up to the last microsecond of its lease, then no row: it is expired.
+    assert renew(sql, [acked], "interval '10 seconds'", at(ends - timedelta(microseconds=1))) == [unrenewable(acked)]
+    assert renew(sql, [acked], "interval '10 seconds'", at(ends)) == []
+    assert renew(sql, [acked], "interval '10 seconds'", at(ends + timedelta(hours=1))) == []
+
+    # A token renewed away answers the same way until the lease it had would have ended
+    # (the batch's leases end together), though its message's lease goes on.
+    assert second["spanq_lease_expiration_timestamp"] == ends
+    assert renew(sql, [live], "interval '10 seconds'", at(ends - timedelta(microseconds=1))) == [unrenewable(live)]
+    assert renew(sql, [live], "interval '10 seconds'", at(ends)) == []
+    assert renew(sql, [renewed], "interval '10 seconds'", at(ends))[0]["spanq_new_lease_token"]
+
+
+async def test_renewlease_answers_a_released_token_with_nulls_until_its_lease_would_have_ended(stub, sql, tasks):
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'one')")
+    [row] = receive(sql, 1, "interval '1 minute'")
+    token, ends = row["spanq_lease_token"], row["spanq_lease_expiration_timestamp"]
+    # A nack (lease_duration 0) answers with no new token, and so does the released token afterwards.
+    assert renew(sql, [token], "interval '0'") == [unrenewable(token)]
+    assert sql.execute("SELECT spanq_lease_token FROM tasks").fetchone() == (None,)
+    assert renew(sql, [token]) == [unrenewable(token)]
+    assert renew(sql, [token], "interval '10 seconds'", at(ends)) == []
+    # Nothing records which tokens were issued: a well-formed token with a lease end
+    # ahead is unrenewable, not unknown.
+    forged = token.rsplit(".", 1)[0] + "." + "0" * 32
+    assert renew(sql, [forged]) == [unrenewable(forged)]
 
 
 def ack_in_transaction(sql: psycopg.Connection, key: str) -> int:

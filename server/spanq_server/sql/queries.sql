@@ -105,6 +105,9 @@ CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
 -- concurrent receivers take disjoint rows instead of queueing on each other.
 -- The new deliver_time is the lease's end plus the backoff for this attempt,
 -- so a lease that lapses is redelivered after backoff with no sweeper.
+-- A lease token is `<lease_prefix>.<lease end, epoch microseconds>.<random
+-- hex>`: the prefix first, so a stream's tokens form one index range; the
+-- lease end lets the renew function answer for a token after its row is gone.
 CREATE FUNCTION spanq.{receive_function}(
     max_batch_size integer DEFAULT 1,
     lease_duration interval DEFAULT {lease_duration},
@@ -140,7 +143,8 @@ WITH clock AS (
     FOR UPDATE OF m SKIP LOCKED
 ){dead_letter_steps}, leased AS (
     UPDATE {queue} AS m SET
-        spanq_lease_token = $3 || '.' || replace(gen_random_uuid()::text, '-', ''),
+        spanq_lease_token = $3 || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
+            || '.' || replace(gen_random_uuid()::text, '-', ''),
         spanq_lease_expiration_timestamp = clock.now + $2,
         deliver_time = clock.now + $2
             + least({max_backoff}, {initial_backoff} * power(2, least(ready.attempt - 1, 40))),
@@ -172,9 +176,13 @@ $receive$
 -- queue_renew_function_create --
 -- spanq.renewlease_<queue>(lease_tokens): Spanner's RENEWLEASE. A held,
 -- unexpired lease gets a new token (keeping the stream prefix) and a new
--- expiry; unknown or expired tokens return no row. A lease_duration of 0
--- releases the lease (a nack): no new token, redelivery after backoff.
--- Rows are locked in token order so concurrent renewers cannot deadlock.
+-- expiry. A token with no live lease whose own lease end (carried in the
+-- token, see queue_receive_function_create) is still ahead returns a row with
+-- a NULL new token: its message was acknowledged, or the token was superseded
+-- by a renewal or released. Unparseable and expired tokens return no row. A
+-- lease_duration of 0 releases the lease (a nack): no new token, redelivery
+-- after backoff. Rows are locked in token order so concurrent renewers cannot
+-- deadlock.
 CREATE FUNCTION spanq.{renew_function}(
     lease_tokens   text[],
     lease_duration interval DEFAULT {lease_duration},
@@ -194,9 +202,13 @@ WITH clock AS (
     ORDER BY m.spanq_lease_token
     FOR UPDATE OF m
 ), renewed AS (
+    -- The new token keeps everything before the old one's lease end and random
+    -- part (the whole prefix, even of a token made before lease ends were in it).
     UPDATE {queue} AS m SET
         spanq_lease_token = CASE WHEN $2 > interval '0' THEN
-            split_part(held.old_token, '.', 1) || '.' || replace(gen_random_uuid()::text, '-', '') END,
+            regexp_replace(held.old_token, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '')
+            || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
+            || '.' || replace(gen_random_uuid()::text, '-', '') END,
         spanq_lease_expiration_timestamp = clock.now + greatest($2, interval '0'),
         deliver_time = clock.now + greatest($2, interval '0')
             + least({max_backoff}, {initial_backoff} * power(2, least(held.attempt - 1, 40)))
@@ -206,6 +218,13 @@ WITH clock AS (
               CASE WHEN $2 > interval '0' THEN m.spanq_lease_expiration_timestamp END
 )
 SELECT * FROM renewed
+UNION ALL
+-- Unrenewable until its lease end: nothing is stored for it, the token says it.
+SELECT DISTINCT t.token, NULL::text, NULL::timestamptz
+FROM unnest($1) AS t(token), clock
+WHERE substring(t.token FROM '\.(-?[0-9]{{1,19}})\.[0-9a-f]{{32}}$')::numeric
+        > extract(epoch FROM clock.now) * 1000000
+  AND t.token NOT IN (SELECT renewed.old_token FROM renewed)
 $renew$
 
 -- queue_drop --
