@@ -120,13 +120,13 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
                       "SpannerLeaseToken", "SpannerLastBatchMessage"]
 
     # Renew a lease in a read-write transaction: a new token and a later expiry.
-    def renew(transaction):  # type: ignore[no-untyped-def]
+    def renew(transaction, tokens):  # type: ignore[no-untyped-def]
         return list(transaction.execute_sql(
             "SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => @tokens)",
-            params={"tokens": [token, "no-such-token"]},
+            params={"tokens": tokens},
             param_types={"tokens": spanner.param_types.Array(STRING)}))
 
-    renewed = await asyncio.to_thread(database.run_in_transaction, renew)
+    renewed = await asyncio.to_thread(database.run_in_transaction, renew, [token, "no-such-token"])
     assert len(renewed) == 1 and renewed[0][0] == token and renewed[0][1] not in (None, token)
     assert renewed[0][2] > lease_expiration
 
@@ -141,6 +141,11 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
     assert ack.results[0].acked
     rows_in_pg = sql.execute("SELECT userid, messageid, payload FROM usertasks ORDER BY userid").fetchall()
     assert rows_in_pg == [(1, "m-now", b"now")]
+    # Its tokens, acked and superseded, are unrenewable until their leases would have
+    # ended: a row with NULLs, as Spanner answers for an acknowledged message.
+    tokens = [renewed[0][1], "no-such-token", token]
+    unrenewable = await asyncio.to_thread(database.run_in_transaction, renew, tokens)
+    assert sorted(unrenewable, key=lambda r: r[0] != tokens[0]) == [[tokens[0], None, None], [token, None, None]]
 
     # Ack by mutation; acking again is NOT_FOUND, as Spanner's clients see it, unless ignore_not_found.
     def ack_mutation(ignore: bool | None = None) -> None:

@@ -105,6 +105,10 @@ class AckResult(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class RenewResult:
+    """One token's answer. ``known`` is False when the renew function returned no row
+    (an unparseable, unknown or expired token); a known token without a new one is
+    unrenewable (acknowledged, superseded or released, its lease not yet over)."""
     old_lease_token: str
     new_lease_token: str | None
     lease_expiration_time: datetime | None
+    known: bool = True

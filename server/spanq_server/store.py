@@ -458,7 +458,8 @@ class Store:
             )
             rows = {row[0]: row for row in await cur.fetchall()}
         return [
-            RenewResult(t, rows[t][1], rows[t][2]) if t in rows else RenewResult(t, None, None) for t in tokens
+            RenewResult(t, rows[t][1], rows[t][2]) if t in rows else RenewResult(t, None, None, known=False)
+            for t in tokens
         ]
 
     async def leases_return(self, queue: QueueDef, leased: Sequence[LeasedMessage]) -> int:

@@ -144,7 +144,7 @@ class Executor:
                 [values.encode(r.old_lease_token, ColumnType.STRING),
                  values.encode(r.new_lease_token, ColumnType.STRING),
                  values.encode(r.lease_expiration_time, ColumnType.TIMESTAMP)]
-                for r in renewed if r.new_lease_token is not None
+                for r in renewed if r.known  # an unrenewable token's row has NULLs, as in Spanner
             ]
 
         if not use.read_only:
