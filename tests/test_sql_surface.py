@@ -3,6 +3,7 @@ send is an INSERT, receive and renew are SQL functions, ack is a DELETE by
 key whose row count the application checks. The last test replays README.md's
 "From psql" session with the real psql."""
 
+import re
 from datetime import timedelta
 
 import grpc
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2
+from spanq_server.store import Store
 
 from .helpers import create_queue, duration, error_of, key, plain, receive_some, send, text_message
 from .readme_session import replay
@@ -156,6 +158,39 @@ async def test_renewlease_answers_a_released_token_with_nulls_until_its_lease_wo
     # ahead is unrenewable, not unknown.
     forged = token.rsplit(".", 1)[0] + "." + "0" * 32
     assert renew(sql, [forged]) == [unrenewable(forged)]
+
+
+async def test_migration_gives_existing_queues_the_new_functions(stub, sql, tasks, database_url):
+    # The queue as before migration 0004: a renew function that answers nothing for an
+    # acked token (a stand-in for the old one), a receive function without its settings,
+    # and a lease held under a token of the old shape.
+    sql.execute("""
+        CREATE OR REPLACE FUNCTION spanq.renewlease_tasks(
+            lease_tokens text[], lease_duration interval DEFAULT '10 seconds', now timestamptz DEFAULT NULL)
+        RETURNS TABLE (spanq_old_lease_token text, spanq_new_lease_token text,
+                       spanq_lease_expiration_timestamp timestamptz)
+        LANGUAGE sql AS $$ SELECT NULL::text, NULL::text, NULL::timestamptz WHERE false $$""")
+    sql.execute("ALTER FUNCTION spanq.receive_tasks RESET ALL")
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('old', 'leased before'), ('new', 'leased after')")
+    old_token = "sql." + "ab" * 16
+    sql.execute("UPDATE tasks SET spanq_lease_token = %s, spanq_lease_expiration_timestamp = now() + interval '1 minute', "
+                "deliver_time = now() + interval '1 minute' WHERE id = 'old'", [old_token])
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 4")
+
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [4]
+
+    settings = sql.execute("SELECT proconfig FROM pg_proc WHERE proname = 'receive_tasks'").fetchone()
+    assert settings == (["enable_hashjoin=off", "enable_mergejoin=off", "jit=off"],)
+    [row] = receive(sql, 1)
+    assert row["id"] == "new" and re.fullmatch(r"sql\.\d{16}\.[0-9a-f]{32}", row["spanq_lease_token"])
+    assert sql.execute("DELETE FROM tasks WHERE id = 'new'").rowcount == 1
+    assert renew(sql, [row["spanq_lease_token"]]) == [unrenewable(row["spanq_lease_token"])]
+    # A lease granted before the migration renews, to a token of the new shape with its prefix.
+    [renewed] = renew(sql, [old_token])
+    assert re.fullmatch(r"sql\.\d{16}\.[0-9a-f]{32}", renewed["spanq_new_lease_token"])
+    # Once superseded, a token of the old shape carries no lease end: no row, as before.
+    assert renew(sql, [old_token]) == []
 
 
 def ack_in_transaction(sql: psycopg.Connection, key: str) -> int:

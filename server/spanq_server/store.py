@@ -199,6 +199,7 @@ class Store:
             cur = await conn.execute(query("migration_applied_list"))
             applied = {row[0] for row in await cur.fetchall()}
             done = []
+            recreate = False
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
@@ -206,7 +207,22 @@ class Store:
                 await conn.execute(migration.sql.encode())
                 await conn.execute(query("migration_record"), {"version": migration.version, "name": migration.name})
                 done.append(migration.version)
+                recreate |= migration.recreates_queue_functions
+            if recreate:
+                # Once, after the last migration: the current definitions need the current catalog.
+                await self._recreate_queue_functions(conn)
             return done
+
+    @staticmethod
+    async def _recreate_queue_functions(conn: Connection) -> None:
+        """Every queue's receive and renew functions, from the definitions queue_create uses
+        (CREATE OR REPLACE keeps their grants and owner)."""
+        cur = await conn.execute(query("queue_list"), {"after": "", "limit": None})
+        for queue in [_queue_from_row(row) for row in await cur.fetchall()]:
+            logger.info("re-creating the SQL functions of queue %s", queue.name)
+            names = QueueStatements(queue)
+            await conn.execute(names.receive_function_ddl())
+            await conn.execute(names.renew_function_ddl())
 
     # -- the queue catalog --------------------------------------------------
 

@@ -2,6 +2,12 @@
 
 A block in queries.sql starts with a ``-- name --`` line; the ``-- `` lines
 right after it describe it; the rest up to the next block is the statement.
+
+A migration that changes what queries.sql composes into each queue's SQL
+functions cannot write them out itself (their text depends on each queue's
+columns and settings), so it says ``-- spanq: recreate queue functions`` on a
+line of its own, and the store re-creates every existing queue's functions
+from the current definitions after applying it.
 """
 
 import importlib.resources
@@ -10,6 +16,7 @@ from typing import NamedTuple
 
 _BLOCK_START = re.compile(r"^-- ([a-z_]+) --$", re.M)
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_RECREATE_QUEUE_FUNCTIONS = re.compile(r"^-- spanq: recreate queue functions$", re.M)
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -33,6 +40,7 @@ class Migration(NamedTuple):
     version: int
     name: str
     sql: str
+    recreates_queue_functions: bool = False
 
 
 def load_migrations() -> list[Migration]:
@@ -42,7 +50,8 @@ def load_migrations() -> list[Migration]:
     for entry in folder.iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text()))
+            text = entry.read_text()
+            found.append(Migration(int(match[1]), match[2], text, bool(_RECREATE_QUEUE_FUNCTIONS.search(text))))
     found.sort()
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations must be numbered 1..n without gaps: {[m.version for m in found]}")

@@ -108,7 +108,8 @@ CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
 -- A lease token is `<lease_prefix>.<lease end, epoch microseconds>.<random
 -- hex>`: the prefix first, so a stream's tokens form one index range; the
 -- lease end lets the renew function answer for a token after its row is gone.
-CREATE FUNCTION spanq.{receive_function}(
+-- CREATE OR REPLACE: a migration re-creates existing queues' functions with it.
+CREATE OR REPLACE FUNCTION spanq.{receive_function}(
     max_batch_size integer DEFAULT 1,
     lease_duration interval DEFAULT {lease_duration},
     lease_prefix   text DEFAULT 'sql',
@@ -183,7 +184,7 @@ $receive$
 -- lease_duration of 0 releases the lease (a nack): no new token, redelivery
 -- after backoff. Rows are locked in token order so concurrent renewers cannot
 -- deadlock.
-CREATE FUNCTION spanq.{renew_function}(
+CREATE OR REPLACE FUNCTION spanq.{renew_function}(
     lease_tokens   text[],
     lease_duration interval DEFAULT {lease_duration},
     now            timestamptz DEFAULT NULL)

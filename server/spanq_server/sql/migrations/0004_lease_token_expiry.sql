@@ -1,0 +1,9 @@
+-- Lease tokens now carry their lease's end (queue_receive_function_create in
+-- queries.sql), so that spanq.renewlease_<queue> answers an acknowledged
+-- message's unexpired token with a NULL new token, as Spanner does, instead
+-- of no row. Existing queues get the new receive and renew functions; their
+-- text is composed per queue, so the store writes them (see sql/__init__.py):
+-- spanq: recreate queue functions
+--
+-- Leases granted before this migration keep their tokens: they renew (to a
+-- token of the new shape) and ack as before; once gone they return no row.
