@@ -176,14 +176,14 @@ $receive$
 
 -- queue_renew_function_create --
 -- spanq.renewlease_<queue>(lease_tokens): Spanner's RENEWLEASE. A held,
--- unexpired lease gets a new token (keeping the stream prefix) and a new
--- expiry. A token with no live lease whose own lease end (carried in the
--- token, see queue_receive_function_create) is still ahead returns a row with
--- a NULL new token: its message was acknowledged, or the token was superseded
--- by a renewal or released. Unparseable and expired tokens return no row. A
--- lease_duration of 0 releases the lease (a nack): no new token, redelivery
--- after backoff. Rows are locked in token order so concurrent renewers cannot
--- deadlock.
+-- unexpired lease gets a new token (keeping the stream prefix, up to the
+-- first '.') and a new expiry. A token with no live lease whose own lease end
+-- (carried in the token, see queue_receive_function_create) is still ahead
+-- returns a row with a NULL new token: its message was acknowledged, or the
+-- token was superseded by a renewal or released. Unparseable and expired
+-- tokens return no row. A lease_duration of 0 releases the lease (a nack): no
+-- new token, redelivery after backoff. Rows are locked in token order so
+-- concurrent renewers cannot deadlock.
 CREATE OR REPLACE FUNCTION spanq.{renew_function}(
     lease_tokens   text[],
     lease_duration interval DEFAULT {lease_duration},
@@ -203,12 +203,9 @@ WITH clock AS (
     ORDER BY m.spanq_lease_token
     FOR UPDATE OF m
 ), renewed AS (
-    -- The new token keeps everything before the old one's lease end and random
-    -- part (the whole prefix, even of a token made before lease ends were in it).
     UPDATE {queue} AS m SET
         spanq_lease_token = CASE WHEN $2 > interval '0' THEN
-            regexp_replace(held.old_token, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '')
-            || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
+            split_part(held.old_token, '.', 1) || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
             || '.' || replace(gen_random_uuid()::text, '-', '') END,
         spanq_lease_expiration_timestamp = clock.now + greatest($2, interval '0'),
         deliver_time = clock.now + greatest($2, interval '0')
