@@ -367,7 +367,8 @@ class Client:
     ) -> list[RenewedLease]:
         """Extends leases by ``lease_duration`` from now; a Message carries its new token forward.
 
-        A token that is unknown, expired or superseded comes back with ``new_lease_token`` None."""
+        A token that is unknown, expired or superseded, or whose message was acknowledged, comes back with
+        ``new_lease_token`` None."""
         duration = _codec.as_timedelta(lease_duration)
         assert duration is not None
         async with self._holding(targets):
