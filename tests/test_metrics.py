@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import grpc
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -277,3 +278,19 @@ def test_cli_flag_and_environment():
     assert metrics.parse_listen(" off ") is None
     with pytest.raises(SystemExit):
         parse_config(["serve", "--metrics-listen", "localhost"], {})
+
+
+async def test_a_slow_database_leaves_out_the_queue_gauges_not_the_scrape(server, stub, database_url, monkeypatch):
+    monkeypatch.setattr(metrics, "QUERY_TIMEOUT", 0.5)
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("k", "x"))
+    with psycopg.connect(database_url) as blocker:
+        blocker.execute("LOCK TABLE tasks IN ACCESS EXCLUSIVE MODE")  # held until the block ends
+        s = await scrape(server)
+        assert value(s, "spanq_queue_buffered_ready_messages", queue="tasks") is None
+        assert value(s, "spanq_metrics_queue_gauges_errors_total") == 1
+        assert value(s, "spanq_queue_messages_sent_total", queue="tasks") == 1
+        assert value(s, "spanq_db_pool_requests_waiting") == 0
+    s = await scrape(server)
+    assert value(s, "spanq_queue_buffered_ready_messages", queue="tasks") == 1
+    assert value(s, "spanq_metrics_queue_gauges_errors_total") == 1

@@ -49,8 +49,9 @@ COUNT_CAP = 100_000
 about 10 ms each on a deep queue instead of ~100 ms per million rows. A gauge at the cap
 means "at least"."""
 QUERY_TIMEOUT = 3.0
-"""Seconds a scrape waits for the queue gauges (a pool connection and the query); after
-that the scrape answers without them and counts the failure."""
+"""Seconds: the queue gauges' statement_timeout. A scrape waits a second more for them in
+all (a pool connection, then the statement); after that it answers without them and
+counts the failure."""
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    60.0, 300.0, 3600.0)
 """Seconds. Unary RPCs take milliseconds; the long ones are Receive streams (up to an hour)."""
@@ -100,9 +101,6 @@ class Metrics:
         self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                       "method and status code; for a server stream, its whole life.",
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
-        self.scrape_errors = Counter("spanq_metrics_queue_gauges_errors", "Scrapes that answered without the "
-                                     "per-queue gauges (database slow, unavailable, or a queue dropped meanwhile).",
-                                     registry=r)
         self._children: dict[tuple[Counter, str], Any] = {}
         self._http: WSGIServer | None = None
         self._http_thread: threading.Thread | None = None
@@ -144,7 +142,7 @@ class Metrics:
         address = parse_listen(listen)
         if address is None:
             return None
-        self.registry.register(_Collector(asyncio.get_running_loop(), store, receiver, clock, self.scrape_errors))
+        self.registry.register(_Collector(asyncio.get_running_loop(), store, receiver, clock))
         self._http, self._http_thread = start_http_server(address[1], address[0], registry=self.registry)
         return int(self._http.server_port)
 
@@ -282,13 +280,19 @@ class _Collector(Collector):
     snapshot is taken on the server's event loop (the pool and the stream counts
     belong to it, and the query runs through the pool)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock",
-                 errors: Counter) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock") -> None:
         self._loop = loop
         self._store = store
         self._receiver = receiver
         self._clock = clock
-        self._errors = errors
+        self._errors = 0
+        """Scrapes that answered without the queue gauges (reported by this collector, so
+        that a scrape counts its own failure)."""
+        self._lock = threading.Lock()  # scrapes may run at once, each in its own thread
+
+    def _count_failure(self) -> None:
+        with self._lock:
+            self._errors += 1
 
     def describe(self) -> Iterable[Metric]:
         return []  # do not run collect() (a query) at registration
@@ -298,11 +302,11 @@ class _Collector(Collector):
         try:
             snapshot.queues = await asyncio.wait_for(
                 self._store.queue_gauges(now=self._clock.now(), cap=COUNT_CAP, timeout=QUERY_TIMEOUT),
-                QUERY_TIMEOUT,
+                QUERY_TIMEOUT + 1,  # the statement's own timeout ends it first, cleanly
             )
         except Exception as exc:  # the scrape still answers: counters, pool, streams
-            logger.warning("metrics: no queue gauges in this scrape: %s", exc)
-            self._errors.inc()
+            logger.warning("metrics: no queue gauges in this scrape: %s: %s", type(exc).__name__, exc)
+            self._count_failure()
         return snapshot
 
     def collect(self) -> Iterable[Metric]:
@@ -311,16 +315,27 @@ class _Collector(Collector):
         except RuntimeError:
             pass
         else:  # on an event loop thread, waiting for the loop would deadlock
-            self._errors.inc()
-            return []
-        future = asyncio.run_coroutine_threadsafe(self._snapshot(), self._loop)
+            self._count_failure()
+            return self._errors_family()
+        snapshot = self._snapshot()
         try:
-            snapshot = future.result(QUERY_TIMEOUT + 1)
-        except (concurrent.futures.TimeoutError, RuntimeError):  # the loop is stuck or closed
+            future = asyncio.run_coroutine_threadsafe(snapshot, self._loop)
+        except RuntimeError:  # the loop is closed: the server has stopped
+            snapshot.close()
+            self._count_failure()
+            return self._errors_family()
+        try:
+            families = list(_families(future.result(QUERY_TIMEOUT + 2)))
+        except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):  # the loop is stuck or stopping
             future.cancel()
-            self._errors.inc()
-            return []
-        return list(_families(snapshot))
+            self._count_failure()
+            families = []
+        return families + self._errors_family()
+
+    def _errors_family(self) -> list[Metric]:
+        return [CounterMetricFamily("spanq_metrics_queue_gauges_errors", "Scrapes that answered without the "
+                                    "per-queue gauges (database slow or unavailable, or a queue dropped meanwhile).",
+                                    value=self._errors)]
 
 
 def _families(snapshot: _Snapshot) -> Iterable[Metric]:
