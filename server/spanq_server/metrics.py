@@ -19,7 +19,6 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import inspect
-import ipaddress
 import logging
 import threading
 import time
@@ -67,15 +66,6 @@ def parse_listen(listen: str) -> tuple[str, int] | None:
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         raise ValueError(f"metrics address {listen!r} is not HOST:PORT (or 'off' to disable metrics)")
     return host, int(port)
-
-
-def is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Metrics:

@@ -18,7 +18,7 @@ from .clock import Clock
 from .config import Config
 from .faults import FaultInjector
 from .ledger import Ledger
-from .metrics import Metrics, is_loopback_host, parse_listen
+from .metrics import Metrics, parse_listen
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
@@ -93,8 +93,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             f"refusing to serve plaintext on {config.listen}: give --tls-cert and --tls-key, "
             "or --insecure to accept that"
         )
-    metrics_address = parse_listen(config.metrics_listen)
-    if metrics_address is not None and not is_loopback_host(metrics_address[0]) and not config.insecure:
+    metrics_on = parse_listen(config.metrics_listen) is not None
+    if metrics_on and not is_loopback(config.metrics_listen) and not config.insecure:
         raise ValueError(
             f"refusing to serve metrics (plain HTTP) on {config.metrics_listen}: serve them on a loopback "
             "address, or give --insecure to accept that"
