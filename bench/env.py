@@ -77,7 +77,8 @@ class ServerProcess:
         self.log_path = BENCH_DIR / log_name
         script = pathlib.Path(sys.executable).parent / "spanq"
         command = [str(script)] if script.exists() else [sys.executable, "-m", "spanq_server"]
-        command += ["serve", "--database-url", db_url, "--listen", self.target, "--log-level", "WARNING"]
+        command += ["serve", "--database-url", db_url, "--listen", self.target, "--metrics-listen", "off",
+                    "--log-level", "WARNING"]
         command += extra_args or []
         env = dict(os.environ, PGAPPNAME=app_name)
         with open(self.log_path, "ab") as log:
@@ -127,7 +128,7 @@ class InProcessServer:
         from spanq_server.config import Config
         from spanq_server.server import start
 
-        self.running = await start(Config(database_url=self.db_url, listen="127.0.0.1:0"))
+        self.running = await start(Config(database_url=self.db_url, listen="127.0.0.1:0", metrics_listen=""))
         self.target = self.running.target
 
     def rss_bytes(self) -> int:

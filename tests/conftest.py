@@ -83,7 +83,9 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def server_config(database_url: str) -> Config:
-    return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1)
+    # No metrics endpoint (tests/test_metrics.py turns it on, on a free port); the
+    # metrics themselves are still kept, so every test runs through their hooks.
+    return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1, metrics_listen="")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ def free_port() -> int:
 def spawn_server(database_url: str, port: int, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "spanq_server", "serve", "--database-url", database_url,
-         "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING", *extra],
+         "--listen", f"127.0.0.1:{port}", "--metrics-listen", "off", "--log-level", "WARNING", *extra],
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
 

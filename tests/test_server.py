@@ -29,7 +29,7 @@ def empty_database(pg_url):
 
 
 async def test_two_servers_starting_at_once_migrate_once(empty_database):
-    config = Config(database_url=empty_database, listen="127.0.0.1:0", pool_min_size=1)
+    config = Config(database_url=empty_database, listen="127.0.0.1:0", pool_min_size=1, metrics_listen="")
     servers = await asyncio.gather(*(start(config) for _ in range(3)))
     try:
         with psycopg.connect(empty_database) as conn:

@@ -9,6 +9,7 @@ import sys
 from datetime import timedelta
 
 from .config import Config, Limits
+from .metrics import parse_listen
 
 
 def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
@@ -26,6 +27,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--tls-cert", default=environ.get("SPANQ_TLS_CERT"), help="PEM certificate chain")
     serve.add_argument("--tls-key", default=environ.get("SPANQ_TLS_KEY"), help="PEM private key")
     serve.add_argument("--insecure", action="store_true", help="allow plaintext on a non-loopback address")
+    serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
+                       help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
+                            f"default {default.metrics_listen})")
     serve.add_argument("--max-queues", type=int, default=limits.max_queues)
     serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
     serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
@@ -38,6 +42,10 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
     serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
     args = parser.parse_args(argv)
+    try:
+        parse_listen(args.metrics_listen)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     logging.basicConfig(
@@ -53,6 +61,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         insecure=args.insecure,
+        metrics_listen=args.metrics_listen,
         limits=Limits(
             max_queues=args.max_queues,
             max_streams_per_queue=args.max_streams_per_queue,

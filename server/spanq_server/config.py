@@ -26,7 +26,10 @@ class Config:
     tls_cert: str | None = None
     tls_key: str | None = None
     insecure: bool = False
-    """Allow plaintext on a non-loopback address."""
+    """Allow plaintext on a non-loopback address (the gRPC port's and the metrics')."""
+    metrics_listen: str = "localhost:9464"
+    """host:port serving Prometheus metrics at /metrics (port 0: any free port);
+    "" or "off": no metrics endpoint."""
     data_dir: str = ".spanq"
     """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
     limits: Limits = dataclasses.field(default_factory=Limits)

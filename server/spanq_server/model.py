@@ -77,6 +77,20 @@ class LedgeredSend:
     messages: Sequence[OutgoingMessage]
 
 
+@dataclasses.dataclass(frozen=True)
+class QueueGauges:
+    """One queue's scrape-time figures for metrics (Store.queue_gauges)."""
+
+    queue: str
+    ready: int
+    """Deliverable messages (due, not leased), counted up to the cap."""
+    stored: int
+    """Unacknowledged messages (ready, scheduled or leased), counted up to the cap."""
+    oldest_age: float
+    """Seconds since the oldest unacknowledged message was sent (0 when empty); exact
+    below the cap, a lower bound beyond (see metrics_queue_gauges in queries.sql)."""
+
+
 # The per-message values of the receive and ack paths are NamedTuples: immutable
 # like the frozen dataclasses around them, and built in a third of the time
 # (a hundred of them per batch).

@@ -8,7 +8,7 @@ knows nothing of protobuf.
 import dataclasses
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
 from . import errors
@@ -16,6 +16,7 @@ from .clock import Clock
 from .config import Limits
 from .group_commit import GroupCommitter
 from .ledger import Ledger
+from .metrics import Metrics
 from .queues import MAX_LEASE
 from .model import AckItem, AckResult, Key, LedgeredSend, OutgoingMessage, QueueDef, RenewResult
 from .store import Connection, HeldTransaction, Store
@@ -89,8 +90,9 @@ class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
     def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger, *,
-                 commit_groups_in_flight: int = 2) -> None:
+                 commit_groups_in_flight: int = 2, metrics: Metrics | None = None) -> None:
         self._store = store
+        self._metrics = metrics or Metrics()
         self._ledger = ledger
         self._limits = limits
         self._clock = clock
@@ -164,13 +166,15 @@ class Mutator:
         entry for request_id: all or none, once. ``encode`` turns the results into
         the response bytes the ledger records for replays."""
         prepared = [self.prepare(m) for m in mutations]
+        results: list[Result] = []
 
         async def run() -> bytes:
             if len(prepared) == 1 and isinstance(prepared[0], SendOp):
                 # A send's response (its keys) is known before it runs: it can be
                 # claimed, recorded and stored in one statement, grouped with others.
                 send = prepared[0]
-                response = encode([[m.key for m in send.messages]])
+                results.append([m.key for m in send.messages])
+                response = encode(results)
                 if not await self.sends.commit(send.queue, LedgeredSend(request_id, fingerprint, response,
                                                                          send.messages)):
                     raise _AlreadyCommitted
@@ -178,11 +182,12 @@ class Mutator:
             async with self._store.transaction(inject_faults=True) as conn:
                 if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
                     raise _AlreadyCommitted
-                response = encode(await self.apply_in(conn, prepared))
+                results.extend(await self.apply_in(conn, prepared))
+                response = encode(results)
                 await self._store.ledger_record(conn, request_id, response)
             return response
 
-        return await self._ledgered(request_id, fingerprint, run, prepared)
+        return await self._ledgered(request_id, fingerprint, run, prepared, results)
 
     async def commit_ack(self, op: AckOp, *, request_id: str, fingerprint: bytes,
                          encode: Callable[[list[Result]], bytes]) -> Outcome:
@@ -193,6 +198,7 @@ class Mutator:
         ``encode`` may be called twice and must not depend on when it is called."""
         prepared = self.prepare(op)
         assert isinstance(prepared, AckOp)
+        acked: list[Result] = []
 
         async def run() -> bytes:
             async with self._store.transaction(inject_faults=True) as conn:
@@ -208,14 +214,16 @@ class Mutator:
                 if results is not guess and results != guess:
                     response = encode([results])
                     await self._store.ledger_record(conn, request_id, response)
+                acked.append(results)
             return response
 
-        return await self._ledgered(request_id, fingerprint, run, [prepared])
+        return await self._ledgered(request_id, fingerprint, run, [prepared], acked)
 
     async def _ledgered(self, request_id: str, fingerprint: bytes, run: Callable[[], Awaitable[bytes]],
-                        applied: Sequence[Mutation]) -> Outcome:
+                        applied: Sequence[Mutation], results: Sequence[Result]) -> Outcome:
         """Runs a commit that claims request_id in the ledger (``run`` returns the recorded
-        response, or raises _AlreadyCommitted) and answers as the ledger says."""
+        response, or raises _AlreadyCommitted, and fills in ``results``, those of ``applied``)
+        and answers as the ledger says."""
         try:
             response = await run()
         except _AlreadyCommitted:
@@ -223,7 +231,7 @@ class Mutator:
         except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
             exc.metadata["request_id"] = request_id
             raise
-        self._wake_after(applied)
+        self._committed(applied, results)
         return Outcome(response, replayed=False)
 
     async def _replayed(self, request_id: str, fingerprint: bytes) -> Outcome:
@@ -286,13 +294,24 @@ class Mutator:
             await self._store.notify(conn, mutation.queue.name)
         return renewed
 
-    def _wake_after(self, mutations: Sequence[Mutation]) -> None:
-        for mutation in mutations:
-            if isinstance(mutation, SendOp) or (isinstance(mutation, RenewOp) and not mutation.lease_duration):
-                self._wakeups.wake(mutation.queue.name)
-            if isinstance(mutation, (AckOp, RenewOp)):
-                # Acks and nacks free room under some stream's max_outstanding.
-                self._wakeups.signal(mutation.queue.name).room.wake()
+    def _committed(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> None:
+        """After a commit (not a replay): wakes this server's streams and counts for metrics."""
+        metrics = self._metrics
+        for mutation, result in zip(mutations, results):
+            name = mutation.queue.name
+            if isinstance(mutation, SendOp):
+                self._wakeups.wake(name)
+                metrics.sent(name, len(mutation.messages))
+                continue
+            if isinstance(mutation, AckOp):
+                # Without ignore_not_found an ack commits only when all its messages were acked.
+                metrics.acked(name, sum(1 for r in cast(list[AckResult], result) if r.acked)
+                              if mutation.ignore_not_found else len(result))
+            elif not mutation.lease_duration:  # a nack
+                self._wakeups.wake(name)
+                metrics.nacked(name, len(mutation.lease_tokens))
+            # Acks and nacks free room under some stream's max_outstanding.
+            self._wakeups.signal(name).room.wake()
 
 
 class OpenTransaction:
@@ -310,6 +329,7 @@ class OpenTransaction:
         self._mutator = mutator
         self._held = held
         self._applied: list[Mutation] = []
+        self._results: list[Result] = []
 
     @property
     def active(self) -> bool:
@@ -324,6 +344,7 @@ class OpenTransaction:
             if check is not None:
                 check(results)
         self._applied.extend(prepared)
+        self._results.extend(results)
         return results
 
     async def select(self, queue: QueueDef, **query: Any) -> list[tuple[Key, Any, datetime]]:
@@ -342,7 +363,8 @@ class OpenTransaction:
             async with self._held.statement() as conn:
                 if not await m._store.ledger_claim(conn, request_id, fingerprint, m._clock.now()):
                     raise _AlreadyCommitted
-                response = encode(await m.apply_in(conn, prepared))
+                results = await m.apply_in(conn, prepared)
+                response = encode(results)
                 await m._store.ledger_record(conn, request_id, response)
             await self._held.commit(inject_faults=True)
         except _AlreadyCommitted:
@@ -355,7 +377,7 @@ class OpenTransaction:
         except BaseException:
             await self._held.rollback()
             raise
-        m._wake_after(self._applied + prepared)
+        m._committed(self._applied + prepared, self._results + results)
         return Outcome(response, replayed=False)
 
     async def rollback(self) -> None:

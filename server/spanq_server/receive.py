@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from . import errors
 from .clock import Clock
 from .config import Limits
+from .metrics import Metrics
 from .model import LeasedMessage, QueueDef
 from .store import Store
 from .wakeups import Wakeups
@@ -65,8 +66,9 @@ class Receiver:
     """Runs Receive streams; counts them per queue for the stream limit."""
 
     def __init__(self, store: Store, wakeups: Wakeups, clock: Clock, limits: Limits,
-                 poll_interval: timedelta) -> None:
+                 poll_interval: timedelta, metrics: Metrics | None = None) -> None:
         self._store = store
+        self._metrics = metrics or Metrics()
         self._wakeups = wakeups
         self._clock = clock
         self._limits = limits
@@ -78,6 +80,10 @@ class Receiver:
 
     def open_streams(self) -> int:
         return sum(self._streams.values())
+
+    def streams_by_queue(self) -> dict[str, int]:
+        """Open streams per queue (queues with none are left out)."""
+        return dict(self._streams)
 
     def queue_dropped(self, name: str) -> None:
         """Ends this server's streams on a dropped queue (NOT_FOUND) at once, not at their next poll."""
@@ -132,6 +138,7 @@ class Receiver:
                                               lease_prefix=prefix)
                     if batch:
                         held += len(batch)
+                        self._metrics.delivered(queue.name, batch)
                         if len(batch) == asked:
                             signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
                         # A partial batch took all there was: wait next rather than lease again at

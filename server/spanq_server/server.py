@@ -18,6 +18,7 @@ from .clock import Clock
 from .config import Config
 from .faults import FaultInjector
 from .ledger import Ledger
+from .metrics import Metrics, parse_listen
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
@@ -44,6 +45,9 @@ class Running:
     ledger: Ledger
     health: health.aio.HealthServicer
     mutator: Mutator
+    metrics: Metrics
+    metrics_port: int | None
+    """Where /metrics is served (None: metrics_listen turned it off)."""
     spanner: Any = None
     """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
     _stopped: bool = False
@@ -57,6 +61,7 @@ class Running:
         if self._stopped:
             return
         self._stopped = True
+        await self.metrics.stop()
         await self.health.enter_graceful_shutdown()
         self.receiver.close()
         await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
@@ -88,7 +93,14 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             f"refusing to serve plaintext on {config.listen}: give --tls-cert and --tls-key, "
             "or --insecure to accept that"
         )
+    metrics_on = parse_listen(config.metrics_listen) is not None
+    if metrics_on and not is_loopback(config.metrics_listen) and not config.insecure:
+        raise ValueError(
+            f"refusing to serve metrics (plain HTTP) on {config.metrics_listen}: serve them on a loopback "
+            "address, or give --insecure to accept that"
+        )
     clock = clock or Clock()
+    metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
                   faults=FaultInjector.parse(config.inject_faults))
     await store.open()
@@ -100,13 +112,14 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         wakeups = Wakeups(store)
         wakeups.start()
         catalog = Catalog(store, limits)
-        receiver = Receiver(store, wakeups, clock, limits, config.poll_interval)
+        receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics)
         ledger = Ledger(store, clock, config.ledger_retention)
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups, ledger,
-                          commit_groups_in_flight=config.commit_groups_in_flight)
+                          commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics)
 
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
+                                 interceptors=[metrics.interceptor()])
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
@@ -127,14 +140,19 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             port = server.add_secure_port(config.listen, credentials)
         else:
             port = server.add_insecure_port(config.listen)
+        metrics_port = metrics.serve(config.metrics_listen, store=store, receiver=receiver, clock=clock)
         await server.start()
     except BaseException:
+        await metrics.stop()
         await store.close()
         raise
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     logger.info("spanq serving on %s (port %d)", config.listen, port)
-    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, spanner=spanner)
+    if metrics_port is not None:
+        logger.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, metrics_port)
+    return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
+                   metrics_port, spanner=spanner)
 
 
 async def serve(config: Config) -> None:

@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from . import errors
 from .faults import FaultInjector
 from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, LedgeredSend, OutgoingMessage,
-                    QueueDef, RenewResult)
+                    QueueDef, QueueGauges, RenewResult)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
@@ -584,6 +584,30 @@ class Store:
                 query("ledger_prune"), {"retention": retention, "now": now, "batch_size": batch_size}
             )
             return cur.rowcount
+
+    # -- metrics ----------------------------------------------------------------
+
+    def pool_stats(self) -> dict[str, int]:
+        """psycopg_pool's figures: pool_max, pool_size, pool_available, requests_waiting, and
+        counters since the pool opened (requests_num, requests_queued, requests_wait_ms, ...)."""
+        return self._pool.get_stats()
+
+    async def queue_gauges(self, *, now: datetime | None, cap: int, timeout: float) -> list[QueueGauges]:
+        """Every queue's ready and stored messages (each counted up to cap) and its oldest
+        message's age, in one statement (see metrics_queue_gauges in queries.sql)."""
+        async with self.transaction() as conn:
+            await conn.execute(query("metrics_begin"), {"statement_timeout": f"{int(timeout * 1000)}ms"})
+            cur = await conn.execute(query("queue_list"), {"after": "", "limit": None})
+            queues = [_queue_from_row(row) for row in await cur.fetchall()]
+            if not queues:
+                return []
+            statement = sql.SQL("\nUNION ALL\n").join(
+                query("metrics_queue_gauges", queue=QueueStatements(q).table, queue_name=sql.Literal(q.name))
+                for q in queues
+            )
+            cur = await conn.execute(statement, {"cap": cap, "now": now})
+            return [QueueGauges(name, int(ready), int(stored), float(age))
+                    for name, ready, stored, age in await cur.fetchall()]
 
     # -- the wake-up listener -------------------------------------------------
 

@@ -404,3 +404,28 @@ WHERE request_id IN (
     ORDER BY commit_time
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED)
+
+-- metrics_begin --
+-- Bounds a metrics scrape's transaction: a slow statement fails rather than
+-- holding the pool connection (the scrape then answers without queue gauges).
+SELECT set_config('statement_timeout', %(statement_timeout)s, true)
+
+-- metrics_queue_gauges --
+-- One queue's row of the scrape-time gauges (the rows of all queues are
+-- joined by UNION ALL into one statement). Each part is bounded on a deep
+-- queue: `ready` counts due messages (neither leased nor scheduled) up to
+-- `cap` along the deliver_time index; `stored` counts up to `cap` messages
+-- in the table's physical order and `oldest` is the earliest enqueue time
+-- among those. The oldest message's age is measured from the earlier of
+-- `oldest` and the queue's earliest deliver_time (the index's first entry;
+-- a message is never deliverable before it was sent): exact while the queue
+-- holds fewer than `cap` messages, and never more than the true age beyond.
+SELECT {queue_name}::text,
+       (SELECT count(*) FROM (SELECT FROM {queue} AS m WHERE m.deliver_time <= clock.now
+                              LIMIT %(cap)s) AS due),
+       sample.stored,
+       coalesce(greatest(extract(epoch FROM clock.now - least(sample.oldest,
+           (SELECT min(m.deliver_time) FROM {queue} AS m)))::float8, 0), 0)
+FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
+      FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
+     (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
