@@ -27,6 +27,9 @@ class Config:
     tls_key: str | None = None
     insecure: bool = False
     """Allow plaintext on a non-loopback address (the gRPC port's and the metrics')."""
+    auth_file: str | None = None
+    """TOML token file (docs/operations.md): with one, every call needs a bearer token
+    with the privilege it uses on its queue; None: no authentication."""
     metrics_listen: str = "localhost:9464"
     """host:port serving Prometheus metrics at /metrics (port 0: any free port);
     "" or "off": no metrics endpoint."""

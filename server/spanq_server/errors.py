@@ -66,5 +66,15 @@ class TransactionAborted(QueueError):
     """The transaction conflicted with another one, or was lost or reaped; nothing of it was committed: run it again."""
 
 
+class Unauthenticated(QueueError):
+    """The call carries no valid credentials: send 'authorization: Bearer <token>' call metadata
+    with a token from the server's token file."""
+
+
+class PermissionDenied(QueueError):
+    """The token does not grant the privilege this call needs on this queue; ask the operator to grant it
+    in the server's token file."""
+
+
 class Unimplemented(QueueError):
     """This is not implemented yet."""

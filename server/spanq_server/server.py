@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
+from . import auth
 from .clock import Clock
 from .config import Config
 from .faults import FaultInjector
@@ -99,6 +100,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             f"refusing to serve metrics (plain HTTP) on {config.metrics_listen}: serve them on a loopback "
             "address, or give --insecure to accept that"
         )
+    tokens = auth.load(config.auth_file) if config.auth_file else None
     clock = clock or Clock()
     metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
@@ -118,8 +120,13 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         mutator = Mutator(store, limits, clock, wakeups, ledger,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics)
 
+        # Timing outermost, so refused calls are timed too; without a token file no
+        # authorization interceptor at all (nothing to pay for).
+        interceptors = [metrics.interceptor()]
+        if tokens is not None:
+            interceptors.append(auth.Authorizer(tokens))
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
-                                 interceptors=[metrics.interceptor()])
+                                 interceptors=interceptors)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
@@ -149,6 +156,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     logger.info("spanq serving on %s (port %d)", config.listen, port)
+    if tokens is not None:
+        logger.info("authentication on: %d token(s) from %s", len(tokens.by_digest), config.auth_file)
     if metrics_port is not None:
         logger.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, metrics_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,

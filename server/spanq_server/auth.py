@@ -1,0 +1,434 @@
+"""Bearer tokens and per-queue privileges: the token file and the one gRPC
+interceptor that enforces it (docs/operations.md, "Authentication").
+
+Off unless the server is given a token file (``--auth-file``); then every call
+but health checking and reflection needs ``authorization: Bearer <token>``
+metadata naming a token of the file, and the privilege its method needs on its
+queue. The privileges mirror Spanner's fine-grained access control on queues:
+
+- ``send``: INSERT ON QUEUE (Send, a Commit's send, the Spanner front-end's
+  INSERT and Send mutation);
+- ``receive``: EXECUTE on RECEIVE_q and RENEWLEASE_q (Receive, RenewLease,
+  including a release with lease_duration 0, a Commit's renew_lease);
+- ``ack``: DELETE ON QUEUE (Ack, a Commit's ack, DELETE, the Ack mutation);
+- ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q);
+- ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE).
+
+The file stores each token's SHA-256, never the token: a call's token is hashed
+and looked up by its digest (no string comparison of secrets, so no timing leak
+about them). Every check is one dict lookup and one set membership test on
+objects built once at startup; the guarded handler of each method is built
+once. The servicers are untouched: the interceptor checks each request after
+its deserialization, before the servicer sees it, so a refused call has done
+nothing (a refused Receive has leased nothing).
+"""
+
+import dataclasses
+import hashlib
+import inspect
+import operator
+import secrets
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import grpc
+from grpc_status import rpc_status
+
+from . import errors, queues, status
+from .spanner import statements as st
+
+PRIVILEGES = ("send", "receive", "ack", "select", "admin")
+EVERY_QUEUE = "*"
+"""The grant key for every queue, those created later included."""
+OPEN_SERVICES = frozenset({
+    "grpc.health.v1.Health",
+    "grpc.reflection.v1alpha.ServerReflection",
+    "grpc.reflection.v1.ServerReflection",
+})
+"""Served to anyone: load balancers' health checks, and grpcurl's schema discovery."""
+TOKEN_PREFIX = "spanq_"
+
+HOW_TO_SEND = ("send call metadata 'authorization: Bearer <token>' (the SDK: Client(target, token=...); "
+               "grpcurl: -H 'authorization: Bearer <token>')")
+
+Handler = grpc.RpcMethodHandler
+After = Callable[[Any], None]
+"""Edits a response for the caller (ListQueues: leaves out queues it may not see)."""
+
+
+class AuthFileError(ValueError):
+    """The token file is unreadable or invalid; the server does not start."""
+
+
+# -- principals and the token file ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Principal:
+    """One token of the file: its name and what it may do."""
+
+    name: str
+    grants: dict[str, frozenset[str]]
+    """Queue -> its privileges, each set already including the "*" grant's."""
+    everywhere: frozenset[str]
+    """The "*" grant: the privileges on every other queue."""
+
+    def privileges(self, queue: str) -> frozenset[str]:
+        return self.grants.get(queue, self.everywhere)
+
+    def require(self, privilege: str, queue: str, what: str, where: str = "", **metadata: str) -> None:
+        if privilege not in self.grants.get(queue, self.everywhere):
+            raise self.denied(privilege, queue, what, where, **metadata)
+
+    def denied(self, privilege: str, queue: str, what: str, where: str = "",
+               **metadata: str) -> errors.PermissionDenied:
+        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {queue!r}", queue)
+        return errors.PermissionDenied(
+            f"{where}token {self.name!r} lacks the {privilege!r} privilege on {on}, which {what} needs; "
+            f"grant it in the server's token file ([tokens.{self.name}] grants = {{ {key} = [\"{privilege}\"] }}) "
+            "or use a token that has it",
+            token=self.name, privilege=privilege, queue=queue, **metadata,
+        )
+
+    def hide_queues(self, response: Any) -> None:
+        """ListQueues: drops the queues this token has no privilege on, in place."""
+        found = response.queues
+        for i in range(len(found) - 1, -1, -1):
+            if found[i].name not in self.grants:
+                del found[i]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokens:
+    """The token file, loaded: principals by the SHA-256 digest of their token."""
+
+    by_digest: dict[bytes, Principal]
+
+    def authenticate(self, metadata: Iterable[tuple[str, Any]] | None) -> Principal:
+        for key, value in metadata or ():
+            if key == "authorization":
+                break
+        else:
+            raise errors.Unauthenticated(f"this server requires a bearer token: {HOW_TO_SEND}")
+        scheme, _, token = str(value).partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise errors.Unauthenticated(f"the authorization metadata is not 'Bearer <token>': {HOW_TO_SEND}")
+        principal = self.by_digest.get(hashlib.sha256(token.encode()).digest())
+        if principal is None:
+            raise errors.Unauthenticated(
+                "the bearer token is not one this server knows: check it, or have its sha256 added to the "
+                "server's token file (--auth-file)"
+            )
+        return principal
+
+
+def digest(token: str) -> str:
+    """The hex SHA-256 of a token: what the token file stores."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def mint(name: str = "NAME") -> str:
+    """A fresh random token and the token file entry for it (``spanq token``)."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return (f"# the token (give it to the client; the file keeps only its digest):\n# {token}\n"
+            f"[tokens.{name}]\nsha256 = \"{digest(token)}\"\n"
+            f"grants = {{ }}  # e.g. {{ invoices = [\"receive\", \"ack\"] }}\n")
+
+
+def load(path: str) -> Tokens:
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AuthFileError(f"cannot read the token file {path}: {exc}") from None
+    return parse(text, path)
+
+
+def parse(text: str, source: str = "the token file") -> Tokens:
+    """Validates the whole file strictly: any mistake refuses it, naming what is wrong where."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AuthFileError(f"{source} is not valid TOML: {exc}") from None
+    extra = sorted(set(data) - {"tokens"})
+    if extra:
+        raise AuthFileError(f"{source}: unknown top-level key(s) {extra}; the file holds [tokens.<name>] tables only")
+    tokens = data.get("tokens")
+    if not isinstance(tokens, dict) or not tokens:
+        raise AuthFileError(f"{source} defines no tokens: add [tokens.<name>] tables (spanq token mints one); "
+                            "without a token file, authentication is off")
+    by_digest: dict[bytes, Principal] = {}
+    names: dict[bytes, str] = {}
+    for name, entry in tokens.items():
+        where = f"{source}: [tokens.{name}]"
+        if not isinstance(entry, dict):
+            raise AuthFileError(f"{where} must be a table with sha256 and grants")
+        extra = sorted(set(entry) - {"sha256", "grants"})
+        if extra:
+            raise AuthFileError(f"{where}: unknown key(s) {extra}; a token has sha256 and grants only")
+        hex_digest = entry.get("sha256")
+        if not isinstance(hex_digest, str) or len(hex_digest) != 64:
+            raise AuthFileError(f"{where}: sha256 must be the 64 hex digits of the token's SHA-256 "
+                                "(spanq token prints one)")
+        try:
+            key = bytes.fromhex(hex_digest)
+        except ValueError:
+            raise AuthFileError(f"{where}: sha256 {hex_digest!r} is not hexadecimal") from None
+        if key in names:
+            raise AuthFileError(f"{where}: the same sha256 as [tokens.{names[key]}]; "
+                                "each token must be distinct (mint another one)")
+        names[key] = name
+        by_digest[key] = _principal(name, entry.get("grants"), where)
+    return Tokens(by_digest)
+
+
+def _principal(name: str, grants: Any, where: str) -> Principal:
+    if not isinstance(grants, dict) or not grants:
+        raise AuthFileError(f"{where}: grants must be a table of queue = [privileges], e.g. "
+                            f"grants = {{ invoices = [\"receive\", \"ack\"] }}; use \"*\" for every queue")
+    parsed: dict[str, frozenset[str]] = {}
+    for queue, privileges in grants.items():
+        if queue != EVERY_QUEUE and not (queues.IDENTIFIER.match(queue) and len(queue) <= queues.MAX_QUEUE_NAME):
+            raise AuthFileError(f"{where}: {queue!r} is not a queue name (lowercase letters, digits and _, "
+                                f"starting with a letter, at most {queues.MAX_QUEUE_NAME}) nor \"*\"")
+        if not isinstance(privileges, list) or not privileges:
+            raise AuthFileError(f"{where}: the grant on {queue!r} must be a non-empty list of privileges, "
+                                f"from {list(PRIVILEGES)}")
+        unknown = [p for p in privileges if p not in PRIVILEGES]
+        if unknown:
+            raise AuthFileError(f"{where}: unknown privilege(s) {unknown} on {queue!r}; "
+                                f"the privileges are {list(PRIVILEGES)}")
+        parsed[queue] = frozenset(privileges)
+    everywhere = parsed.pop(EVERY_QUEUE, frozenset())
+    return Principal(name, {q: p | everywhere for q, p in parsed.items()}, everywhere)
+
+
+# -- what each method needs -------------------------------------------------------------
+
+Rule = Callable[[Principal, Any], After | None]
+"""Raises PermissionDenied when the principal may not make this request; may return
+an edit of the response."""
+
+
+def _one(privilege: str, field: str, what: str) -> Rule:
+    queue_of = operator.attrgetter(field)
+
+    def rule(p: Principal, request: Any) -> None:
+        queue = queue_of(request)
+        if privilege not in p.grants.get(queue, p.everywhere):
+            raise p.denied(privilege, queue, what)
+
+    return rule
+
+
+def _get_queue(p: Principal, request: Any) -> None:
+    if not p.grants.get(request.name, p.everywhere):
+        raise errors.PermissionDenied(
+            f"token {p.name!r} has no privilege on queue {request.name!r}; GetQueue needs one "
+            f"(any of {list(PRIVILEGES)}): grant it in the server's token file",
+            token=p.name, queue=request.name,
+        )
+
+
+def _list_queues(p: Principal, request: Any) -> After | None:
+    return None if p.everywhere else p.hide_queues
+
+
+MUTATION_PRIVILEGE = {"send": "send", "ack": "ack", "renew_lease": "receive"}
+
+
+def _commit(p: Principal, request: Any) -> None:
+    for i, mutation in enumerate(request.mutations):
+        kind = mutation.WhichOneof("operation")
+        if kind is None:
+            continue  # the servicer says what is wrong with it
+        privilege = MUTATION_PRIVILEGE[kind]
+        queue = getattr(mutation, kind).queue
+        if privilege not in p.grants.get(queue, p.everywhere):
+            raise p.denied(privilege, queue, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
+
+
+QUEUE_SERVICE = "spanq.v1.QueueService"
+RULES: dict[str, Rule] = {
+    f"{QUEUE_SERVICE}/CreateQueue": _one("admin", "queue.name", "CreateQueue"),
+    f"{QUEUE_SERVICE}/DropQueue": _one("admin", "name", "DropQueue"),
+    f"{QUEUE_SERVICE}/GetQueue": _get_queue,
+    f"{QUEUE_SERVICE}/ListQueues": _list_queues,
+    f"{QUEUE_SERVICE}/Send": _one("send", "queue", "Send"),
+    f"{QUEUE_SERVICE}/Receive": _one("receive", "queue", "Receive"),
+    f"{QUEUE_SERVICE}/RenewLease": _one("receive", "queue", "RenewLease (and a release, lease_duration 0)"),
+    f"{QUEUE_SERVICE}/Ack": _one("ack", "queue", "Ack"),
+    f"{QUEUE_SERVICE}/Commit": _commit,
+}
+
+# -- the Spanner front-end (google.spanner.v1 and its admin services) -------------------
+# Its statements are parsed here as its servicer parses them; a statement that does
+# not parse is let through, for the servicer to refuse it with INVALID_ARGUMENT.
+
+
+def _statement_need(statement: st.Statement) -> tuple[str, str]:
+    if isinstance(statement, (st.CreateQueue, st.DropQueue)):
+        return "admin", statement.name
+    if isinstance(statement, (st.Receive, st.RenewLease)):
+        return "receive", statement.queue
+    if isinstance(statement, st.Insert):
+        return "send", statement.queue
+    if isinstance(statement, st.Delete):
+        return "ack", statement.queue
+    return "select", statement.queue
+
+
+def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
+    for i, text in enumerate(texts):
+        try:
+            statement = st.parse_ddl(text) if ddl else st.parse(text)
+        except errors.InvalidArgument:
+            return  # refused by the servicer, before it runs anything
+        privilege, queue = _statement_need(statement)
+        if privilege not in p.grants.get(queue, p.everywhere):
+            kind = type(statement).__name__
+            raise p.denied(privilege, queue, f"{what} ({kind})", f"{label} {i}: " if label else "")
+
+
+def _execute_sql(p: Principal, request: Any) -> None:
+    _check_sql(p, (request.sql,), "", "the statement")
+
+
+def _execute_batch_dml(p: Principal, request: Any) -> None:
+    _check_sql(p, (s.sql for s in request.statements), "statement", "the statement")
+
+
+def _update_ddl(p: Principal, request: Any) -> None:
+    _check_sql(p, request.statements, "statement", "the DDL statement", ddl=True)
+
+
+def _create_database(p: Principal, request: Any) -> None:
+    _check_sql(p, request.extra_statements, "extra statement", "the DDL statement", ddl=True)
+
+
+def _spanner_commit(p: Principal, request: Any) -> None:
+    for i, mutation in enumerate(request.mutations):
+        kind = mutation.WhichOneof("operation")
+        if kind in ("send", "ack"):
+            queue = getattr(mutation, kind).queue.lower()
+            if kind not in p.grants.get(queue, p.everywhere):
+                raise p.denied(kind, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
+                               mutation_index=str(i))
+
+
+def _drops_queues(what: str) -> Rule:
+    def rule(p: Principal, request: Any) -> None:
+        if "admin" not in p.everywhere:
+            raise p.denied("admin", EVERY_QUEUE, f"{what} (it drops the queues it holds)")
+
+    return rule
+
+
+def _database_ddl(p: Principal, request: Any) -> After | None:
+    if p.everywhere:
+        return None
+
+    def hide(response: Any) -> None:
+        found = response.statements
+        for i in range(len(found) - 1, -1, -1):
+            try:
+                name = st.parse_ddl(found[i]).name
+            except errors.InvalidArgument:
+                name = ""
+            if name not in p.grants:
+                del found[i]
+
+    return hide
+
+
+SPANNER = "google.spanner.v1.Spanner"
+INSTANCE_ADMIN = "google.spanner.admin.instance.v1.InstanceAdmin"
+DATABASE_ADMIN = "google.spanner.admin.database.v1.DatabaseAdmin"
+RULES.update({
+    f"{SPANNER}/ExecuteSql": _execute_sql,
+    f"{SPANNER}/ExecuteStreamingSql": _execute_sql,
+    f"{SPANNER}/ExecuteBatchDml": _execute_batch_dml,
+    f"{SPANNER}/Commit": _spanner_commit,
+    f"{DATABASE_ADMIN}/UpdateDatabaseDdl": _update_ddl,
+    f"{DATABASE_ADMIN}/CreateDatabase": _create_database,
+    f"{DATABASE_ADMIN}/DropDatabase": _drops_queues("DropDatabase"),
+    f"{DATABASE_ADMIN}/GetDatabaseDdl": _database_ddl,
+    f"{INSTANCE_ADMIN}/DeleteInstance": _drops_queues("DeleteInstance"),
+})
+"""Methods not listed here (sessions, transactions, instance and database
+bookkeeping, operations) need a valid token and no privilege: they touch no queue."""
+
+
+# -- the interceptor --------------------------------------------------------------------
+
+
+async def _refuse(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
+    await context.abort_with_status(rpc_status.to_status(status.to_status(error)))
+
+
+class Authorizer(grpc.aio.ServerInterceptor):
+    """Authenticates every call (but health and reflection) and checks the privilege
+    its method needs. The guarded handler is built once per method."""
+
+    def __init__(self, tokens: Tokens) -> None:
+        self._tokens = tokens
+        self._handlers: dict[str, tuple[Handler, Handler]] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler  # an unknown method: gRPC answers UNIMPLEMENTED
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        cached = self._handlers.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._handlers[method] = (handler, self._guarded(method.lstrip("/"), handler))
+        return cached[1]
+
+    def _guarded(self, method: str, handler: Handler) -> Handler:
+        if method.rpartition("/")[0] in OPEN_SERVICES:
+            return handler
+        for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
+            behaviour = getattr(handler, kind)
+            if behaviour is not None:
+                break
+        else:
+            return handler
+        # A stream of requests cannot be checked before it is read: such methods (spanq
+        # has none) get authentication only.
+        rule = RULES.get(method) if kind.startswith("unary_") else None
+        authenticate = self._tokens.authenticate
+
+        async def admit(request: Any, context: grpc.aio.ServicerContext) -> After | None:
+            try:
+                principal = authenticate(context.invocation_metadata())
+                return rule(principal, request) if rule is not None else None
+            except errors.QueueError as exc:
+                await _refuse(context, exc)
+                raise AssertionError("abort_with_status raises") from exc
+
+        if inspect.isasyncgenfunction(behaviour):
+            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                await admit(request, context)
+                responses = behaviour(request, context)
+                try:
+                    async for response in responses:
+                        yield response
+                finally:
+                    await responses.aclose()
+
+            return handler._replace(**{kind: streaming})  # type: ignore[attr-defined, no-any-return]
+        if inspect.iscoroutinefunction(behaviour):
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                after = await admit(request, context)
+                response = await behaviour(request, context)
+                if after is not None and response is not None:
+                    after(response)
+                return response
+
+            return handler._replace(**{kind: unary})  # type: ignore[attr-defined, no-any-return]
+        raise TypeError(f"{method}: a synchronous handler cannot be guarded; spanq's servicers are asyncio")
