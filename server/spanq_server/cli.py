@@ -1,4 +1,4 @@
-"""The ``spanq`` command: ``spanq serve``."""
+"""The ``spanq`` command: ``spanq serve``, and ``spanq token`` to mint a bearer token."""
 
 import argparse
 import asyncio
@@ -8,6 +8,7 @@ import os
 import sys
 from datetime import timedelta
 
+from . import auth
 from .config import Config, Limits
 from .metrics import parse_listen
 
@@ -27,6 +28,10 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--tls-cert", default=environ.get("SPANQ_TLS_CERT"), help="PEM certificate chain")
     serve.add_argument("--tls-key", default=environ.get("SPANQ_TLS_KEY"), help="PEM private key")
     serve.add_argument("--insecure", action="store_true", help="allow plaintext on a non-loopback address")
+    serve.add_argument("--auth-file", default=environ.get("SPANQ_AUTH_FILE") or None,
+                       help="TOML token file: every call then needs 'authorization: Bearer <token>' with the "
+                            "privilege it uses (env SPANQ_AUTH_FILE; default: no authentication; see "
+                            "docs/operations.md)")
     serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
                        help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
                             f"default {default.metrics_listen})")
@@ -41,7 +46,17 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
     serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
+    token = commands.add_parser("token", help="print a fresh random bearer token and its entry for --auth-file")
+    token.add_argument("name", nargs="?", default="NAME", help="the token's name in the file (default NAME)")
     args = parser.parse_args(argv)
+    if args.command == "token":
+        print(auth.mint(args.name), end="")
+        parser.exit()
+    if args.auth_file:
+        try:
+            auth.load(args.auth_file)
+        except auth.AuthFileError as exc:
+            parser.error(str(exc))
     try:
         parse_listen(args.metrics_listen)
     except ValueError as exc:
@@ -61,6 +76,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         insecure=args.insecure,
+        auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
         limits=Limits(
             max_queues=args.max_queues,
