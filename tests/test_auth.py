@@ -1,0 +1,445 @@
+"""Bearer tokens and per-queue privileges (--auth-file): a real server with a token
+file, over a real socket, through raw stubs with metadata, the SDK and the official
+Spanner client; and the token file's validation."""
+
+import asyncio
+import collections
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+import spanq
+import spanq.aio
+from spanq._proto.spanq.v1 import queue_pb2
+from spanq_server import auth, cli
+from spanq_server.config import Config
+from spanq_server.server import start
+
+from .helpers import duration, error_of, key, text_message, value
+
+OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader"
+SPANNER_WORKER = "tok-spanner-worker"
+ONLY = {p: f"tok-only-{p}" for p in auth.PRIVILEGES}
+"""A token per privilege, each granting just that one on queue q."""
+
+TOKEN_FILE = f"""
+[tokens.ops]
+sha256 = "{auth.digest(OPS)}"
+grants = {{ "*" = ["admin", "select", "send", "receive", "ack"] }}
+
+[tokens.billing-worker]
+sha256 = "{auth.digest(WORKER).upper()}"
+grants = {{ invoices = ["receive", "ack"], emails = ["send"] }}
+
+[tokens.sender]
+sha256 = "{auth.digest(SENDER)}"
+grants = {{ invoices = ["send"] }}
+
+[tokens.spanner-worker]
+sha256 = "{auth.digest(SPANNER_WORKER)}"
+grants = {{ usertasks = ["send", "receive", "ack"] }}
+
+[tokens.reader]
+sha256 = "{auth.digest(READER)}"
+grants = {{ "*" = ["select"] }}
+""" + "".join(f"""
+[tokens.only-{p}]
+sha256 = "{auth.digest(t)}"
+grants = {{ q = ["{p}"] }}
+""" for p, t in ONLY.items())
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+@pytest.fixture
+def server_config(server_config: Config, tmp_path: Any) -> Config:
+    path = tmp_path / "tokens.toml"
+    path.write_text(TOKEN_FILE)
+    return dataclasses.replace(server_config, auth_file=str(path))
+
+
+async def make_queue(stub: Any, name: str) -> None:
+    await stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(name=name, payload_type=queue_pb2.STRING,
+                                                                              key_columns=[queue_pb2.KeyColumn(
+                                                                                  name="id", type=queue_pb2.STRING)])),
+                           metadata=bearer(OPS))
+
+
+async def read_stream(call: Any) -> list[Any]:
+    return [m async for r in call for m in r.messages]
+
+
+# -- authentication ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metadata, message", [
+    ((), "requires a bearer token"),
+    ((("authorization", "Basic b3BzOm9wcw=="),), "not 'Bearer <token>'"),
+    ((("authorization", "Bearer "),), "not 'Bearer <token>'"),
+    (bearer("tok-nobody"), "not one this server knows"),
+    (bearer(OPS.upper()), "not one this server knows"),
+])
+async def test_without_a_known_token_every_call_is_unauthenticated(stub, metadata, message) -> None:
+    for call in (lambda: stub.ListQueues(queue_pb2.ListQueuesRequest(), metadata=metadata),
+                 lambda: stub.GetQueue(queue_pb2.GetQueueRequest(name="q"), metadata=metadata),
+                 lambda: read_stream(stub.Receive(queue_pb2.ReceiveRequest(queue="q"), metadata=metadata))):
+        code, text, info = await error_of(call())
+        assert code == grpc.StatusCode.UNAUTHENTICATED and message in text and "bearer" in text.lower()
+        assert info["reason"] == "UNAUTHENTICATED"
+
+
+async def test_health_and_reflection_need_no_token(server, channel) -> None:
+    health = health_pb2_grpc.HealthStub(channel)
+    reply = await health.Check(health_pb2.HealthCheckRequest(service="spanq.v1.QueueService"))
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+    call = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    async for response in call:
+        names = [s.name for s in response.list_services_response.service]
+        assert "spanq.v1.QueueService" in names
+        break
+    call.cancel()
+
+
+# -- each RPC and its privilege ----------------------------------------------------------
+
+
+def _rpc_cases() -> dict[str, tuple[set[str], Any]]:
+    """RPC -> (the privileges that allow it, a call on queue q that succeeds when allowed)."""
+    mutation = queue_pb2.Mutation
+    return {
+        "GetQueue": (set(auth.PRIVILEGES), lambda s, m: s.GetQueue(queue_pb2.GetQueueRequest(name="q"), metadata=m)),
+        "Send": ({"send"}, lambda s, m: s.Send(queue_pb2.SendRequest(queue="q", messages=[text_message("k", "x")]),
+                                               metadata=m)),
+        "Receive": ({"receive"}, lambda s, m: read_stream(s.Receive(queue_pb2.ReceiveRequest(
+            queue="q", max_duration=duration(0.05)), metadata=m))),
+        "RenewLease": ({"receive"}, lambda s, m: s.RenewLease(queue_pb2.RenewLeaseRequest(
+            queue="q", lease_tokens=["unknown"], lease_duration=duration(10)), metadata=m)),
+        "RenewLease(nack)": ({"receive"}, lambda s, m: s.RenewLease(queue_pb2.RenewLeaseRequest(
+            queue="q", lease_tokens=["unknown"], lease_duration=duration(0)), metadata=m)),
+        "Ack": ({"ack"}, lambda s, m: s.Ack(queue_pb2.AckRequest(
+            queue="q", acks=[queue_pb2.AckMessage(key=key("none"))], ignore_not_found=True), metadata=m)),
+        "Commit(send)": ({"send"}, lambda s, m: s.Commit(queue_pb2.CommitRequest(mutations=[mutation(
+            send=queue_pb2.SendRequest(queue="q", messages=[text_message("c", "x")]))]), metadata=m)),
+        "Commit(ack)": ({"ack"}, lambda s, m: s.Commit(queue_pb2.CommitRequest(mutations=[mutation(
+            ack=queue_pb2.AckRequest(queue="q", acks=[queue_pb2.AckMessage(key=key("none"))],
+                                     ignore_not_found=True))]), metadata=m)),
+        "Commit(renew_lease)": ({"receive"}, lambda s, m: s.Commit(queue_pb2.CommitRequest(mutations=[mutation(
+            renew_lease=queue_pb2.RenewLeaseRequest(queue="q", lease_tokens=["unknown"],
+                                                    lease_duration=duration(0)))]), metadata=m)),
+        "CreateQueue": ({"admin"}, None),  # below: it needs a queue name the token is granted on
+        "DropQueue": ({"admin"}, None),
+    }
+
+
+async def test_each_rpc_needs_its_privilege_on_its_queue(stub, sql) -> None:
+    await make_queue(stub, "q")
+    seen: dict[tuple[str, str], grpc.StatusCode] = {}
+    for rpc, (allowed, call) in _rpc_cases().items():
+        if call is None:
+            continue
+        for privilege, token in ONLY.items():
+            try:
+                await call(stub, bearer(token))
+                seen[rpc, privilege] = grpc.StatusCode.OK
+            except grpc.aio.AioRpcError as exc:
+                seen[rpc, privilege] = exc.code()
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    text = exc.details() or ""
+                    assert f"'only-{privilege}'" in text and "queue 'q'" in text, text
+                    assert rpc == "GetQueue" or f"lacks the {sorted(allowed)[0]!r} privilege" in text, text
+    expected = {(rpc, p): grpc.StatusCode.OK if p in allowed else grpc.StatusCode.PERMISSION_DENIED
+                for rpc, (allowed, call) in _rpc_cases().items() if call is not None for p in ONLY}
+    assert seen == expected
+    # Only the allowed sends stored anything: Send's k and the Commit's c.
+    assert sorted(r[0] for r in sql.execute("SELECT id FROM q")) == ["c", "k"]
+
+    # CreateQueue and DropQueue need admin on the very queue.
+    for privilege, token in ONLY.items():
+        if privilege != "admin":
+            code, text, info = await error_of(stub.DropQueue(queue_pb2.DropQueueRequest(name="q"),
+                                                             metadata=bearer(token)))
+            assert code == grpc.StatusCode.PERMISSION_DENIED and "DropQueue" in text, text
+            assert info == {"reason": "PERMISSION_DENIED", "token": f"only-{privilege}", "privilege": "admin",
+                            "queue": "q"}
+    code, text, _ = await error_of(stub.CreateQueue(queue_pb2.CreateQueueRequest(
+        queue=queue_pb2.Queue(name="other")), metadata=bearer(ONLY["admin"])))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "queue 'other'" in text and "CreateQueue" in text
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="q"), metadata=bearer(ONLY["admin"]))
+    new = queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(name="q"))
+    code, _, _ = await error_of(stub.CreateQueue(new, metadata=bearer(ONLY["send"])))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert (await stub.CreateQueue(new, metadata=bearer(ONLY["admin"]))).name == "q"
+
+
+async def test_unknown_queue_without_privilege_is_denied_not_revealed(stub) -> None:
+    """A token learns nothing of queues it has no privilege on: not even whether they exist."""
+    await make_queue(stub, "secret")
+    for name in ("secret", "nosuch"):
+        code, _, _ = await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name=name), metadata=bearer(SENDER)))
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+    code, _, _ = await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="nosuch"), metadata=bearer(OPS)))
+    assert code == grpc.StatusCode.NOT_FOUND
+
+
+async def test_star_grants_cover_queues_created_later(stub) -> None:
+    await make_queue(stub, "later")
+    # reader has select on "*": it may read the queue's schema but not send to it.
+    assert (await stub.GetQueue(queue_pb2.GetQueueRequest(name="later"), metadata=bearer(READER))).name == "later"
+    code, text, _ = await error_of(stub.Send(queue_pb2.SendRequest(
+        queue="later", messages=[text_message("a", "x")]), metadata=bearer(READER)))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "'send'" in text and "queue 'later'" in text
+    await stub.Send(queue_pb2.SendRequest(queue="later", messages=[text_message("a", "x")]), metadata=bearer(OPS))
+
+
+async def test_list_queues_shows_only_the_tokens_queues_and_pages_through(server, stub) -> None:
+    names = ["aa", "emails", "invoices", "mm", "zz"]
+    for name in names:
+        await make_queue(stub, name)
+
+    async def listed(token: str, page_size: int) -> tuple[list[str], int]:
+        found, pages, page_token = [], 0, ""
+        while True:
+            page = await stub.ListQueues(queue_pb2.ListQueuesRequest(page_size=page_size, page_token=page_token),
+                                         metadata=bearer(token))
+            found += [q.name for q in page.queues]
+            pages += 1
+            page_token = page.next_page_token
+            if not page_token:
+                return found, pages
+
+    assert await listed(OPS, 0) == (names, 1)
+    assert await listed(READER, 2) == (names, 3)  # select on "*": every queue
+    # A page is filtered after it is read: it may come back short, even empty, with a
+    # next_page_token all the same; paging to the end finds every queue the token may see.
+    found, pages = await listed(WORKER, 1)
+    assert found == ["emails", "invoices"] and pages == 5
+    first = await stub.ListQueues(queue_pb2.ListQueuesRequest(page_size=1), metadata=bearer(WORKER))
+    assert list(first.queues) == [] and first.next_page_token
+    assert await listed(SENDER, 0) == (["invoices"], 1)
+    async with spanq.aio.Client(server.target, token=WORKER) as client:
+        assert [q.name for q in await client.list_queues(page_size=1)] == ["emails", "invoices"]
+
+
+# -- Commit and Receive: nothing happens before the check ------------------------------------
+
+
+async def test_commit_with_one_forbidden_mutation_commits_nothing(stub, sql) -> None:
+    await make_queue(stub, "emails")
+    await make_queue(stub, "invoices")
+    request = queue_pb2.CommitRequest(mutations=[
+        queue_pb2.Mutation(send=queue_pb2.SendRequest(queue="emails", messages=[text_message("e1", "hi")])),
+        queue_pb2.Mutation(ack=queue_pb2.AckRequest(queue="invoices", acks=[queue_pb2.AckMessage(key=key("i"))],
+                                                    ignore_not_found=True)),
+        queue_pb2.Mutation(send=queue_pb2.SendRequest(queue="invoices", messages=[text_message("i1", "x")])),
+    ])
+    code, text, info = await error_of(stub.Commit(request, metadata=bearer(WORKER)))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert text.startswith("mutation 2: token 'billing-worker' lacks the 'send' privilege on queue 'invoices'"), text
+    assert info["mutation_index"] == "2" and info["privilege"] == "send" and info["queue"] == "invoices"
+    assert sql.execute("SELECT count(*) FROM emails").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM invoices").fetchone() == (0,)
+    # Without the forbidden mutation, the same token commits.
+    del request.mutations[2]
+    await stub.Commit(request, metadata=bearer(WORKER))
+    assert sql.execute("SELECT id FROM emails").fetchall() == [("e1",)]
+
+
+async def test_receive_without_the_privilege_is_refused_before_it_leases(stub) -> None:
+    await make_queue(stub, "invoices")
+    await stub.Send(queue_pb2.SendRequest(queue="invoices", messages=[text_message("i1", "x")]),
+                    metadata=bearer(SENDER))
+    code, text, _ = await error_of(read_stream(stub.Receive(queue_pb2.ReceiveRequest(
+        queue="invoices", max_duration=duration(1)), metadata=bearer(SENDER))))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "'receive'" in text and "Receive" in text
+    # Never leased: the worker gets it at once, on its first delivery attempt.
+    [message] = await read_stream(stub.Receive(queue_pb2.ReceiveRequest(
+        queue="invoices", max_batch_size=1, max_duration=duration(0.5)), metadata=bearer(WORKER)))
+    assert message.delivery_attempt == 1 and message.payload == value("x")
+
+
+# -- the SDK ----------------------------------------------------------------------------------
+
+
+async def test_the_sdk_sends_its_token(server, stub) -> None:
+    await make_queue(stub, "emails")
+    await make_queue(stub, "invoices")
+    async with spanq.aio.Client(server.target) as anonymous:
+        with pytest.raises(spanq.Unauthenticated, match="bearer token"):
+            await anonymous.get_queue("emails")
+    async with spanq.aio.Client(server.target, token="wrong") as wrong:
+        with pytest.raises(spanq.Unauthenticated, match="not one this server knows"):
+            await wrong.send("emails", "x", key="a")
+    async with spanq.aio.Client(server.target, token=WORKER) as worker, \
+            spanq.aio.Client(server.target, token=SENDER) as sender:
+        assert await worker.send("emails", "hello", key="e1") == ("e1",)
+        with pytest.raises(spanq.PermissionDenied, match="lacks the 'send' privilege on queue 'invoices'") as denied:
+            await worker.send("invoices", "x", key="i1")
+        assert denied.value.metadata == {"token": "billing-worker", "privilege": "send", "queue": "invoices"}
+        await sender.send("invoices", "bill", key="i1")
+        [message] = await worker.receive("invoices", 1, timeout=2)
+        await worker.renew_lease("invoices", message, lease_duration=timedelta(seconds=30))
+        assert await worker.ack("invoices", message) == [True]
+        with pytest.raises(spanq.PermissionDenied, match="'receive'"):
+            await sender.receive("invoices", 1, timeout=0.5)
+        with pytest.raises(spanq.PermissionDenied, match="mutation 0"):
+            await sender.commit(spanq.Transaction().ack("invoices", "i1", ignore_not_found=True))
+        with pytest.raises(spanq.PermissionDenied, match="'admin'"):
+            await worker.drop_queue("invoices")
+
+
+# -- the Spanner front-end ----------------------------------------------------------------------
+
+
+_Details = collections.namedtuple("_Details", ("method", "timeout", "metadata", "credentials", "wait_for_ready",
+                                               "compression"))
+
+
+class _CallDetails(_Details, grpc.ClientCallDetails):
+    pass
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds the bearer token to the official client's calls: it sends none of its own
+    with SPANNER_EMULATOR_HOST."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, d: Any) -> Any:
+        return _CallDetails(d.method, d.timeout, [*(d.metadata or ()), self._header], d.credentials,
+                            d.wait_for_ready, d.compression)
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+
+async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypatch, sql) -> None:
+    pytest.importorskip("google.cloud.spanner")
+    from google.api_core import exceptions
+    from google.cloud import spanner
+
+    from .test_spanner_client import DATABASE, INSTANCE, PROJECT, b64, make_database
+
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
+    token: dict[str, str | None] = {"now": OPS}
+    plain = grpc.insecure_channel
+
+    def channel(target: str, *args: Any, **kwargs: Any) -> grpc.Channel:
+        made = plain(target, *args, **kwargs)
+        return grpc.intercept_channel(made, _Bearer(token["now"])) if token["now"] else made
+
+    monkeypatch.setattr(grpc, "insecure_channel", channel)
+    await asyncio.to_thread(make_database, server.target)  # as ops: admin on "*"
+
+    def database_as(who: str | None) -> Any:
+        token["now"] = who
+        return spanner.Client(project=PROJECT).instance(INSTANCE).database(DATABASE)
+
+    def query(database: Any, text: str) -> list[Any]:
+        with database.snapshot() as snapshot:
+            return list(snapshot.execute_sql(text))
+
+    def send(database: Any, queue: str = "UserTasks") -> None:
+        with database.batch() as batch:
+            batch.send(queue=queue, key=[1, "m"], payload=b64(b"x"))
+
+    anonymous = await asyncio.to_thread(database_as, None)
+    with pytest.raises(exceptions.Unauthenticated, match="bearer token"):
+        await asyncio.to_thread(query, anonymous, "SELECT * FROM UserTasks")
+
+    # A token with send, receive and ack on usertasks; no select, no admin.
+    worker = await asyncio.to_thread(database_as, SPANNER_WORKER)
+    await asyncio.to_thread(send, worker)
+    rows = await asyncio.to_thread(query, worker, "SELECT * FROM RECEIVE_UserTasks(max_duration => '200ms')")
+    assert [r[:2] for r in rows] == [[1, "m"]]
+    with pytest.raises(exceptions.PermissionDenied, match="'select' privilege on queue 'usertasks'"):
+        await asyncio.to_thread(query, worker, "SELECT * FROM UserTasks")
+    with pytest.raises(exceptions.PermissionDenied, match="mutation 0: .*'send' privilege on queue 'other'"):
+        await asyncio.to_thread(send, worker, "Other")
+
+    def ddl(database: Any) -> None:
+        database.update_ddl(["DROP QUEUE UserTasks"]).result(timeout=30)
+
+    with pytest.raises(exceptions.PermissionDenied, match="'admin' privilege on queue 'usertasks'"):
+        await asyncio.to_thread(ddl, worker)
+    with pytest.raises(exceptions.PermissionDenied, match="'admin' privilege on every queue"):
+        await asyncio.to_thread(worker.drop)
+    assert sql.execute("SELECT count(*) FROM usertasks").fetchone() == (1,)  # still there (and leased)
+    # ops may select.
+    ops = await asyncio.to_thread(database_as, OPS)
+    assert [r[:2] for r in await asyncio.to_thread(query, ops, "SELECT * FROM UserTasks")] == [[1, "m"]]
+
+
+# -- the token file -------------------------------------------------------------------------------
+
+
+GOOD = auth.digest("x")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[tokens.a\n", "not valid TOML"),
+    ("", "defines no tokens"),
+    (f'[other]\nx = 1\n[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = ["send"] }}', "unknown top-level"),
+    ('[tokens.a]\nsha256 = "abc"\ngrants = { q = ["send"] }', "64 hex digits"),
+    (f'[tokens.a]\nsha256 = "{"z" * 64}"\ngrants = {{ q = ["send"] }}', "not hexadecimal"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = ["write"] }}', "unknown privilege(s) ['write']"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = [] }}', "non-empty list"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = "send" }}', "non-empty list"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ }}', "grants must be a table"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"', "grants must be a table"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ Bad-Name = ["send"] }}', "is not a queue name"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ntoken = "x"\ngrants = {{ q = ["send"] }}', "unknown key(s) ['token']"),
+    (f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = ["send"] }}\n'
+     f'[tokens.b]\nsha256 = "{GOOD.upper()}"\ngrants = {{ q = ["ack"] }}', "the same sha256 as [tokens.a]"),
+])
+def test_a_bad_token_file_is_refused_with_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(auth.AuthFileError) as caught:
+        auth.parse(text, "tokens.toml")
+    assert message in str(caught.value) and "tokens.toml" in str(caught.value)
+
+
+def test_the_server_and_the_cli_refuse_a_bad_token_file(tmp_path: Any, capsys: Any) -> None:
+    bad = tmp_path / "tokens.toml"
+    bad.write_text(f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = ["sned"] }}')
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_config(["serve", "--auth-file", str(bad)], {})
+    assert exited.value.code == 2 and "unknown privilege(s) ['sned']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.parse_config(["serve"], {"SPANQ_AUTH_FILE": str(tmp_path / "missing.toml")})
+    assert "cannot read the token file" in capsys.readouterr().err
+    # start() checks it first, before it touches the database.
+    with pytest.raises(auth.AuthFileError, match="sned"):
+        asyncio.run(start(Config(database_url="postgresql://nowhere.invalid/x", listen="127.0.0.1:0",
+                                 auth_file=str(bad))))
+    good = tmp_path / "good.toml"
+    good.write_text(f'[tokens.a]\nsha256 = "{GOOD}"\ngrants = {{ q = ["send"] }}')
+    assert cli.parse_config(["serve"], {"SPANQ_AUTH_FILE": str(good)}).auth_file == str(good)
+    assert cli.parse_config(["serve"], {}).auth_file is None
+
+
+def test_spanq_token_mints_a_token_and_its_entry(capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.parse_config(["token", "billing"], {})
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    token = out.splitlines()[1].removeprefix("# ")
+    assert token.startswith("spanq_") and len(token) > 40
+    # As printed, the grants are empty (refused); filled in, the entry authenticates the token.
+    with pytest.raises(auth.AuthFileError, match="grants must be a table"):
+        auth.parse(out)
+    tokens = auth.parse(out.replace("grants = { }", 'grants = { q = ["send"] }'))
+    principal = tokens.authenticate(bearer(token))
+    assert principal.name == "billing" and principal.privileges("q") == {"send"}
+    assert principal.privileges("other") == frozenset()
