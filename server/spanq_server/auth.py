@@ -285,7 +285,7 @@ def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: b
         try:
             statement = st.parse_ddl(text) if ddl else st.parse(text)
         except errors.InvalidArgument:
-            return  # refused by the servicer, before it runs anything
+            continue  # refused by the servicer, before it runs anything; the others are still checked
         privilege, queue = _statement_need(statement)
         if privilege not in p.grants.get(queue, p.everywhere):
             kind = type(statement).__name__
