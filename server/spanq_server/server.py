@@ -2,6 +2,7 @@
 health; starts it and stops it gracefully."""
 
 import asyncio
+import gc
 import dataclasses
 import ipaddress
 import logging
@@ -167,6 +168,10 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
 async def serve(config: Config) -> None:
     """Serves until SIGINT or SIGTERM, then shuts down gracefully."""
     running = await start(config)
+    # What start() built lives as long as the process: keep it out of the cyclic GC's
+    # full collections, which otherwise scan it every ~15 s under load, for 15-40 ms
+    # (the largest stalls of the 500 msgs/s latency bench; its max fell from ~40 to ~20 ms).
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
