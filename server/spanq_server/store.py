@@ -491,17 +491,14 @@ class Store:
 
     async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(
-                query("lease_count_held", queue=QueueStatements(queue).table),
-                {"lease_prefix": lease_prefix, "now": now},
-            )
+            cur = await conn.execute(_queue_sql(queue).count_held, {"lease_prefix": lease_prefix, "now": now})
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
         """Seconds until the queue's earliest deliver_time; None when the queue is empty."""
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(query("message_next_delivery", queue=QueueStatements(queue).table), {"now": now})
+            cur = await conn.execute(_queue_sql(queue).next_delivery, {"now": now})
             row = await cur.fetchone()
         return float(row[0]) if row else None
 
@@ -680,6 +677,8 @@ class _QueueSql:
         self.insert = query("message_insert", **inserts).as_bytes(None)
         self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
+        self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
+        self.count_held = query("lease_count_held", queue=names.table).as_bytes(None)
         acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
                     m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))
         self.ack = query("message_ack", **acks).as_bytes(None)
