@@ -29,13 +29,14 @@ import inspect
 import operator
 import secrets
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import grpc
 from grpc_status import rpc_status
 
 from . import errors, queues, status
+from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .spanner import statements as st
 
 PRIVILEGES = ("send", "receive", "ack", "select", "admin")
@@ -52,7 +53,6 @@ TOKEN_PREFIX = "spanq_"
 HOW_TO_SEND = ("send call metadata 'authorization: Bearer <token>' (the SDK: Client(target, token=...); "
                "grpcurl: -H 'authorization: Bearer <token>')")
 
-Handler = grpc.RpcMethodHandler
 After = Callable[[Any], None]
 """Edits a response for the caller (ListQueues: leaves out queues it may not see)."""
 
@@ -368,36 +368,21 @@ async def _refuse(context: grpc.aio.ServicerContext, error: errors.QueueError) -
     await context.abort_with_status(rpc_status.to_status(status.to_status(error)))
 
 
-class Authorizer(grpc.aio.ServerInterceptor):
+class Authorizer(HandlerWrapper):
     """Authenticates every call (but health and reflection) and checks the privilege
     its method needs. The guarded handler is built once per method."""
 
     def __init__(self, tokens: Tokens) -> None:
+        super().__init__()
         self._tokens = tokens
-        self._handlers: dict[str, tuple[Handler, Handler]] = {}
 
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler  # an unknown method: gRPC answers UNIMPLEMENTED
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
-        cached = self._handlers.get(method)
-        if cached is None or cached[0] is not handler:
-            cached = self._handlers[method] = (handler, self._guarded(method.lstrip("/"), handler))
-        return cached[1]
-
-    def _guarded(self, method: str, handler: Handler) -> Handler:
+    def wrap(self, method: str, handler: Handler) -> Handler:
         if method.rpartition("/")[0] in OPEN_SERVICES:
             return handler
-        for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
-            behaviour = getattr(handler, kind)
-            if behaviour is not None:
-                break
-        else:
+        found = behaviour_of(handler)
+        if found is None:
             return handler
+        kind, behaviour = found
         # A stream of requests cannot be checked before it is read: such methods (spanq
         # has none) get authentication only.
         rule = RULES.get(method) if kind.startswith("unary_") else None

@@ -22,7 +22,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .model import LeasedMessage, QueueGauges
 
 if TYPE_CHECKING:
@@ -149,34 +150,15 @@ class Metrics:
 # -- RPC latency ---------------------------------------------------------------------
 
 
-if TYPE_CHECKING:
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:
-    Handler = Any  # the class is generic only in its type stubs
-
-
-class _Timing(grpc.aio.ServerInterceptor):
+class _Timing(HandlerWrapper):
     """Observes each RPC's duration and final status code. The timed handler is built once
-    per method (the servicers' handlers do not change), and the histogram child once per
-    (method, code): per call, two dict lookups and one observation."""
+    per method, and the histogram child once per (method, code): per call, two dict
+    lookups and one observation."""
 
     def __init__(self, histogram: Histogram) -> None:
+        super().__init__()
         self._histogram = histogram
-        self._handlers: dict[str, tuple[Handler, Handler]] = {}
         self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
-
-    async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler  # an unknown method: gRPC answers UNIMPLEMENTED
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
-        cached = self._handlers.get(method)
-        if cached is None or cached[0] is not handler:
-            cached = self._handlers[method] = (handler, self._timed(method.lstrip("/"), handler))
-        return cached[1]
 
     def _observe(self, method: str, code: grpc.StatusCode, started: float) -> None:
         child = self._children.get((method, code))
@@ -184,13 +166,11 @@ class _Timing(grpc.aio.ServerInterceptor):
             child = self._children[(method, code)] = self._histogram.labels(method, code.name)
         child.observe(time.perf_counter() - started)
 
-    def _timed(self, method: str, handler: Handler) -> Handler:
-        for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
-            behaviour = getattr(handler, kind)
-            if behaviour is not None:
-                break
-        else:
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        found = behaviour_of(handler)
+        if found is None:
             return handler
+        kind, behaviour = found
         observe = self._observe
         if inspect.isasyncgenfunction(behaviour):
             async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:

@@ -1,0 +1,46 @@
+"""The shape both of the server's interceptors take (metrics.py's timing, auth.py's
+guard): wrap each method's handler once, and hand gRPC the wrapped one per call."""
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+if TYPE_CHECKING:
+    Handler = grpc.RpcMethodHandler[Any, Any]
+else:
+    Handler = Any  # the class is generic only in its type stubs
+
+
+class HandlerWrapper(grpc.aio.ServerInterceptor):
+    """Builds ``wrap(method, handler)`` once per method and caches it: the servicers'
+    handlers do not change, so a call costs one dict lookup here."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, tuple[Handler, Handler]] = {}
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler  # an unknown method: gRPC answers UNIMPLEMENTED
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        cached = self._handlers.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._handlers[method] = (handler, self.wrap(method.lstrip("/"), handler))
+        return cached[1]
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        """The handler to serve ``method`` ("package.Service/Method") with."""
+        raise NotImplementedError
+
+
+def behaviour_of(handler: Handler) -> tuple[str, Any] | None:
+    """(kind, function) of a method handler, kind as "unary_unary" etc.; None if it has none."""
+    for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
+        behaviour = getattr(handler, kind)
+        if behaviour is not None:
+            return kind, behaviour
+    return None
