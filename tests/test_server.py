@@ -1,6 +1,8 @@
 """Serving: migrations under concurrent start-up, health, graceful shutdown."""
 
 import asyncio
+import dataclasses
+import socket
 import uuid
 
 import grpc
@@ -10,7 +12,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg.conninfo import make_conninfo
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import Config
+from spanq_server.config import Config, ConfigError
 from spanq_server.server import is_loopback, start
 from spanq_server.sql import MIGRATIONS
 
@@ -68,3 +70,18 @@ def test_plaintext_is_refused_off_loopback_by_default():
 async def test_refuses_to_serve_plaintext_on_a_public_address(database_url):
     with pytest.raises(ValueError, match="tls-cert"):
         await start(Config(database_url=database_url, listen="0.0.0.0:0"))
+
+
+@pytest.mark.parametrize("taken", ["listen", "metrics_listen"])
+async def test_an_address_in_use_is_a_clear_refusal_and_leaves_nothing_running(database_url, taken):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+        config = Config(database_url=database_url, listen="127.0.0.1:0", metrics_listen="127.0.0.1:0")
+        before = {t for t in asyncio.all_tasks() if not t.done()}
+        with pytest.raises(ConfigError, match=f"cannot serve .*on {address}.*give --"):
+            await start(dataclasses.replace(config, **{taken: address}))
+    # Nothing the failed start began is left behind (the ledger pruner, the listener).
+    await asyncio.sleep(0.1)
+    assert {t for t in asyncio.all_tasks() if not t.done()} <= before | {asyncio.current_task()}

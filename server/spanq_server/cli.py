@@ -9,7 +9,7 @@ import sys
 from datetime import timedelta
 
 from . import auth
-from .config import Config, Limits
+from .config import Config, ConfigError, Limits
 from .metrics import parse_listen
 
 
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(config))
     except KeyboardInterrupt:
         pass
+    except ConfigError as exc:
+        sys.exit(f"spanq: {exc}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@ import dataclasses
 from datetime import timedelta
 
 
+class ConfigError(ValueError):
+    """A setting the server cannot start with; the CLI prints it, without a traceback."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Limits:
     """Spanner's limits, configurable. Over a limit: RESOURCE_EXHAUSTED, nothing stored."""

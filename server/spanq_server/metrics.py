@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from .config import ConfigError
 from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .model import LeasedMessage, QueueGauges
 
@@ -134,7 +135,11 @@ class Metrics:
         if address is None:
             return None
         self.registry.register(_Collector(asyncio.get_running_loop(), store, receiver, clock))
-        self._http, self._http_thread = start_http_server(address[1], address[0], registry=self.registry)
+        try:
+            self._http, self._http_thread = start_http_server(address[1], address[0], registry=self.registry)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve metrics on {listen}: {exc.strerror or exc}; give --metrics-listen "
+                              "another HOST:PORT, or 'off'") from exc
         return int(self._http.server_port)
 
     async def stop(self) -> None:

@@ -17,7 +17,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from . import auth
 from .clock import Clock
-from .config import Config
+from .config import Config, ConfigError
 from .faults import FaultInjector
 from .ledger import Ledger
 from .metrics import Metrics, parse_listen
@@ -91,13 +91,13 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     if config.database_url is None:
         raise ValueError("start() needs a database_url; the CLI starts the embedded PostgreSQL")
     if not (config.tls_cert and config.tls_key) and not is_loopback(config.listen) and not config.insecure:
-        raise ValueError(
+        raise ConfigError(
             f"refusing to serve plaintext on {config.listen}: give --tls-cert and --tls-key, "
             "or --insecure to accept that"
         )
     metrics_on = parse_listen(config.metrics_listen) is not None
     if metrics_on and not is_loopback(config.metrics_listen) and not config.insecure:
-        raise ValueError(
+        raise ConfigError(
             f"refusing to serve metrics (plain HTTP) on {config.metrics_listen}: serve them on a loopback "
             "address, or give --insecure to accept that"
         )
@@ -106,17 +106,18 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
                   faults=FaultInjector.parse(config.inject_faults))
+    wakeups = Wakeups(store)
+    ledger = Ledger(store, clock, config.ledger_retention)
+    spanner = None
     await store.open()
     try:
         applied = await store.migrate()
         if applied:
             logger.info("applied migrations %s", applied)
         limits = config.limits
-        wakeups = Wakeups(store)
         wakeups.start()
         catalog = Catalog(store, limits)
         receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics)
-        ledger = Ledger(store, clock, config.ledger_retention)
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups, ledger,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics)
@@ -142,16 +143,23 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             [SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             server,
         )
-        if config.tls_cert and config.tls_key:
-            with open(config.tls_key, "rb") as key, open(config.tls_cert, "rb") as cert:
-                credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
-            port = server.add_secure_port(config.listen, credentials)
-        else:
-            port = server.add_insecure_port(config.listen)
+        try:
+            if config.tls_cert and config.tls_key:
+                with open(config.tls_key, "rb") as key, open(config.tls_cert, "rb") as cert:
+                    credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+                port = server.add_secure_port(config.listen, credentials)
+            else:
+                port = server.add_insecure_port(config.listen)
+        except RuntimeError as exc:  # grpc's "Failed to bind": in use, or not an address of this host
+            raise ConfigError(f"cannot serve on {config.listen}: {exc}; give --listen another HOST:PORT") from exc
         metrics_port = metrics.serve(config.metrics_listen, store=store, receiver=receiver, clock=clock)
         await server.start()
-    except BaseException:
+    except BaseException:  # undo what started, in reverse, so nothing runs on a closed pool
         await metrics.stop()
+        if spanner is not None:
+            await spanner.stop()
+        await ledger.stop()
+        await wakeups.stop()
         await store.close()
         raise
     for name in ("", SERVICE_NAME):
