@@ -17,12 +17,13 @@ pool (so it counts against --max-connections), with a timeout.
 
 import asyncio
 import concurrent.futures
+import contextlib
 import dataclasses
 import inspect
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
@@ -165,56 +166,48 @@ class _Timing(HandlerWrapper):
         self._histogram = histogram
         self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
 
-    def _observe(self, method: str, code: grpc.StatusCode, started: float) -> None:
-        child = self._children.get((method, code))
-        if child is None:
-            child = self._children[(method, code)] = self._histogram.labels(method, code.name)
-        child.observe(time.perf_counter() - started)
+    @contextlib.contextmanager
+    def _timed(self, method: str, context: grpc.aio.ServicerContext) -> Iterator[None]:
+        """Observes the call's duration under its final status code."""
+        started = time.perf_counter()
+        code = grpc.StatusCode.OK
+        try:
+            yield
+        except (asyncio.CancelledError, GeneratorExit):  # the client went away
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except BaseException:
+            code = _failed(context)
+            raise
+        else:
+            code = _code(context)
+        finally:
+            child = self._children.get((method, code))
+            if child is None:
+                child = self._children[(method, code)] = self._histogram.labels(method, code.name)
+            child.observe(time.perf_counter() - started)
 
     def wrap(self, method: str, handler: Handler) -> Handler:
         found = behaviour_of(handler)
         if found is None:
             return handler
         kind, behaviour = found
-        observe = self._observe
+        timed = self._timed
         if inspect.isasyncgenfunction(behaviour):
             async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                started = time.perf_counter()
                 responses = behaviour(request, context)
-                code = grpc.StatusCode.OK
                 try:
-                    async for response in responses:
-                        yield response
-                except (asyncio.CancelledError, GeneratorExit):
-                    code = grpc.StatusCode.CANCELLED
-                    raise
-                except BaseException:
-                    code = _failed(context)
-                    raise
-                else:
-                    code = _code(context)
+                    with timed(method, context):
+                        async for response in responses:
+                            yield response
                 finally:
                     await responses.aclose()  # at once, not when collected: its own finally runs now
-                    observe(method, code, started)
 
             return handler._replace(**{kind: streaming})  # type: ignore[attr-defined, no-any-return]
         if inspect.iscoroutinefunction(behaviour):
             async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                started = time.perf_counter()
-                code = grpc.StatusCode.OK
-                try:
-                    response = await behaviour(request, context)
-                except asyncio.CancelledError:
-                    code = grpc.StatusCode.CANCELLED
-                    raise
-                except BaseException:
-                    code = _failed(context)
-                    raise
-                else:
-                    code = _code(context)
-                finally:
-                    observe(method, code, started)
-                return response
+                with timed(method, context):
+                    return await behaviour(request, context)
 
             return handler._replace(**{kind: unary})  # type: ignore[attr-defined, no-any-return]
         return handler  # a synchronous handler (none of spanq's): not timed
