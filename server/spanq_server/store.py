@@ -217,8 +217,7 @@ class Store:
     async def _recreate_queue_functions(conn: Connection) -> None:
         """Every queue's receive and renew functions, from the definitions queue_create uses
         (CREATE OR REPLACE keeps their grants and owner)."""
-        cur = await conn.execute(query("queue_list"), {"after": "", "limit": None})
-        for queue in [_queue_from_row(row) for row in await cur.fetchall()]:
+        for queue in await _fetch_queues(conn):
             logger.info("re-creating the SQL functions of queue %s", queue.name)
             names = QueueStatements(queue)
             await conn.execute(names.receive_function_ddl())
@@ -234,8 +233,7 @@ class Store:
 
     async def queue_list(self, after: str, limit: int) -> list[QueueDef]:
         async with self.read() as conn:
-            cur = await conn.execute(query("queue_list"), {"after": after, "limit": limit})
-            return [_queue_from_row(row) for row in await cur.fetchall()]
+            return await _fetch_queues(conn, after, limit)
 
     async def queue_create(self, queue: QueueDef, *, max_queues: int) -> QueueDef:
         """Creates the catalog row, table, indexes, trigger and SQL functions in one transaction."""
@@ -594,8 +592,7 @@ class Store:
         message's age, in one statement (see metrics_queue_gauges in queries.sql)."""
         async with self.transaction() as conn:
             await conn.execute(query("metrics_begin"), {"statement_timeout": f"{int(timeout * 1000)}ms"})
-            cur = await conn.execute(query("queue_list"), {"after": "", "limit": None})
-            queues = [_queue_from_row(row) for row in await cur.fetchall()]
+            queues = await _fetch_queues(conn)
             if not queues:
                 return []
             statement = sql.SQL("\nUNION ALL\n").join(
@@ -725,6 +722,12 @@ async def _scalar(conn: Connection, statement: str, /, **params: Any) -> Any:
     cur = await conn.execute(query(statement), params)
     row = await cur.fetchone()
     return row[0] if row else None
+
+
+async def _fetch_queues(conn: Connection, after: str = "", limit: int | None = None) -> list[QueueDef]:
+    """Queues in name order after ``after``; all of them without a limit."""
+    cur = await conn.execute(query("queue_list"), {"after": after, "limit": limit})
+    return [_queue_from_row(row) for row in await cur.fetchall()]
 
 
 async def _fetch_queue(conn: Connection, name: str) -> QueueDef | None:
