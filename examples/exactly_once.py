@@ -150,6 +150,23 @@ def worker_command(target: str, database_url: str) -> list[str]:
 # -- checking -------------------------------------------------------------------------------------------
 
 
+def kill_while_holding(pid: int, conn: psycopg.Connection[Any]) -> int:
+    """SIGKILLs the worker ``pid`` at a moment it holds leased messages; returns how many it held.
+
+    The worker is frozen (SIGSTOP) while its leases are counted, so the count is the one it dies with."""
+    deadline = time.monotonic() + 30
+    while True:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"worker {pid} held no leased message in 30 s")
+        os.kill(pid, signal.SIGSTOP)
+        held = leased_count(conn)
+        if held:
+            os.kill(pid, signal.SIGKILL)
+            return held
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.005)
+
+
 def _remaining(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(f"SELECT count(*) FROM {QUEUE}").fetchone()
     return int(row[0]) if row else 0
@@ -227,11 +244,10 @@ def story(target: str, database_url: str, n: int) -> bool:
         deadline = time.monotonic() + 60
         while applied_count(conn) < n // 3 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        first.send_signal(signal.SIGKILL)
+        held = kill_while_holding(first.pid, conn)
         first.wait()
-        at_kill = applied_count(conn)
-        print(f"killed worker {first.pid} with SIGKILL after {at_kill} payments were applied, while it held "
-              f"{leased_count(conn)} leased messages")
+        print(f"killed worker {first.pid} with SIGKILL after {applied_count(conn)} payments were applied, while "
+              f"it held {held} leased messages")
         midway = ledger(conn)
         print(f"  right after the kill: {'consistent' if midway.consistent(n) else 'INCONSISTENT'} "
               f"({len(midway.applied)} applied, {len(midway.queued)} still queued, none both or neither)")

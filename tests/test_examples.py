@@ -214,14 +214,13 @@ async def test_exactly_once_with_unknown_commits_and_a_worker_killed_mid_run(fau
                                                  stdout=asyncio.subprocess.DEVNULL)
     try:
         await wait_until(lambda: eo.applied_count(sql) >= n // 3, 30, "the first worker to apply a third")
-        first.send_signal(signal.SIGKILL)
+        held = eo.kill_while_holding(first.pid, sql)
         await first.wait()
     finally:
         if first.returncode is None:
             first.kill()
             await first.wait()
     assert first.returncode == -signal.SIGKILL
-    held = eo.leased_count(sql)
     midway = eo.ledger(sql)
     assert 0 < len(midway.applied) < n and held > 0, (len(midway.applied), held)  # killed mid-run, holding work
     assert midway.consistent(n)  # every payment applied once or still queued: nothing half-done
@@ -291,6 +290,48 @@ async def test_a_subscriber_acking_in_sql_is_not_stalled_until_the_servers_poll(
                 await wait_until(lambda: delivered == [1, 2, 3, 4], 5, "4, long before the server's 30 s poll")
                 gates[4].set()
                 await wait_until(lambda: subscription.in_hand == 0, 10, "4 acked")
+        assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
+    finally:
+        await running.stop(0)
+
+
+async def test_room_freed_by_an_earlier_streams_messages_reopens_a_saturated_stream(server_config, clock,
+                                                                                    database_url, sql, monkeypatch):
+    """A stream opened narrow (messages in hand) that used up its window gets no room on the server when the
+    messages of an EARLIER stream are acked: the server counts each stream's own leases. The subscriber must
+    reopen it wider, not wait for its own message (handled last) or for the narrow stream to end. Found by the
+    exactly-once example, whose workers drained to nothing held every ~20 messages."""
+    monkeypatch.setattr(spanq._subscriber, "NARROW_STREAM_DURATION", timedelta(seconds=60))
+    running = await start(dataclasses.replace(server_config, poll_interval=timedelta(seconds=30)), clock=clock)
+    try:
+        async with spanq.aio.Client(running.target) as client, \
+                await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await client.create_queue("q", key_columns=[("id", "INT64")], payload_type="STRING")
+            gates = {i: asyncio.Event() for i in range(1, 7)}
+            delivered: list[int] = []
+            lock = asyncio.Lock()
+
+            async def handle(message: spanq.Message) -> None:
+                delivered.append(message.key[0])
+                await gates[message.key[0]].wait()
+                async with lock, conn.transaction():
+                    await spanq.sql.ack(conn, "q", message)
+
+            subscription = client.subscribe("q", handle, flow_control=spanq.FlowControl(max_messages=4))
+            async with subscription:
+                await client.send_many("q", [spanq.OutgoingMessage("m", i) for i in range(1, 5)])
+                await wait_until(lambda: sorted(delivered) == [1, 2, 3, 4], 10, "1-4 on the first stream")
+                gates[1].set()  # room for one: a narrow stream opens
+                await wait_until(lambda: subscription.in_hand == 3, 10, "1 acked")
+                await client.send("q", "m", key=5)
+                await wait_until(lambda: 5 in delivered, 10, "5, which uses up the narrow stream's window")
+                gates[2].set()  # acked in SQL, and from the first stream: no room for the narrow one
+                await wait_until(lambda: subscription.in_hand == 3, 10, "2 acked")
+                await client.send("q", "m", key=6)
+                await wait_until(lambda: 6 in delivered, 5, "6, long before the narrow stream ends (60 s)")
+                for gate in gates.values():
+                    gate.set()
+                await wait_until(lambda: subscription.in_hand == 0, 10, "all acked")
         assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
     finally:
         await running.stop(0)

@@ -13,8 +13,10 @@ before it sends it, so a stream cancelled with a batch in flight strands
 those messages until their leases expire (seconds to minutes of nothing
 delivered). A stream opened narrow (messages were in hand) asks the server to
 end it soon, and is reopened with the room there is then. The one cancel left
-is for room freed by acks made in SQL, which the server is not told of; it
-happens while the stream is saturated and no ack is in flight. Reconnecting
+is for room the open stream cannot use, because the server counts only the
+stream's own leases that it was told were settled: acks made in SQL, and
+messages an earlier stream delivered. It happens while the stream is
+saturated and no ack is in flight, so the server has no batch leased. Reconnecting
 never drops held leases: the leaser renews them independently of any stream.
 """
 
@@ -453,13 +455,14 @@ class Subscriber:
         if self._paused and self._load() < self._fc.resume_threshold:
             self._paused = False
         self._room.set()  # its waiters check what they wait for
-        if not self._paused:
-            if self._stream_silent and self._stream_open and self._stream_delivered >= self._stream_window and \
-                    self._stream_silent >= min(self._stream_window, self._min_window()):
-                # The stream used up its max_outstanding, and the room came from acks made in the application's
-                # own transactions (spanq.sql.ack), which the server does not hear of: it would wait for its next
-                # poll (seconds) before leasing more. Reopen it.
-                self._restart.set()
+        if not self._paused and self._stream_open and self._stream_delivered >= self._stream_window and \
+                (stream != self._stream_id or message._sql_acked) and \
+                self._fc.max_messages - len(self._in_hand) >= self._min_window():
+            # The stream used up its max_outstanding, and this room is not room on the server, which counts only
+            # the stream's own leases that it was told were settled: the message came from an earlier stream, or
+            # was acked in the application's own transaction (spanq.sql.ack). Left alone, the stream would wait
+            # for its own messages (handled last) or the server's next poll. Reopen it as wide as the room is.
+            self._restart.set()
 
     def settled_elsewhere(self, message: Message, action: str) -> None:
         """A client call (ack, nack, commit) settled one of this subscriber's messages."""
