@@ -16,8 +16,9 @@ end it soon, and is reopened with the room there is then. The one cancel left
 is for room the open stream cannot use, because the server counts only the
 stream's own leases that it was told were settled: acks made in SQL, and
 messages an earlier stream delivered. It happens while the stream is
-saturated and no ack is in flight, so the server has no batch leased. Reconnecting
-never drops held leases: the leaser renews them independently of any stream.
+saturated and no ack is in flight, so the server has no batch leased.
+Reconnecting never drops held leases: the leaser renews them independently of
+any stream.
 """
 
 from __future__ import annotations
