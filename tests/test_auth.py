@@ -24,6 +24,7 @@ from .helpers import duration, error_of, key, text_message, value
 
 OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader"
 SPANNER_WORKER = "tok-spanner-worker"
+DLQ_SENDER, DLQ_ADMIN = "tok-dlq-sender", "tok-dlq-admin"
 ONLY = {p: f"tok-only-{p}" for p in auth.PRIVILEGES}
 """A token per privilege, each granting just that one on queue q."""
 
@@ -43,6 +44,14 @@ grants = {{ invoices = ["send"] }}
 [tokens.spanner-worker]
 sha256 = "{auth.digest(SPANNER_WORKER)}"
 grants = {{ usertasks = ["send", "receive", "ack"] }}
+
+[tokens.dlq-sender]
+sha256 = "{auth.digest(DLQ_SENDER)}"
+grants = {{ q = ["admin"], dlq = ["send"] }}
+
+[tokens.dlq-admin]
+sha256 = "{auth.digest(DLQ_ADMIN)}"
+grants = {{ q = ["admin"], dlq = ["admin"] }}
 
 [tokens.reader]
 sha256 = "{auth.digest(READER)}"
@@ -177,6 +186,30 @@ async def test_each_rpc_needs_its_privilege_on_its_queue(stub, sql) -> None:
     code, _, _ = await error_of(stub.CreateQueue(new, metadata=bearer(ONLY["send"])))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert (await stub.CreateQueue(new, metadata=bearer(ONLY["admin"]))).name == "q"
+
+
+async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> None:
+    """Else a token with admin on its own queue could route messages into any queue."""
+    await make_queue(stub, "dlq")
+
+    def create(token: str) -> Any:
+        return stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
+            name="q", payload_type=queue_pb2.STRING, key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.STRING)],
+            max_delivery_attempts=3, dead_letter_queue="dlq")), metadata=bearer(token))
+
+    code, text, info = await error_of(create(ONLY["admin"]))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert text.startswith("token 'only-admin' lacks the 'send' privilege on queue 'dlq', which CreateQueue of 'q'"), text
+    assert info == {"reason": "PERMISSION_DENIED", "token": "only-admin", "privilege": "send", "queue": "dlq"}
+    code, _, _ = await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="q"), metadata=bearer(OPS)))
+    assert code == grpc.StatusCode.NOT_FOUND  # nothing was created
+    # Admin on the new queue is still needed, whatever the token may do on the dead-letter queue.
+    code, text, info = await error_of(create(ONLY["send"]))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and info["privilege"] == "admin" and info["queue"] == "q"
+    # send on the dead-letter queue, or admin there, is enough.
+    assert (await create(DLQ_SENDER)).dead_letter_queue == "dlq"
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="q"), metadata=bearer(OPS))
+    assert (await create(DLQ_ADMIN)).dead_letter_queue == "dlq"
 
 
 async def test_unknown_queue_without_privilege_is_denied_not_revealed(stub) -> None:

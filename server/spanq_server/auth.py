@@ -12,7 +12,8 @@ queue. The privileges mirror Spanner's fine-grained access control on queues:
   including a release with lease_duration 0, a Commit's renew_lease);
 - ``ack``: DELETE ON QUEUE (Ack, a Commit's ack, DELETE, the Ack mutation);
 - ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q);
-- ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE).
+- ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE). A CreateQueue
+  naming a ``dead_letter_queue`` also needs ``send`` (or ``admin``) on that queue.
 
 The file stores each token's SHA-256, never the token: a call's token is hashed
 and looked up by its digest (no string comparison of secrets, so no timing leak
@@ -236,6 +237,19 @@ def _list_queues(p: Principal, request: Any) -> After | None:
     return None if p.everywhere else p.hide_queues
 
 
+def _create_queue(p: Principal, request: Any) -> None:
+    """admin on the new queue; and with a dead_letter_queue, send (or admin) there too:
+    the queue's dead letters will be sent to it, which the token could not do itself."""
+    queue = request.queue
+    p.require("admin", queue.name, "CreateQueue")
+    target = queue.dead_letter_queue
+    if target and not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
+        raise p.denied("send", target, f"CreateQueue of {queue.name!r}, whose dead letters go there,")
+
+
+DEAD_LETTER_PRIVILEGES = frozenset({"send", "admin"})
+"""Either lets a token name a queue as another queue's dead_letter_queue."""
+
 MUTATION_PRIVILEGE = {"send": "send", "ack": "ack", "renew_lease": "receive"}
 
 
@@ -252,7 +266,7 @@ def _commit(p: Principal, request: Any) -> None:
 
 QUEUE_SERVICE = "spanq.v1.QueueService"
 RULES: dict[str, Rule] = {
-    f"{QUEUE_SERVICE}/CreateQueue": _one("admin", "queue.name", "CreateQueue"),
+    f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
     f"{QUEUE_SERVICE}/DropQueue": _one("admin", "name", "DropQueue"),
     f"{QUEUE_SERVICE}/GetQueue": _get_queue,
     f"{QUEUE_SERVICE}/ListQueues": _list_queues,
