@@ -118,6 +118,10 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         wakeups.start()
         catalog = Catalog(store, limits)
         receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics)
+        # Whichever front-end (or server) drops a queue: end its streams here at once, and
+        # forget its counters, so that a queue created again under its name starts at zero.
+        catalog.on_gone(receiver.queue_dropped)
+        catalog.on_gone(metrics.forget_queue)
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups, ledger,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics)
