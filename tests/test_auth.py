@@ -5,6 +5,8 @@ Spanner client; and the token file's validation."""
 import asyncio
 import collections
 import dataclasses
+import logging
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +19,7 @@ import spanq
 import spanq.aio
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server import auth, cli
+from spanq_server import errors as spanq_server_errors
 from spanq_server.config import Config
 from spanq_server.server import start
 
@@ -102,6 +105,57 @@ async def test_without_a_known_token_every_call_is_unauthenticated(stub, metadat
         code, text, info = await error_of(call())
         assert code == grpc.StatusCode.UNAUTHENTICATED and message in text and "bearer" in text.lower()
         assert info["reason"] == "UNAUTHENTICATED"
+
+
+def refusals(caplog: Any) -> list[str]:
+    """The refusal lines the server logged, without their "refused a call: " lead."""
+    return [r.getMessage().removeprefix("refused a call: ") for r in caplog.records
+            if r.name == "spanq_server.auth" and r.levelno == logging.WARNING]
+
+
+async def test_refusals_are_logged_once_per_token_method_and_code_per_interval(stub, clock, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    await make_queue(stub, "emails")
+    bad = "tok-a-secret-nobody-has"
+    for _ in range(5):  # a client hammering with a bad token
+        code, _, _ = await error_of(stub.ListQueues(queue_pb2.ListQueuesRequest(), metadata=bearer(bad)))
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+    await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="emails")))  # another method, no token at all
+    for _ in range(3):
+        code, _, _ = await error_of(stub.Send(queue_pb2.SendRequest(
+            queue="emails", messages=[text_message("e", "x")]), metadata=bearer(SENDER)))
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+    lines = refusals(caplog)
+    assert [line.rsplit(" peer=", 1)[0] for line in lines] == [
+        "code=UNAUTHENTICATED method=spanq.v1.QueueService/ListQueues token=- privilege=- queue=-",
+        "code=UNAUTHENTICATED method=spanq.v1.QueueService/GetQueue token=- privilege=- queue=-",
+        "code=PERMISSION_DENIED method=spanq.v1.QueueService/Send token=sender privilege=send queue=emails",
+    ]
+    assert all(re.search(r" peer=ipv4:127\.0\.0\.1:\d+ suppressed=0$", line) for line in lines), lines
+    record = next(r for r in caplog.records if "PERMISSION_DENIED" in r.getMessage())
+    assert record.spanq_refusal["token"] == "sender" and record.spanq_refusal["queue"] == "emails"
+
+    # A refusal after the interval is logged again, with the count of those left out.
+    caplog.clear()
+    clock.advance(timedelta(seconds=auth.REFUSAL_LOG_INTERVAL + 1))
+    await error_of(stub.ListQueues(queue_pb2.ListQueuesRequest(), metadata=bearer(bad)))
+    await error_of(stub.Send(queue_pb2.SendRequest(queue="emails", messages=[text_message("e", "x")]),
+                             metadata=bearer(SENDER)))
+    lines = refusals(caplog)
+    assert len(lines) == 2 and "token=- " in lines[0] and "token=sender " in lines[1]
+    assert lines[0].endswith(" suppressed=4") and lines[1].endswith(" suppressed=2"), lines
+    # Never the token itself, nor its digest.
+    assert not any(secret in r.getMessage() for r in caplog.records for secret in
+                   (bad, SENDER, auth.digest(bad), auth.digest(SENDER)))
+
+
+def test_a_token_name_that_is_not_plain_is_quoted_in_the_log(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    log = auth.RefusalLog()
+    log("spanq.v1.QueueService/Send", spanq_server_errors.PermissionDenied("no", token="a b=c", privilege="send",
+                                                                             queue="q"), "")
+    [line] = refusals(caplog)
+    assert 'token="a b=c" ' in line and line.endswith(" peer=- suppressed=0")
 
 
 async def test_health_and_reflection_need_no_token(server, channel) -> None:

@@ -130,7 +130,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # authorization interceptor at all (nothing to pay for).
         interceptors = [metrics.interceptor()]
         if tokens is not None:
-            interceptors.append(auth.Authorizer(tokens))
+            interceptors.append(auth.Authorizer(tokens, clock))
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
                                  interceptors=interceptors)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
