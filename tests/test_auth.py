@@ -5,6 +5,8 @@ Spanner client; and the token file's validation."""
 import asyncio
 import collections
 import dataclasses
+import logging
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +19,7 @@ import spanq
 import spanq.aio
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server import auth, cli
+from spanq_server import errors as spanq_server_errors
 from spanq_server.config import Config
 from spanq_server.server import start
 
@@ -24,6 +27,7 @@ from .helpers import duration, error_of, key, text_message, value
 
 OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader"
 SPANNER_WORKER = "tok-spanner-worker"
+DLQ_SENDER, DLQ_ADMIN = "tok-dlq-sender", "tok-dlq-admin"
 ONLY = {p: f"tok-only-{p}" for p in auth.PRIVILEGES}
 """A token per privilege, each granting just that one on queue q."""
 
@@ -43,6 +47,14 @@ grants = {{ invoices = ["send"] }}
 [tokens.spanner-worker]
 sha256 = "{auth.digest(SPANNER_WORKER)}"
 grants = {{ usertasks = ["send", "receive", "ack"] }}
+
+[tokens.dlq-sender]
+sha256 = "{auth.digest(DLQ_SENDER)}"
+grants = {{ q = ["admin"], dlq = ["send"] }}
+
+[tokens.dlq-admin]
+sha256 = "{auth.digest(DLQ_ADMIN)}"
+grants = {{ q = ["admin"], dlq = ["admin"] }}
 
 [tokens.reader]
 sha256 = "{auth.digest(READER)}"
@@ -93,6 +105,57 @@ async def test_without_a_known_token_every_call_is_unauthenticated(stub, metadat
         code, text, info = await error_of(call())
         assert code == grpc.StatusCode.UNAUTHENTICATED and message in text and "bearer" in text.lower()
         assert info["reason"] == "UNAUTHENTICATED"
+
+
+def refusals(caplog: Any) -> list[str]:
+    """The refusal lines the server logged, without their "refused a call: " lead."""
+    return [r.getMessage().removeprefix("refused a call: ") for r in caplog.records
+            if r.name == "spanq_server.auth" and r.levelno == logging.WARNING]
+
+
+async def test_refusals_are_logged_once_per_token_method_and_code_per_interval(stub, clock, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    await make_queue(stub, "emails")
+    bad = "tok-a-secret-nobody-has"
+    for _ in range(5):  # a client hammering with a bad token
+        code, _, _ = await error_of(stub.ListQueues(queue_pb2.ListQueuesRequest(), metadata=bearer(bad)))
+        assert code == grpc.StatusCode.UNAUTHENTICATED
+    await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="emails")))  # another method, no token at all
+    for _ in range(3):
+        code, _, _ = await error_of(stub.Send(queue_pb2.SendRequest(
+            queue="emails", messages=[text_message("e", "x")]), metadata=bearer(SENDER)))
+        assert code == grpc.StatusCode.PERMISSION_DENIED
+    lines = refusals(caplog)
+    assert [line.rsplit(" peer=", 1)[0] for line in lines] == [
+        "code=UNAUTHENTICATED method=spanq.v1.QueueService/ListQueues token=- privilege=- queue=-",
+        "code=UNAUTHENTICATED method=spanq.v1.QueueService/GetQueue token=- privilege=- queue=-",
+        "code=PERMISSION_DENIED method=spanq.v1.QueueService/Send token=sender privilege=send queue=emails",
+    ]
+    assert all(re.search(r" peer=ipv4:127\.0\.0\.1:\d+ suppressed=0$", line) for line in lines), lines
+    record = next(r for r in caplog.records if "PERMISSION_DENIED" in r.getMessage())
+    assert record.spanq_refusal["token"] == "sender" and record.spanq_refusal["queue"] == "emails"
+
+    # A refusal after the interval is logged again, with the count of those left out.
+    caplog.clear()
+    clock.advance(timedelta(seconds=auth.REFUSAL_LOG_INTERVAL + 1))
+    await error_of(stub.ListQueues(queue_pb2.ListQueuesRequest(), metadata=bearer(bad)))
+    await error_of(stub.Send(queue_pb2.SendRequest(queue="emails", messages=[text_message("e", "x")]),
+                             metadata=bearer(SENDER)))
+    lines = refusals(caplog)
+    assert len(lines) == 2 and "token=- " in lines[0] and "token=sender " in lines[1]
+    assert lines[0].endswith(" suppressed=4") and lines[1].endswith(" suppressed=2"), lines
+    # Never the token itself, nor its digest.
+    assert not any(secret in r.getMessage() for r in caplog.records for secret in
+                   (bad, SENDER, auth.digest(bad), auth.digest(SENDER)))
+
+
+def test_a_token_name_that_is_not_plain_is_quoted_in_the_log(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    log = auth.RefusalLog()
+    log("spanq.v1.QueueService/Send", spanq_server_errors.PermissionDenied("no", token="a b=c", privilege="send",
+                                                                             queue="q"), "")
+    [line] = refusals(caplog)
+    assert 'token="a b=c" ' in line and line.endswith(" peer=- suppressed=0")
 
 
 async def test_health_and_reflection_need_no_token(server, channel) -> None:
@@ -177,6 +240,30 @@ async def test_each_rpc_needs_its_privilege_on_its_queue(stub, sql) -> None:
     code, _, _ = await error_of(stub.CreateQueue(new, metadata=bearer(ONLY["send"])))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert (await stub.CreateQueue(new, metadata=bearer(ONLY["admin"]))).name == "q"
+
+
+async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> None:
+    """Else a token with admin on its own queue could route messages into any queue."""
+    await make_queue(stub, "dlq")
+
+    def create(token: str) -> Any:
+        return stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
+            name="q", payload_type=queue_pb2.STRING, key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.STRING)],
+            max_delivery_attempts=3, dead_letter_queue="dlq")), metadata=bearer(token))
+
+    code, text, info = await error_of(create(ONLY["admin"]))
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert text.startswith("token 'only-admin' lacks the 'send' privilege on queue 'dlq', which CreateQueue of 'q'"), text
+    assert info == {"reason": "PERMISSION_DENIED", "token": "only-admin", "privilege": "send", "queue": "dlq"}
+    code, _, _ = await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="q"), metadata=bearer(OPS)))
+    assert code == grpc.StatusCode.NOT_FOUND  # nothing was created
+    # Admin on the new queue is still needed, whatever the token may do on the dead-letter queue.
+    code, text, info = await error_of(create(ONLY["send"]))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and info["privilege"] == "admin" and info["queue"] == "q"
+    # send on the dead-letter queue, or admin there, is enough.
+    assert (await create(DLQ_SENDER)).dead_letter_queue == "dlq"
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="q"), metadata=bearer(OPS))
+    assert (await create(DLQ_ADMIN)).dead_letter_queue == "dlq"
 
 
 async def test_unknown_queue_without_privilege_is_denied_not_revealed(stub) -> None:

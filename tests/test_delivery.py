@@ -298,6 +298,28 @@ async def test_renew_of_an_acked_message_returns_no_token(stub):
         (m.lease_token, ""), ("sql.unknown", "")]
 
 
+async def test_renew_with_a_token_twice_answers_each_the_same_lease(stub, clock):
+    """One entry per token, in order, as for any RenewLease: a token named twice gets the
+    same entry twice (one renewal, one new token), in a RenewLease and in a Commit alike."""
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("a", "x"), text_message("b", "x"))
+    async with open_stream(stub, "tasks") as s:
+        a, b = await s.take(2)
+    response = await renew(stub, "tasks", a.lease_token, b.lease_token, a.lease_token, seconds=30)
+    first, other, again = response.leases
+    assert first == again and first.old_lease_token == a.lease_token and first.new_lease_token
+    assert other.old_lease_token == b.lease_token and other.new_lease_token not in ("", first.new_lease_token)
+    committed = await stub.Commit(queue_pb2.CommitRequest(mutations=[queue_pb2.Mutation(
+        renew_lease=queue_pb2.RenewLeaseRequest(queue="tasks", lease_tokens=[first.new_lease_token] * 2,
+                                                lease_duration=duration(30)))]))
+    once, twice = committed.results[0].renew_lease.leases
+    assert once == twice and once.new_lease_token not in ("", first.new_lease_token)
+    # That one new token holds the lease: it acks.
+    acked = await stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+        queue_pb2.AckMessage(key=a.key, lease_token=once.new_lease_token)]))
+    assert [r.acked for r in acked.results] == [True]
+
+
 async def test_nack_redelivers_at_once_without_backoff(stub, clock, sql):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, initial_backoff=duration(0))
     await send(stub, "tasks", text_message("k", "x"))

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import metrics
+from spanq_server import metrics, queues
 from spanq_server.cli import parse_config
 from spanq_server.config import Config
 from spanq_server.server import Running, start
@@ -130,6 +130,82 @@ async def test_a_failed_request_counts_nothing_but_its_status(server, stub):
     assert rpc_count(s, "Send", "ALREADY_EXISTS") == 1
     assert rpc_count(s, "Receive", "NOT_FOUND") == 1
     assert value(s, "spanq_queue_buffered_ready_messages", queue="tasks") == 1
+
+
+QUEUE_COUNTERS = ("spanq_queue_messages_sent_total", "spanq_queue_messages_acked_total", "spanq_queue_nacks_total",
+                  "spanq_queue_messages_delivered_total", "spanq_queue_messages_redelivered_total")
+
+
+def queue_series(samples: Samples, queue: str) -> dict[str, float]:
+    """The per-queue counters that have a series for the queue."""
+    return {name: v for name in QUEUE_COUNTERS if (v := value(samples, name, queue=queue)) is not None}
+
+
+async def use_every_counter(stub, queue: str) -> None:
+    """Sends three messages, receives them, acks one, nacks one and receives it again."""
+    await send(stub, queue, *(text_message(f"k{i}", "x") for i in range(3)))
+    got = await receive_some(stub, queue, 3)
+    await ack(stub, queue, got[0])
+    await renew(stub, queue, got[1].lease_token, seconds=0)
+    assert [m.delivery_attempt for m in await receive_some(stub, queue, 1)] == [2]
+
+
+async def test_a_dropped_queue_leaves_the_scrape_and_one_created_again_counts_from_zero(server, stub):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, initial_backoff=duration(0))
+    await create_queue(stub, "other", payload_type=queue_pb2.STRING)
+    await use_every_counter(stub, "tasks")
+    await send(stub, "other", text_message("o", "x"))
+    s = await scrape(server)
+    assert queue_series(s, "tasks") == dict(zip(QUEUE_COUNTERS, (3, 1, 1, 4, 1)))
+
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="tasks"))
+    s = await scrape(server)
+    assert queue_series(s, "tasks") == {}
+    assert queue_series(s, "other") == {"spanq_queue_messages_sent_total": 1}  # untouched
+
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("new", "x"))
+    s = await scrape(server)
+    assert queue_series(s, "tasks") == {"spanq_queue_messages_sent_total": 1}
+
+
+async def test_a_queue_dropped_through_the_spanner_front_end_leaves_the_scrape(server, stub, monkeypatch):
+    pytest.importorskip("google.cloud.spanner")
+    from .test_spanner_client import make_database
+
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
+    database = await asyncio.to_thread(make_database, server.target, [
+        "CREATE QUEUE Jobs (Id STRING(MAX) NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)"])
+    await send(stub, "jobs", text_message("j", "x"))
+    assert queue_series(await scrape(server), "jobs") == {"spanq_queue_messages_sent_total": 1}
+    await asyncio.to_thread(lambda: database.update_ddl(["DROP QUEUE Jobs"]).result(timeout=30))
+    assert queue_series(await scrape(server), "jobs") == {}
+
+
+async def test_a_queue_dropped_by_another_server_leaves_the_scrape(server, stub, server_config, clock, monkeypatch):
+    """This server learns of it when it reads the queue's definition again (the cache,
+    CACHE_SECONDS, made 0 here), or at the latest at the next scrape, which reads the catalog."""
+    monkeypatch.setattr(queues, "CACHE_SECONDS", 0.0)
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await create_queue(stub, "other", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("a", "x"), text_message("b", "x"))
+    await send(stub, "other", text_message("o", "x"))
+    replica = await start(dataclasses.replace(server_config, metrics_listen=""), clock=clock)
+    try:
+        async with grpc.aio.insecure_channel(replica.target) as channel:
+            elsewhere = queue_pb2_grpc.QueueServiceStub(channel)
+            await elsewhere.DropQueue(queue_pb2.DropQueueRequest(name="other"))
+            await elsewhere.DropQueue(queue_pb2.DropQueueRequest(name="tasks"))
+            await create_queue(elsewhere, "tasks", payload_type=queue_pb2.STRING)
+    finally:
+        await replica.stop(0)
+    # tasks, created again, counts from zero here once this server reads its new definition.
+    await send(stub, "tasks", text_message("c", "x"))
+    s = await scrape(server)
+    assert queue_series(s, "tasks") == {"spanq_queue_messages_sent_total": 1}
+    # other, untouched here since: the scrape finds it gone from the catalog.
+    assert queue_series(s, "other") == {}
 
 
 # -- scrape-time gauges ------------------------------------------------------------------

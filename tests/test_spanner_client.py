@@ -175,6 +175,35 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
     assert [r[:2] for _, r in seen[:-1]] == [[7, "from-v1"]]
 
 
+async def test_renewlease_with_a_token_twice_answers_one_row(database, stub) -> None:  # type: ignore[no-untyped-def]
+    def send() -> None:
+        with database.batch() as batch:
+            batch.send(queue="UserTasks", key=[1, "a"], payload=b64(b"a"))
+            batch.send(queue="UserTasks", key=[2, "b"], payload=b64(b"b"))
+
+    await asyncio.to_thread(send)
+    [(_, first), (_, second), _] = await asyncio.to_thread(receive, database, "300ms")
+    one, two = first[5], second[5]
+    statement = "SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => @tokens)"
+    params = {"params": {"tokens": [one, two, one, one]},
+              "param_types": {"tokens": spanner.param_types.Array(STRING)}}
+
+    def in_transaction(transaction):  # type: ignore[no-untyped-def]
+        return list(transaction.execute_sql(statement, **params))
+
+    renewed = await asyncio.to_thread(database.run_in_transaction, in_transaction)
+    assert [r[0] for r in renewed] == [one, two] and all(r[1] for r in renewed)
+    # The same under a read-only transaction (it commits on its own), with the new tokens.
+    params["params"]["tokens"] = [renewed[0][1], renewed[0][1]]
+
+    def read_only() -> list:  # type: ignore[type-arg]
+        with database.snapshot() as snapshot:
+            return list(snapshot.execute_sql(statement, **params))
+
+    [again] = await asyncio.to_thread(read_only)
+    assert again[0] == renewed[0][1] and again[1] not in (None, renewed[0][1])
+
+
 async def test_ack_by_dml_with_resend_in_run_in_transaction(database, sql) -> None:  # type: ignore[no-untyped-def]
     await asyncio.to_thread(_send, database, [(10, "job-1", b"work")])
     [(_, row), _end] = await asyncio.to_thread(receive, database, "300ms")

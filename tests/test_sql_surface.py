@@ -193,6 +193,58 @@ async def test_migration_gives_existing_queues_the_new_functions(stub, sql, task
     assert renew(sql, [old_token]) == []
 
 
+DOTTED_TOKEN = r"billing\.worker-1\.\d{16}\.[0-9a-f]{32}"
+
+
+async def test_a_lease_prefix_with_dots_survives_renewal(stub, sql, tasks, database_url):
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'one'), ('k2', 'two'), ('k3', 'three')")
+    [row] = receive(sql, 1, "interval '1 minute'", "'billing.worker-1'")
+    assert re.fullmatch(DOTTED_TOKEN, row["spanq_lease_token"])
+    # Renewal keeps the whole prefix, however often (it used to keep 'billing' only).
+    [renewed] = renew(sql, [row["spanq_lease_token"]])
+    assert re.fullmatch(DOTTED_TOKEN, renewed["spanq_new_lease_token"])
+    [again] = renew(sql, [renewed["spanq_new_lease_token"]])
+    assert re.fullmatch(DOTTED_TOKEN, again["spanq_new_lease_token"])
+    # A prefix whose last field looks like a lease end is kept whole too.
+    [odd] = receive(sql, 1, "interval '1 minute'", "'w.1700000000000000'")
+    [odd_renewed] = renew(sql, [odd["spanq_lease_token"]])
+    assert re.fullmatch(r"w\.1700000000000000\.\d{16}\.[0-9a-f]{32}", odd_renewed["spanq_new_lease_token"])
+    # A stream's held count covers its own prefix, not the longer ones that start with it.
+    [plain] = receive(sql, 1, "interval '1 minute'", "'billing'")
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        queue = await store.queue_get("tasks")
+        assert queue is not None
+        assert await store.leases_count_held(queue, "billing", None) == 1
+        assert await store.leases_count_held(queue, "billing.worker-1", None) == 1
+        assert await store.leases_count_held(queue, "w", None) == 0
+    # The current tokens ack; the superseded one does not.
+    acked = await stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+        queue_pb2.AckMessage(key=key("k1"), lease_token=again["spanq_new_lease_token"]),
+        queue_pb2.AckMessage(key=key(plain["id"]), lease_token=plain["spanq_lease_token"])]))
+    assert [r.acked for r in acked.results] == [True, True]
+
+
+async def test_migration_0005_gives_existing_queues_the_right_to_left_renewal(stub, sql, tasks, database_url):
+    # The renew function as migration 0004 left it: the prefix cut at its first '.'.
+    current = sql.execute("SELECT pg_get_functiondef('spanq.renewlease_tasks'::regproc)").fetchone()[0]
+    cut = re.sub(r"regexp_replace\(held\.old_token, .*?, ''\)", "split_part(held.old_token, '.', 1)", current,
+                 flags=re.S)
+    assert cut != current
+    sql.execute(cut)
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 5")
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'one')")
+    [row] = receive(sql, 1, "interval '1 minute'", "'billing.worker-1'")
+    [mangled] = renew(sql, [row["spanq_lease_token"]])
+    assert re.fullmatch(r"billing\.\d{16}\.[0-9a-f]{32}", mangled["spanq_new_lease_token"])
+
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [5]
+
+    [row] = receive(sql, 1, "interval '1 minute'", "'billing.worker-1'", "now() + interval '2 hours'")
+    [renewed] = renew(sql, [row["spanq_lease_token"]], "interval '10 seconds'", "now() + interval '2 hours'")
+    assert re.fullmatch(DOTTED_TOKEN, renewed["spanq_new_lease_token"])
+
+
 def ack_in_transaction(sql: psycopg.Connection, key: str) -> int:
     """The application's ack: its own write and the DELETE in one transaction, committed only
     when the DELETE removed exactly one row (Spanner's ASSERT_ROWS_MODIFIED 1)."""

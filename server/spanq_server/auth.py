@@ -12,7 +12,8 @@ queue. The privileges mirror Spanner's fine-grained access control on queues:
   including a release with lease_duration 0, a Commit's renew_lease);
 - ``ack``: DELETE ON QUEUE (Ack, a Commit's ack, DELETE, the Ack mutation);
 - ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q);
-- ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE).
+- ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE). A CreateQueue
+  naming a ``dead_letter_queue`` also needs ``send`` (or ``admin``) on that queue.
 
 The file stores each token's SHA-256, never the token: a call's token is hashed
 and looked up by its digest (no string comparison of secrets, so no timing leak
@@ -26,8 +27,12 @@ nothing (a refused Receive has leased nothing).
 import dataclasses
 import hashlib
 import inspect
+import json
+import logging
 import operator
+import re
 import secrets
+import time
 import tomllib
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -36,8 +41,11 @@ import grpc
 from grpc_status import rpc_status
 
 from . import errors, queues, status
+from .clock import Clock
 from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .spanner import statements as st
+
+logger = logging.getLogger(__name__)
 
 PRIVILEGES = ("send", "receive", "ack", "select", "admin")
 EVERY_QUEUE = "*"
@@ -49,6 +57,11 @@ OPEN_SERVICES = frozenset({
 })
 """Served to anyone: load balancers' health checks, and grpcurl's schema discovery."""
 TOKEN_PREFIX = "spanq_"
+
+REFUSAL_LOG_INTERVAL = 60.0
+"""Seconds: at most one log line per (token, method, refusal) in this long. The next line
+after it says how many refusals it left out, so a client hammering with a bad token
+costs the log one line a minute per method."""
 
 HOW_TO_SEND = ("send call metadata 'authorization: Bearer <token>' (the SDK: Client(target, token=...); "
                "grpcurl: -H 'authorization: Bearer <token>')")
@@ -236,6 +249,19 @@ def _list_queues(p: Principal, request: Any) -> After | None:
     return None if p.everywhere else p.hide_queues
 
 
+def _create_queue(p: Principal, request: Any) -> None:
+    """admin on the new queue; and with a dead_letter_queue, send (or admin) there too:
+    the queue's dead letters will be sent to it, which the token could not do itself."""
+    queue = request.queue
+    p.require("admin", queue.name, "CreateQueue")
+    target = queue.dead_letter_queue
+    if target and not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
+        raise p.denied("send", target, f"CreateQueue of {queue.name!r}, whose dead letters go there,")
+
+
+DEAD_LETTER_PRIVILEGES = frozenset({"send", "admin"})
+"""Either lets a token name a queue as another queue's dead_letter_queue."""
+
 MUTATION_PRIVILEGE = {"send": "send", "ack": "ack", "renew_lease": "receive"}
 
 
@@ -252,7 +278,7 @@ def _commit(p: Principal, request: Any) -> None:
 
 QUEUE_SERVICE = "spanq.v1.QueueService"
 RULES: dict[str, Rule] = {
-    f"{QUEUE_SERVICE}/CreateQueue": _one("admin", "queue.name", "CreateQueue"),
+    f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
     f"{QUEUE_SERVICE}/DropQueue": _one("admin", "name", "DropQueue"),
     f"{QUEUE_SERVICE}/GetQueue": _get_queue,
     f"{QUEUE_SERVICE}/ListQueues": _list_queues,
@@ -368,13 +394,58 @@ async def _refuse(context: grpc.aio.ServicerContext, error: errors.QueueError) -
     await context.abort_with_status(rpc_status.to_status(status.to_status(error)))
 
 
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:/*@\[\]-]+\Z")
+
+
+def _logfmt(value: str) -> str:
+    """A value for a key=value log line: as is when plain, else JSON-quoted."""
+    return value if _PLAIN_VALUE.match(value) else json.dumps(value)
+
+
+class RefusalLog:
+    """Logs refused calls at WARNING, one line per (token name, method, status) per
+    REFUSAL_LOG_INTERVAL of the server's clock; the next line counts those left out.
+    Never logs a token, only its name from the token file ("-" when the call has no
+    known token). The keys are bounded: the file's names (and "-"), the served methods,
+    two codes."""
+
+    def __init__(self, clock: Clock | None = None, interval: float = REFUSAL_LOG_INTERVAL) -> None:
+        self._clock = clock or Clock()
+        self._interval = interval
+        self._seen: dict[tuple[str, str, str], list[float]] = {}
+        """key -> [when its last line was logged, refusals left out since]."""
+
+    def _seconds(self) -> float:
+        now = self._clock.now()  # the real Clock answers None (the database's): monotonic time then
+        return time.monotonic() if now is None else now.timestamp()
+
+    def __call__(self, method: str, error: errors.QueueError, peer: str) -> None:
+        code = status.code_and_reason(error)[0].name
+        token = error.metadata.get("token", "-")
+        key = (token, method, code)
+        now = self._seconds()
+        seen = self._seen.get(key)
+        if seen is not None and now - seen[0] < self._interval:
+            seen[1] += 1
+            return
+        suppressed = int(seen[1]) if seen is not None else 0
+        self._seen[key] = [now, 0]
+        fields = {"code": code, "method": method, "token": token,
+                  "privilege": error.metadata.get("privilege", "-"), "queue": error.metadata.get("queue", "-"),
+                  "peer": peer or "-", "suppressed": suppressed}
+        logger.warning("refused a call: " + " ".join(f"{k}={_logfmt(str(v))}" for k, v in fields.items()),
+                       extra={"spanq_refusal": fields})
+
+
 class Authorizer(HandlerWrapper):
     """Authenticates every call (but health and reflection) and checks the privilege
-    its method needs. The guarded handler is built once per method."""
+    its method needs. The guarded handler is built once per method. Refusals are
+    logged through a RefusalLog (rate-limited)."""
 
-    def __init__(self, tokens: Tokens) -> None:
+    def __init__(self, tokens: Tokens, clock: Clock | None = None) -> None:
         super().__init__()
         self._tokens = tokens
+        self._log_refusal = RefusalLog(clock)
 
     def wrap(self, method: str, handler: Handler) -> Handler:
         if method.rpartition("/")[0] in OPEN_SERVICES:
@@ -387,12 +458,14 @@ class Authorizer(HandlerWrapper):
         # has none) get authentication only.
         rule = RULES.get(method) if kind.startswith("unary_") else None
         authenticate = self._tokens.authenticate
+        log_refusal = self._log_refusal
 
         async def admit(request: Any, context: grpc.aio.ServicerContext) -> After | None:
             try:
                 principal = authenticate(context.invocation_metadata())
                 return rule(principal, request) if rule is not None else None
             except errors.QueueError as exc:
+                log_refusal(method, exc, context.peer())
                 await _refuse(context, exc)
                 raise AssertionError("abort_with_status raises") from exc
 

@@ -94,6 +94,7 @@ class Metrics:
         self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                       "method and status code; for a server stream, its whole life.",
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
+        self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
         self._http: WSGIServer | None = None
         self._http_thread: threading.Thread | None = None
@@ -122,6 +123,20 @@ class Metrics:
         if again:
             self._child(self._redelivered, queue).inc(again)
 
+    def forget_queue(self, queue: str) -> None:
+        """Removes a queue's series from every per-queue counter (it was dropped): they
+        leave the scrape, and a queue created again under the name counts from zero."""
+        for counter in self._queue_counters:
+            self._children.pop((counter, queue), None)
+            try:
+                counter.remove(queue)
+            except KeyError:
+                pass  # nothing counted for it
+
+    def counted_queues(self) -> set[str]:
+        """The queues some per-queue counter has a series for."""
+        return {queue for _, queue in self._children}
+
     def interceptor(self) -> grpc.aio.ServerInterceptor:
         """Times every RPC of the server it is given to (rpc_duration)."""
         return _Timing(self.rpc_duration)
@@ -135,7 +150,11 @@ class Metrics:
         address = parse_listen(listen)
         if address is None:
             return None
-        self.registry.register(_Collector(asyncio.get_running_loop(), store, receiver, clock))
+        self.registry.register(_Collector(asyncio.get_running_loop(), store, receiver, clock, self))
+        # The collector first: it drops the counters of queues it finds gone before they are read.
+        for counter in self._queue_counters:
+            self.registry.unregister(counter)
+            self.registry.register(counter)
         try:
             self._http, self._http_thread = start_http_server(address[1], address[0], registry=self.registry)
         except OSError as exc:
@@ -248,8 +267,10 @@ class _Collector(Collector):
     snapshot is taken on the server's event loop (the pool and the stream counts
     belong to it, and the query runs through the pool)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock") -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock",
+                 metrics: Metrics) -> None:
         self._loop = loop
+        self._metrics = metrics
         self._store = store
         self._receiver = receiver
         self._clock = clock
@@ -267,6 +288,7 @@ class _Collector(Collector):
 
     async def _snapshot(self) -> _Snapshot:
         snapshot = _Snapshot(self._store.pool_stats(), self._receiver.streams_by_queue())
+        counted = self._metrics.counted_queues()  # before the catalog is read: see below
         try:
             snapshot.queues = await asyncio.wait_for(
                 self._store.queue_gauges(now=self._clock.now(), cap=COUNT_CAP, timeout=QUERY_TIMEOUT),
@@ -275,6 +297,12 @@ class _Collector(Collector):
         except Exception as exc:  # the scrape still answers: counters, pool, streams
             logger.warning("metrics: no queue gauges in this scrape: %s: %s", type(exc).__name__, exc)
             self._count_failure()
+            return snapshot
+        # Queues dropped by another server, which this one has not touched since: their
+        # counters go now. Only those counted before the catalog was read: a queue created
+        # after the read is missing from it, but is not gone.
+        for gone in counted - {q.queue for q in snapshot.queues}:
+            self._metrics.forget_queue(gone)
         return snapshot
 
     def collect(self) -> Iterable[Metric]:

@@ -2,8 +2,10 @@
 
 import base64
 import binascii
+import logging
 import re
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from . import errors
@@ -30,6 +32,8 @@ MAX_PAGE_SIZE = 1000
 CACHE_SECONDS = 2.0
 """How long a queue definition is trusted before it is read again (another
 server may drop and re-create a queue)."""
+
+logger = logging.getLogger(__name__)
 
 
 def check_name(name: str, what: str, max_length: int) -> str:
@@ -98,10 +102,26 @@ class Catalog:
         self._store = store
         self._limits = limits
         self._cache: dict[str, tuple[float, QueueDef]] = {}
+        self._on_gone: list[Callable[[str], None]] = []
+
+    def on_gone(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(name)`` whenever a queue of that name is gone: dropped through
+        this server, found dropped (or dropped and re-created) by another one when its
+        cached definition is read again, or created here (whatever this server kept
+        under the name belonged to an earlier queue)."""
+        self._on_gone.append(callback)
+
+    def _gone(self, name: str) -> None:
+        for callback in self._on_gone:
+            try:
+                callback(name)
+            except Exception:  # a listener's failure must not fail the DDL that committed
+                logger.exception("a listener failed on queue %s being gone", name)
 
     async def create(self, queue: QueueDef) -> QueueDef:
         created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues)
         self._cache[created.name] = (time.monotonic(), created)
+        self._gone(created.name)
         return created
 
     async def get(self, name: str) -> QueueDef:
@@ -110,6 +130,8 @@ class Catalog:
         if cached and time.monotonic() - cached[0] < CACHE_SECONDS:
             return cached[1]
         queue = await self._store.queue_get(name)
+        if cached and (queue is None or queue.create_time != cached[1].create_time):
+            self._gone(name)  # another server dropped it (and may have created it anew)
         if queue is None:
             self._cache.pop(name, None)
             raise errors.QueueNotFound(f"queue {name!r} does not exist; create it with CreateQueue")
@@ -133,6 +155,7 @@ class Catalog:
         queue = await self.get(name)
         self.forget(name)
         await self._store.queue_drop(queue)
+        self._gone(name)
 
 
 def _encode_page_token(after: str) -> str:

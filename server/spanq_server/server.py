@@ -118,6 +118,10 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         wakeups.start()
         catalog = Catalog(store, limits)
         receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics)
+        # Whichever front-end (or server) drops a queue: end its streams here at once, and
+        # forget its counters, so that a queue created again under its name starts at zero.
+        catalog.on_gone(receiver.queue_dropped)
+        catalog.on_gone(metrics.forget_queue)
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups, ledger,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics)
@@ -126,7 +130,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # authorization interceptor at all (nothing to pay for).
         interceptors = [metrics.interceptor()]
         if tokens is not None:
-            interceptors.append(auth.Authorizer(tokens))
+            interceptors.append(auth.Authorizer(tokens, clock))
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
                                  interceptors=interceptors)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)

@@ -78,8 +78,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     @translate_errors
     async def DropQueue(self, request: queue_pb2.DropQueueRequest, context: Any) -> empty_pb2.Empty:
-        await self._catalog.drop(request.name)
-        self._receiver.queue_dropped(request.name)
+        await self._catalog.drop(request.name)  # its on_gone listeners end the queue's streams
         return empty_pb2.Empty()
 
     # -- mutations --------------------------------------------------------------

@@ -136,7 +136,9 @@ class Executor:
         return Result([available[i] for i in chosen], rows)
 
     async def _renew(self, queue: QueueDef, s: st.RenewLease, params: Params, use: Use) -> Result:
-        tokens = self._tokens(s.lease_tokens, params)
+        # A token named twice gets one row, as spanq.renewlease_<q> answers: the result is a
+        # table of leases, keyed by the old token (Spanner documents nothing on duplicates).
+        tokens = list(dict.fromkeys(self._tokens(s.lease_tokens, params)))
         op = RenewOp(queue=queue, lease_tokens=tokens, lease_duration=queue.lease_duration)
 
         def rows_of(renewed: list[Any]) -> list[list[struct_pb2.Value]]:

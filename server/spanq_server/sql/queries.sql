@@ -176,8 +176,10 @@ $receive$
 
 -- queue_renew_function_create --
 -- spanq.renewlease_<queue>(lease_tokens): Spanner's RENEWLEASE. A held,
--- unexpired lease gets a new token (keeping the stream prefix, up to the
--- first '.') and a new expiry. A token with no live lease whose own lease end
+-- unexpired lease gets a new token and a new expiry. The new token keeps the
+-- old one's prefix, read from the right (the lease end and the random part
+-- are fixed-format, the prefix may hold '.'; a token from before migration
+-- 0004 has no lease end). A token with no live lease whose own lease end
 -- (carried in the token, see queue_receive_function_create) is still ahead
 -- returns a row with a NULL new token: its message was acknowledged, or the
 -- token was superseded by a renewal or released. Unparseable and expired
@@ -205,7 +207,8 @@ WITH clock AS (
 ), renewed AS (
     UPDATE {queue} AS m SET
         spanq_lease_token = CASE WHEN $2 > interval '0' THEN
-            split_part(held.old_token, '.', 1) || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
+            regexp_replace(held.old_token, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '')
+            || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
             || '.' || replace(gen_random_uuid()::text, '-', '') END,
         spanq_lease_expiration_timestamp = clock.now + greatest($2, interval '0'),
         deliver_time = clock.now + greatest($2, interval '0')
@@ -353,10 +356,14 @@ WITH returned AS (
 SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned HAVING count(*) > 0
 
 -- lease_count_held --
--- Unexpired leases held under one stream's token prefix (for max_outstanding).
+-- Unexpired leases held under one stream's token prefix (for max_outstanding):
+-- an index range over the tokens that start with `<prefix>.`, less those whose
+-- prefix only starts with it (`<prefix>.more.<lease end>.<random>`: a prefix
+-- may hold '.', so what follows the prefix must be exactly the fixed fields).
 SELECT count(*)
 FROM {queue} AS m
 WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %(lease_prefix)s || '/'
+  AND substr(m.spanq_lease_token, length(%(lease_prefix)s) + 2) ~ '^(-?[0-9]{{1,19}}\.)?[0-9a-f]{{32}}$'
   AND m.spanq_lease_expiration_timestamp > coalesce(%(now)s::timestamptz, statement_timestamp())
 
 -- message_next_delivery --

@@ -1,0 +1,9 @@
+-- spanq.renewlease_<queue> kept a renewed token's prefix up to its first '.',
+-- so a lease prefix given to spanq.receive_<queue> with a '.' in it
+-- ('billing.worker-1') came back cut short ('billing') on renewal. It now
+-- reads the prefix from the right (queue_renew_function_create in
+-- queries.sql). Existing queues get the new renew function:
+-- spanq: recreate queue functions
+--
+-- Tokens already renewed under a cut prefix keep it; their leases renew and
+-- ack as before.
