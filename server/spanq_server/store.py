@@ -359,12 +359,13 @@ class Store:
         statements = _queue_sql(queue)
         items = [item for ack in acks for item in ack.items]
         params = statements.ack_params(items)
+        # Array literals, not lists: psycopg's list dumpers were a third of this call's CPU.
         params.update(
             owners=_array_literal([ack.request_id for ack in acks for _ in ack.items]),
-            request_ids=[ack.request_id for ack in acks],
-            fingerprints=[ack.fingerprint for ack in acks],
-            responses=[ack.response for ack in acks],
-            counts=[len(ack.items) for ack in acks],
+            request_ids=_array_literal([ack.request_id for ack in acks]),
+            fingerprints=_bytea_array_literal([ack.fingerprint for ack in acks]),
+            responses=_bytea_array_literal([ack.response for ack in acks]),
+            counts=_array_literal([len(ack.items) for ack in acks]),
             now=now,
         )
         rows = await self._claiming(conn, queue, statements.ack_claimed_group, params)
@@ -738,6 +739,11 @@ def _array_literal(values: list[Any]) -> Any:
     if kinds == {type(None)}:
         return None  # unnest pads a NULL array with NULLs
     return values
+
+
+def _bytea_array_literal(values: list[bytes]) -> str:
+    """A bytea[] parameter as one array literal of hex strings (see _array_literal)."""
+    return "{" + ",".join(['"\\\\x' + v.hex() + '"' for v in values]) + "}"
 
 
 _COMPARISONS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>", "<>": "<>"}

@@ -353,8 +353,8 @@ WITH acks AS (
     FOR UPDATE OF m
 ), requests AS (
     SELECT r.request_id, r.fingerprint, r.response, r.acks, coalesce(h.n, 0) = r.acks AS ready
-    FROM unnest(%(request_ids)b::text[], %(fingerprints)b::bytea[], %(responses)b::bytea[],
-                %(counts)b::bigint[]) AS r(request_id, fingerprint, response, acks)
+    FROM unnest(%(request_ids)s::text[], %(fingerprints)s::bytea[], %(responses)s::bytea[],
+                %(counts)s::bigint[]) AS r(request_id, fingerprint, response, acks)
     LEFT JOIN (SELECT spanq_owner, count(*) AS n FROM held GROUP BY spanq_owner) AS h
            ON h.spanq_owner = r.request_id
 ), claimed AS (
