@@ -219,3 +219,26 @@ async def test_an_unknown_commit_cuts_a_group_per_request(group_stub, one_group,
     for name in ("a", "b"):
         replay = await group_stub.Ack(requests[name])
         assert replay.replayed and [r.acked for r in replay.results] == [True]
+
+
+async def test_acks_to_several_queues_in_one_group(group_stub, one_group, sql, database_url):
+    """A group that spans queues is one transaction: one statement per queue."""
+    await create_queue(group_stub, "q", payload_type=queue_pb2.STRING)
+    await create_queue(group_stub, "p", payload_type=queue_pb2.STRING)
+    messages = await leased(group_stub, "first", "q1", "q2")
+    await send(group_stub, "p", text_message("p1", "x"), text_message("p2", "x"))
+    in_p = await receive_some(group_stub, "p", 2, max_batch_size=2)
+    blocker, first = await held_ack(database_url, group_stub, messages["first"])
+    await asyncio.wait_for(until_blocked(sql), 10)
+    calls = [group_stub.Ack(ack_request(messages[k], request_id=f"r-{k}")) for k in ("q1", "q2")]
+    calls += [group_stub.Ack(queue_pb2.AckRequest(queue="p", request_id=f"r-p{i}", acks=[
+        queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token)])) for i, m in enumerate(in_p)]
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    await asyncio.wait_for(until_waiting(one_group, 4), 10)
+    await blocker.rollback()
+    await blocker.close()
+    await first
+    assert [a.replayed for a in await asyncio.gather(*tasks)] == [False] * 4
+    assert keys_left(sql) == [] and sql.execute("SELECT count(*) FROM p").fetchone()[0] == 0
+    committed = ledger(sql)
+    assert len({committed[r] for r in ("r-q1", "r-q2", "r-p0", "r-p1")}) == 1
