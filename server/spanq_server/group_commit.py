@@ -207,7 +207,7 @@ class GroupCommitter(Generic[R]):
             by_queue.setdefault(job.queue, []).append(job.request)
         if len(by_queue) == 1:
             [(queue, requests)] = by_queue.items()
-            claims = await self._commit_alone(group, queue, requests)
+            claims = await self._commit_one_queue(group, queue, requests)
         else:
             claims = await self._commit_queues(group, by_queue)
         _settle(group, claims, lambda claim: True)
@@ -215,7 +215,7 @@ class GroupCommitter(Generic[R]):
             if not job.done.done():  # a statement that does not answer for every request: a bug
                 _fail(job, errors.QueueError("internal error: the group commit left a request unanswered"))
 
-    async def _commit_alone(self, group: Sequence[_Job[R]], queue: QueueDef, requests: list[R]
+    async def _commit_one_queue(self, group: Sequence[_Job[R]], queue: QueueDef, requests: list[R]
                             ) -> dict[str, Claim]:
         """One statement is a transaction by itself: no BEGIN or COMMIT round trips. The
         configured faults apply to it as ``Store.transaction`` applies them to a COMMIT."""
