@@ -6,7 +6,7 @@ forwarded to PostgreSQL (so it commits) and the connection is then dropped
 before the answer returns. ``cut_at_commit("before")`` drops the connection
 instead of forwarding the COMMIT (PostgreSQL rolls back). Either way the
 client cannot know the outcome. A statement that commits by itself (autocommit)
-is cut the same way by naming it: ``cut_at_commit(mode, LEDGERED_SEND)``.
+is cut the same way by naming it: ``cut_at_commit(mode, GROUP_STATEMENT)``.
 """
 
 import asyncio
@@ -18,9 +18,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 Mode = Literal["before", "after"]
 COMMIT_QUERY = b"Q" + struct.pack("!i", 4 + len(b"COMMIT\x00")) + b"COMMIT\x00"
-LEDGERED_SEND = b"INSERT INTO spanq.commit_ledger"
-"""The start of the server's Send statement (claim + insert, its own transaction),
-as its text crosses the wire the first times a connection runs it."""
+GROUP_STATEMENT = b"INSERT INTO spanq.commit_ledger"
+"""Part of the server's group-commit statements for Send and Ack (claims + inserts
+or deletes, each its own transaction), as their text crosses the wire the first
+times a connection runs them."""
 
 
 class PgProxy:

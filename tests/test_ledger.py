@@ -12,7 +12,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import create_queue, error_of, key, plain, receive_some, send, text_message
-from .pgproxy import LEDGERED_SEND, PgProxy
+from .pgproxy import GROUP_STATEMENT, PgProxy
 
 
 def rows(sql, queue: str) -> list[tuple]:
@@ -198,7 +198,7 @@ async def test_a_failing_mutation_rejects_the_whole_commit_with_its_index(stub, 
 async def test_connection_cut_during_commit_is_unknown_commit_and_replay_resolves_it(
         database_url, server_config, clock, sql, mode, rpc):
     """A real fault: the server's connection to PostgreSQL dies while its commit is in
-    flight: an Ack's COMMIT, or the one statement that claims and stores a Send."""
+    flight: the one statement that claims and stores a Send, or claims and deletes an Ack."""
     proxy = PgProxy(database_url)
     await proxy.start()
     # The whole pool opened at start: a connection opened later would COMMIT its settings
@@ -211,13 +211,13 @@ async def test_connection_cut_during_commit_is_unknown_commit_and_replay_resolve
             stub = queue_pb2_grpc.QueueServiceStub(channel)
             await create_queue(stub, "q", payload_type=queue_pb2.STRING)
             if rpc == "send":
-                proxy.cut_at_commit(mode, LEDGERED_SEND)
+                proxy.cut_at_commit(mode, GROUP_STATEMENT)
                 call = lambda: send(stub, "q", text_message(None, "cut"), request_id="cut-1")  # noqa: E731
                 committed = 1
             else:
                 await send(stub, "q", text_message("m", "cut"))
                 [message] = await receive_some(stub, "q", 1)
-                proxy.cut_at_commit(mode)
+                proxy.cut_at_commit(mode, GROUP_STATEMENT)
                 call = lambda: stub.Ack(queue_pb2.AckRequest(  # noqa: E731
                     queue="q", request_id="cut-1",
                     acks=[queue_pb2.AckMessage(key=message.key, lease_token=message.lease_token)]))

@@ -1,65 +1,122 @@
-"""Group commit: Send requests that arrive while earlier ones commit share one
-transaction.
+"""Group commit: Send and Ack requests that arrive while earlier ones commit
+share one statement.
 
-A Send on its own costs a statement and a COMMIT with its WAL flush, and most
-of the server's CPU for it goes into driving those round trips. A Send that
-finds fewer than ``in_flight`` groups committing starts its own at once (no
-added wait on an idle server); the ones that arrive meanwhile wait and go
-together in the next group: per queue, one statement claims all their
-request_ids in the commit ledger and inserts all their messages. A group on
-one queue is that statement alone, committed by itself (autocommit: no BEGIN
-or COMMIT round trips); several queues share one transaction. Each request
-keeps its own ledger entry, so replays and UNKNOWN_COMMIT resolve per request
-exactly as for a Send committed alone.
+A request on its own costs a statement and a COMMIT with its WAL flush, and
+most of the server's CPU for it goes into driving those round trips (an Ack as
+its own transaction was BEGIN, a statement and COMMIT: three). A request that
+finds fewer than ``in_flight`` groups of its kind committing starts its own at
+once (no added wait on an idle server); the ones that arrive meanwhile wait and
+go together in the next group: per queue, one statement claims all their
+request_ids in the commit ledger, each with its response, and applies the
+requests it claimed. A group on one queue is that statement alone, committed by
+itself (autocommit: no BEGIN or COMMIT round trips); several queues share one
+transaction. Each request keeps its own ledger entry, so replays and
+UNKNOWN_COMMIT resolve per request exactly as for a request committed alone.
+
+A group statement answers per request (``Claim``): True, claimed and applied
+(committed with the statement); False, its request_id was committed before
+(nothing done now: answer from the ledger); None, not applied and not claimed,
+because the statement only takes requests whose outcome it knows in advance
+(an Ack whose messages are all there under the tokens given: see
+message_ack_claimed_group in queries.sql). The caller then runs a None request
+on its own, in a transaction that finds its exact outcome or error. The two
+kinds are ``SENDS`` and ``ACKS``.
 
 A failure that belongs to one request (a key already stored, a missing parent
-row) fails the group's statement for all: the group is then retried one
-request per transaction, so that every request gets its own answer and none
-fails for another's sake. A failure of the database itself (unavailable,
-commit outcome unknown) is every member's, each with its own request_id.
+row, a deadlock between groups) fails the group's statement for all: the
+group is then retried one request per statement, so that every request gets its
+own answer and none fails for another's sake. A failure of the database itself
+(unavailable, commit outcome unknown) is every member's that the statement may
+have written, each with its own request_id.
 """
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
+from datetime import datetime
+from typing import Generic, Protocol, TypeVar
 
 from . import errors
 from .clock import Clock
-from .model import LedgeredSend, QueueDef
-from .store import Store
+from .model import LedgeredAck, LedgeredSend, QueueDef
+from .store import Connection, Store
 
-MAX_GROUP_MESSAGES = 2000
-"""Messages in one group at most (a single Send may bring 1,000)."""
+MAX_GROUP_ITEMS = 2000
+"""Messages (sent or acked) in one group at most (a single request may bring 1,000)."""
+
+Claim = bool | None
+"""A request's answer from a group statement: True claimed and applied now, False
+committed before (a replay), None left alone (the caller commits it on its own)."""
+
+
+class _Ledgered(Protocol):
+    @property
+    def request_id(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Ledgered)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Job:
+class GroupKind(Generic[R]):
+    """What a group commits: how one queue's requests become one statement."""
+
+    name: str
+    statement: Callable[[Store, Connection | None, QueueDef, Sequence[R], datetime | None],
+                        Awaitable[dict[str, Claim]]]
+    """Runs one queue's requests as one statement, in conn's transaction or (conn None)
+    autocommitted; the Claim of every request_id."""
+    size: Callable[[R], int]
+    """Messages a request brings, for MAX_GROUP_ITEMS."""
+    exclusive: Callable[[QueueDef, R], Iterable[Hashable]]
+    """What no two requests of one group may share besides their request_id (an Ack's
+    keys: two acks of one message in one statement would both seem to delete it)."""
+
+
+async def _insert(store: Store, conn: Connection | None, queue: QueueDef, sends: Sequence[LedgeredSend],
+                  now: datetime | None) -> dict[str, Claim]:
+    claimed = await store.messages_insert_claimed(conn, queue, sends, now)
+    return {send.request_id: send.request_id in claimed for send in sends}
+
+
+SENDS: GroupKind[LedgeredSend] = GroupKind(
+    "send", _insert, lambda send: len(send.messages), lambda queue, send: ())
+ACKS: GroupKind[LedgeredAck] = GroupKind(
+    "ack", Store.messages_ack_claimed_group, lambda ack: len(ack.items),
+    lambda queue, ack: ((queue.name, item.key) for item in ack.items))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job(Generic[R]):
     queue: QueueDef
-    send: LedgeredSend
-    done: "asyncio.Future[bool]"
+    request: R
+    done: "asyncio.Future[Claim]"
 
 
-class GroupCommitter:
-    """Commits Sends, grouping those that wait while ``in_flight`` groups commit."""
+class GroupCommitter(Generic[R]):
+    """Commits requests of one kind, grouping those that wait while ``in_flight`` groups commit."""
 
-    def __init__(self, store: Store, clock: Clock, *, in_flight: int) -> None:
+    def __init__(self, store: Store, clock: Clock, kind: GroupKind[R], *, in_flight: int) -> None:
         self._store = store
         self._clock = clock
+        self._kind = kind
         self._in_flight = max(1, in_flight)
         self._running = 0
-        self._waiting: list[_Job] = []
+        self._waiting: list[_Job[R]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self.statements = 0
+        """Group statements run (a group retried one request at a time counts each)."""
+        self.requests = 0
+        """Requests those statements carried: requests / statements is the mean group size."""
 
     @property
     def waiting(self) -> int:
-        """Sends waiting for a group to start."""
+        """Requests waiting for a group to start."""
         return len(self._waiting)
 
-    async def commit(self, queue: QueueDef, send: LedgeredSend) -> bool:
-        """Stores the send's messages with its commit-ledger entry (its response).
-        True when committed now; False when its request_id had committed before
-        (nothing stored now: answer from the ledger)."""
-        job = _Job(queue, send, asyncio.get_running_loop().create_future())
+    async def commit(self, queue: QueueDef, request: R) -> Claim:
+        """Commits the request with its commit-ledger entry (its response): its Claim."""
+        job = _Job(queue, request, asyncio.get_running_loop().create_future())
         self._waiting.append(job)
         self._start_groups()
         # A cancelled caller (the client went away) does not cancel the group's commit:
@@ -87,30 +144,34 @@ class GroupCommitter:
         while self._waiting and self._running < self._in_flight:
             group = self._take_group()
             self._running += 1
-            task = asyncio.create_task(self._run(group), name="spanq-group-commit")
+            task = asyncio.create_task(self._run(group), name=f"spanq-group-commit-{self._kind.name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _take_group(self) -> list[_Job]:
-        """The oldest waiting jobs, up to MAX_GROUP_MESSAGES. A request_id already in
-        the group waits for the next one: a replay racing its original must see the
-        original's outcome, not collide with it inside one statement."""
-        group: list[_Job] = []
-        ids: set[str] = set()
-        messages = 0
-        rest: list[_Job] = []
+    def _take_group(self) -> list[_Job[R]]:
+        """The oldest waiting jobs, up to MAX_GROUP_ITEMS. A request_id (or an exclusive
+        value) already in the group waits for the next one: a replay racing its original
+        must see the original's outcome, not collide with it inside one statement."""
+        group: list[_Job[R]] = []
+        taken: set[Hashable] = set()
+        items = 0
+        rest: list[_Job[R]] = []
         for job in self._waiting:
-            size = len(job.send.messages)
-            if job.send.request_id in ids or (group and messages + size > MAX_GROUP_MESSAGES):
+            size = self._kind.size(job.request)
+            if group and items + size > MAX_GROUP_ITEMS:
+                rest.append(job)
+                continue
+            own = {("request_id", job.request.request_id), *self._kind.exclusive(job.queue, job.request)}
+            if not taken.isdisjoint(own):
                 rest.append(job)
                 continue
             group.append(job)
-            ids.add(job.send.request_id)
-            messages += size
+            taken |= own
+            items += size
         self._waiting = rest
         return group
 
-    async def _run(self, group: list[_Job]) -> None:
+    async def _run(self, group: list[_Job[R]]) -> None:
         try:
             await self._commit_group(group)
         except (errors.StoreUnavailable, errors.CommitOutcomeUnknown) as exc:
@@ -130,7 +191,7 @@ class GroupCommitter:
             self._running -= 1
             self._start_groups()
 
-    async def _run_alone(self, job: _Job) -> None:
+    async def _run_alone(self, job: _Job[R]) -> None:
         try:
             await self._commit_group([job])
         except BaseException as exc:
@@ -138,57 +199,75 @@ class GroupCommitter:
             if not isinstance(exc, Exception):
                 raise
 
-    async def _commit_group(self, group: Sequence[_Job]) -> None:
-        by_queue: dict[QueueDef, list[LedgeredSend]] = {}
+    async def _commit_group(self, group: Sequence[_Job[R]]) -> None:
+        self.statements += 1
+        self.requests += len(group)
+        by_queue: dict[QueueDef, list[R]] = {}
         for job in group:
-            by_queue.setdefault(job.queue, []).append(job.send)
+            by_queue.setdefault(job.queue, []).append(job.request)
         if len(by_queue) == 1:
-            # One statement is a transaction by itself: no BEGIN or COMMIT round trips.
-            [(queue, sends)] = by_queue.items()
-            claimed = await self._store.messages_insert_claimed(None, queue, sends, self._clock.now(),
-                                                                inject_faults=True)
+            [(queue, requests)] = by_queue.items()
+            claims = await self._commit_one_queue(group, queue, requests)
         else:
-            claimed = await self._commit_queues(group, by_queue)
+            claims = await self._commit_queues(group, by_queue)
+        _settle(group, claims, lambda claim: True)
         for job in group:
-            if not job.done.done():
-                job.done.set_result(job.send.request_id in claimed)
+            if not job.done.done():  # a statement that does not answer for every request: a bug
+                _fail(job, errors.QueueError("internal error: the group commit left a request unanswered"))
 
-    async def _commit_queues(self, group: Sequence[_Job], by_queue: dict[QueueDef, list[LedgeredSend]]) -> set[str]:
+    async def _commit_one_queue(self, group: Sequence[_Job[R]], queue: QueueDef, requests: list[R]
+                            ) -> dict[str, Claim]:
+        """One statement is a transaction by itself: no BEGIN or COMMIT round trips. The
+        configured faults apply to it as ``Store.transaction`` applies them to a COMMIT."""
+        faults = self._store.faults
+        fault = faults.draw()
+        if fault in ("unknown_commit_before", "unavailable_before"):
+            raise faults.error(fault)  # nothing sent: nothing committed
+        claims = await self._kind.statement(self._store, None, queue, requests, self._clock.now())
+        if fault == "unknown_commit_after" and any(claims.values()):  # only a commit that wrote can lose its answer
+            _settle(group, claims, lambda claim: claim is not True)
+            raise faults.error(fault)
+        return claims
+
+    async def _commit_queues(self, group: Sequence[_Job[R]], by_queue: dict[QueueDef, list[R]]
+                             ) -> dict[str, Claim]:
         """Several queues' statements in one transaction."""
         now = self._clock.now()
-        claimed: set[str] = set()
-        replays: set[str] = set()  # ids a completed statement found committed before
+        claims: dict[str, Claim] = {}
         try:
             async with self._store.transaction(inject_faults=True) as conn:
-                for queue, sends in by_queue.items():
-                    now_claimed = await self._store.messages_insert_claimed(conn, queue, sends, now)
-                    claimed |= now_claimed
-                    replays |= {send.request_id for send in sends} - now_claimed
-                if not claimed:
-                    raise _NothingToCommit  # all replays: roll back, so no COMMIT can fail them
+                for queue, requests in by_queue.items():
+                    claims.update(await self._kind.statement(self._store, conn, queue, requests, now))
+                if not any(claims.values()):
+                    raise _NothingToCommit  # nothing written: roll back, so no COMMIT can fail them
         except _NothingToCommit:
             pass
         except (errors.StoreUnavailable, errors.CommitOutcomeUnknown):
-            # The requests found committed before are settled whatever becomes of this
-            # transaction; the others share its fate.
-            for job in group:
-                if job.send.request_id in replays and not job.done.done():
-                    job.done.set_result(False)
+            # The requests that a completed statement did not write are settled whatever
+            # becomes of this transaction; the others share its fate.
+            _settle(group, claims, lambda claim: claim is not True)
             raise
-        return claimed
+        return claims
 
 
 class _NothingToCommit(Exception):
-    """Every request of the group was committed before."""
+    """No request of the group was written (replays, or left to run alone)."""
 
 
-def _forget(done: "asyncio.Future[bool]") -> None:
+def _settle(group: Sequence[_Job[R]], claims: dict[str, Claim], which: Callable[[Claim], bool]) -> None:
+    for job in group:
+        request_id = job.request.request_id
+        if request_id in claims and which(claims[request_id]) and not job.done.done():
+            job.done.set_result(claims[request_id])
+
+
+def _forget(done: "asyncio.Future[Claim]") -> None:
     """Retrieves the outcome nobody waits for any more, so asyncio does not log it as lost."""
     if not done.cancelled():
         done.exception()
 
 
-def _fail(job: _Job, exc: BaseException) -> None:
+def _fail(job: _Job[R], exc: BaseException) -> None:
     """Each member gets its own copy of a shared error: callers add their request_id to it."""
     if job.done.done():
         return

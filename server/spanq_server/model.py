@@ -78,6 +78,17 @@ class LedgeredSend:
 
 
 @dataclasses.dataclass(frozen=True)
+class LedgeredAck:
+    """One Ack request's messages with its commit-ledger entry (the response of every
+    message acked), for a group commit."""
+
+    request_id: str
+    fingerprint: bytes
+    response: bytes
+    items: Sequence["AckItem"]
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueGauges:
     """One queue's scrape-time figures for metrics (Store.queue_gauges)."""
 

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta, timezone
 from . import errors
 from .clock import Clock
 from .config import Limits
-from .group_commit import GroupCommitter
+from .group_commit import ACKS, SENDS, GroupCommitter
 from .ledger import Ledger
 from .metrics import Metrics
 from .queues import MAX_LEASE
-from .model import AckItem, AckResult, Key, LedgeredSend, OutgoingMessage, QueueDef, RenewResult
+from .model import AckItem, AckResult, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef, RenewResult
 from .store import Connection, HeldTransaction, Store
 from .wakeups import Wakeups
 
@@ -97,8 +97,10 @@ class Mutator:
         self._limits = limits
         self._clock = clock
         self._wakeups = wakeups
-        self.sends = GroupCommitter(store, clock, in_flight=commit_groups_in_flight)
+        self.sends = GroupCommitter(store, clock, SENDS, in_flight=commit_groups_in_flight)
         """Group commit of Send requests (see group_commit.py)."""
+        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight)
+        """Group commit of Ack requests (see group_commit.py)."""
 
     def prepare(self, mutation: Mutation) -> Mutation:
         """Checks a mutation before any database work; fills in generated keys."""
@@ -191,33 +193,52 @@ class Mutator:
 
     async def commit_ack(self, op: AckOp, *, request_id: str, fingerprint: bytes,
                          encode: Callable[[list[Result]], bytes]) -> Outcome:
-        """``commit([op])`` in two round trips instead of four: the ledger claim and
-        the DELETE are one statement, and the claim records the response of every message
-        acked, the only outcome that commits but with ignore_not_found (then the response
-        is recorded again). Same transaction, ledger entry and faults as ``commit``.
-        ``encode`` may be called twice and must not depend on when it is called."""
+        """``commit([op])`` through the Ack group commit: when every message is there
+        under the token given (the common case), the request's ledger claim, recording
+        the response of every message acked, and its DELETE are part of one group
+        statement that commits by itself. Otherwise (a message gone or its lease moved
+        on) the group leaves the request untouched and it runs alone, in a transaction
+        that claims and deletes in one statement and finds its exact outcome or error.
+        Same ledger entry, results and faults as ``commit``. ``encode`` may be called
+        twice and must not depend on when it is called."""
         prepared = self.prepare(op)
         assert isinstance(prepared, AckOp)
         acked: list[Result] = []
 
         async def run() -> bytes:
-            async with self._store.transaction(inject_faults=True) as conn:
-                guess = [AckResult(i.key, True) for i in prepared.items]
-                response = encode([guess])
-                results = await self._store.messages_ack_claimed(
-                    conn, prepared.queue, prepared.items, ignore_not_found=prepared.ignore_not_found,
-                    request_id=request_id, fingerprint=fingerprint, response=response, now=self._clock.now(),
-                    all_acked=guess,
-                )
-                if results is None:
-                    raise _AlreadyCommitted
-                if results is not guess and results != guess:
-                    response = encode([results])
-                    await self._store.ledger_record(conn, request_id, response)
-                acked.append(results)
+            guess = [AckResult(i.key, True) for i in prepared.items]
+            response = encode([guess])
+            claim = await self.acks.commit(prepared.queue,
+                                           LedgeredAck(request_id, fingerprint, response, prepared.items))
+            if claim is False:
+                raise _AlreadyCommitted
+            if claim is None:
+                return await self._ack_alone(prepared, request_id, fingerprint, encode, response, guess, acked)
+            acked.append(guess)
             return response
 
         return await self._ledgered(request_id, fingerprint, run, [prepared], acked)
+
+    async def _ack_alone(self, op: AckOp, request_id: str, fingerprint: bytes,
+                         encode: Callable[[list[Result]], bytes], response: bytes, guess: list[AckResult],
+                         acked: list[Result]) -> bytes:
+        """An Ack in its own transaction, two round trips besides BEGIN and COMMIT: the
+        ledger claim (recording ``response``, that of every message acked) and the DELETE
+        are one statement; the response is recorded again when ignore_not_found left
+        some messages unacked, and an error rolls everything back."""
+        async with self._store.transaction(inject_faults=True) as conn:
+            results = await self._store.messages_ack_claimed(
+                conn, op.queue, op.items, ignore_not_found=op.ignore_not_found,
+                request_id=request_id, fingerprint=fingerprint, response=response, now=self._clock.now(),
+                all_acked=guess,
+            )
+            if results is None:
+                raise _AlreadyCommitted
+            if results is not guess and results != guess:
+                response = encode([results])
+                await self._store.ledger_record(conn, request_id, response)
+            acked.append(results)
+        return response
 
     async def _ledgered(self, request_id: str, fingerprint: bytes, run: Callable[[], Awaitable[bytes]],
                         applied: Sequence[Mutation], results: Sequence[Result]) -> Outcome:

@@ -67,7 +67,8 @@ class Running:
         await self.health.enter_graceful_shutdown()
         self.receiver.close()
         await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
-        await self.mutator.sends.close(self.config.shutdown_grace.total_seconds())
+        await asyncio.gather(self.mutator.sends.close(self.config.shutdown_grace.total_seconds()),
+                             self.mutator.acks.close(self.config.shutdown_grace.total_seconds()))
         await self.receiver.given_back(self.config.shutdown_grace.total_seconds())
         await self.wakeups.stop()
         if self.spanner is not None:

@@ -328,6 +328,61 @@ WITH claim AS (
 SELECT EXISTS (SELECT FROM claim) AS claimed, acked.*
 FROM (SELECT) AS one LEFT JOIN acked ON true
 
+-- message_ack_claimed_group --
+-- A commit group's Ack requests to one queue in one statement, which commits
+-- by itself (see group_commit.py). A request whose every message is there
+-- under the lease token it gives (`ready`) is claimed in the commit ledger
+-- with its response (every message acked) and its messages are deleted,
+-- unless its request_id was committed before (ledger_claim's rules: nothing
+-- deleted). Any other request is neither claimed nor applied: the caller
+-- runs it alone, which finds its exact outcome (OUT_OF_RANGE,
+-- FAILED_PRECONDITION, a partial ack under ignore_not_found). An Ack request
+-- is all-or-nothing, and this statement only ever commits the "all" case.
+-- `held` locks the acked rows in key order (two groups cannot deadlock on
+-- them) under the DELETE's own conditions on the same snapshot: a row
+-- another transaction changed since is re-checked in its latest version by
+-- both, so the DELETE takes exactly the rows `held` found. Should a claimed
+-- request delete fewer rows than it acks all the same, the last SELECT fails
+-- the statement, and nothing commits (ASSERT_ROWS_MODIFIED, checked by the
+-- database). One row per request: request_id, ready, claimed.
+WITH acks AS (
+    SELECT * FROM unnest({key_arrays}, %(lease_tokens)s::text[], %(owners)s::text[])
+                      AS a({key_columns}, spanq_lease_token, spanq_owner)
+), held AS (
+    SELECT a.spanq_owner
+    FROM {queue} AS m JOIN acks AS a ON ({m_key_columns}) = ({a_key_columns})
+    WHERE a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token
+    ORDER BY {m_key_columns}
+    FOR UPDATE OF m
+), requests AS (
+    SELECT r.request_id, r.fingerprint, r.response, r.acks, coalesce(h.n, 0) = r.acks AS ready
+    FROM unnest(%(request_ids)s::text[], %(fingerprints)s::bytea[], %(responses)s::bytea[],
+                %(counts)s::bigint[]) AS r(request_id, fingerprint, response, acks)
+    LEFT JOIN (SELECT spanq_owner, count(*) AS n FROM held GROUP BY spanq_owner) AS h
+           ON h.spanq_owner = r.request_id
+), claimed AS (
+    INSERT INTO spanq.commit_ledger (request_id, fingerprint, response, commit_time)
+    SELECT r.request_id, r.fingerprint, r.response, clock.now
+    FROM requests AS r, (SELECT coalesce(%(now)s::timestamptz, now()) AS now) AS clock
+    WHERE r.ready
+    ORDER BY r.request_id
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING request_id
+), acked AS (
+    DELETE FROM {queue} AS m
+    USING acks AS a
+    WHERE a.spanq_owner IN (SELECT request_id FROM claimed)
+      AND ({m_key_columns}) = ({a_key_columns})
+      AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
+    RETURNING a.spanq_owner
+)
+SELECT r.request_id, r.ready,
+       CASE WHEN c.request_id IS NULL THEN false WHEN coalesce(d.n, 0) = r.acks THEN true
+            ELSE ('spanq: an ack group deleted fewer rows than request ' || r.request_id || ' acks')::boolean END
+FROM requests AS r
+LEFT JOIN claimed AS c ON c.request_id = r.request_id
+LEFT JOIN (SELECT spanq_owner, count(*) AS n FROM acked GROUP BY spanq_owner) AS d ON d.spanq_owner = r.request_id
+
 -- message_ack_probe --
 -- For acks that deleted nothing: which of those messages still exist (their lease moved on).
 SELECT {m_key_columns}
