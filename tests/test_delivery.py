@@ -41,6 +41,21 @@ def stored(sql, queue: str) -> list[str]:
 # -- send, receive, ack -----------------------------------------------------------
 
 
+async def test_strings_array_syntax_would_mangle_are_stored_exactly(stub, sql):
+    """A Send's keys and STRING payloads reach PostgreSQL as array literals (cheaper than
+    psycopg's list dumpers): quotes, backslashes, braces, commas, spaces, NULL and the
+    empty string must be stored as sent, and a NUL still refused."""
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    tricky = ['"', "\\", '\\"', "{a,b}", "a, b", " padded ", "NULL", "", "é漢🙂", "line\nbreak", "{}", "\\x00"]
+    await send(stub, "tasks", *(text_message(f"k{i}:{t}", t) for i, t in enumerate(tricky)))
+    rows = sql.execute("SELECT id, payload FROM tasks").fetchall()
+    assert sorted(rows) == sorted((f"k{i}:{t}", t) for i, t in enumerate(tricky))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await send(stub, "tasks", text_message("nul", "a\x00b"), text_message("fine", "x"))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert len(sql.execute("SELECT id FROM tasks").fetchall()) == len(tricky)
+
+
 async def test_send_receive_ack_fields(stub, clock, sql):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     before_send = clock.now()

@@ -338,10 +338,10 @@ class Store:
         messages = [m for send in sends for m in send.messages]
         params = _insert_params(queue, messages, now)
         params.update(
-            request_ids=[send.request_id for send in sends],
-            fingerprints=[send.fingerprint for send in sends],
-            responses=[send.response for send in sends],
-            owners=[send.request_id for send in sends for _ in send.messages],
+            request_ids=_array_literal([send.request_id for send in sends]),
+            fingerprints=_bytea_array_literal([send.fingerprint for send in sends]),
+            responses=_bytea_array_literal([send.response for send in sends]),
+            owners=_array_literal([send.request_id for send in sends for _ in send.messages]),
         )
         rows = await self._claiming(conn, queue, _queue_sql(queue).insert_claimed, params)
         return {row[0] for row in rows}
@@ -802,11 +802,13 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
 
 def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
                    ) -> dict[str, Any]:
-    params: dict[str, Any] = {f"k{i}": [m.key[i] for m in messages] for i in range(len(queue.key_columns))}
+    # Array literals where they can be (see _array_literal): the keys, and STRING payloads.
+    params: dict[str, Any] = {f"k{i}": _array_literal([m.key[i] for m in messages])
+                              for i in range(len(queue.key_columns))}
     deliver_times = [m.deliver_time for m in messages]
     delays = [m.delay for m in messages]
     params.update(
-        payloads=[_payload_param(queue.payload_type, m.payload) for m in messages],
+        payloads=_array_literal([_payload_param(queue.payload_type, m.payload) for m in messages]),
         # NULL rather than an array of NULLs when no message is scheduled: multi-argument
         # unnest pads with NULLs all the same, and dumping the array costs the server CPU.
         deliver_times=deliver_times if any(t is not None for t in deliver_times) else None,
