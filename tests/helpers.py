@@ -69,6 +69,15 @@ async def receive_some(stub: queue_pb2_grpc.QueueServiceStub, queue: str, want: 
     return got
 
 
+async def outcome(call: Any) -> str:
+    """"OK", or the name of the status code the call failed with."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code().name
+    return "OK"
+
+
 async def error_of(awaitable: Any) -> tuple[grpc.StatusCode, str, dict[str, Any]]:
     """The status code, message and ErrorInfo (reason + metadata) of a failing call."""
     try:

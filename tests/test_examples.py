@@ -3,6 +3,7 @@ functions and asserts the outcomes in the database, then runs the script itself 
 a reader would) and checks what it printed. Also: docs/sdk.md is what tools/gen_sdk_reference.py writes."""
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib.util
 import os
@@ -13,7 +14,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import psycopg
 import pytest
@@ -254,16 +255,16 @@ async def test_exactly_once_script(faulty_server, database_url):
     assert "150 applications of 150 payments, 150 distinct" in out, out
 
 
-async def test_a_subscriber_acking_in_sql_is_not_stalled_until_the_servers_poll(server_config, clock, database_url, sql):
-    """The exactly-once consumer's acks (spanq.sql.ack) bypass the server, so a Receive stream that used up its
-    max_outstanding is not woken by them; the subscriber must reopen it rather than wait for the server's poll
-    (here 30 s). Found by the exactly-once example: its second worker drained the queue 16 at a time, 5 s apart."""
+@contextlib.asynccontextmanager
+async def gated_sql_acker(server_config, clock, database_url, keys: range, max_messages: int):
+    """A server that polls only every 30 s, an INT64-keyed queue "q", and a subscriber whose callback notes
+    each message's key, waits for that key's gate, then acks the message in SQL (spanq.sql.ack)."""
     running = await start(dataclasses.replace(server_config, poll_interval=timedelta(seconds=30)), clock=clock)
     try:
         async with spanq.aio.Client(running.target) as client, \
                 await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             await client.create_queue("q", key_columns=[("id", "INT64")], payload_type="STRING")
-            gates = {i: asyncio.Event() for i in range(1, 5)}
+            gates = {i: asyncio.Event() for i in keys}
             delivered: list[int] = []
             lock = asyncio.Lock()
 
@@ -273,26 +274,34 @@ async def test_a_subscriber_acking_in_sql_is_not_stalled_until_the_servers_poll(
                 async with lock, conn.transaction():
                     await spanq.sql.ack(conn, "q", message)
 
-            subscription = client.subscribe("q", handle, flow_control=spanq.FlowControl(max_messages=2))
+            subscription = client.subscribe("q", handle, flow_control=spanq.FlowControl(max_messages=max_messages))
             async with subscription:
-                await client.send_many("q", [spanq.OutgoingMessage("m", 1), spanq.OutgoingMessage("m", 2)])
-                await wait_until(lambda: delivered == [1, 2], 10, "1 and 2")  # in hand: 2 of 2, paused
-                gates[1].set()  # resumes: a new stream with room for one
-                await wait_until(lambda: subscription.in_hand == 1, 10, "1 acked")
-                await asyncio.sleep(0.2)
-                gates[2].set()
-                await wait_until(lambda: subscription.in_hand == 0, 10, "2 acked")
-                await client.send("q", "m", key=3)  # fills the new stream's window
-                await wait_until(lambda: delivered == [1, 2, 3], 10, "3")
-                gates[3].set()  # acked in SQL: the server does not know the stream has room again
-                await wait_until(lambda: subscription.in_hand == 0, 10, "3 acked")
-                await client.send("q", "m", key=4)
-                await wait_until(lambda: delivered == [1, 2, 3, 4], 5, "4, long before the server's 30 s poll")
-                gates[4].set()
-                await wait_until(lambda: subscription.in_hand == 0, 10, "4 acked")
-        assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
+                yield SimpleNamespace(client=client, subscription=subscription, gates=gates, delivered=delivered)
     finally:
         await running.stop(0)
+
+
+async def test_a_subscriber_acking_in_sql_is_not_stalled_until_the_servers_poll(server_config, clock, database_url, sql):
+    """The exactly-once consumer's acks (spanq.sql.ack) bypass the server, so a Receive stream that used up its
+    max_outstanding is not woken by them; the subscriber must reopen it rather than wait for the server's poll
+    (here 30 s). Found by the exactly-once example: its second worker drained the queue 16 at a time, 5 s apart."""
+    async with gated_sql_acker(server_config, clock, database_url, range(1, 5), max_messages=2) as w:
+        await w.client.send_many("q", [spanq.OutgoingMessage("m", 1), spanq.OutgoingMessage("m", 2)])
+        await wait_until(lambda: w.delivered == [1, 2], 10, "1 and 2")  # in hand: 2 of 2, paused
+        w.gates[1].set()  # resumes: a new stream with room for one
+        await wait_until(lambda: w.subscription.in_hand == 1, 10, "1 acked")
+        await asyncio.sleep(0.2)
+        w.gates[2].set()
+        await wait_until(lambda: w.subscription.in_hand == 0, 10, "2 acked")
+        await w.client.send("q", "m", key=3)  # fills the new stream's window
+        await wait_until(lambda: w.delivered == [1, 2, 3], 10, "3")
+        w.gates[3].set()  # acked in SQL: the server does not know the stream has room again
+        await wait_until(lambda: w.subscription.in_hand == 0, 10, "3 acked")
+        await w.client.send("q", "m", key=4)
+        await wait_until(lambda: w.delivered == [1, 2, 3, 4], 5, "4, long before the server's 30 s poll")
+        w.gates[4].set()
+        await wait_until(lambda: w.subscription.in_hand == 0, 10, "4 acked")
+    assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
 
 
 async def test_room_freed_by_an_earlier_streams_messages_reopens_a_saturated_stream(server_config, clock,
@@ -302,39 +311,21 @@ async def test_room_freed_by_an_earlier_streams_messages_reopens_a_saturated_str
     reopen it wider, not wait for its own message (handled last) or for the narrow stream to end. Found by the
     exactly-once example, whose workers drained to nothing held every ~20 messages."""
     monkeypatch.setattr(spanq._subscriber, "NARROW_STREAM_DURATION", timedelta(seconds=60))
-    running = await start(dataclasses.replace(server_config, poll_interval=timedelta(seconds=30)), clock=clock)
-    try:
-        async with spanq.aio.Client(running.target) as client, \
-                await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            await client.create_queue("q", key_columns=[("id", "INT64")], payload_type="STRING")
-            gates = {i: asyncio.Event() for i in range(1, 7)}
-            delivered: list[int] = []
-            lock = asyncio.Lock()
-
-            async def handle(message: spanq.Message) -> None:
-                delivered.append(message.key[0])
-                await gates[message.key[0]].wait()
-                async with lock, conn.transaction():
-                    await spanq.sql.ack(conn, "q", message)
-
-            subscription = client.subscribe("q", handle, flow_control=spanq.FlowControl(max_messages=4))
-            async with subscription:
-                await client.send_many("q", [spanq.OutgoingMessage("m", i) for i in range(1, 5)])
-                await wait_until(lambda: sorted(delivered) == [1, 2, 3, 4], 10, "1-4 on the first stream")
-                gates[1].set()  # room for one: a narrow stream opens
-                await wait_until(lambda: subscription.in_hand == 3, 10, "1 acked")
-                await client.send("q", "m", key=5)
-                await wait_until(lambda: 5 in delivered, 10, "5, which uses up the narrow stream's window")
-                gates[2].set()  # acked in SQL, and from the first stream: no room for the narrow one
-                await wait_until(lambda: subscription.in_hand == 3, 10, "2 acked")
-                await client.send("q", "m", key=6)
-                await wait_until(lambda: 6 in delivered, 5, "6, long before the narrow stream ends (60 s)")
-                for gate in gates.values():
-                    gate.set()
-                await wait_until(lambda: subscription.in_hand == 0, 10, "all acked")
-        assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
-    finally:
-        await running.stop(0)
+    async with gated_sql_acker(server_config, clock, database_url, range(1, 7), max_messages=4) as w:
+        await w.client.send_many("q", [spanq.OutgoingMessage("m", i) for i in range(1, 5)])
+        await wait_until(lambda: sorted(w.delivered) == [1, 2, 3, 4], 10, "1-4 on the first stream")
+        w.gates[1].set()  # room for one: a narrow stream opens
+        await wait_until(lambda: w.subscription.in_hand == 3, 10, "1 acked")
+        await w.client.send("q", "m", key=5)
+        await wait_until(lambda: 5 in w.delivered, 10, "5, which uses up the narrow stream's window")
+        w.gates[2].set()  # acked in SQL, and from the first stream: no room for the narrow one
+        await wait_until(lambda: w.subscription.in_hand == 3, 10, "2 acked")
+        await w.client.send("q", "m", key=6)
+        await wait_until(lambda: 6 in w.delivered, 5, "6, long before the narrow stream ends (60 s)")
+        for gate in w.gates.values():
+            gate.set()
+        await wait_until(lambda: w.subscription.in_hand == 0, 10, "all acked")
+    assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
 
 
 # -- the API reference ----------------------------------------------------------------------------------------

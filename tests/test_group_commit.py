@@ -12,7 +12,7 @@ import pytest
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import Running, start
 
-from .helpers import create_queue, error_of, send, text_message
+from .helpers import create_queue, error_of, outcome, send, text_message
 
 
 @pytest.fixture
@@ -38,14 +38,6 @@ async def held_group(database_url: str, stub, queue: str) -> tuple[psycopg.Async
     )
     first = asyncio.ensure_future(send(stub, queue, text_message("first", "first"), request_id="blocker"))
     return blocker, first
-
-
-async def outcome(call) -> str:
-    try:
-        await call
-    except grpc.aio.AioRpcError as exc:
-        return exc.code().name
-    return "OK"
 
 
 async def until_waiting(running: Running, n: int) -> None:

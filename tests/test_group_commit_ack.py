@@ -11,7 +11,7 @@ from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.faults import FaultInjector
 from spanq_server.server import Running
 
-from .helpers import create_queue, error_of, receive_some, renew, send, text_message
+from .helpers import create_queue, error_of, outcome, receive_some, renew, send, text_message
 from .test_group_commit import group_stub, one_group  # noqa: F401  (fixtures)
 
 
@@ -54,14 +54,6 @@ async def until_blocked(sql) -> None:
     while not sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
                           "AND datname = current_database()").fetchone()[0]:
         await asyncio.sleep(0.01)
-
-
-async def outcome(call) -> str:
-    try:
-        await call
-    except grpc.aio.AioRpcError as exc:
-        return exc.code().name
-    return "OK"
 
 
 def keys_left(sql) -> list[str]:
