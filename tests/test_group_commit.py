@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_server.group_commit import GroupCommitter
 from spanq_server.server import Running, start
 
 from .helpers import create_queue, error_of, outcome, send, text_message
@@ -40,8 +41,9 @@ async def held_group(database_url: str, stub, queue: str) -> tuple[psycopg.Async
     return blocker, first
 
 
-async def until_waiting(running: Running, n: int) -> None:
-    while running.mutator.sends.waiting < n:
+async def until_waiting(committer: GroupCommitter, n: int) -> None:
+    """Until n requests wait behind the groups the committer is running."""
+    while committer.waiting < n:
         await asyncio.sleep(0.01)
 
 
@@ -55,7 +57,7 @@ async def test_sends_waiting_behind_a_commit_share_one_transaction(group_stub, o
     blocker, first = await held_group(database_url, group_stub, "q")
     waiting = [asyncio.ensure_future(send(group_stub, "q", text_message(f"m{i}", f"p{i}"), request_id=f"r{i}"))
                for i in range(12)]
-    await asyncio.wait_for(until_waiting(one_group, 12), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.sends, 12), 10)
     assert not first.done()
     await blocker.rollback()
     await blocker.close()
@@ -75,7 +77,7 @@ async def test_a_duplicate_key_in_a_group_fails_only_its_own_request(group_stub,
     clash = asyncio.ensure_future(error_of(send(group_stub, "q", text_message("taken", "new"))))
     twice = [asyncio.ensure_future(outcome(send(group_stub, "q", text_message("twin", f"copy {i}"))))
              for i in range(2)]
-    await asyncio.wait_for(until_waiting(one_group, 8), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.sends, 8), 10)
     await blocker.rollback()
     await blocker.close()
     await first
@@ -97,7 +99,7 @@ async def test_a_replay_waiting_beside_its_original_applies_once(group_stub, one
     blocker, first = await held_group(database_url, group_stub, "q")
     calls = [asyncio.ensure_future(send(group_stub, "q", text_message(None, "once"), request_id="same"))
              for _ in range(2)]
-    await asyncio.wait_for(until_waiting(one_group, 2), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.sends, 2), 10)
     await blocker.rollback()
     await blocker.close()
     await first
@@ -113,7 +115,7 @@ async def test_sends_to_several_queues_in_one_group(group_stub, one_group, sql, 
     blocker, first = await held_group(database_url, group_stub, "a")
     calls = [asyncio.ensure_future(send(group_stub, name, text_message(f"{name}{i}", "x")))
              for i in range(3) for name in ("a", "b")]
-    await asyncio.wait_for(until_waiting(one_group, 6), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.sends, 6), 10)
     await blocker.rollback()
     await blocker.close()
     await asyncio.gather(first, *calls)

@@ -9,10 +9,9 @@ import psycopg
 
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.faults import FaultInjector
-from spanq_server.server import Running
 
 from .helpers import create_queue, error_of, outcome, receive_some, renew, send, text_message
-from .test_group_commit import group_stub, one_group  # noqa: F401  (fixtures)
+from .test_group_commit import group_stub, one_group, until_waiting  # noqa: F401  (fixtures)
 
 
 def ack_request(*messages: queue_pb2.ReceivedMessage, request_id: str, token: dict[str, str] | None = None,
@@ -44,11 +43,6 @@ async def held_ack(database_url: str, stub, message: queue_pb2.ReceivedMessage
     return blocker, first
 
 
-async def until_waiting(running: Running, n: int) -> None:
-    while running.mutator.acks.waiting < n:
-        await asyncio.sleep(0.01)
-
-
 async def until_blocked(sql) -> None:
     """Until the held group's statement waits on the held request_id."""
     while not sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
@@ -73,7 +67,7 @@ async def test_acks_waiting_behind_a_commit_share_one_statement(group_stub, one_
     before = (one_group.mutator.acks.statements, one_group.mutator.acks.requests)
     waiting = [asyncio.ensure_future(group_stub.Ack(ack_request(messages[f"m{i}"], request_id=f"r{i}")))
                for i in range(12)]
-    await asyncio.wait_for(until_waiting(one_group, 12), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.acks, 12), 10)
     assert not first.done()
     await blocker.rollback()
     await blocker.close()
@@ -113,7 +107,7 @@ async def test_a_rejected_ack_in_a_group_fails_alone_and_deletes_nothing(group_s
         "fine2": group_stub.Ack(ack_request(messages["fine2"], request_id="fine2")),
     }
     tasks = {name: asyncio.ensure_future(outcome(call)) for name, call in calls.items()}
-    await asyncio.wait_for(until_waiting(one_group, len(calls)), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.acks, len(calls)), 10)
     await blocker.rollback()
     await blocker.close()
     await first
@@ -142,7 +136,7 @@ async def test_grouped_acks_replay_their_recorded_responses(group_stub, one_grou
     twice = [asyncio.ensure_future(group_stub.Ack(ack_request(messages["a"], messages["b"], request_id="same")))
              for _ in range(2)]
     other = asyncio.ensure_future(group_stub.Ack(ack_request(messages["c"], request_id="other")))
-    await asyncio.wait_for(until_waiting(one_group, 3), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.acks, 3), 10)
     await blocker.rollback()
     await blocker.close()
     await first
@@ -165,7 +159,7 @@ async def test_acks_of_one_message_in_one_group_ack_it_once(group_stub, one_grou
     await asyncio.wait_for(until_blocked(sql), 10)
     calls = [asyncio.ensure_future(outcome(group_stub.Ack(ack_request(messages["twin"], request_id=f"t{i}"))))
              for i in range(2)]
-    await asyncio.wait_for(until_waiting(one_group, 2), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.acks, 2), 10)
     await blocker.rollback()
     await blocker.close()
     await first
@@ -193,7 +187,7 @@ async def test_an_unknown_commit_cuts_a_group_per_request(group_stub, one_group,
     }
     calls = {name: asyncio.ensure_future(error_of(group_stub.Ack(r))) if name in ("a", "b", "stale")
              else asyncio.ensure_future(group_stub.Ack(r)) for name, r in requests.items()}
-    await asyncio.wait_for(until_waiting(one_group, 4), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.acks, 4), 10)
     one_group.store.faults = FaultInjector({"unknown_commit_after": 1.0})
     await blocker.rollback()
     await blocker.close()
@@ -226,7 +220,7 @@ async def test_acks_to_several_queues_in_one_group(group_stub, one_group, sql, d
     calls += [group_stub.Ack(queue_pb2.AckRequest(queue="p", request_id=f"r-p{i}", acks=[
         queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token)])) for i, m in enumerate(in_p)]
     tasks = [asyncio.ensure_future(c) for c in calls]
-    await asyncio.wait_for(until_waiting(one_group, 4), 10)
+    await asyncio.wait_for(until_waiting(one_group.mutator.acks, 4), 10)
     await blocker.rollback()
     await blocker.close()
     await first

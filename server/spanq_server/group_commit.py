@@ -216,7 +216,7 @@ class GroupCommitter(Generic[R]):
                 _fail(job, errors.QueueError("internal error: the group commit left a request unanswered"))
 
     async def _commit_one_queue(self, group: Sequence[_Job[R]], queue: QueueDef, requests: list[R]
-                            ) -> dict[str, Claim]:
+                                ) -> dict[str, Claim]:
         """One statement is a transaction by itself: no BEGIN or COMMIT round trips. The
         configured faults apply to it as ``Store.transaction`` applies them to a COMMIT."""
         faults = self._store.faults
