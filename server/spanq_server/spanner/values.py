@@ -76,10 +76,7 @@ def decode(value: struct_pb2.Value, column_type: ColumnType, what: str) -> Any:
             return timestamp(value.string_value, what)
     elif column_type is ColumnType.JSON:
         if kind == "string_value":
-            try:
-                return json.loads(value.string_value)
-            except ValueError:
-                raise InvalidArgument(f"{what} must be JSON text, got {value.string_value[:40]!r}") from None
+            return json_text(value.string_value, what)
         return codec.json_from_value(value, what)
     raise InvalidArgument(f"{what} ({column_type.value}) cannot be given as a {kind.replace('_value', '')}; "
                           f"{HINTS[column_type]}")
@@ -103,6 +100,39 @@ def int64(text: str, what: str) -> int:
     if not INT64_MIN <= number <= INT64_MAX:
         raise InvalidArgument(f"{what} is out of the INT64 range: {stripped}")
     return number
+
+
+MAX_JSON_DEPTH = 80
+"""Spanner's JSON nests at most 80 levels (deeper text is refused, as there)."""
+
+
+def json_text(text: str, what: str) -> Any:
+    """JSON given as its text (how Spanner's clients send it), nested at most MAX_JSON_DEPTH levels."""
+    depth = deepest = 0
+    quoted = escaped = False
+    shallow = text.count("[") + text.count("{") <= MAX_JSON_DEPTH  # (most texts: no scan at all)
+    for ch in "" if shallow else text:  # the nesting outside strings, before the parser recurses
+        if quoted:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    if deepest > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"{what}: JSON nests {deepest} levels deep; Spanner's JSON nests at most "
+                              f"{MAX_JSON_DEPTH}")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidArgument(f"{what} must be JSON text, got {text[:40]!r}") from None
 
 
 def timestamp(text: str, what: str) -> datetime:
@@ -143,7 +173,7 @@ def encode(data: Any, column_type: ColumnType) -> struct_pb2.Value:
 def rfc3339(when: datetime) -> str:
     """UTC, with as many fractional digits as needed (Spanner's own format)."""
     when = when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
-    text = when.strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{when.year:04d}-{when:%m-%dT%H:%M:%S}"  # %Y gives "1", not "0001", for year 1
     if when.microsecond:
         text += f".{when.microsecond:06d}".rstrip("0")
     return text + "Z"
