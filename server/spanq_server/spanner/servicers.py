@@ -131,7 +131,7 @@ def request_intent(context: grpc.aio.ServicerContext) -> str | None:
             intent = f"spanner:{'.'.join(parts[:5]) if len(parts) == 6 else value}"
             if len(intent) > ledger.MAX_REQUEST_ID or not intent.isprintable():
                 # Keyed by a digest of the whole id, never a prefix: ids that share one are distinct requests.
-                intent = f"spanner-sha256:{hashlib.sha256(intent.encode(errors="surrogatepass")).hexdigest()}"
+                intent = f"spanner-sha256:{hashlib.sha256(intent.encode(errors='surrogatepass')).hexdigest()}"
             return intent
     return None
 
