@@ -626,7 +626,8 @@ UNDECODABLE = [
 ]
 
 
-@pytest.mark.parametrize("method, data", UNDECODABLE, ids=lambda v: v if isinstance(v, str) else None)
+@pytest.mark.parametrize("method, data", UNDECODABLE, ids=[
+    "bad-utf8", "corrupt", "json-60-deep", "commit", "receive-stream", "spanner-commit", "spanner-stream"])
 async def test_a_request_that_does_not_decode_is_invalid_and_logged_once(channel, stored, caplog, method, data):
     caplog.set_level(logging.INFO)
     before = stored.snapshot()
