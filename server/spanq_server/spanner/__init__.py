@@ -25,8 +25,7 @@ logger = logging.getLogger(__name__)
 
 
 def create(catalog: Any, mutator: Any, receiver: Any, ledger: Any, store: Any, clock: Any, *,
-           pool_max_size: int, idle_timeout: timedelta = timedelta(seconds=10),
-           max_lifetime: timedelta = timedelta(seconds=60)) -> Any:
+           pool_max_size: int, idle_timeout: timedelta, max_lifetime: timedelta) -> Any:
     """The Spanner front-end (``servicers.SpannerFrontEnd``), or None when
     google-cloud-spanner is not installed."""
     try:

@@ -549,8 +549,8 @@ class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, store: Store,
-                 clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta = timedelta(seconds=10),
-                 max_lifetime: timedelta = timedelta(seconds=60)) -> None:
+                 clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
+                 max_lifetime: timedelta) -> None:
         self.admin = Admin()
         self.transactions = Transactions(mutator, max_open=max_open_transactions, idle_timeout=idle_timeout,
                                          max_lifetime=max_lifetime)

@@ -8,8 +8,8 @@
   statement to Commit or Rollback; a transaction with only mutations never
   holds one and commits like a single-use one. Statements on one transaction
   run one at a time.
-- A transaction idle longer than ``idle_timeout`` (10 s, as in Spanner), or
-  open longer than ``max_lifetime`` (60 s) however busy, is rolled back (by the
+- A transaction idle longer than ``idle_timeout`` (default 10 s, as in Spanner), or
+  open longer than ``max_lifetime`` (default 60 s) however busy, is rolled back (by the
   reaper, or at its next use); using or committing it afterwards is ABORTED, so
   the client runs it again. So is a transaction whose database connection
   failed or whose statement hit a lock conflict. The lifetime bounds how long a
@@ -77,8 +77,7 @@ class Use:
 
 
 class Transactions:
-    def __init__(self, mutator: Mutator, *, max_open: int, idle_timeout: timedelta = timedelta(seconds=10),
-                 max_lifetime: timedelta = timedelta(seconds=60),
+    def __init__(self, mutator: Mutator, *, max_open: int, idle_timeout: timedelta, max_lifetime: timedelta,
                  lock_timeout: timedelta = timedelta(seconds=5)) -> None:
         self._mutator = mutator
         self.idle_timeout = idle_timeout
@@ -292,8 +291,11 @@ class Transactions:
         """Rolls back transactions idle longer than idle_timeout or open longer than
         max_lifetime (but those running a statement now); returns how many."""
         now = time.monotonic()
-        over = [(t, why) for t in self._live.values() if not t.lock.locked()
-                for why in [self._expiry(t, now)] if why is not None]
+        over = []
+        for txn in list(self._live.values()):
+            why = self._expiry(txn, now)
+            if why is not None and not txn.lock.locked():
+                over.append((txn, why))
         for txn, why in over:
             # Counted before the rollback's await: end() forgets the transaction first, and a
             # reader that sees it gone must see it counted.
