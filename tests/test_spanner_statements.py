@@ -120,7 +120,7 @@ def test_spanner_value_encoding() -> None:
 
 
 @pytest.mark.parametrize("text, depth", [
-    ("1", 0), ("[]", 1), ('{"a": [1, {"b": []}]}', 3),
+    ("1", 0), ("[]", 1), ('{"a": [1, {"b": []}]}', 4),
     ('["]]]", "[[[", "\\"[["]', 1),  # brackets inside strings, escaped quotes
     ('[' * 10_000 + ']' * 10_000, 10_000),
 ])
