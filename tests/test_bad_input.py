@@ -10,6 +10,7 @@ table in the database.
 import asyncio
 import base64
 import dataclasses
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
@@ -553,3 +554,98 @@ async def test_stream_limit_at_the_default_of_1000(stub, stored, server):
         for s in streams:
             s.cancel()
     await wait_for_streams(server, 0)
+
+
+# -- whole commits, responses and bytes that do not decode ------------------------------
+
+
+async def test_a_commits_limit_counts_all_its_mutations(stub, stored):
+    # 2 sends of 600 messages each: every mutation is under the 1000 of a request, the Commit is not.
+    before = stored.snapshot()
+    sends = [queue_pb2.Mutation(send=send_req("tasks", *[text_message(f"m{j}-{i}", "x") for i in range(600)]))
+             for j in range(2)]
+    await expect(stub.Commit(queue_pb2.CommitRequest(request_id="big-commit", mutations=sends)), INVALID,
+                 "at most 1000", "1200", "split")
+    acks = queue_pb2.Mutation(ack=ack_req("tasks", *[key(f"m{i}") for i in range(600)], ignore_not_found=True))
+    await expect(stub.Commit(queue_pb2.CommitRequest(mutations=[sends[0], acks])), INVALID, "at most 1000")
+    assert stored.snapshot() == before
+    # At the limit it commits.
+    fits = [queue_pb2.Mutation(send=send_req("tasks", *[text_message(f"m{j}-{i}", "x") for i in range(500)]))
+            for j in range(2)]
+    reply = await stub.Commit(queue_pb2.CommitRequest(request_id="fits", mutations=fits))
+    assert sum(len(r.send.keys) for r in reply.results) == 1000
+
+
+async def test_a_response_a_client_cannot_receive_is_refused_before_it_commits(stub, stored):
+    # 400 keys of 11 kB: the request (4.4 MB) is within the server's 16 MiB, its response (the keys
+    # again) over the 4 MiB a default client receives. Refused, nothing stored; not committed and then
+    # lost to the client's RESOURCE_EXHAUSTED, so that a resend would not duplicate it.
+    before = stored.snapshot()
+    big = [text_message(f"{i:04d}" + "k" * 11_000, "x") for i in range(400)]
+    _, info = await expect(stub.Send(queue_pb2.SendRequest(queue="tasks", request_id="big-keys", messages=big)),
+                           EXHAUSTED, "response", "4194304-byte limit", "nothing was committed")
+    assert info["reason"] == "LIMIT_EXCEEDED"
+    await expect(stub.Commit(queue_pb2.CommitRequest(mutations=[queue_pb2.Mutation(send=send_req("tasks", *big))])),
+                 EXHAUSTED, "nothing was committed")
+    assert stored.snapshot() == before
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited protobuf field, encoded by hand."""
+    length, size = b"", len(data)
+    while True:
+        length += bytes([size & 0x7F | (0x80 if size > 0x7F else 0)])
+        size >>= 7
+        if not size:
+            break
+    return bytes([number << 3 | 2]) + length + data
+
+
+def nested_json_send(levels: int) -> bytes:
+    """A SendRequest whose payload is a JSON array nested ``levels`` deep (protobuf's own
+    classes cannot build one past their depth limit)."""
+    value = struct_pb2.Value(string_value="x").SerializeToString()
+    for _ in range(levels):
+        value = _field(6, _field(1, value))  # Value.list_value { values: value }
+    message = key("new").SerializeToString()
+    return _field(1, b"tasks") + _field(2, _field(1, message) + _field(2, value))
+
+
+UNDECODABLE = [
+    # invalid UTF-8 in a string field (the queue name)
+    ("spanq.v1.QueueService/Send", send_req("tasks", text_message("new", "x")).SerializeToString().replace(
+        b"tasks", b"t\xffsks")),
+    # a corrupt protobuf: a field whose length runs past the end
+    ("spanq.v1.QueueService/Send", b"\x0a\x05ab"),
+    # a JSON payload nested 60 levels (past protobuf's 100-message depth)
+    ("spanq.v1.QueueService/Send", nested_json_send(60)),
+    ("spanq.v1.QueueService/Commit", b"\x12\x80\x80"),
+    ("spanq.v1.QueueService/Receive", b"\x0a\x05ab"),  # a server stream
+    ("google.spanner.v1.Spanner/Commit", b"\x0a\x05ab"),  # the Spanner front-end
+    ("google.spanner.v1.Spanner/ExecuteStreamingSql", b"\x0a\x01\xff"),
+]
+
+
+@pytest.mark.parametrize("method, data", UNDECODABLE, ids=[
+    "bad-utf8", "corrupt", "json-60-deep", "commit", "receive-stream", "spanner-commit", "spanner-stream"])
+async def test_a_request_that_does_not_decode_is_invalid_and_logged_once(channel, stored, caplog, method, data):
+    caplog.set_level(logging.INFO)
+    before = stored.snapshot()
+    streaming = method.endswith(("Receive", "ExecuteStreamingSql"))
+    call = (channel.unary_stream if streaming else channel.unary_unary)(f"/{method}")
+    for _ in range(3):
+        if streaming:
+            got = call(data)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await got.read()
+            failed = caught.value
+        else:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await call(data)
+            failed = caught.value
+        assert failed.code() == INVALID, failed
+        assert "does not decode" in failed.details() and method in failed.details()
+    assert stored.snapshot() == before
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    lines = [r.getMessage() for r in caplog.records if "did not decode" in r.getMessage()]
+    assert len(lines) == 1 and method in lines[0]

@@ -117,3 +117,20 @@ def test_spanner_value_encoding() -> None:
                              (v(null_value=0), ColumnType.STRING)]:
         with pytest.raises(InvalidArgument):
             values.decode(bad, column_type, "value")
+
+
+@pytest.mark.parametrize("text, depth", [
+    ("1", 0), ("[]", 1), ('{"a": [1, {"b": []}]}', 4),
+    ('["]]]", "[[[", "\\"[["]', 1),  # brackets inside strings, escaped quotes
+    ('[' * 10_000 + ']' * 10_000, 10_000),
+])
+def test_json_depth_counts_nesting_outside_strings(text: str, depth: int) -> None:
+    assert values.json_depth(text) == depth
+
+
+def test_year_one_and_microseconds_in_rfc3339() -> None:
+    assert values.rfc3339(datetime(1, 1, 1, tzinfo=timezone.utc)) == "0001-01-01T00:00:00Z"
+    assert values.rfc3339(datetime(999, 12, 31, 0, 0, 0, 500_000)) == "0999-12-31T00:00:00.5Z"
+    assert values.timestamp("2026-01-01T00:00:00.000001Z", "t").microsecond == 1
+    with pytest.raises(InvalidArgument, match="nanoseconds"):
+        values.timestamp("2026-01-01T00:00:00.000000001Z", "t")

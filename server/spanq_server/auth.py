@@ -42,7 +42,7 @@ from grpc_status import rpc_status
 
 from . import errors, queues, status
 from .clock import Clock
-from .interceptors import Handler, HandlerWrapper, behaviour_of
+from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of
 from .spanner import statements as st
 
 logger = logging.getLogger(__name__)
@@ -463,6 +463,7 @@ class Authorizer(HandlerWrapper):
         async def admit(request: Any, context: grpc.aio.ServicerContext) -> After | None:
             try:
                 principal = authenticate(context.invocation_metadata())
+                CALLER.set(principal.name)  # for what binds to its caller (Spanner transactions)
                 return rule(principal, request) if rule is not None else None
             except errors.QueueError as exc:
                 log_refusal(method, exc, context.peer())

@@ -43,6 +43,14 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                             f"(default {default.max_connections}, at least 2)")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
                        help="seconds between an idle stream's fallback polls")
+    serve.add_argument("--spanner-transaction-idle-timeout", type=float,
+                       default=default.spanner_transaction_idle_timeout.total_seconds(),
+                       help="seconds a Spanner front-end read-write transaction may sit idle before it is rolled "
+                            "back (its next use is ABORTED)")
+    serve.add_argument("--spanner-transaction-max-lifetime", type=float,
+                       default=default.spanner_transaction_max_lifetime.total_seconds(),
+                       help="seconds a Spanner front-end read-write transaction may stay open, however busy, "
+                            "before it is rolled back (its next use is ABORTED)")
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
     serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
@@ -61,6 +69,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parse_listen(args.metrics_listen)
     except ValueError as exc:
         parser.error(str(exc))
+    if min(args.spanner_transaction_idle_timeout, args.spanner_transaction_max_lifetime) <= 0:
+        parser.error("--spanner-transaction-idle-timeout and --spanner-transaction-max-lifetime must be positive")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     logging.basicConfig(
@@ -85,6 +95,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         ),
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
+        spanner_transaction_idle_timeout=timedelta(seconds=args.spanner_transaction_idle_timeout),
+        spanner_transaction_max_lifetime=timedelta(seconds=args.spanner_transaction_max_lifetime),
         inject_faults=args.inject_faults,
     )
 

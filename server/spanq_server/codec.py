@@ -276,6 +276,9 @@ def timestamp_from_rfc3339(text: str, what: str) -> datetime:
         stamp.FromJsonString(text)
     except ValueError:
         raise InvalidArgument(f"{what} must be an RFC 3339 timestamp like 2026-01-02T03:04:05Z, got {text!r}") from None
+    if stamp.nanos % 1000:  # never cut silently: two keys would become one
+        raise InvalidArgument(f"{what} {text!r} has nanoseconds; spanq keeps TIMESTAMP to the microsecond "
+                              "(PostgreSQL's precision): give at most 6 fractional digits")
     return timestamp_to_datetime(stamp)
 
 

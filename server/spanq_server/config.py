@@ -19,7 +19,11 @@ class Limits:
     max_payload_bytes: int = 1024 * 1024
     """Largest payload of one message."""
     max_messages_per_request: int = 1000
-    """Messages in one Send, acks in one Ack, tokens in one RenewLease."""
+    """Messages in one Send, acks in one Ack, tokens in one RenewLease; and all of
+    them together in one Commit."""
+    max_response_bytes: int = 4 * 1024 * 1024
+    """Largest response a mutating RPC commits: a default gRPC client receives at
+    most 4 MiB, so a larger one is refused before it commits, never sent after."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +57,12 @@ class Config:
     commit_groups_in_flight: int = 2
     """Sends committed at once, each group one transaction; Sends that arrive while
     these commit wait and share the next group (group commit)."""
+    spanner_transaction_idle_timeout: timedelta = timedelta(seconds=10)
+    """A Spanner front-end read-write transaction idle this long is rolled back
+    (Spanner aborts idle transactions after about 10 s); its next use is ABORTED."""
+    spanner_transaction_max_lifetime: timedelta = timedelta(seconds=60)
+    """A Spanner front-end read-write transaction open this long is rolled back however
+    busy it is, so that no caller holds its locks (and DDL on its queues) for ever."""
     inject_faults: str = ""
     """Fault injection SPEC (name=probability,...); empty: off."""
 

@@ -1,6 +1,7 @@
 """The shape both of the server's interceptors take (metrics.py's timing, auth.py's
 guard): wrap each method's handler once, and hand gRPC the wrapped one per call."""
 
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,11 @@ if TYPE_CHECKING:
     Handler = grpc.RpcMethodHandler[Any, Any]
 else:
     Handler = Any  # the class is generic only in its type stubs
+
+
+CALLER: contextvars.ContextVar[str | None] = contextvars.ContextVar("spanq_caller", default=None)
+"""The name of the token a call authenticated with (auth.py sets it; None without a token
+file). Each call runs in its own task, so one call's value never reaches another."""
 
 
 class HandlerWrapper(grpc.aio.ServerInterceptor):

@@ -155,6 +155,31 @@ class Mutator:
             for m in op.messages
         ])
 
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
+    def check_commit_size(self, mutations: Sequence[Mutation]) -> None:
+        """A Commit's limit is counted over all its mutations, not each one: its
+        messages, acks and lease tokens together, at most max_messages_per_request."""
+        limit = self._limits.max_messages_per_request
+        total = sum(len(m.messages) if isinstance(m, SendOp) else len(m.items) if isinstance(m, AckOp)
+                    else len(m.lease_tokens) for m in mutations)
+        if total > limit:
+            raise errors.InvalidArgument(
+                f"a Commit takes at most {limit} messages, acks and lease tokens in all its mutations, got "
+                f"{total}; split it into several commits"
+            )
+
+    def check_response_size(self, response: bytes) -> None:
+        """Refuses, before it commits, a commit whose response a client could not receive."""
+        limit = self._limits.max_response_bytes
+        if len(response) > limit:
+            raise errors.LimitExceeded(
+                f"the response would be {len(response)} bytes, over the {limit}-byte limit (what a default gRPC "
+                "client receives); nothing was committed: split the request"
+            )
+
     def _check_count(self, n: int, what: str) -> None:
         limit = self._limits.max_messages_per_request
         if n == 0:

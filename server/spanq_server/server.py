@@ -18,6 +18,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from . import auth
 from .clock import Clock
 from .config import Config, ConfigError
+from .decoding import DecodeGuard
 from .faults import FaultInjector
 from .ledger import Ledger
 from .metrics import Metrics, parse_listen
@@ -129,7 +130,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
 
         # Timing outermost, so refused calls are timed too; without a token file no
         # authorization interceptor at all (nothing to pay for).
-        interceptors = [metrics.interceptor()]
+        # Then the decode guard, so an undecodable request is refused before authorization sees it.
+        interceptors = [metrics.interceptor(), DecodeGuard()]
         if tokens is not None:
             interceptors.append(auth.Authorizer(tokens, clock))
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
@@ -138,7 +140,9 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
         spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, store, clock,
-                                           pool_max_size=config.pool_max_size)
+                                           pool_max_size=config.pool_max_size,
+                                           idle_timeout=config.spanner_transaction_idle_timeout,
+                                           max_lifetime=config.spanner_transaction_max_lifetime)
         if spanner is not None:
             spanner.add_to(server)
             spanner.start()

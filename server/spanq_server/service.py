@@ -121,6 +121,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                     exc.metadata.setdefault("mutation_index", str(index))
                     exc.args = (f"mutation {index}: {exc.message}",)
                     raise
+            self._mutator.check_commit_size(found)
             return found
 
         def build(found: list[Mutation], results: list[Result]) -> queue_pb2.CommitResponse:
@@ -156,7 +157,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
         def encode(results: list[Result]) -> bytes:
             built.append(build(found, results))
-            return built[-1].SerializeToString()
+            response = built[-1].SerializeToString()
+            self._mutator.check_response_size(response)  # raised here, the commit does not happen
+            return response
 
         try:
             found = await ops()

@@ -18,13 +18,14 @@ front-end is simply not served (``create`` returns None).
 """
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 
 def create(catalog: Any, mutator: Any, receiver: Any, ledger: Any, store: Any, clock: Any, *,
-           pool_max_size: int) -> Any:
+           pool_max_size: int, idle_timeout: timedelta, max_lifetime: timedelta) -> Any:
     """The Spanner front-end (``servicers.SpannerFrontEnd``), or None when
     google-cloud-spanner is not installed."""
     try:
@@ -37,4 +38,5 @@ def create(catalog: Any, mutator: Any, receiver: Any, ledger: Any, store: Any, c
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
     return SpannerFrontEnd(catalog, mutator, receiver, ledger, store, clock,
-                           max_open_transactions=max(1, pool_max_size // 2))
+                           max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
+                           max_lifetime=max_lifetime)

@@ -305,7 +305,7 @@ class Executor:
             if v is None:
                 raise errors.InvalidArgument(f"{what} cannot be NULL")
             if column_type is ColumnType.INT64 and isinstance(v, int) and not isinstance(v, bool):
-                return v
+                return values.int64(str(v), what)
             if column_type is ColumnType.BOOL and isinstance(v, bool):
                 return v
             if column_type is ColumnType.STRING and isinstance(v, str):

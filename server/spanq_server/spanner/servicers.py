@@ -128,8 +128,11 @@ def request_intent(context: grpc.aio.ServicerContext) -> str | None:
     for key, value in context.invocation_metadata() or ():
         if key == REQUEST_ID_HEADER and isinstance(value, str) and value:
             parts = value.split(".")
-            intent = ".".join(parts[:5]) if len(parts) == 6 else value
-            return f"spanner:{intent}"[: ledger.MAX_REQUEST_ID]
+            intent = f"spanner:{'.'.join(parts[:5]) if len(parts) == 6 else value}"
+            if len(intent) > ledger.MAX_REQUEST_ID or not intent.isprintable():
+                # Keyed by a digest of the whole id, never a prefix: ids that share one are distinct requests.
+                intent = f"spanner-sha256:{hashlib.sha256(intent.encode(errors='surrogatepass')).hexdigest()}"
+            return intent
     return None
 
 
@@ -546,9 +549,11 @@ class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, store: Store,
-                 clock: Clock, *, max_open_transactions: int) -> None:
+                 clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
+                 max_lifetime: timedelta) -> None:
         self.admin = Admin()
-        self.transactions = Transactions(mutator, max_open=max_open_transactions)
+        self.transactions = Transactions(mutator, max_open=max_open_transactions, idle_timeout=idle_timeout,
+                                         max_lifetime=max_lifetime)
         self.executor = Executor(catalog, mutator, receiver, store, clock)
         self.spanner = SpannerService(catalog, mutator, ledger_, self.executor, self.transactions)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)

@@ -151,6 +151,10 @@ _TOKEN = re.compile(
     """,
     re.X | re.S,
 )
+MAX_NUMBER_DIGITS = 19
+"""Digits of the longest INT64 (its range is checked where the value meets its column)."""
+MAX_INTERVAL = timedelta(days=3_652_059)
+"""The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "0": "\0"}
 
 
@@ -218,6 +222,9 @@ def tokenize(text: str) -> list[Token]:
             name = raw[1:-1] if raw.startswith("`") else raw
             tokens.append(Token("ident", raw, name.lower()))
         elif kind == "number":
+            if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
+                raise InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
+                                      f"most {MAX_NUMBER_DIGITS} (-9223372036854775808 to 9223372036854775807)")
             tokens.append(Token("number", raw, int(raw)))
         else:
             tokens.append(Token("punct", raw, raw))
@@ -575,8 +582,15 @@ class _Parser:
                 raise InvalidArgument("INTERVAL takes a whole number, like INTERVAL 1 HOUR")
             unit = self.word("microsecond", "millisecond", "second", "minute", "hour", "day")
             self.punct(")")
-            offset = timedelta(**{unit + "s": amount.value})
-            return Now(base.offset + (offset if token.value == "timestamp_add" else -offset))
+            try:
+                offset = timedelta(**{unit + "s": amount.value})
+                total = base.offset + (offset if token.value == "timestamp_add" else -offset)
+            except OverflowError:  # past timedelta's range
+                total = MAX_INTERVAL * 2
+            if abs(total) > MAX_INTERVAL:
+                raise InvalidArgument(f"INTERVAL {amount.value} {unit.upper()} is out of range: CURRENT_TIMESTAMP() "
+                                      f"may be shifted by at most {MAX_INTERVAL.days} days, Spanner's TIMESTAMP range")
+            return Now(total)
         raise InvalidArgument(f"expected a value (literal, @param, CURRENT_TIMESTAMP()) but found "
                               f"{token.text or 'the end of the statement'!r} in: {self.text.strip()[:200]}")
 
@@ -612,11 +626,14 @@ def duration(text: str, what: str) -> timedelta:
     stripped = text.strip()
     total, pos = timedelta(0), 0
     units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
-    for match in DURATION.finditer(stripped):
-        if match.start() != pos:
-            break
-        total += timedelta(seconds=float(match.group(1)) * units[match.group(2).lower()])
-        pos = match.end()
+    try:
+        for match in DURATION.finditer(stripped):
+            if match.start() != pos:
+                break
+            total += timedelta(seconds=float(match.group(1)) * units[match.group(2).lower()])
+            pos = match.end()
+    except OverflowError:  # past timedelta's 999,999,999 days: no duration spanq takes is near that
+        raise InvalidArgument(f"{what} {text[:40]!r} is out of range; give a duration like '20m'") from None
     if pos != len(stripped) or not stripped:
         raise InvalidArgument(f"{what} must be a duration like '20m', '30s' or '1h', got {text[:40]!r}")
     return total

@@ -8,10 +8,16 @@
   statement to Commit or Rollback; a transaction with only mutations never
   holds one and commits like a single-use one. Statements on one transaction
   run one at a time.
-- A transaction idle longer than ``idle_timeout`` (10 s, as in Spanner) is
-  rolled back by the reaper; using or committing it afterwards is ABORTED, so
+- A transaction idle longer than ``idle_timeout`` (default 10 s, as in Spanner), or
+  open longer than ``max_lifetime`` (default 60 s) however busy, is rolled back (by the
+  reaper, or at its next use); using or committing it afterwards is ABORTED, so
   the client runs it again. So is a transaction whose database connection
-  failed or whose statement hit a lock conflict.
+  failed or whose statement hit a lock conflict. The lifetime bounds how long a
+  transaction holds its locks: a reader that keeps one busy cannot hold off
+  DDL (or other writers) for ever.
+- With authentication on, a read-write transaction belongs to the token that
+  began it: another token's statements, Commit or Rollback on it are
+  PERMISSION_DENIED (its id alone is not a credential).
 - Commit goes through the commit ledger with the client's request id: a replay
   of a committed Commit answers the recorded response, and a replay of one
   that cannot have committed is given up for good (``Mutator.seal``) and
@@ -30,6 +36,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import errors
+from ..interceptors import CALLER
 from ..mutations import Mutation, Mutator, OpenTransaction, Outcome, Result
 from ..tasks import BackgroundTask
 
@@ -45,6 +52,9 @@ class ReadWrite:
     id: bytes
     session: str
     last_used: float
+    began: float
+    owner: str | None
+    """The token that began it (None without authentication)."""
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     open: OpenTransaction | None = None
     statements: dict[int, tuple[bytes, Any]] = dataclasses.field(default_factory=dict)
@@ -67,10 +77,11 @@ class Use:
 
 
 class Transactions:
-    def __init__(self, mutator: Mutator, *, max_open: int, idle_timeout: timedelta = timedelta(seconds=10),
+    def __init__(self, mutator: Mutator, *, max_open: int, idle_timeout: timedelta, max_lifetime: timedelta,
                  lock_timeout: timedelta = timedelta(seconds=5)) -> None:
         self._mutator = mutator
         self.idle_timeout = idle_timeout
+        self.max_lifetime = max_lifetime
         self.lock_timeout = lock_timeout
         self._live: dict[bytes, ReadWrite] = {}
         self._ended: collections.OrderedDict[bytes, str] = collections.OrderedDict()
@@ -90,7 +101,8 @@ class Transactions:
         return transaction_id.startswith(READ_ONLY)
 
     def begin(self, session: str) -> ReadWrite:
-        txn = ReadWrite(READ_WRITE + secrets.token_bytes(14), session, time.monotonic())
+        now = time.monotonic()
+        txn = ReadWrite(READ_WRITE + secrets.token_bytes(14), session, now, now, CALLER.get())
         self._live[txn.id] = txn
         return txn
 
@@ -110,7 +122,34 @@ class Transactions:
         txn = self._live.get(transaction_id)
         if txn is None:
             raise self._gone(transaction_id)
+        self._check_owner(txn)
         return txn
+
+    @staticmethod
+    def _check_owner(txn: ReadWrite) -> None:
+        caller = CALLER.get()
+        if txn.owner != caller:
+            raise errors.PermissionDenied(
+                f"this read-write transaction was begun by another token; only the token that began a transaction "
+                f"may run statements in it, commit it or roll it back (this call's token: {caller or 'none'!r})",
+                token=caller or "",
+            )
+
+    def _expiry(self, txn: ReadWrite, now: float) -> str | None:
+        """Why the transaction is over its limits, or None."""
+        if now - txn.began > self.max_lifetime.total_seconds():
+            return (f"was open longer than {self.max_lifetime.total_seconds():g}s, the most a read-write "
+                    "transaction lives on this server, and was rolled back")
+        if now - txn.last_used > self.idle_timeout.total_seconds():
+            return f"was idle longer than {self.idle_timeout.total_seconds():g}s and was rolled back"
+        return None
+
+    async def _end_if_expired(self, txn: ReadWrite) -> None:
+        """Ends a transaction over its limits at its next use (the reaper may not have run yet)."""
+        why = self._expiry(txn, time.monotonic())
+        if why is not None:
+            self.reaped += 1
+            await self.end(txn, why)
 
     # -- statements ------------------------------------------------------------
 
@@ -172,6 +211,7 @@ class Transactions:
             return
         txn = self.get(transaction_id, session)
         async with txn.lock:
+            await self._end_if_expired(txn)
             if txn.id not in self._live:
                 raise self._gone(txn.id)
             try:
@@ -194,7 +234,9 @@ class Transactions:
             raise errors.FailedPrecondition("a read-only transaction has nothing to commit")
         txn = self._live.get(transaction_id)
         if txn is not None:
+            self._check_owner(txn)
             async with txn.lock:
+                await self._end_if_expired(txn)
                 if txn.id in self._live:
                     try:
                         if txn.open is None:
@@ -216,6 +258,7 @@ class Transactions:
         txn = self._live.get(transaction_id)
         if txn is None:
             return
+        self._check_owner(txn)
         async with txn.lock:
             await self.end(txn, "was rolled back")
 
@@ -245,19 +288,25 @@ class Transactions:
                 await self.end(txn, "was rolled back at server shutdown")
 
     async def reap(self) -> int:
-        """Rolls back transactions idle longer than idle_timeout; returns how many."""
-        deadline = time.monotonic() - self.idle_timeout.total_seconds()
-        idle = [t for t in self._live.values() if t.last_used < deadline and not t.lock.locked()]
-        for txn in idle:
+        """Rolls back transactions idle longer than idle_timeout or open longer than
+        max_lifetime (but those running a statement now); returns how many."""
+        now = time.monotonic()
+        over = []
+        for txn in list(self._live.values()):
+            why = self._expiry(txn, now)
+            if why is not None and not txn.lock.locked():
+                over.append((txn, why))
+        for txn, why in over:
             # Counted before the rollback's await: end() forgets the transaction first, and a
             # reader that sees it gone must see it counted.
             self.reaped += 1
-            await self.end(txn, f"was idle longer than {self.idle_timeout.total_seconds():g}s and was rolled back")
-        return len(idle)
+            await self.end(txn, why)
+        return len(over)
 
     async def _reap_forever(self) -> None:
         while True:
-            await asyncio.sleep(max(0.05, min(1.0, self.idle_timeout.total_seconds() / 4)))
+            shortest = min(self.idle_timeout, self.max_lifetime).total_seconds()
+            await asyncio.sleep(max(0.05, min(1.0, shortest / 4)))
             try:
                 reaped = await self.reap()
                 if reaped:

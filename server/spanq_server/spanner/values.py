@@ -6,8 +6,10 @@ Spanner sends every value as a google.protobuf.Value typed by a separate
 """
 
 import base64
+import itertools
 import json
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -76,10 +78,7 @@ def decode(value: struct_pb2.Value, column_type: ColumnType, what: str) -> Any:
             return timestamp(value.string_value, what)
     elif column_type is ColumnType.JSON:
         if kind == "string_value":
-            try:
-                return json.loads(value.string_value)
-            except ValueError:
-                raise InvalidArgument(f"{what} must be JSON text, got {value.string_value[:40]!r}") from None
+            return json_text(value.string_value, what)
         return codec.json_from_value(value, what)
     raise InvalidArgument(f"{what} ({column_type.value}) cannot be given as a {kind.replace('_value', '')}; "
                           f"{HINTS[column_type]}")
@@ -103,6 +102,33 @@ def int64(text: str, what: str) -> int:
     if not INT64_MIN <= number <= INT64_MAX:
         raise InvalidArgument(f"{what} is out of the INT64 range: {stripped}")
     return number
+
+
+MAX_JSON_DEPTH = 80
+"""Spanner's JSON nests at most 80 levels (deeper text is refused, as there)."""
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_NESTING = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deep JSON text nests, outside its strings, with no Python loop per character:
+    about 20 ms for a 400 kB array of 100,000 arrays (json.loads takes 9); text with at
+    most MAX_JSON_DEPTH brackets, most of it, is not scanned at all."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(itertools.accumulate(map(_NESTING.__getitem__, brackets)), default=0)
+
+
+def json_text(text: str, what: str) -> Any:
+    """JSON given as its text (how Spanner's clients send it), nested at most MAX_JSON_DEPTH
+    levels: checked before the parser recurses (10,000 levels were a RecursionError)."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and (depth := json_depth(text)) > MAX_JSON_DEPTH:
+        raise InvalidArgument(f"{what}: JSON nests {depth} levels deep; Spanner's JSON nests at most "
+                              f"{MAX_JSON_DEPTH}")
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise InvalidArgument(f"{what} must be JSON text, got {text[:40]!r}") from None
 
 
 def timestamp(text: str, what: str) -> datetime:
@@ -143,7 +169,7 @@ def encode(data: Any, column_type: ColumnType) -> struct_pb2.Value:
 def rfc3339(when: datetime) -> str:
     """UTC, with as many fractional digits as needed (Spanner's own format)."""
     when = when.astimezone(timezone.utc) if when.tzinfo else when.replace(tzinfo=timezone.utc)
-    text = when.strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{when.year:04d}-{when:%m-%dT%H:%M:%S}"  # %Y gives "1", not "0001", for year 1
     if when.microsecond:
         text += f".{when.microsecond:06d}".rstrip("0")
     return text + "Z"

@@ -1,0 +1,89 @@
+"""Requests that do not decode (a corrupt protobuf, invalid UTF-8 in a string field,
+messages nested past protobuf's depth limit) are INVALID_ARGUMENT, for every method
+of both front-ends, logged once per method rather than with a traceback per request.
+
+gRPC decodes a request with its handler's ``request_deserializer`` before any
+interceptor or servicer sees it, and answers a deserializer's exception with
+UNKNOWN: the code spanq keeps for an unknown commit outcome. So the guard
+replaces each deserializer with one that hands an ``Undecodable`` on instead of
+raising, and refuses it before the rest of the chain (authorization, the
+servicer) runs: nothing is read or stored for it.
+"""
+
+import inspect
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError
+from grpc_status import rpc_status
+
+from . import errors, status
+from .interceptors import Handler, HandlerWrapper, behaviour_of
+
+logger = logging.getLogger(__name__)
+
+
+class Undecodable:
+    """What the guarded deserializer hands on for bytes that are not a request."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+class DecodeGuard(HandlerWrapper):
+    def __init__(self) -> None:
+        super().__init__()
+        self._logged: set[str] = set()
+
+    def _refusal(self, method: str, request: Undecodable) -> errors.InvalidArgument:
+        if method not in self._logged:
+            self._logged.add(method)
+            logger.warning("a %s request did not decode (%s); it and any more like it are answered "
+                           "INVALID_ARGUMENT, not logged again", method, request.reason)
+        return errors.InvalidArgument(
+            f"the request does not decode as {method}'s request message ({request.reason}); send a well-formed "
+            "protobuf: strings valid UTF-8, messages nested at most 100 levels (JSON values about 50)"
+        )
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        found = behaviour_of(handler)
+        if found is None or handler.request_deserializer is None or not found[0].startswith("unary_"):
+            return handler  # (a stream of requests is decoded one by one as it is read: spanq serves none)
+        kind, behaviour = found
+        decode: Callable[[bytes], Any] = handler.request_deserializer
+
+        def deserialize(data: bytes) -> Any:
+            try:
+                return decode(data)
+            except (DecodeError, RecursionError) as exc:
+                return Undecodable(str(exc) or type(exc).__name__)
+
+        refusal = self._refusal
+
+        async def refuse(request: Undecodable, context: grpc.aio.ServicerContext) -> None:
+            await context.abort_with_status(rpc_status.to_status(status.to_status(refusal(method, request))))
+
+        if inspect.isasyncgenfunction(behaviour):
+            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                if isinstance(request, Undecodable):
+                    await refuse(request, context)
+                responses = behaviour(request, context)
+                try:
+                    async for response in responses:
+                        yield response
+                finally:
+                    await responses.aclose()
+
+            wrapped: Any = streaming
+        elif inspect.iscoroutinefunction(behaviour):
+            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                if isinstance(request, Undecodable):
+                    await refuse(request, context)
+                return await behaviour(request, context)
+
+            wrapped = unary
+        else:
+            return handler
+        return handler._replace(**{kind: wrapped, "request_deserializer": deserialize})  # type: ignore[attr-defined, no-any-return]
