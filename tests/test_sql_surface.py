@@ -227,7 +227,7 @@ async def test_a_lease_prefix_with_dots_survives_renewal(stub, sql, tasks, datab
 async def test_migration_0005_gives_existing_queues_the_right_to_left_renewal(stub, sql, tasks, database_url):
     # The renew function as migration 0004 left it: the prefix cut at its first '.'.
     current = sql.execute("SELECT pg_get_functiondef('spanq.renewlease_tasks'::regproc)").fetchone()[0]
-    cut = re.sub(r"regexp_replace\(held\.old_token, .*?, ''\)", "split_part(held.old_token, '.', 1)", current,
+    cut = re.sub(r"regexp_replace\(held\.spanq_old_token, .*?, ''\)", "split_part(held.spanq_old_token, '.', 1)", current,
                  flags=re.S)
     assert cut != current
     sql.execute(cut)

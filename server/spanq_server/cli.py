@@ -43,6 +43,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                             f"(default {default.max_connections}, at least 2)")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
                        help="seconds between an idle stream's fallback polls")
+    serve.add_argument("--ddl-lock-timeout", type=float, default=default.ddl_lock_timeout.total_seconds(),
+                       help="seconds queue DDL waits at most for a table another open transaction holds, then "
+                            f"fails ABORTED (default {default.ddl_lock_timeout.total_seconds():g})")
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
     serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
@@ -61,6 +64,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parse_listen(args.metrics_listen)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.ddl_lock_timeout <= 0:
+        parser.error("--ddl-lock-timeout must be more than 0 seconds")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     logging.basicConfig(
@@ -85,6 +90,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         ),
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
+        ddl_lock_timeout=timedelta(seconds=args.ddl_lock_timeout),
         inject_faults=args.inject_faults,
     )
 

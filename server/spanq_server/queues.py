@@ -11,7 +11,7 @@ from datetime import timedelta
 from . import errors
 from .config import Limits
 from .model import KEY_TYPES, PAYLOAD_TYPES, ColumnType, KeyColumn, QueueDef
-from .store import Store
+from .store import DDL_LOCK_TIMEOUT, Store
 
 IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
 MAX_QUEUE_NAME = 48
@@ -19,6 +19,8 @@ MAX_QUEUE_NAME = 48
 MAX_COLUMN_NAME = 63
 MAX_KEY_COLUMNS = 16
 RESERVED_COLUMNS = frozenset({"payload", "deliver_time"})
+SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
+"""PostgreSQL's own columns of every table: no other column may take their names."""
 
 DEFAULT_LEASE = timedelta(seconds=10)
 MIN_LEASE = timedelta(seconds=1)
@@ -62,6 +64,11 @@ def validate(queue: QueueDef) -> QueueDef:
             raise errors.InvalidArgument(
                 f"key column name {column.name!r} is reserved: payload, deliver_time and spanq_* are the queue's own"
             )
+        if column.name in SYSTEM_COLUMNS:
+            raise errors.InvalidArgument(
+                f"key column name {column.name!r} is reserved: PostgreSQL names a system column of every table so "
+                f"({', '.join(sorted(SYSTEM_COLUMNS))}); choose another name"
+            )
         if column.name in seen:
             raise errors.InvalidArgument(f"key column {column.name!r} appears twice")
         seen.add(column.name)
@@ -98,9 +105,10 @@ def default_key_columns() -> tuple[KeyColumn, ...]:
 class Catalog:
     """Queue definitions, read through a short cache."""
 
-    def __init__(self, store: Store, limits: Limits) -> None:
+    def __init__(self, store: Store, limits: Limits, *, ddl_lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> None:
         self._store = store
         self._limits = limits
+        self._ddl_lock_timeout = ddl_lock_timeout
         self._cache: dict[str, tuple[float, QueueDef]] = {}
         self._on_gone: list[Callable[[str], None]] = []
 
@@ -119,7 +127,8 @@ class Catalog:
                 logger.exception("a listener failed on queue %s being gone", name)
 
     async def create(self, queue: QueueDef) -> QueueDef:
-        created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues)
+        created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues,
+                                                 lock_timeout=self._ddl_lock_timeout)
         self._cache[created.name] = (time.monotonic(), created)
         self._gone(created.name)
         return created
@@ -154,7 +163,7 @@ class Catalog:
     async def drop(self, name: str) -> None:
         queue = await self.get(name)
         self.forget(name)
-        await self._store.queue_drop(queue)
+        await self._store.queue_drop(queue, lock_timeout=self._ddl_lock_timeout)
         self._gone(name)
 
 

@@ -341,7 +341,8 @@ class Executor:
 
 
 def _column_key(name: str) -> str:
-    return SYSTEM_COLUMNS.get(name.lower(), name.lower())
+    folded = st.fold(name)
+    return SYSTEM_COLUMNS.get(folded, folded)
 
 
 def queue_from_ddl(s: st.CreateQueue) -> QueueDef:

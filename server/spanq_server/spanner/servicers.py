@@ -238,7 +238,7 @@ class SpannerService:
         try:
             if kind == "send":
                 send = mutation.send
-                queue = await self._catalog.get(send.queue.lower())
+                queue = await self._catalog.get(statements.fold(send.queue))
                 key = self._key(queue, send.key, "key")
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
@@ -249,7 +249,7 @@ class SpannerService:
                 return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
             if kind == "ack":
                 ack = mutation.ack
-                queue = await self._catalog.get(ack.queue.lower())
+                queue = await self._catalog.get(statements.fold(ack.queue))
                 return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
                              ignore_not_found=ack.ignore_not_found)
             raise errors.InvalidArgument(

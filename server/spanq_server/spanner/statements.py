@@ -3,8 +3,9 @@ Spanner's queue code sends; anything else is INVALID_ARGUMENT that lists what
 is understood. Not a SQL engine: statements become the dataclasses below,
 which the executor maps onto the domain.
 
-Understood (keywords in any case; names are folded to lower case, since
-spanq's queue and column names are lowercase identifiers):
+Understood (keywords in any case; names, backquoted or not, are folded to
+lower case by ``fold``, since spanq's queue and column names are lowercase
+identifiers):
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
@@ -151,6 +152,18 @@ _TOKEN = re.compile(
     """,
     re.X | re.S,
 )
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold(name: str) -> str:
+    """A name as spanq knows it: A-Z become a-z, and nothing else changes. Unicode's own
+    lower-casing would turn a few other characters into ASCII letters (KELVIN SIGN
+    U+212A into "k"), making two spellings of one queue; kept as they are, they fail
+    the name rules (lowercase ASCII letters, digits, _) with INVALID_ARGUMENT. The one
+    rule for every name of this front-end: statements, mutations and the token checks."""
+    return name.translate(_ASCII_LOWER)
+
+
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "0": "\0"}
 
 
@@ -216,7 +229,7 @@ def tokenize(text: str) -> list[Token]:
             tokens.append(Token("param", raw, raw[1:]))
         elif kind == "ident":
             name = raw[1:-1] if raw.startswith("`") else raw
-            tokens.append(Token("ident", raw, name.lower()))
+            tokens.append(Token("ident", raw, fold(name)))
         elif kind == "number":
             tokens.append(Token("number", raw, int(raw)))
         else:
