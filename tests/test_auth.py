@@ -23,7 +23,7 @@ from spanq_server import errors as spanq_server_errors
 from spanq_server.config import Config
 from spanq_server.server import start
 
-from .helpers import duration, error_of, key, text_message, value
+from .helpers import duration, error_of, key, spanner_ddl, text_message, value
 
 OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader"
 SPANNER_WORKER = "tok-spanner-worker"
@@ -284,19 +284,6 @@ async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> Non
     assert (await create(DLQ_ADMIN)).dead_letter_queue == "dlq"
 
 
-async def spanner_ddl(channel: grpc.aio.Channel, token: str, *statements: str) -> Any:
-    """UpdateDatabaseDdl of the Spanner front-end, as raw gRPC with a bearer token: its Operation."""
-    from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dba
-    from google.longrunning import operations_pb2
-
-    request = dba.UpdateDatabaseDdlRequest.pb()(database="projects/p/instances/i/databases/d",
-                                                 statements=list(statements))
-    call = channel.unary_unary(f"/{auth.DATABASE_ADMIN}/UpdateDatabaseDdl",
-                               request_serializer=type(request).SerializeToString,
-                               response_deserializer=operations_pb2.Operation.FromString)
-    return await call(request, metadata=bearer(token))
-
-
 async def test_naming_a_parent_table_needs_admin_on_it(stub, channel, sql) -> None:
     """Else a token with admin on its own queue alone could interleave it in any queue or
     table: its sends would answer which keys the parent holds (NOT_FOUND or OK), the parent's
@@ -323,7 +310,7 @@ async def test_naming_a_parent_table_needs_admin_on_it(stub, channel, sql) -> No
         assert info == {"reason": "PERMISSION_DENIED", "token": name, "privilege": "admin", "queue": "qa"}
         ddl = ("CREATE QUEUE Qc (Id STRING(MAX) NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id), "
                "INTERLEAVE IN PARENT Qa ON DELETE CASCADE")
-        code, text, info = await error_of(spanner_ddl(channel, token, ddl))
+        code, text, info = await error_of(spanner_ddl(channel, ddl, metadata=bearer(token)))
         assert code == grpc.StatusCode.PERMISSION_DENIED and "statement 0: " in text, text
         assert info["privilege"] == "admin" and info["queue"] == "qa", info
     # The application's own table is named by its grant key: admin on it, as erin has.
@@ -341,7 +328,7 @@ async def test_naming_a_parent_table_needs_admin_on_it(stub, channel, sql) -> No
     assert text.startswith("queue 'qa' is the parent table of queue(s) 'qc'") and "drop those queues first" in text
     assert info == {"reason": "FAILED_PRECONDITION", "queue": "qa", "child": "qc"}
     assert sql.execute("SELECT id FROM qa").fetchall() == [("present",)]
-    operation = await spanner_ddl(channel, OPS, "DROP QUEUE Qa")  # the same through the Spanner front-end
+    operation = await spanner_ddl(channel, "DROP QUEUE Qa", metadata=bearer(OPS))  # the same through the Spanner front-end
     assert operation.error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0], operation.error
     assert "parent table of queue(s) 'qc'" in operation.error.message
     await stub.DropQueue(queue_pb2.DropQueueRequest(name="qc"), metadata=bearer(CAROL))
@@ -537,6 +524,9 @@ async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypa
         await asyncio.to_thread(query, worker, "SELECT * FROM UserTasks")
     with pytest.raises(exceptions.PermissionDenied, match="mutation 0: .*'send' privilege on queue 'other'"):
         await asyncio.to_thread(send, worker, "Other")
+    # Names fold as the servicer folds them, A-Z only: KELVIN SIGN is no 'k' (no other spelling of usertasks).
+    with pytest.raises(exceptions.PermissionDenied, match=r"'send' privilege on queue 'usertas\\u212as'"):
+        await asyncio.to_thread(send, worker, "UserTas\u212as")
 
     def ddl(database: Any) -> None:
         database.update_ddl(["DROP QUEUE UserTasks"]).result(timeout=30)

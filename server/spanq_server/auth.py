@@ -98,7 +98,8 @@ class Principal:
 
     def denied(self, privilege: str, queue: str, what: str, where: str = "",
                **metadata: str) -> errors.PermissionDenied:
-        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {queue!r}", queue)
+        # ascii(): a look-alike of an ASCII letter (KELVIN SIGN for k) shows as what it is.
+        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {ascii(queue)}", queue)
         return errors.PermissionDenied(
             f"{where}token {self.name!r} lacks the {privilege!r} privilege on {on}, which {what} needs; "
             f"grant it in the server's token file ([tokens.{self.name}] grants = {{ {key} = [\"{privilege}\"] }}) "

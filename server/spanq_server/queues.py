@@ -41,9 +41,9 @@ logger = logging.getLogger(__name__)
 def check_name(name: str, what: str, max_length: int) -> str:
     if not IDENTIFIER.match(name) or len(name) > max_length:
         shown = name if len(name) <= 80 else name[:80] + "..."
-        raise errors.InvalidArgument(
-            f"{what} {shown!r} is not valid: use lowercase letters, digits and underscores, starting with a "
-            f"letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
+        raise errors.InvalidArgument(  # ascii(): a look-alike of an ASCII letter shows as what it is
+            f"{what} {ascii(shown)} is not valid: use lowercase ASCII letters, digits and underscores, starting "
+            f"with a letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
         )
     return name
 
