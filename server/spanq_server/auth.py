@@ -98,8 +98,7 @@ class Principal:
 
     def denied(self, privilege: str, queue: str, what: str, where: str = "",
                **metadata: str) -> errors.PermissionDenied:
-        # ascii(): a look-alike of an ASCII letter (KELVIN SIGN for k) shows as what it is.
-        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {ascii(queue)}", queue)
+        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {queues.shown(queue)}", queue)
         return errors.PermissionDenied(
             f"{where}token {self.name!r} lacks the {privilege!r} privilege on {on}, which {what} needs; "
             f"grant it in the server's token file ([tokens.{self.name}] grants = {{ {key} = [\"{privilege}\"] }}) "

@@ -38,12 +38,18 @@ server may drop and re-create a queue)."""
 logger = logging.getLogger(__name__)
 
 
+def shown(name: str) -> str:
+    """A name for a message: quoted, cut at 80 characters, and with its escaped form when it
+    is not ASCII, so a look-alike of an ASCII letter (KELVIN SIGN for k) shows as what it is."""
+    cut = name if len(name) <= 80 else name[:80] + "..."
+    return repr(cut) if cut.isascii() else f"{cut!r} ({ascii(cut)})"
+
+
 def check_name(name: str, what: str, max_length: int) -> str:
     if not IDENTIFIER.match(name) or len(name) > max_length:
-        shown = name if len(name) <= 80 else name[:80] + "..."
-        raise errors.InvalidArgument(  # ascii(): a look-alike of an ASCII letter shows as what it is
-            f"{what} {ascii(shown)} is not valid: use lowercase ASCII letters, digits and underscores, starting "
-            f"with a letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
+        raise errors.InvalidArgument(
+            f"{what} {shown(name)} is not valid: use lowercase letters (ASCII a-z), digits and underscores, "
+            f"starting with a letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
         )
     return name
 
