@@ -15,6 +15,7 @@ import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
+from spanq_server.store import Store
 
 from .helpers import create_queue, error_of, send, spanner_ddl, text_message
 
@@ -99,3 +100,16 @@ async def test_create_queue_behind_a_parent_tables_writer_fails_aborted(stub, sq
     created = await create_queue(stub, "inbox", payload_type=queue_pb2.STRING, parent_table="users",
                                  key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.STRING)])
     assert created.parent_table == "users"
+
+
+async def test_the_locks_taken_first_are_held_to_the_end_of_the_ddl(database_url, sql) -> None:
+    """Each lock attempt is a savepoint of the DDL's transaction, never a transaction of its
+    own whose COMMIT would let the lock go before the DDL runs."""
+    sql.execute("CREATE TABLE users (id text PRIMARY KEY)")
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        async with store.transaction() as conn:
+            await store._ddl_locks(conn, "a test", [("users", "SHARE ROW EXCLUSIVE")], timedelta(seconds=1))
+            held = sql.execute("SELECT locktype, mode FROM pg_locks WHERE pid = %s AND granted "
+                               "AND (relation = 'public.users'::regclass OR locktype = 'advisory')",
+                               [conn.info.backend_pid]).fetchall()
+            assert sorted(held) == [("advisory", "ExclusiveLock"), ("relation", "ShareRowExclusiveLock")]

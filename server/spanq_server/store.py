@@ -370,6 +370,9 @@ class Store:
         never stalls it. A table is waited for in slices of DDL_LOCK_SLICE (see there).
         No DDL waits on a table while it holds the catalog lock, which all queue DDL needs."""
         deadline = time.monotonic() + lock_timeout.total_seconds()
+        # A first statement, so that the transaction is open and each attempt below is a
+        # savepoint in it (on an idle connection, conn.transaction() would BEGIN and COMMIT).
+        await conn.execute(query("ddl_lock_timeout"), {"lock_timeout": _milliseconds(DDL_LOCK_SLICE)})
         for table, mode in tables:
             statement = query("table_lock", table=sql.Identifier("public", table), mode=sql.SQL(mode))
             while True:
