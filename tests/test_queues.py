@@ -7,13 +7,14 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 
 import grpc
+import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Limits
 from spanq_server.server import start
 
 from .helpers import (
-    ack, create_queue, duration, error_of, key, open_stream, plain, send, value,
+    ack, create_queue, duration, error_of, key, open_stream, plain, send, spanner_ddl, value,
 )
 
 
@@ -208,6 +209,25 @@ async def test_a_queue_whose_index_name_is_taken_is_already_exists(stub, sql):
     assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone()[0] == 0
     sql.execute("DROP TABLE spanq_dt_x")
     assert (await create_queue(stub, "x")).name == "x"
+
+
+async def test_create_queue_if_not_exists_passes_over_a_queue_not_a_table_in_the_way(stub, channel, sql):
+    """The Spanner front-end's IF NOT EXISTS passes over an existing queue only."""
+    pytest.importorskip("google.cloud.spanner")
+    sql.execute("CREATE TABLE spanq_lt_x (a int)")
+    sql.execute("CREATE TABLE users (a int)")
+    await create_queue(stub, "q")
+    for name, message in (("x", "a table or index named 'spanq_lt_x' already exists"),
+                          ("users", "a queue, table or type named 'users' already exists")):
+        operation = await spanner_ddl(
+            channel, f"CREATE QUEUE IF NOT EXISTS {name} (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) "
+                     "PRIMARY KEY (Id)")
+        assert operation.error.code == grpc.StatusCode.ALREADY_EXISTS.value[0], operation.error
+        assert message in operation.error.message
+    operation = await spanner_ddl(channel, "CREATE QUEUE IF NOT EXISTS Q (Id INT64 NOT NULL, Payload BYTES(MAX) "
+                                           "NOT NULL) PRIMARY KEY (Id)")
+    assert not operation.HasField("error")
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("q",)]
 
 
 async def test_key_columns_named_after_postgresql_system_columns_are_invalid(stub, sql):

@@ -153,6 +153,13 @@ class Catalog:
         self._cache[name] = (time.monotonic(), queue)
         return queue
 
+    async def exists(self, name: str) -> bool:
+        try:
+            await self.get(name)
+        except errors.QueueNotFound:
+            return False
+        return True
+
     def forget(self, name: str) -> None:
         self._cache.pop(name, None)
 
