@@ -242,6 +242,16 @@ async def test_ack_by_dml_with_resend_in_run_in_transaction(database, sql) -> No
     assert sql.execute("SELECT messageid FROM usertasks WHERE userid = 11").fetchall() == [("kept",)]
 
 
+async def test_drop_database_drops_a_child_queue_before_its_parent(server, spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    database = await asyncio.to_thread(make_database, server.target, [
+        "CREATE QUEUE Alpha (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)",
+        "CREATE QUEUE Beta (Id INT64 NOT NULL, Seq INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) "
+        "PRIMARY KEY (Id, Seq), INTERLEAVE IN PARENT Alpha ON DELETE CASCADE",
+    ])
+    await asyncio.to_thread(database.drop)  # alpha comes first by name, and waits for beta
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+
+
 KELVIN = "\u212a"
 """KELVIN SIGN, whose Unicode lower case is the ASCII letter k."""
 

@@ -433,8 +433,7 @@ class InstanceAdminService:
         return ia.ListInstancesResponse.pb()(instances=self._admin.list_instances(request.parent))
 
     async def DeleteInstance(self, request: Any, context: Any) -> Any:
-        for queue in self._admin.delete_instance(request.name):
-            await _drop_quietly(self._catalog, queue)
+        await _drop_all(self._catalog, self._admin.delete_instance(request.name))
         return empty_pb2.Empty()
 
 
@@ -485,8 +484,7 @@ class DatabaseAdminService:
         return dba.ListDatabasesResponse.pb()(databases=self._admin.list_databases(request.parent))
 
     async def DropDatabase(self, request: Any, context: Any) -> Any:
-        for queue in self._admin.drop_database(request.database):
-            await _drop_quietly(self._catalog, queue)
+        await _drop_all(self._catalog, self._admin.drop_database(request.database))
         return empty_pb2.Empty()
 
     async def GetDatabaseDdl(self, request: Any, context: Any) -> Any:
@@ -500,11 +498,24 @@ class DatabaseAdminService:
         return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q) for q in found])
 
 
-async def _drop_quietly(catalog: Catalog, queue: str) -> None:
-    try:
-        await catalog.drop(queue)
-    except errors.QueueNotFound:
-        pass
+async def _drop_all(catalog: Catalog, queues: list[str]) -> None:
+    """Drops the queues, those that others depend on (as parent or dead-letter queue)
+    after those others: a pass drops what it can, the next one the rest. A queue that
+    one outside the list depends on stays, and its FailedPrecondition says so."""
+    while queues:
+        refused: list[str] = []
+        error: errors.FailedPrecondition | None = None
+        for queue in queues:
+            try:
+                await catalog.drop(queue)
+            except errors.QueueNotFound:
+                pass
+            except errors.FailedPrecondition as exc:
+                refused.append(queue)
+                error = error or exc
+        if error is not None and len(refused) == len(queues):
+            raise error
+        queues = refused
 
 
 class OperationsService:
