@@ -13,6 +13,9 @@ import grpc
 import psycopg
 import pytest
 
+import spanq
+import spanq.aio
+
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
 from spanq_server.store import Store
@@ -49,7 +52,8 @@ async def waiting_for_lock(sql: psycopg.Connection, table: str) -> None:
     raise AssertionError(f"nobody waited for a lock on {table}")
 
 
-async def test_drop_queue_behind_an_open_reader_fails_aborted_and_blocks_no_one(stub, channel, sql, holder) -> None:
+async def test_drop_queue_behind_an_open_reader_fails_aborted_and_blocks_no_one(server, stub, channel, sql,
+                                                                                 holder) -> None:
     pytest.importorskip("google.cloud.spanner")
     await create_queue(stub, "x", payload_type=queue_pb2.STRING)
     await send(stub, "x", text_message("kept", "x"))
@@ -72,6 +76,11 @@ async def test_drop_queue_behind_an_open_reader_fails_aborted_and_blocks_no_one(
     # Nothing changed: the queue, its messages and its functions are all there.
     assert (await stub.GetQueue(queue_pb2.GetQueueRequest(name="x"))).name == "x"
     assert sorted(r[0] for r in sql.execute("SELECT id FROM x")) == ["during", "kept"]
+
+    # The SDK raises it as spanq.Aborted, at once: it does not retry it.
+    async with spanq.aio.Client(server.target) as client:
+        with pytest.raises(spanq.Aborted, match="waited 1.5s for table 'x'"):
+            await client.drop_queue("x")
 
     # The Spanner front-end's DDL goes through the same catalog: the same answer.
     operation = await spanner_ddl(channel, "DROP QUEUE X")
