@@ -78,6 +78,20 @@ async def outcome(call: Any) -> str:
     return "OK"
 
 
+async def spanner_ddl(channel: grpc.aio.Channel, *statements: str, metadata: Any = ()) -> Any:
+    """The Spanner front-end's UpdateDatabaseDdl as a raw call (no client library, so a test can
+    give its own metadata): its finished Operation, whose ``error`` says how the DDL failed."""
+    from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dba
+    from google.longrunning import operations_pb2
+
+    request = dba.UpdateDatabaseDdlRequest.pb()(database="projects/p/instances/i/databases/d",
+                                                 statements=list(statements))
+    call = channel.unary_unary("/google.spanner.admin.database.v1.DatabaseAdmin/UpdateDatabaseDdl",
+                               request_serializer=type(request).SerializeToString,
+                               response_deserializer=operations_pb2.Operation.FromString)
+    return await call(request, metadata=metadata)
+
+
 async def error_of(awaitable: Any) -> tuple[grpc.StatusCode, str, dict[str, Any]]:
     """The status code, message and ErrorInfo (reason + metadata) of a failing call."""
     try:

@@ -23,11 +23,13 @@ from spanq_server import errors as spanq_server_errors
 from spanq_server.config import Config
 from spanq_server.server import start
 
-from .helpers import duration, error_of, key, text_message, value
+from .helpers import duration, error_of, key, spanner_ddl, text_message, value
 
 OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader"
 SPANNER_WORKER = "tok-spanner-worker"
 DLQ_SENDER, DLQ_ADMIN = "tok-dlq-sender", "tok-dlq-admin"
+ALICE, CAROL, DANA, ERIN = "tok-alice", "tok-carol", "tok-dana", "tok-erin"
+"""alice owns queue qa; carol owns qc alone; dana owns qc and may read qa; erin owns qc and the table users."""
 ONLY = {p: f"tok-only-{p}" for p in auth.PRIVILEGES}
 """A token per privilege, each granting just that one on queue q."""
 
@@ -55,6 +57,22 @@ grants = {{ q = ["admin"], dlq = ["send"] }}
 [tokens.dlq-admin]
 sha256 = "{auth.digest(DLQ_ADMIN)}"
 grants = {{ q = ["admin"], dlq = ["admin"] }}
+
+[tokens.alice]
+sha256 = "{auth.digest(ALICE)}"
+grants = {{ qa = ["admin", "send", "receive", "ack", "select"] }}
+
+[tokens.carol]
+sha256 = "{auth.digest(CAROL)}"
+grants = {{ qc = ["admin", "send", "receive", "ack", "select"] }}
+
+[tokens.dana]
+sha256 = "{auth.digest(DANA)}"
+grants = {{ qc = ["admin", "send"], qa = ["select", "send", "receive", "ack"] }}
+
+[tokens.erin]
+sha256 = "{auth.digest(ERIN)}"
+grants = {{ qc = ["admin", "send"], users = ["admin"] }}
 
 [tokens.reader]
 sha256 = "{auth.digest(READER)}"
@@ -266,6 +284,58 @@ async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> Non
     assert (await create(DLQ_ADMIN)).dead_letter_queue == "dlq"
 
 
+async def test_naming_a_parent_table_needs_admin_on_it(stub, channel, sql) -> None:
+    """Else a token with admin on its own queue alone could interleave it in any queue or
+    table: its sends would answer which keys the parent holds (NOT_FOUND or OK), the parent's
+    acks would cascade into it, and the parent could not be dropped while it exists."""
+    pytest.importorskip("google.cloud.spanner")
+    await make_queue(stub, "qa")
+    await make_queue(stub, "qc")
+    await stub.Send(queue_pb2.SendRequest(queue="qa", messages=[text_message("present", "x")]),
+                    metadata=bearer(ALICE))
+    sql.execute("CREATE TABLE users (id text PRIMARY KEY)")
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="qc"), metadata=bearer(CAROL))
+
+    def child(parent: str) -> queue_pb2.CreateQueueRequest:
+        return queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
+            name="qc", payload_type=queue_pb2.STRING, parent_table=parent,
+            key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.STRING)]))
+
+    # carol has no privilege on qa, dana may read it but does not own it: neither may name it.
+    for token, name in ((CAROL, "carol"), (DANA, "dana")):
+        code, text, info = await error_of(stub.CreateQueue(child("qa"), metadata=bearer(token)))
+        assert code == grpc.StatusCode.PERMISSION_DENIED, text
+        assert text.startswith(f"token {name!r} lacks the 'admin' privilege on queue 'qa', which CreateQueue of "
+                               "'qc', whose parent table it is, needs"), text
+        assert info == {"reason": "PERMISSION_DENIED", "token": name, "privilege": "admin", "queue": "qa"}
+        ddl = ("CREATE QUEUE Qc (Id STRING(MAX) NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id), "
+               "INTERLEAVE IN PARENT Qa ON DELETE CASCADE")
+        code, text, info = await error_of(spanner_ddl(channel, ddl, metadata=bearer(token)))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "statement 0: " in text, text
+        assert info["privilege"] == "admin" and info["queue"] == "qa", info
+    # The application's own table is named by its grant key: admin on it, as erin has.
+    code, _, info = await error_of(stub.CreateQueue(child("users"), metadata=bearer(CAROL)))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and info["queue"] == "users"
+    assert sql.execute("SELECT count(*) FROM spanq.queues WHERE name = 'qc'").fetchone() == (0,)
+    assert (await stub.CreateQueue(child("users"), metadata=bearer(ERIN))).parent_table == "users"
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="qc"), metadata=bearer(ERIN))
+
+    # A token that owns both may. Then the parent cannot be dropped while its child exists:
+    # FAILED_PRECONDITION naming the child, and nothing changes.
+    assert (await stub.CreateQueue(child("qa"), metadata=bearer(OPS))).parent_table == "qa"
+    code, text, info = await error_of(stub.DropQueue(queue_pb2.DropQueueRequest(name="qa"), metadata=bearer(ALICE)))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, text
+    assert text.startswith("queue 'qa' is the parent table of queue(s) 'qc'") and "drop those queues first" in text
+    assert info == {"reason": "FAILED_PRECONDITION", "queue": "qa", "child": "qc"}
+    assert sql.execute("SELECT id FROM qa").fetchall() == [("present",)]
+    # The same through the Spanner front-end.
+    operation = await spanner_ddl(channel, "DROP QUEUE Qa", metadata=bearer(OPS))
+    assert operation.error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0], operation.error
+    assert "parent table of queue(s) 'qc'" in operation.error.message
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="qc"), metadata=bearer(CAROL))
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="qa"), metadata=bearer(ALICE))
+
+
 async def test_unknown_queue_without_privilege_is_denied_not_revealed(stub) -> None:
     """A token learns nothing of queues it has no privilege on: not even whether they exist."""
     await make_queue(stub, "secret")
@@ -455,6 +525,10 @@ async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypa
         await asyncio.to_thread(query, worker, "SELECT * FROM UserTasks")
     with pytest.raises(exceptions.PermissionDenied, match="mutation 0: .*'send' privilege on queue 'other'"):
         await asyncio.to_thread(send, worker, "Other")
+    # Names fold as the servicer folds them, A-Z only: KELVIN SIGN is no 'k' (no other spelling of usertasks).
+    kelvin_denied = r"'send' privilege on queue 'usertas\u212as' \('usertas\\u212as'\)"
+    with pytest.raises(exceptions.PermissionDenied, match=kelvin_denied):
+        await asyncio.to_thread(send, worker, "UserTas\u212as")
 
     def ddl(database: Any) -> None:
         database.update_ddl(["DROP QUEUE UserTasks"]).result(timeout=30)

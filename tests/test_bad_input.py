@@ -153,6 +153,7 @@ BAD_NAMES = [
     "public.y",
     "café",  # unicode
     "ｔａｓｋｓ",  # fullwidth letters
+    "tas\u212as",  # KELVIN SIGN, whose Unicode lower case is k: a look-alike of "tasks"
     "Tasks",  # uppercase
     "",
     "a" * 300,
@@ -188,7 +189,7 @@ async def test_longest_names_are_accepted(stub, stored):
 
 async def test_bad_key_column_name_is_invalid(stub, stored):
     before = stored.snapshot()
-    for column in BAD_NAMES + ["k" * 64, "payload", "deliver_time", "spanq_lease_token"]:
+    for column in BAD_NAMES + ["k" * 64, "payload", "deliver_time", "spanq_lease_token", "ctid", "xmin", "tableoid"]:
         message, _ = await expect(stub.CreateQueue(q("fresh", key_columns=[col("id"), col(column)])), INVALID,
                                   "key column")
         assert repr(column)[:40] in message, message

@@ -124,7 +124,7 @@ requests = st.one_of(
     st.builds(lambda q, cols, p, lease: ("CreateQueue", queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
         name=q, key_columns=[queue_pb2.KeyColumn(name=n, type=t) for n, t in cols], payload_type=p,
         lease_duration=lease))),
-        names, st.lists(st.tuples(st.text(max_size=10) | st.sampled_from(["id", "payload", "k"]),
+        names, st.lists(st.tuples(st.text(max_size=10) | st.sampled_from(["id", "payload", "k", "ctid", "attempt", "old_token"]),
                                   st.integers(-1, 12)), max_size=3),
         st.integers(-1, 12), durations),
     st.builds(lambda q, size, token: ("ListQueues", queue_pb2.ListQueuesRequest(page_size=size, page_token=token)),

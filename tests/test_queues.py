@@ -7,13 +7,14 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 
 import grpc
+import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Limits
 from spanq_server.server import start
 
 from .helpers import (
-    ack, create_queue, duration, error_of, key, open_stream, plain, send, value,
+    ack, create_queue, duration, error_of, key, open_stream, plain, send, spanner_ddl, value,
 )
 
 
@@ -177,6 +178,85 @@ async def test_drop_of_a_dead_letter_queue_in_use_is_refused(stub, sql):
     await stub.DropQueue(queue_pb2.DropQueueRequest(name="tasks"))
     await stub.DropQueue(queue_pb2.DropQueueRequest(name="graveyard"))
     assert not table_exists(sql, "graveyard")
+
+
+async def test_drop_of_a_queue_another_table_references_is_refused(stub, sql):
+    """The application's table with a foreign key to a queue (or a view over it) keeps it."""
+    await create_queue(stub, "orders", payload_type=queue_pb2.STRING)
+    sql.execute("CREATE TABLE receipts (order_id text REFERENCES orders (id))")
+    code, text, info = await error_of(stub.DropQueue(queue_pb2.DropQueueRequest(name="orders")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION, text
+    assert "other objects depend on its table" in text and "receipts" in text, text
+    assert info == {"reason": "FAILED_PRECONDITION", "queue": "orders"}
+    assert table_exists(sql, "orders") and functions(sql, "orders")
+    assert (await stub.GetQueue(queue_pb2.GetQueueRequest(name="orders"))).name == "orders"
+    sql.execute("DROP TABLE receipts")
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="orders"))
+    assert not table_exists(sql, "orders")
+
+
+async def test_a_queue_whose_index_name_is_taken_is_already_exists(stub, sql):
+    """Queue x's indexes are spanq_dt_x and spanq_lt_x: a relation of either name keeps x from
+    being created, with ALREADY_EXISTS naming it, and nothing stored."""
+    sql.execute("CREATE TABLE spanq_dt_x (a int)")
+    sql.execute("CREATE TABLE other (a int)")
+    sql.execute("CREATE INDEX spanq_lt_y ON other (a)")
+    for name, taken in (("x", "spanq_dt_x"), ("y", "spanq_lt_y")):
+        code, text, info = await error_of(create_queue(stub, name))
+        assert code == grpc.StatusCode.ALREADY_EXISTS, text
+        assert f"a table or index named {taken!r} already exists" in text and f"queue {name!r} needs" in text, text
+        assert not table_exists(sql, name) and functions(sql, name) == []
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone()[0] == 0
+    sql.execute("DROP TABLE spanq_dt_x")
+    assert (await create_queue(stub, "x")).name == "x"
+
+
+async def test_create_queue_if_not_exists_passes_over_a_queue_not_a_table_in_the_way(stub, channel, sql):
+    """The Spanner front-end's IF NOT EXISTS passes over an existing queue only."""
+    pytest.importorskip("google.cloud.spanner")
+    sql.execute("CREATE TABLE spanq_lt_x (a int)")
+    sql.execute("CREATE TABLE users (a int)")
+    await create_queue(stub, "q")
+    for name, message in (("x", "a table or index named 'spanq_lt_x' already exists"),
+                          ("users", "a queue, table or type named 'users' already exists")):
+        operation = await spanner_ddl(
+            channel, f"CREATE QUEUE IF NOT EXISTS {name} (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) "
+                     "PRIMARY KEY (Id)")
+        assert operation.error.code == grpc.StatusCode.ALREADY_EXISTS.value[0], operation.error
+        assert message in operation.error.message
+    operation = await spanner_ddl(channel, "CREATE QUEUE IF NOT EXISTS Q (Id INT64 NOT NULL, Payload BYTES(MAX) "
+                                           "NOT NULL) PRIMARY KEY (Id)")
+    assert not operation.HasField("error")
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("q",)]
+
+
+async def test_key_columns_named_after_postgresql_system_columns_are_invalid(stub, sql):
+    for name in ("ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"):
+        code, text, _ = await error_of(create_queue(stub, "q", key_columns=[column(name, queue_pb2.STRING)]))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (name, text)
+        assert f"key column name {name!r} is reserved" in text and "system column" in text, text
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone()[0] == 0
+    assert sql.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone()[0] == 0
+
+
+async def test_key_columns_named_like_the_sql_functions_own_columns_work(stub, sql):
+    """attempt and old_token were columns of the receive and renew functions' own, beside
+    the key columns: a key column of either name made a reference ambiguous (INTERNAL)."""
+    keys = [column("attempt", queue_pb2.STRING), column("old_token", queue_pb2.INT64)]
+    await create_queue(stub, "graves", key_columns=keys, payload_type=queue_pb2.STRING)
+    await create_queue(stub, "jobs", key_columns=keys, payload_type=queue_pb2.STRING, initial_backoff=duration(0),
+                       max_delivery_attempts=1, dead_letter_queue="graves")
+    await send(stub, "jobs", *[queue_pb2.SendMessage(key=key(k, 1), payload=value(k)) for k in ("a", "b")])
+    async with open_stream(stub, "jobs", max_batch_size=1) as s:
+        first, second = await s.take(2)
+    renewed = await stub.RenewLease(queue_pb2.RenewLeaseRequest(
+        queue="jobs", lease_tokens=[first.lease_token], lease_duration=duration(0)))  # a nack
+    assert renewed.leases[0].old_lease_token == first.lease_token
+    await ack(stub, "jobs", second)
+    # Past max_delivery_attempts, the nacked message moves to the dead-letter queue.
+    assert sql.execute("SELECT * FROM spanq.receive_jobs(5)").fetchall() == []
+    assert sql.execute("SELECT attempt, old_token FROM graves").fetchall() == [(plain(first.key)[0], 1)]
+    assert sql.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
 
 
 async def test_queue_limit(stub, server_config):

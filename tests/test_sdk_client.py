@@ -226,6 +226,7 @@ def test_status_codes_map_to_error_classes():
     table = {
         grpc.StatusCode.NOT_FOUND: spanq.NotFound, grpc.StatusCode.ALREADY_EXISTS: spanq.AlreadyExists,
         grpc.StatusCode.OUT_OF_RANGE: spanq.MessageGone, grpc.StatusCode.FAILED_PRECONDITION: spanq.FailedPrecondition,
+        grpc.StatusCode.ABORTED: spanq.Aborted,
         grpc.StatusCode.INVALID_ARGUMENT: spanq.InvalidArgument,
         grpc.StatusCode.RESOURCE_EXHAUSTED: spanq.ResourceExhausted, grpc.StatusCode.UNAVAILABLE: spanq.Unavailable,
         grpc.StatusCode.DEADLINE_EXCEEDED: spanq.DeadlineExceeded,

@@ -242,6 +242,49 @@ async def test_ack_by_dml_with_resend_in_run_in_transaction(database, sql) -> No
     assert sql.execute("SELECT messageid FROM usertasks WHERE userid = 11").fetchall() == [("kept",)]
 
 
+async def test_drop_database_drops_a_child_queue_before_its_parent(server, spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    database = await asyncio.to_thread(make_database, server.target, [
+        "CREATE QUEUE Alpha (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)",
+        "CREATE QUEUE Beta (Id INT64 NOT NULL, Seq INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) "
+        "PRIMARY KEY (Id, Seq), INTERLEAVE IN PARENT Alpha ON DELETE CASCADE",
+    ])
+    await asyncio.to_thread(database.drop)  # alpha comes first by name, and waits for beta
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+
+
+KELVIN = "\u212a"
+"""KELVIN SIGN, whose Unicode lower case is the ASCII letter k."""
+
+
+async def test_names_fold_ascii_letters_only(database, sql) -> None:  # type: ignore[no-untyped-def]
+    """A-Z fold to a-z, in statements (backquoted or not) and in mutations; nothing else
+    folds, so a look-alike of an ASCII letter never reaches an ASCII-named queue."""
+    def send_to(queue: str) -> None:
+        with database.batch() as batch:
+            batch.send(queue=queue, key=[1, queue], payload=b64(b"x"))
+
+    def query(text: str) -> list:  # type: ignore[type-arg]
+        with database.snapshot() as snapshot:
+            return list(snapshot.execute_sql(text))
+
+    def ddl(statement: str) -> None:
+        database.update_ddl([statement]).result(timeout=30)
+
+    await asyncio.to_thread(send_to, "USERTASKS")
+    assert [r[1] for r in await asyncio.to_thread(query, "SELECT * FROM `USERtasks`")] == ["USERTASKS"]
+    invalid = r"queue name 'usertas\u212as' \('usertas\\u212as'\) is not valid"  # shown as it is, escaped too
+    for name in (f"UserTas{KELVIN}s", f"userTas{KELVIN}s"):
+        with pytest.raises(exceptions.InvalidArgument, match=invalid):
+            await asyncio.to_thread(send_to, name)
+        with pytest.raises(exceptions.InvalidArgument, match=invalid):
+            await asyncio.to_thread(query, f"SELECT * FROM `{name}`")
+    with pytest.raises(exceptions.InvalidArgument, match=r"queue name '\u212aq' \('\\u212aq'\) is not valid"):
+        await asyncio.to_thread(ddl, f"CREATE QUEUE `{KELVIN}Q` (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) "
+                                     "PRIMARY KEY (Id)")
+    assert sql.execute("SELECT messageid FROM usertasks").fetchall() == [("USERTASKS",)]
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("usertasks",)]
+
+
 def _send(database, messages) -> None:  # type: ignore[no-untyped-def]
     with database.batch() as batch:
         for userid, messageid, payload in messages:

@@ -31,6 +31,17 @@ def test_create_queue_as_in_spanners_docs() -> None:
     assert st.parse_ddl("DROP QUEUE IF EXISTS `UserTasks`;") == st.DropQueue("usertasks", True)
 
 
+def test_names_fold_ascii_letters_only() -> None:
+    """Spanner's names are ASCII and case-insensitive: A-Z fold to a-z, backquoted or not,
+    and nothing else folds (str.lower() would make KELVIN SIGN a 'k', and the Turkish
+    dotted I two characters)."""
+    assert st.fold("UserTasks_2") == "usertasks_2"
+    assert st.parse("SELECT * FROM `UserTasks`").queue == st.parse("select * from USERTASKS").queue == "usertasks"
+    for other in ("\u212a", "\u0130", "\u00c9", "\uff21"):  # KELVIN SIGN, I WITH DOT ABOVE, E ACUTE, FULLWIDTH A
+        assert st.fold(f"Q{other}") == f"q{other}"
+        assert st.parse(f"SELECT * FROM `Q{other}`").queue == f"q{other}"
+
+
 @pytest.mark.parametrize("ddl, message", [
     ("CREATE TABLE T (Id INT64) PRIMARY KEY (Id)", "only CREATE QUEUE"),
     ("CREATE QUEUE Q (Id FLOAT64, Payload BYTES(MAX)) PRIMARY KEY (Id)", "FLOAT64"),

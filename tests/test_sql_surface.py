@@ -227,7 +227,7 @@ async def test_a_lease_prefix_with_dots_survives_renewal(stub, sql, tasks, datab
 async def test_migration_0005_gives_existing_queues_the_right_to_left_renewal(stub, sql, tasks, database_url):
     # The renew function as migration 0004 left it: the prefix cut at its first '.'.
     current = sql.execute("SELECT pg_get_functiondef('spanq.renewlease_tasks'::regproc)").fetchone()[0]
-    cut = re.sub(r"regexp_replace\(held\.old_token, .*?, ''\)", "split_part(held.old_token, '.', 1)", current,
+    cut = re.sub(r"regexp_replace\(held\.spanq_old_token, .*?, ''\)", "split_part(held.spanq_old_token, '.', 1)", current,
                  flags=re.S)
     assert cut != current
     sql.execute(cut)
@@ -243,6 +243,27 @@ async def test_migration_0005_gives_existing_queues_the_right_to_left_renewal(st
     [row] = receive(sql, 1, "interval '1 minute'", "'billing.worker-1'", "now() + interval '2 hours'")
     [renewed] = renew(sql, [row["spanq_lease_token"]], "interval '10 seconds'", "now() + interval '2 hours'")
     assert re.fullmatch(DOTTED_TOKEN, renewed["spanq_new_lease_token"])
+
+
+async def test_migration_0006_gives_existing_queues_spanq_prefixed_function_columns(stub, sql, tasks, database_url):
+    # The functions as migration 0005 left them: their own columns named attempt and old_token.
+    for function in ("receive_tasks", "renewlease_tasks"):
+        current = sql.execute("SELECT pg_get_functiondef(%s::regproc)", [f"spanq.{function}"]).fetchone()[0]
+        old = current.replace("spanq_attempt", "attempt").replace("spanq_old_token", "old_token")
+        assert old != current
+        sql.execute(old)
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 6")
+
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [6]
+
+    for function in ("receive_tasks", "renewlease_tasks"):
+        text = sql.execute("SELECT pg_get_functiondef(%s::regproc)", [f"spanq.{function}"]).fetchone()[0]
+        assert "spanq_attempt" in text and not re.search(r"\b(ready|held)\.(attempt|old_token)\b", text), text
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('k1', 'one')")
+    [row] = receive(sql, 1, "interval '1 minute'")
+    [renewed] = renew(sql, [row["spanq_lease_token"]])
+    assert renewed["spanq_old_lease_token"] == row["spanq_lease_token"] and renewed["spanq_new_lease_token"]
 
 
 def ack_in_transaction(sql: psycopg.Connection, key: str) -> int:

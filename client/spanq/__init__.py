@@ -10,6 +10,7 @@
 from . import aio, sql
 from ._client import Client, Subscription
 from ._errors import (
+    Aborted,
     AlreadyExists,
     Cancelled,
     Closed,
@@ -72,6 +73,7 @@ __all__ = [
     "MessageGone",
     "FailedPrecondition",
     "LeaseLost",
+    "Aborted",
     "InvalidArgument",
     "ResourceExhausted",
     "Unauthenticated",

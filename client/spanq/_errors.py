@@ -23,6 +23,7 @@ __all__ = [
     "MessageGone",
     "FailedPrecondition",
     "LeaseLost",
+    "Aborted",
     "InvalidArgument",
     "ResourceExhausted",
     "Unauthenticated",
@@ -95,6 +96,12 @@ class LeaseLost(FailedPrecondition):
     another receiver."""
 
 
+class Aborted(SpanqError):
+    """Another transaction held what the call needed, and the server stopped waiting for it (queue DDL
+    behind an open transaction that used the table, past --ddl-lock-timeout); nothing changed. Retry when
+    that transaction ends. Not retried by the SDK: the holder may stay open for as long as it likes."""
+
+
 class InvalidArgument(SpanqError, ValueError):
     """The request is malformed; correct it before retrying."""
 
@@ -151,6 +158,7 @@ _BY_CODE: dict[grpc.StatusCode, type[SpanqError]] = {
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.OUT_OF_RANGE: MessageGone,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,

@@ -13,7 +13,9 @@ queue. The privileges mirror Spanner's fine-grained access control on queues:
 - ``ack``: DELETE ON QUEUE (Ack, a Commit's ack, DELETE, the Ack mutation);
 - ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q);
 - ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE). A CreateQueue
-  naming a ``dead_letter_queue`` also needs ``send`` (or ``admin``) on that queue.
+  naming a ``dead_letter_queue`` also needs ``send`` (or ``admin``) on that queue;
+  naming a ``parent_table`` (INTERLEAVE IN PARENT) needs ``admin`` on the parent,
+  queue or table.
 
 The file stores each token's SHA-256, never the token: a call's token is hashed
 and looked up by its digest (no string comparison of secrets, so no timing leak
@@ -96,7 +98,7 @@ class Principal:
 
     def denied(self, privilege: str, queue: str, what: str, where: str = "",
                **metadata: str) -> errors.PermissionDenied:
-        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {queue!r}", queue)
+        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {queues.shown(queue)}", queue)
         return errors.PermissionDenied(
             f"{where}token {self.name!r} lacks the {privilege!r} privilege on {on}, which {what} needs; "
             f"grant it in the server's token file ([tokens.{self.name}] grants = {{ {key} = [\"{privilege}\"] }}) "
@@ -250,13 +252,24 @@ def _list_queues(p: Principal, request: Any) -> After | None:
 
 
 def _create_queue(p: Principal, request: Any) -> None:
-    """admin on the new queue; and with a dead_letter_queue, send (or admin) there too:
-    the queue's dead letters will be sent to it, which the token could not do itself."""
+    """admin on the new queue; with a dead_letter_queue, send (or admin) there too: the
+    queue's dead letters will be sent to it, which the token could not do itself; with a
+    parent_table, admin on the parent (see _require_parent)."""
     queue = request.queue
     p.require("admin", queue.name, "CreateQueue")
     target = queue.dead_letter_queue
     if target and not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
         raise p.denied("send", target, f"CreateQueue of {queue.name!r}, whose dead letters go there,")
+    _require_parent(p, queue.name, queue.parent_table, "CreateQueue")
+
+
+def _require_parent(p: Principal, queue: str, parent: str, what: str, where: str = "") -> None:
+    """admin on a parent table (a queue or the application's table, by its grant key):
+    a child queue is DDL on its parent. Its sends answer whether a key is in the parent
+    (NOT_FOUND or OK), the parent's deletes and acks cascade into it, and the parent
+    cannot be dropped while it exists: only the parent's owner may attach one."""
+    if parent and "admin" not in p.grants.get(parent, p.everywhere):
+        raise p.denied("admin", parent, f"{what} of {queue!r}, whose parent table it is,", where)
 
 
 DEAD_LETTER_PRIVILEGES = frozenset({"send", "admin"})
@@ -313,9 +326,12 @@ def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: b
         except errors.InvalidArgument:
             continue  # refused by the servicer, before it runs anything; the others are still checked
         privilege, queue = _statement_need(statement)
+        kind = type(statement).__name__
+        where = f"{label} {i}: " if label else ""
         if privilege not in p.grants.get(queue, p.everywhere):
-            kind = type(statement).__name__
-            raise p.denied(privilege, queue, f"{what} ({kind})", f"{label} {i}: " if label else "")
+            raise p.denied(privilege, queue, f"{what} ({kind})", where)
+        if isinstance(statement, st.CreateQueue) and statement.parent_table:
+            _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
 
 def _execute_sql(p: Principal, request: Any) -> None:
@@ -338,7 +354,7 @@ def _spanner_commit(p: Principal, request: Any) -> None:
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
         if kind in ("send", "ack"):
-            queue = getattr(mutation, kind).queue.lower()
+            queue = st.fold(getattr(mutation, kind).queue)  # as the servicer folds it
             if kind not in p.grants.get(queue, p.everywhere):
                 raise p.denied(kind, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
                                mutation_index=str(i))

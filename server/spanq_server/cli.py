@@ -51,6 +51,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                        default=default.spanner_transaction_max_lifetime.total_seconds(),
                        help="seconds a Spanner front-end read-write transaction may stay open, however busy, "
                             "before it is rolled back (its next use is ABORTED)")
+    serve.add_argument("--ddl-lock-timeout", type=float, default=default.ddl_lock_timeout.total_seconds(),
+                       help="seconds queue DDL waits at most for a table another open transaction holds, then "
+                            f"fails ABORTED (default {default.ddl_lock_timeout.total_seconds():g})")
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
     serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
@@ -71,6 +74,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parser.error(str(exc))
     if min(args.spanner_transaction_idle_timeout, args.spanner_transaction_max_lifetime) <= 0:
         parser.error("--spanner-transaction-idle-timeout and --spanner-transaction-max-lifetime must be positive")
+    if args.ddl_lock_timeout <= 0:
+        parser.error("--ddl-lock-timeout must be more than 0 seconds")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     logging.basicConfig(
@@ -97,6 +102,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         poll_interval=timedelta(seconds=args.poll_interval),
         spanner_transaction_idle_timeout=timedelta(seconds=args.spanner_transaction_idle_timeout),
         spanner_transaction_max_lifetime=timedelta(seconds=args.spanner_transaction_max_lifetime),
+        ddl_lock_timeout=timedelta(seconds=args.ddl_lock_timeout),
         inject_faults=args.inject_faults,
     )
 

@@ -52,6 +52,10 @@ class Config:
     """How often an idle stream checks its queue when no wake-up arrives: the
     fallback for lost notifications, and the only wake-up where LISTEN is unavailable."""
     shutdown_grace: timedelta = timedelta(seconds=5)
+    ddl_lock_timeout: timedelta = timedelta(seconds=5)
+    """The longest queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE) waits for the
+    locks it needs, in all: a table held by another open transaction past it fails
+    the DDL with ABORTED, and nothing changes (docs/operations.md)."""
     ledger_retention: timedelta = timedelta(hours=24)
     """How long the commit ledger remembers a request_id."""
     commit_groups_in_flight: int = 2

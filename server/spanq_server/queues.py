@@ -11,7 +11,7 @@ from datetime import timedelta
 from . import errors
 from .config import Limits
 from .model import KEY_TYPES, PAYLOAD_TYPES, ColumnType, KeyColumn, QueueDef
-from .store import Store
+from .store import DDL_LOCK_TIMEOUT, Store
 
 IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
 MAX_QUEUE_NAME = 48
@@ -19,6 +19,8 @@ MAX_QUEUE_NAME = 48
 MAX_COLUMN_NAME = 63
 MAX_KEY_COLUMNS = 16
 RESERVED_COLUMNS = frozenset({"payload", "deliver_time"})
+SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
+"""PostgreSQL's own columns of every table: no other column may take their names."""
 
 DEFAULT_LEASE = timedelta(seconds=10)
 MIN_LEASE = timedelta(seconds=1)
@@ -36,12 +38,18 @@ server may drop and re-create a queue)."""
 logger = logging.getLogger(__name__)
 
 
+def shown(name: str) -> str:
+    """A name for a message: quoted, cut at 80 characters, and with its escaped form when it
+    is not ASCII, so a look-alike of an ASCII letter (KELVIN SIGN for k) shows as what it is."""
+    cut = name if len(name) <= 80 else name[:80] + "..."
+    return repr(cut) if cut.isascii() else f"{cut!r} ({ascii(cut)})"
+
+
 def check_name(name: str, what: str, max_length: int) -> str:
     if not IDENTIFIER.match(name) or len(name) > max_length:
-        shown = name if len(name) <= 80 else name[:80] + "..."
         raise errors.InvalidArgument(
-            f"{what} {shown!r} is not valid: use lowercase letters, digits and underscores, starting with a "
-            f"letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
+            f"{what} {shown(name)} is not valid: use lowercase letters (ASCII a-z), digits and underscores, "
+            f"starting with a letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
         )
     return name
 
@@ -61,6 +69,11 @@ def validate(queue: QueueDef) -> QueueDef:
         if column.name in RESERVED_COLUMNS or column.name.startswith("spanq_"):
             raise errors.InvalidArgument(
                 f"key column name {column.name!r} is reserved: payload, deliver_time and spanq_* are the queue's own"
+            )
+        if column.name in SYSTEM_COLUMNS:
+            raise errors.InvalidArgument(
+                f"key column name {column.name!r} is reserved: PostgreSQL names a system column of every table so "
+                f"({', '.join(sorted(SYSTEM_COLUMNS))}); choose another name"
             )
         if column.name in seen:
             raise errors.InvalidArgument(f"key column {column.name!r} appears twice")
@@ -98,9 +111,10 @@ def default_key_columns() -> tuple[KeyColumn, ...]:
 class Catalog:
     """Queue definitions, read through a short cache."""
 
-    def __init__(self, store: Store, limits: Limits) -> None:
+    def __init__(self, store: Store, limits: Limits, *, ddl_lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> None:
         self._store = store
         self._limits = limits
+        self._ddl_lock_timeout = ddl_lock_timeout
         self._cache: dict[str, tuple[float, QueueDef]] = {}
         self._on_gone: list[Callable[[str], None]] = []
 
@@ -119,7 +133,8 @@ class Catalog:
                 logger.exception("a listener failed on queue %s being gone", name)
 
     async def create(self, queue: QueueDef) -> QueueDef:
-        created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues)
+        created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues,
+                                                 lock_timeout=self._ddl_lock_timeout)
         self._cache[created.name] = (time.monotonic(), created)
         self._gone(created.name)
         return created
@@ -138,6 +153,13 @@ class Catalog:
         self._cache[name] = (time.monotonic(), queue)
         return queue
 
+    async def exists(self, name: str) -> bool:
+        try:
+            await self.get(name)
+        except errors.QueueNotFound:
+            return False
+        return True
+
     def forget(self, name: str) -> None:
         self._cache.pop(name, None)
 
@@ -154,7 +176,7 @@ class Catalog:
     async def drop(self, name: str) -> None:
         queue = await self.get(name)
         self.forget(name)
-        await self._store.queue_drop(queue)
+        await self._store.queue_drop(queue, lock_timeout=self._ddl_lock_timeout)
         self._gone(name)
 
 

@@ -118,7 +118,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             logger.info("applied migrations %s", applied)
         limits = config.limits
         wakeups.start()
-        catalog = Catalog(store, limits)
+        catalog = Catalog(store, limits, ddl_lock_timeout=config.ddl_lock_timeout)
         receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics)
         # Whichever front-end (or server) drops a queue: end its streams here at once, and
         # forget its counters, so that a queue created again under its name starts at zero.

@@ -44,6 +44,13 @@ Connection = psycopg.AsyncConnection[Any]
 
 _UNKNOWN = "the commit may or may not have happened; replay the same request_id to learn which"
 
+DDL_LOCK_TIMEOUT = timedelta(seconds=5)
+"""The longest queue DDL waits, in all, for the locks it needs (Config.ddl_lock_timeout)."""
+DDL_LOCK_SLICE = 0.2
+"""Seconds: the longest one wait of queue DDL for a table's lock. A waiting ACCESS
+EXCLUSIVE request makes every later request on the table (sends, receives) queue
+behind it; between slices the DDL leaves that queue, so they wait at most this long."""
+
 
 @contextlib.contextmanager
 def wrap_errors(queue: str | None = None) -> Iterator[None]:
@@ -235,90 +242,154 @@ class Store:
         async with self.read() as conn:
             return await _fetch_queues(conn, after, limit)
 
-    async def queue_create(self, queue: QueueDef, *, max_queues: int) -> QueueDef:
+    async def queue_create(self, queue: QueueDef, *, max_queues: int,
+                           lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> QueueDef:
         """Creates the catalog row, table, indexes, trigger and SQL functions in one transaction."""
-        async with self.transaction(queue.name) as conn:
-            await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
-            count = await _scalar(conn, "queue_count")
-            if count >= max_queues:
-                raise errors.LimitExceeded(
-                    f"the database has {count} queues, the configured maximum; drop one or raise --max-queues"
-                )
-            if await _scalar(conn, "relation_exists", name=queue.name):
-                raise errors.QueueAlreadyExists(f"a queue, table or type named {queue.name!r} already exists")
-            parent = None
-            if queue.parent_table:
-                width = await _scalar(conn, "parent_key_width", name=queue.parent_table)
-                if width is None:
-                    raise errors.InvalidArgument(
-                        f"parent table {queue.parent_table!r} does not exist in schema public or has no primary key"
-                    )
-                if width > len(queue.key_columns):
-                    raise errors.InvalidArgument(
-                        f"parent table {queue.parent_table!r} has {width} primary-key columns; the queue's key "
-                        f"must start with as many columns matching them, but it has {len(queue.key_columns)}"
-                    )
-                parent = query(
-                    "queue_parent_constraint",
-                    parent_key_columns=identifiers(c.name for c in queue.key_columns[:width]),
-                    parent_table=sql.Identifier("public", queue.parent_table),
-                )
-            if queue.dead_letter_queue:
-                target = await _fetch_queue(conn, queue.dead_letter_queue)
-                if target is None:
-                    raise errors.InvalidArgument(f"dead-letter queue {queue.dead_letter_queue!r} does not exist")
-                if target.key_columns != queue.key_columns or target.payload_type != queue.payload_type:
-                    raise errors.InvalidArgument(
-                        f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
-                        "type as the queue"
-                    )
-            cur = await conn.execute(query("queue_insert"), _queue_params(queue))
-            row = await cur.fetchone()
-            assert row is not None
-            names = QueueStatements(queue)
-            try:
-                await conn.execute(
-                    query(
-                        "queue_table_create",
-                        queue=names.table,
-                        key_column_definitions=names.key_definitions,
-                        key_columns=names.keys,
-                        payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
-                        parent_constraint=parent or sql.SQL(""),
-                        deliver_time_index=sql.Identifier(f"spanq_dt_{queue.name}"),
-                        lease_token_index=sql.Identifier(f"spanq_lt_{queue.name}"),
-                        notify_trigger=sql.Identifier("spanq_notify_send"),
-                    )
-                )
-            except (pg_errors.DatatypeMismatch, pg_errors.InvalidForeignKey) as exc:
-                raise errors.InvalidArgument(
-                    f"the queue's leading key columns must match the primary key of {queue.parent_table!r}: "
-                    f"{exc.diag.message_primary}"
-                ) from exc
-            await conn.execute(names.receive_function_ddl())
-            await conn.execute(names.renew_function_ddl())
-            return dataclasses.replace(queue, create_time=row[0])
-
-    async def queue_drop(self, queue: QueueDef) -> None:
         names = QueueStatements(queue)
+        what = f"CreateQueue of {queue.name!r}"
         async with self.transaction(queue.name) as conn:
-            await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
-            try:
-                cur = await conn.execute(query("queue_delete"), {"name": queue.name})
-            except (pg_errors.ForeignKeyViolation, pg_errors.RestrictViolation) as exc:  # ON DELETE RESTRICT: 23001
-                raise errors.FailedPrecondition(
-                    f"queue {queue.name!r} is the dead-letter queue of another queue; drop that queue first"
-                ) from exc
-            if cur.rowcount == 0:
-                raise errors.QueueNotFound(f"queue {queue.name!r} does not exist")
+            with _bounded_ddl(what, lock_timeout):
+                tables = []
+                if queue.parent_table:
+                    tables.append((queue.parent_table, "SHARE ROW EXCLUSIVE"))  # what its foreign key takes
+                if queue.dead_letter_queue:
+                    tables.append((queue.dead_letter_queue, "ACCESS SHARE"))  # the receive function reads it
+                await self._ddl_locks(conn, what, tables, lock_timeout)
+                return await self._queue_create_locked(conn, queue, names, max_queues)
+
+    @staticmethod
+    async def _queue_create_locked(conn: Connection, queue: QueueDef, names: QueueStatements,
+                                   max_queues: int) -> QueueDef:
+        count = await _scalar(conn, "queue_count")
+        if count >= max_queues:
+            raise errors.LimitExceeded(
+                f"the database has {count} queues, the configured maximum; drop one or raise --max-queues"
+            )
+        if await _scalar(conn, "relation_exists", name=queue.name):
+            raise errors.QueueAlreadyExists(f"a queue, table or type named {queue.name!r} already exists")
+        taken = await _scalar(conn, "relations_taken", names=[names.deliver_time_index, names.lease_token_index])
+        if taken is not None:
+            raise errors.QueueAlreadyExists(
+                f"a table or index named {taken!r} already exists, and queue {queue.name!r} needs that name for "
+                "an index of its own; rename or drop that relation, or choose another queue name"
+            )
+        parent = None
+        if queue.parent_table:
+            width = await _scalar(conn, "parent_key_width", name=queue.parent_table)
+            if width is None:
+                raise errors.InvalidArgument(
+                    f"parent table {queue.parent_table!r} does not exist in schema public or has no primary key"
+                )
+            if width > len(queue.key_columns):
+                raise errors.InvalidArgument(
+                    f"parent table {queue.parent_table!r} has {width} primary-key columns; the queue's key "
+                    f"must start with as many columns matching them, but it has {len(queue.key_columns)}"
+                )
+            parent = query(
+                "queue_parent_constraint",
+                parent_key_columns=identifiers(c.name for c in queue.key_columns[:width]),
+                parent_table=sql.Identifier("public", queue.parent_table),
+            )
+        if queue.dead_letter_queue:
+            target = await _fetch_queue(conn, queue.dead_letter_queue)
+            if target is None:
+                raise errors.InvalidArgument(f"dead-letter queue {queue.dead_letter_queue!r} does not exist")
+            if target.key_columns != queue.key_columns or target.payload_type != queue.payload_type:
+                raise errors.InvalidArgument(
+                    f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
+                    "type as the queue"
+                )
+        cur = await conn.execute(query("queue_insert"), _queue_params(queue))
+        row = await cur.fetchone()
+        assert row is not None
+        try:
             await conn.execute(
                 query(
-                    "queue_drop",
+                    "queue_table_create",
                     queue=names.table,
-                    receive_function=names.receive_function,
-                    renew_function=names.renew_function,
+                    key_column_definitions=names.key_definitions,
+                    key_columns=names.keys,
+                    payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
+                    parent_constraint=parent or sql.SQL(""),
+                    deliver_time_index=sql.Identifier(names.deliver_time_index),
+                    lease_token_index=sql.Identifier(names.lease_token_index),
+                    notify_trigger=sql.Identifier("spanq_notify_send"),
                 )
             )
+        except (pg_errors.DatatypeMismatch, pg_errors.InvalidForeignKey) as exc:
+            raise errors.InvalidArgument(
+                f"the queue's leading key columns must match the primary key of {queue.parent_table!r}: "
+                f"{exc.diag.message_primary}"
+            ) from exc
+        await conn.execute(names.receive_function_ddl())
+        await conn.execute(names.renew_function_ddl())
+        return dataclasses.replace(queue, create_time=row[0])
+
+    async def queue_drop(self, queue: QueueDef, *, lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> None:
+        names = QueueStatements(queue)
+        what = f"DropQueue of {queue.name!r}"
+        async with self.transaction(queue.name) as conn:
+            with _bounded_ddl(what, lock_timeout):
+                await _refuse_if_depended_on(conn, queue.name)  # before waiting for locks only to refuse
+                # DROP TABLE takes ACCESS EXCLUSIVE on the table and on the parent its foreign key references.
+                tables = [(queue.name, "ACCESS EXCLUSIVE")]
+                if queue.parent_table:
+                    tables.append((queue.parent_table, "ACCESS EXCLUSIVE"))
+                await self._ddl_locks(conn, what, tables, lock_timeout)
+                await _refuse_if_depended_on(conn, queue.name)  # under the catalog lock: no child can appear now
+                try:
+                    cur = await conn.execute(query("queue_delete"), {"name": queue.name})
+                except (pg_errors.ForeignKeyViolation, pg_errors.RestrictViolation) as exc:  # ON DELETE RESTRICT
+                    raise errors.FailedPrecondition(
+                        f"queue {queue.name!r} is the dead-letter queue of another queue; drop that queue first"
+                    ) from exc
+                if cur.rowcount == 0:
+                    raise errors.QueueNotFound(f"queue {queue.name!r} does not exist")
+                try:
+                    await conn.execute(
+                        query(
+                            "queue_drop",
+                            queue=names.table,
+                            receive_function=names.receive_function,
+                            renew_function=names.renew_function,
+                        )
+                    )
+                except pg_errors.DependentObjectsStillExist as exc:  # a table of the application's references it
+                    raise errors.FailedPrecondition(
+                        f"queue {queue.name!r} cannot be dropped while other objects depend on its table "
+                        f"({exc.diag.message_detail or exc.diag.message_primary}); drop those first, or their "
+                        "references to it",
+                        queue=queue.name,
+                    ) from exc
+
+    @staticmethod
+    async def _ddl_locks(conn: Connection, what: str, tables: Sequence[tuple[str, str]],
+                         lock_timeout: timedelta) -> None:
+        """Takes what a queue DDL must lock, tables first, then the catalog lock, every
+        wait within lock_timeout in all: a wait past it fails the DDL (TransactionAborted),
+        never stalls it. A table is waited for in slices of DDL_LOCK_SLICE (see there).
+        No DDL waits on a table while it holds the catalog lock, which all queue DDL needs."""
+        deadline = time.monotonic() + lock_timeout.total_seconds()
+        # A first statement, so that the transaction is open and each attempt below is a
+        # savepoint in it (on an idle connection, conn.transaction() would BEGIN and COMMIT).
+        await conn.execute(query("ddl_lock_timeout"), {"lock_timeout": _milliseconds(DDL_LOCK_SLICE)})
+        for table, mode in tables:
+            statement = query("table_lock", table=sql.Identifier("public", table), mode=sql.SQL(mode))
+            while True:
+                wait = min(DDL_LOCK_SLICE, deadline - time.monotonic())
+                try:
+                    async with conn.transaction():  # a savepoint: a lock timeout leaves the transaction usable
+                        await conn.execute(query("ddl_lock_timeout"), {"lock_timeout": _milliseconds(wait)})
+                        await conn.execute(statement)
+                    break
+                except (pg_errors.UndefinedTable, pg_errors.WrongObjectType):
+                    break  # no such table: the DDL's own checks say so
+                except pg_errors.LockNotAvailable as exc:
+                    if time.monotonic() >= deadline:
+                        raise _lock_wait_failed(what, f"table {table!r}", lock_timeout) from exc
+        # The rest of the transaction (the catalog lock, the DDL itself) waits what is left.
+        await conn.execute(query("ddl_lock_timeout"), {"lock_timeout": _milliseconds(deadline - time.monotonic())})
+        await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
 
     # -- messages -----------------------------------------------------------
 
@@ -748,6 +819,50 @@ def _bytea_array_literal(values: list[bytes]) -> str:
 
 
 _COMPARISONS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>", "<>": "<>"}
+
+
+@contextlib.contextmanager
+def _bounded_ddl(what: str, lock_timeout: timedelta) -> Iterator[None]:
+    """A lock wait of queue DDL that ran out (ddl_lock_timeout) -> what to do about it."""
+    try:
+        yield
+    except pg_errors.LockNotAvailable as exc:
+        raise _lock_wait_failed(what, f"a lock ({exc.diag.message_primary})", lock_timeout) from exc
+
+
+def _lock_wait_failed(what: str, waited_for: str, lock_timeout: timedelta) -> errors.TransactionAborted:
+    seconds = f"{lock_timeout.total_seconds():g}s"
+    return errors.TransactionAborted(
+        f"{what} waited {seconds} for {waited_for}, which another open transaction holds (one that used the "
+        "table: an idle-in-transaction psql session, a Spanner read-write transaction, another server's queue "
+        "DDL); nothing changed. Retry when that transaction ends, or end it (pg_stat_activity shows it); "
+        "the server waits --ddl-lock-timeout at most",
+        lock_wait=seconds,
+    )
+
+
+def _milliseconds(seconds: float) -> str:
+    """A lock_timeout setting; at least 1ms (0 would mean no timeout at all)."""
+    return f"{max(1, int(seconds * 1000))}ms"
+
+
+async def _refuse_if_depended_on(conn: Connection, name: str) -> None:
+    """FailedPrecondition, naming them, while queues name this one as their parent or dead-letter queue."""
+    cur = await conn.execute(query("queue_dependents"), {"name": name})
+    rows = await cur.fetchall()
+    children = [child for child, is_child in rows if is_child]
+    if children:
+        raise errors.FailedPrecondition(
+            f"queue {name!r} is the parent table of queue(s) {', '.join(map(repr, children))} (their messages "
+            "belong to its rows); drop those queues first",
+            queue=name, child=children[0],
+        )
+    if rows:
+        raise errors.FailedPrecondition(
+            f"queue {name!r} is the dead-letter queue of queue(s) {', '.join(repr(r[0]) for r in rows)}; drop "
+            "those queues first",
+            queue=name,
+        )
 
 
 async def _scalar(conn: Connection, statement: str, /, **params: Any) -> Any:

@@ -288,7 +288,8 @@ class Executor:
         try:
             await self._catalog.create(queue)
         except errors.QueueAlreadyExists:
-            if statement.if_not_exists:
+            # A no-op only when it is a queue that exists, not a table or index in the way.
+            if statement.if_not_exists and await self._catalog.exists(queue.name):
                 return None
             raise
         return queue.name
@@ -341,7 +342,8 @@ class Executor:
 
 
 def _column_key(name: str) -> str:
-    return SYSTEM_COLUMNS.get(name.lower(), name.lower())
+    folded = st.fold(name)
+    return SYSTEM_COLUMNS.get(folded, folded)
 
 
 def queue_from_ddl(s: st.CreateQueue) -> QueueDef:

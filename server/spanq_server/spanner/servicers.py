@@ -241,7 +241,7 @@ class SpannerService:
         try:
             if kind == "send":
                 send = mutation.send
-                queue = await self._catalog.get(send.queue.lower())
+                queue = await self._catalog.get(statements.fold(send.queue))
                 key = self._key(queue, send.key, "key")
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
@@ -252,7 +252,7 @@ class SpannerService:
                 return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
             if kind == "ack":
                 ack = mutation.ack
-                queue = await self._catalog.get(ack.queue.lower())
+                queue = await self._catalog.get(statements.fold(ack.queue))
                 return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
                              ignore_not_found=ack.ignore_not_found)
             raise errors.InvalidArgument(
@@ -436,8 +436,7 @@ class InstanceAdminService:
         return ia.ListInstancesResponse.pb()(instances=self._admin.list_instances(request.parent))
 
     async def DeleteInstance(self, request: Any, context: Any) -> Any:
-        for queue in self._admin.delete_instance(request.name):
-            await _drop_quietly(self._catalog, queue)
+        await _drop_all(self._catalog, self._admin.delete_instance(request.name))
         return empty_pb2.Empty()
 
 
@@ -488,8 +487,7 @@ class DatabaseAdminService:
         return dba.ListDatabasesResponse.pb()(databases=self._admin.list_databases(request.parent))
 
     async def DropDatabase(self, request: Any, context: Any) -> Any:
-        for queue in self._admin.drop_database(request.database):
-            await _drop_quietly(self._catalog, queue)
+        await _drop_all(self._catalog, self._admin.drop_database(request.database))
         return empty_pb2.Empty()
 
     async def GetDatabaseDdl(self, request: Any, context: Any) -> Any:
@@ -503,11 +501,24 @@ class DatabaseAdminService:
         return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q) for q in found])
 
 
-async def _drop_quietly(catalog: Catalog, queue: str) -> None:
-    try:
-        await catalog.drop(queue)
-    except errors.QueueNotFound:
-        pass
+async def _drop_all(catalog: Catalog, queues: list[str]) -> None:
+    """Drops the queues, those that others depend on (as parent or dead-letter queue)
+    after those others: a pass drops what it can, the next one the rest. A queue that
+    one outside the list depends on stays, and its FailedPrecondition says so."""
+    while queues:
+        refused: list[str] = []
+        error: errors.FailedPrecondition | None = None
+        for queue in queues:
+            try:
+                await catalog.drop(queue)
+            except errors.QueueNotFound:
+                pass
+            except errors.FailedPrecondition as exc:
+                refused.append(queue)
+                error = error or exc
+        if error is not None and len(refused) == len(queues):
+            raise error
+        queues = refused
 
 
 class OperationsService:

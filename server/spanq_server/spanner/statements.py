@@ -3,8 +3,9 @@ Spanner's queue code sends; anything else is INVALID_ARGUMENT that lists what
 is understood. Not a SQL engine: statements become the dataclasses below,
 which the executor maps onto the domain.
 
-Understood (keywords in any case; names are folded to lower case, since
-spanq's queue and column names are lowercase identifiers):
+Understood (keywords in any case; names, backquoted or not, are folded to
+lower case by ``fold``, since spanq's queue and column names are lowercase
+identifiers):
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
@@ -155,6 +156,19 @@ MAX_NUMBER_DIGITS = 19
 """Digits of the longest INT64 (its range is checked where the value meets its column)."""
 MAX_INTERVAL = timedelta(days=3_652_059)
 """The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold(name: str) -> str:
+    """A name as spanq knows it: A-Z become a-z, and nothing else changes. Unicode's own
+    lower-casing would turn a few other characters into ASCII letters (KELVIN SIGN
+    U+212A into "k"), making two spellings of one queue; kept as they are, they fail
+    the name rules (lowercase ASCII letters, digits, _) with INVALID_ARGUMENT. The one
+    rule for every name of this front-end: statements, mutations and the token checks."""
+    return name.translate(_ASCII_LOWER)
+
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "0": "\0"}
 
 
@@ -220,7 +234,7 @@ def tokenize(text: str) -> list[Token]:
             tokens.append(Token("param", raw, raw[1:]))
         elif kind == "ident":
             name = raw[1:-1] if raw.startswith("`") else raw
-            tokens.append(Token("ident", raw, name.lower()))
+            tokens.append(Token("ident", raw, fold(name)))
         elif kind == "number":
             if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
                 raise InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "

@@ -39,6 +39,8 @@ class QueueStatements:
         self.table = sql.Identifier("public", queue.name)
         self.receive_function = sql.Identifier(f"receive_{queue.name}")
         self.renew_function = sql.Identifier(f"renewlease_{queue.name}")
+        self.deliver_time_index = f"spanq_dt_{queue.name}"
+        self.lease_token_index = f"spanq_lt_{queue.name}"
         self.keys = identifiers(c.name for c in queue.key_columns)
         self.key_definitions = sql.SQL(",\n    ").join(
             sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type]))
@@ -73,7 +75,7 @@ class QueueStatements:
                 dead_letter_queue=sql.Identifier("public", q.dead_letter_queue),
                 key_columns=self.keys,
             )
-            live = sql.SQL(" AND ready.attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
+            live = sql.SQL(" AND ready.spanq_attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
         return query(
             "queue_receive_function_create",
             receive_function=self.receive_function,

@@ -64,6 +64,33 @@ DELETE FROM spanq.queues WHERE name = %(name)s
 SELECT to_regclass(format('public.%%I', %(name)s::text)) IS NOT NULL
     OR to_regtype(format('public.%%I', %(name)s::text)) IS NOT NULL
 
+-- relations_taken --
+-- Which of the names (of indexes a new queue needs) a relation of the public
+-- schema has taken already.
+SELECT r.name
+FROM unnest(%(names)s::text[]) AS r(name)
+WHERE to_regclass(format('public.%%I', r.name)) IS NOT NULL
+
+-- queue_dependents --
+-- The queues that name this one as their parent table or dead-letter queue:
+-- while one exists, this queue cannot be dropped.
+SELECT name, parent_table = %(name)s AS is_child
+FROM spanq.queues
+WHERE parent_table = %(name)s OR dead_letter_queue = %(name)s
+ORDER BY name
+
+-- ddl_lock_timeout --
+-- Bounds each lock wait of queue DDL (the rest of its transaction): a table
+-- held by another open transaction fails the DDL instead of stalling it, and
+-- everyone queued behind it, for as long as that transaction stays open.
+SELECT set_config('lock_timeout', %(lock_timeout)s, true)
+
+-- table_lock --
+-- Takes a lock queue DDL needs on one table (the queue's own to drop it, a
+-- parent's to reference it), before the catalog lock: so no DDL waits on a
+-- table while it holds the catalog lock every other queue DDL needs.
+LOCK TABLE {table} IN {mode} MODE
+
 -- parent_key_width --
 -- The number of primary-key columns of a would-be parent table; no row when it has no primary key.
 SELECT i.indnkeyatts
@@ -108,6 +135,9 @@ CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
 -- A lease token is `<lease_prefix>.<lease end, epoch microseconds>.<random
 -- hex>`: the prefix first, so a stream's tokens form one index range; the
 -- lease end lets the renew function answer for a token after its row is gone.
+-- The columns these functions add beside the key columns (spanq_attempt,
+-- spanq_old_token) are spanq_-prefixed, as no key column can be: a key column
+-- named `attempt` made a reference ambiguous (migration 0006).
 -- CREATE OR REPLACE: a migration re-creates existing queues' functions with it.
 CREATE OR REPLACE FUNCTION spanq.{receive_function}(
     max_batch_size integer DEFAULT 1,
@@ -136,7 +166,7 @@ AS $receive$
 WITH clock AS (
     SELECT coalesce($4, statement_timestamp()) AS now
 ), ready AS (
-    SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS attempt
+    SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS spanq_attempt
     FROM {queue} AS m, clock
     WHERE m.deliver_time <= clock.now
     ORDER BY m.deliver_time
@@ -148,8 +178,8 @@ WITH clock AS (
             || '.' || replace(gen_random_uuid()::text, '-', ''),
         spanq_lease_expiration_timestamp = clock.now + $2,
         deliver_time = clock.now + $2
-            + least({max_backoff}, {initial_backoff} * power(2, least(ready.attempt - 1, 40))),
-        spanq_delivery_attempt = ready.attempt
+            + least({max_backoff}, {initial_backoff} * power(2, least(ready.spanq_attempt - 1, 40))),
+        spanq_delivery_attempt = ready.spanq_attempt
     FROM ready, clock
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}){live_condition}
     RETURNING {m_key_columns}, m.payload, ready.deliver_time, m.spanq_lease_token,
@@ -166,7 +196,7 @@ $receive$
 -- A key already in the dead-letter queue keeps its older copy there.
 , dead AS (
     DELETE FROM {queue} AS m USING ready
-    WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.attempt > {max_delivery_attempts}
+    WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
     RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time
 ), buried AS (
     INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time)
@@ -199,7 +229,7 @@ AS $renew$
 WITH clock AS (
     SELECT coalesce($3, statement_timestamp()) AS now
 ), held AS (
-    SELECT {ready_key_columns}, m.spanq_lease_token AS old_token, m.spanq_delivery_attempt AS attempt
+    SELECT {ready_key_columns}, m.spanq_lease_token AS spanq_old_token, m.spanq_delivery_attempt AS spanq_attempt
     FROM {queue} AS m, clock
     WHERE m.spanq_lease_token = ANY ($1) AND m.spanq_lease_expiration_timestamp > clock.now
     ORDER BY m.spanq_lease_token
@@ -207,15 +237,15 @@ WITH clock AS (
 ), renewed AS (
     UPDATE {queue} AS m SET
         spanq_lease_token = CASE WHEN $2 > interval '0' THEN
-            regexp_replace(held.old_token, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '')
+            regexp_replace(held.spanq_old_token, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '')
             || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
             || '.' || replace(gen_random_uuid()::text, '-', '') END,
         spanq_lease_expiration_timestamp = clock.now + greatest($2, interval '0'),
         deliver_time = clock.now + greatest($2, interval '0')
-            + least({max_backoff}, {initial_backoff} * power(2, least(held.attempt - 1, 40)))
+            + least({max_backoff}, {initial_backoff} * power(2, least(held.spanq_attempt - 1, 40)))
     FROM held, clock
     WHERE ({m_key_columns}) = ({held_key_columns})
-    RETURNING held.old_token, m.spanq_lease_token,
+    RETURNING held.spanq_old_token, m.spanq_lease_token,
               CASE WHEN $2 > interval '0' THEN m.spanq_lease_expiration_timestamp END
 )
 SELECT * FROM renewed
@@ -225,7 +255,7 @@ SELECT DISTINCT t.token, NULL::text, NULL::timestamptz
 FROM unnest($1) AS t(token), clock
 WHERE substring(t.token FROM '\.(-?[0-9]{{1,19}})\.[0-9a-f]{{32}}$')::numeric
         > extract(epoch FROM clock.now) * 1000000
-  AND t.token NOT IN (SELECT renewed.old_token FROM renewed)
+  AND t.token NOT IN (SELECT renewed.spanq_old_token FROM renewed)
 $renew$
 
 -- queue_drop --

@@ -1,0 +1,8 @@
+-- spanq.receive_<queue> and spanq.renewlease_<queue> named two columns of
+-- their own `attempt` and `old_token`, beside the queue's key columns: a
+-- queue whose key column had one of those names could not be created (the
+-- reference was ambiguous; CreateQueue failed INTERNAL and stored nothing).
+-- They are now spanq_attempt and spanq_old_token (queue_receive_function_create
+-- and queue_renew_function_create in queries.sql); what the functions return
+-- is unchanged. Existing queues get the new functions:
+-- spanq: recreate queue functions
