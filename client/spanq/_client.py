@@ -16,6 +16,7 @@ import grpc
 from . import aio
 from ._loop import LoopThread
 from ._retry import DEFAULT_RETRY, Retry
+from ._slots import DEFAULT_MAX_CONCURRENT_CALLS
 from ._transaction import Transaction
 
 __all__ = ["Client", "Subscription"]
@@ -123,9 +124,11 @@ class Client:
         token: str | None = None,
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
     ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
-        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options)
+        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options,
+                               max_concurrent_calls=max_concurrent_calls)
         self._thread = LoopThread(f"spanq-client-{target}")
         self.target = target
         self._closed = False

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from . import _codec, _requests, _retry
+from . import _codec, _requests, _retry, _slots
 from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
@@ -51,7 +51,8 @@ class Client:
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
     UNKNOWN_COMMIT per ``retry``, so a retry never duplicates; pass ``request_id=`` to choose it yourself
-    (e.g. to replay the request of a CommitOutcomeUnknown).
+    (e.g. to replay the request of a CommitOutcomeUnknown). At most ``max_concurrent_calls`` unary calls are
+    in flight on the channel at once; more wait their turn in the SDK (Receive streams are not counted).
     """
 
     def __init__(
@@ -62,8 +63,12 @@ class Client:
         token: str | None = None,
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
+        max_concurrent_calls: int = _slots.DEFAULT_MAX_CONCURRENT_CALLS,
     ) -> None:
+        if max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be at least 1, not {max_concurrent_calls}")
         self.target = target
+        self._max_calls = max_concurrent_calls
         self._credentials = credentials
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._retry = retry
@@ -91,7 +96,8 @@ class Client:
                 self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
-            self._stub_ = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
+            stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
+            self._stub_ = _slots.bound(stub, self._max_calls)
         return self._stub_
 
     async def aclose(self, timeout: float | None = None) -> None:
