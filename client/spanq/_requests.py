@@ -37,17 +37,27 @@ def send_request(queue: Queue, messages: Sequence[OutgoingMessage]) -> queue_pb2
         raise InvalidArgument("a send needs at least one message")
     out = queue_pb2.SendRequest(queue=queue.name)
     for m in messages:
-        item = out.messages.add()
-        if m.key is not None:
-            item.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
-        item.payload.CopyFrom(_codec.payload_to_proto(queue, m.payload))
-        if m.deliver_time is not None and m.delay is not None:
-            raise InvalidArgument("set at most one of deliver_time and delay")
-        if m.deliver_time is not None:
-            item.deliver_time.CopyFrom(_codec.timestamp(m.deliver_time))
-        elif m.delay is not None:
-            item.delay.CopyFrom(_codec.duration(m.delay))
+        write_message(queue, m, out.messages.add())
     return out
+
+
+def send_message(queue: Queue, message: OutgoingMessage) -> queue_pb2.SendMessage:
+    """One message of a SendRequest, on its own (the publisher batches these)."""
+    out = queue_pb2.SendMessage()
+    write_message(queue, message, out)
+    return out
+
+
+def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage) -> None:
+    if m.key is not None:
+        out.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
+    out.payload.CopyFrom(_codec.payload_to_proto(queue, m.payload))
+    if m.deliver_time is not None and m.delay is not None:
+        raise InvalidArgument("set at most one of deliver_time and delay")
+    if m.deliver_time is not None:
+        out.deliver_time.CopyFrom(_codec.timestamp(m.deliver_time))
+    elif m.delay is not None:
+        out.delay.CopyFrom(_codec.duration(m.delay))
 
 
 def send_keys(queue: Queue, response: queue_pb2.SendResponse) -> list[Key]:

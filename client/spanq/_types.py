@@ -28,6 +28,8 @@ __all__ = [
     "RenewedLease",
     "CommitResult",
     "FlowControl",
+    "BatchSettings",
+    "PublishFlowControl",
     "Future",
 ]
 
@@ -160,9 +162,56 @@ class FlowControl:
             raise ValueError("resume_threshold must be in (0, 1]")
 
 
+@dataclasses.dataclass(frozen=True)
+class BatchSettings:
+    """How ``publish`` gathers messages for one queue into one Send, as Pub/Sub's BatchSettings.
+
+    A batch goes out when it holds ``max_messages``, when the next message would take it past ``max_bytes``,
+    or ``max_latency`` seconds after its first message, whichever comes first; ``flush()`` sends at once.
+    """
+
+    max_messages: int = 100
+    """Messages in one Send (the server takes at most 1,000 by default)."""
+    max_bytes: int = 1024 * 1024
+    """Encoded message bytes in one Send (1 MiB); a message larger than this goes alone."""
+    max_latency: float = 0.01
+    """Seconds a batch waits for more messages after its first."""
+
+    def __post_init__(self) -> None:
+        if self.max_messages < 1 or self.max_bytes < 1:
+            raise ValueError("BatchSettings limits must be positive")
+        if not 0 <= self.max_latency <= 60:
+            raise ValueError("max_latency must be between 0 and 60 seconds")
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishFlowControl:
+    """How much ``publish`` holds unsent or unanswered at once, so that a producer faster than the server
+    cannot grow memory without bound (Pub/Sub's PublishFlowControl).
+
+    At either limit ``publish`` waits for room (``limit_exceeded="block"``; an ``aio`` publish awaits it) or
+    raises ResourceExhausted (``"raise"``). A message larger than ``max_bytes`` is let through when
+    nothing else is outstanding.
+    """
+
+    max_messages: int = 10_000
+    """Messages published and not yet answered."""
+    max_bytes: int = 64 * 1024 * 1024
+    """Their encoded bytes (64 MiB)."""
+    limit_exceeded: str = "block"
+    """"block" or "raise"."""
+
+    def __post_init__(self) -> None:
+        if self.max_messages < 1 or self.max_bytes < 1:
+            raise ValueError("PublishFlowControl limits must be positive")
+        if self.limit_exceeded not in ("block", "raise"):
+            raise ValueError(f'limit_exceeded must be "block" or "raise", not {self.limit_exceeded!r}')
+
+
 class Future(Generic[T]):
-    """The outcome of an ack, nack or renew started by a Message: fire and forget, ``await`` it in
-    asyncio, or call ``result()`` from a thread. Never call ``result()`` on the client's own event loop."""
+    """The outcome of a publish, or of an ack, nack or renew started by a Message: fire and forget,
+    ``await`` it in asyncio, or call ``result()`` from a thread. Never call ``result()`` on the client's own
+    event loop."""
 
     __slots__ = ("_inner",)
 
@@ -315,5 +364,6 @@ class Message:
         )
 
 
-for _cls in (TypeCode, KeyColumn, Queue, OutgoingMessage, RenewedLease, CommitResult, FlowControl, Message):
+for _cls in (TypeCode, KeyColumn, Queue, OutgoingMessage, RenewedLease, CommitResult, FlowControl, BatchSettings,
+             PublishFlowControl, Message):
     _cls.__module__ = "spanq"

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from . import _codec, _requests, _retry, _slots
+from ._publisher import Publisher
 from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
@@ -26,8 +27,8 @@ from ._retry import DEFAULT_RETRY, Retry
 from ._subscriber import Callback, Subscriber, Subscription
 from ._transaction import AckOp, RenewOp, SendOp, Transaction
 from ._types import (
-    CommitResult, FlowControl, Future, Key, KeyColumn, KeyValue, Message, OutgoingMessage, Queue, RenewedLease,
-    TypeCode,
+    BatchSettings, CommitResult, FlowControl, Future, Key, KeyColumn, KeyValue, Message, OutgoingMessage,
+    PublishFlowControl, Queue, RenewedLease, TypeCode,
 )
 
 __all__ = ["Client", "Subscription"]
@@ -64,11 +65,16 @@ class Client:
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
         max_concurrent_calls: int = _slots.DEFAULT_MAX_CONCURRENT_CALLS,
+        batch_settings: BatchSettings = BatchSettings(),
+        publish_flow_control: PublishFlowControl = PublishFlowControl(),
     ) -> None:
         if max_concurrent_calls < 1:
             raise ValueError(f"max_concurrent_calls must be at least 1, not {max_concurrent_calls}")
         self.target = target
         self._max_calls = max_concurrent_calls
+        self._batch_settings = batch_settings
+        self._publish_flow_control = publish_flow_control
+        self._publisher: Publisher | None = None
         self._credentials = credentials
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._retry = retry
@@ -106,6 +112,8 @@ class Client:
         Idempotent; calls made afterwards raise Closed."""
         if self._closed:
             return
+        if self._publisher is not None:
+            await self._publisher.close(timeout)
         subscriptions = list(self._subscriptions)
         for subscription in subscriptions:
             subscription.cancel()
@@ -268,6 +276,52 @@ class Client:
         request = _requests.send_request(schema, _requests.outgoing(messages))
         response = await self._call_mutation("Send", request, queue=queue, request_id=request_id)
         return _requests.send_keys(schema, response)
+
+    # -- publishing (batched) ---------------------------------------------------
+
+    async def publish(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        key: Key | KeyValue | None = None,
+        deliver_time: datetime | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Future[Key]:
+        """Publishes one message through the batching publisher and returns its Future (the key) at once;
+        ``await`` the Future for the key, or an error for this message alone.
+
+        Messages to one queue are gathered into one Send per ``batch_settings`` (count, bytes, a short
+        wait), each Send with its own request id, replayed like ``send``'s. A message refused by the server
+        (AlreadyExists, a payload over the limit) fails its own Future only. Messages to one queue are
+        stored in the order published. This call awaits only when ``publish_flow_control`` is at its limit
+        (or raises ResourceExhausted, per its ``limit_exceeded``); a payload that does not match the queue
+        raises InvalidArgument here. ``flush()`` sends at once; ``aclose()`` flushes.
+        """
+        [future] = await self.publish_many(
+            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay))]
+        )
+        return future
+
+    async def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
+        """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that).
+
+        Each item is an OutgoingMessage, or a bare payload (for a queue without key columns)."""
+        publisher, schema = await self._publishing(queue)
+        return await publisher.publish(schema, _requests.outgoing(messages))
+
+    async def flush(self) -> None:
+        """Sends every pending published message now and waits until each has its outcome."""
+        if self._publisher is not None:
+            await self._publisher.flush()
+
+    async def _publishing(self, queue: str) -> tuple[Publisher, Queue]:
+        """The publisher (made on first use, on this loop) and the queue's definition."""
+        self._stub()
+        if self._publisher is None:
+            self._publisher = Publisher(self, asyncio.get_running_loop(), self._batch_settings,
+                                        self._publish_flow_control)
+        return self._publisher, await self._schema(queue)
 
     # -- receiving --------------------------------------------------------------
 
