@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import grpc
 
 from . import _codec, _requests
-from ._errors import Closed, ResourceExhausted, SpanqError
+from ._errors import Closed, CommitOutcomeUnknown, ResourceExhausted, SpanqError
 from ._loop import call_soon, on_loop_thread
 from ._proto.spanq.v1 import queue_pb2
 from ._types import BatchSettings, Future, Key, OutgoingMessage, PublishFlowControl, Queue
@@ -220,7 +220,11 @@ class _Batcher:
             try:
                 await self._send(batch)
             except asyncio.CancelledError:
-                self._fail(batch, Closed(f"the client closed before this message to {self.queue.name} was sent"))
+                # Sent, or about to be: it may still commit, so never claim it failed.
+                self._fail(batch, CommitOutcomeUnknown(
+                    f"the client closed while this message's Send to {self.queue.name} was in flight: it may or "
+                    "may not be stored"
+                ))
                 raise
             except Exception as exc:  # pragma: no cover - _send answers every item itself
                 logger.exception("publishing to %s failed", self.queue.name)
