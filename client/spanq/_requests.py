@@ -6,6 +6,9 @@ that a send, an ack or a renewal is encoded one way only.
 
 from __future__ import annotations
 
+import os
+import threading
+import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Union
@@ -25,6 +28,25 @@ LeaseTarget = Union[Message, str]
 
 MAX_ITEMS_PER_REQUEST = 1000
 """The server's default per-request limit on messages, acks and lease tokens."""
+
+
+_IDS_PER_DRAW = 256
+_random = bytearray()
+_random_lock = threading.Lock()
+os.register_at_fork(after_in_child=_random.clear)  # a forked child must not reuse its parent's ids
+
+
+def new_request_id() -> str:
+    """A fresh request id: a random (version 4) UUID.
+
+    Its bytes come from os.urandom 256 ids at a time: os.urandom lets go of the GIL, and the loop thread
+    then waits up to 5 ms to get it back from a busy producer thread (measured: 5 ms per Send)."""
+    with _random_lock:
+        if not _random:
+            _random.extend(os.urandom(16 * _IDS_PER_DRAW))
+        raw = bytes(_random[-16:])
+        del _random[-16:]
+    return str(uuid.UUID(bytes=raw, version=4))
 
 
 def outgoing(messages: Iterable[OutgoingMessage | Any]) -> list[OutgoingMessage]:

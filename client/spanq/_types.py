@@ -213,40 +213,76 @@ class Future(Generic[T]):
     ``await`` it in asyncio, or call ``result()`` from a thread. Never call ``result()`` on the client's own
     event loop."""
 
-    __slots__ = ("_inner",)
+    # A publisher makes one per message, and most are done before anyone looks: the threading machinery
+    # (a concurrent.futures.Future, with its Condition) is made only for a caller that waits or awaits.
+    __slots__ = ("_inner", "_done", "_value", "_error")
 
-    def __init__(self, inner: concurrent.futures.Future[T] | None = None) -> None:
-        self._inner: concurrent.futures.Future[T] = inner if inner is not None else concurrent.futures.Future()
+    def __init__(self) -> None:
+        self._inner: concurrent.futures.Future[T] | None = None
+        self._done = False
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def _waitable(self) -> concurrent.futures.Future[T]:
+        with _FUTURES_LOCK:
+            if self._inner is None:
+                self._inner = concurrent.futures.Future()
+                if self._done:
+                    self._settle_inner()
+            return self._inner
+
+    def _settle_inner(self) -> None:
+        assert self._inner is not None
+        if self._error is not None:
+            self._inner.set_exception(self._error)
+        else:
+            self._inner.set_result(self._value)  # type: ignore[arg-type]
 
     def result(self, timeout: float | None = None) -> T:
         """Blocks until done; returns the outcome or raises its error."""
-        return self._inner.result(timeout)
+        if self._done:
+            if self._error is not None:
+                raise self._error
+            return self._value  # type: ignore[return-value]
+        return self._waitable().result(timeout)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Blocks until done; the error, or None."""
-        return self._inner.exception(timeout)
+        if self._done:
+            return self._error
+        return self._waitable().exception(timeout)
 
     def done(self) -> bool:
         """Whether the outcome is known."""
-        return self._inner.done()
+        return self._done
 
     def add_done_callback(self, fn: Callable[[Future[T]], object]) -> None:
-        """Calls ``fn(self)`` when done (on whichever thread completes it)."""
-        self._inner.add_done_callback(lambda _: fn(self))
+        """Calls ``fn(self)`` when done (on whichever thread completes it; at once if done already)."""
+        self._waitable().add_done_callback(lambda _: fn(self))
 
     def __await__(self) -> Generator[Any, None, T]:
-        return asyncio.wrap_future(self._inner).__await__()
+        return asyncio.wrap_future(self._waitable()).__await__()
 
     # -- completion, for the SDK's machinery ---------------------------------
 
     def _set_result(self, value: T) -> None:
-        if not self._inner.done():
-            self._inner.set_result(value)
+        self._settle(value, None)
 
     def _set_exception(self, exc: BaseException) -> None:
-        if not self._inner.done():
-            self._inner.set_exception(exc)
+        self._settle(None, exc)
 
+    def _settle(self, value: T | None, error: BaseException | None) -> None:
+        with _FUTURES_LOCK:
+            if self._done:
+                return
+            self._value, self._error, self._done = value, error, True
+            inner = self._inner
+        if inner is not None:
+            self._settle_inner()  # outside the lock: it runs the done callbacks
+
+
+_FUTURES_LOCK = threading.Lock()
+"""Guards every Future's state: held for a few field writes, never while a callback runs."""
 
 Future.__module__ = "spanq"
 

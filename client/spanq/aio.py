@@ -10,7 +10,6 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -519,7 +518,7 @@ class Client:
     ) -> Any:
         """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
         method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
-        request.request_id = request_id or str(uuid.uuid4())
+        request.request_id = request_id or _requests.new_request_id()
         try:
             return await _retry.call(
                 lambda timeout: method(request, timeout=timeout, metadata=self._metadata),
