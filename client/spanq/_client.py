@@ -192,7 +192,8 @@ class Client:
             self.commit(tx, request_id=request_id)
 
     def close(self, timeout: float | None = None) -> None:
-        """Shuts subscriptions down gracefully, closes the channel and stops the loop thread. Idempotent."""
+        """Shuts subscriptions down gracefully, sends what was published, closes the channel and stops the
+        loop thread (as ``spanq.aio.Client.aclose``). Idempotent."""
         if self._closed:
             return
         self._closed = True

@@ -170,12 +170,14 @@ class BatchSettings:
     or ``max_latency`` seconds after its first message, whichever comes first; ``flush()`` sends at once.
     """
 
-    max_messages: int = 100
-    """Messages in one Send (the server takes at most 1,000 by default)."""
+    max_messages: int = 1000
+    """Messages in one Send: the server's default limit per request (set it to the server's if that is
+    lower). With busy producers it gave 1.7-2.5x the throughput of 100 (docs/sdk.md, "Publishing, batched")."""
     max_bytes: int = 1024 * 1024
     """Encoded message bytes in one Send (1 MiB); a message larger than this goes alone."""
     max_latency: float = 0.01
-    """Seconds a batch waits for more messages after its first."""
+    """Seconds a batch waits for more messages after its first (Pub/Sub's default): what a lone message
+    waits before it is sent."""
 
     def __post_init__(self) -> None:
         if self.max_messages < 1 or self.max_bytes < 1:
@@ -195,9 +197,9 @@ class PublishFlowControl:
     """
 
     max_messages: int = 10_000
-    """Messages published and not yet answered."""
-    max_bytes: int = 64 * 1024 * 1024
-    """Their encoded bytes (64 MiB)."""
+    """Messages published and not yet answered: ten full batches."""
+    max_bytes: int = 10 * 1024 * 1024
+    """Their encoded bytes (10 MiB: ten batches at BatchSettings' max_bytes)."""
     limit_exceeded: str = "block"
     """"block" or "raise"."""
 

@@ -106,13 +106,13 @@ class Client:
         return self._stub_
 
     async def aclose(self, timeout: float | None = None) -> None:
-        """Shuts subscriptions down gracefully, waits for pending message acks, closes the channel.
+        """Shuts subscriptions down gracefully, sends what was published (``flush``), waits for pending
+        message acks, closes the channel; ``timeout`` bounds each step.
 
-        Idempotent; calls made afterwards raise Closed."""
+        Idempotent; calls made afterwards raise Closed. A published message not sent in time fails with
+        Closed, one whose Send was in flight with CommitOutcomeUnknown."""
         if self._closed:
             return
-        if self._publisher is not None:
-            await self._publisher.close(timeout)
         subscriptions = list(self._subscriptions)
         for subscription in subscriptions:
             subscription.cancel()
@@ -120,6 +120,8 @@ class Client:
             await asyncio.wait_for(
                 asyncio.gather(*(s.result() for s in subscriptions), return_exceptions=True), timeout
             )
+        if self._publisher is not None:  # after the subscriptions: their callbacks may publish
+            await self._publisher.close(timeout)
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=timeout)
         self._closed = True
