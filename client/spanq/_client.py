@@ -17,7 +17,6 @@ import grpc
 from . import aio
 from ._loop import LoopThread
 from ._codec import as_timedelta
-from ._requests import outgoing
 from ._retry import DEFAULT_RETRY, Retry
 from ._slots import DEFAULT_MAX_CONCURRENT_CALLS
 from ._transaction import Transaction
@@ -180,7 +179,7 @@ class Client:
         publisher, schema = self._aio._publisher, self._aio._schemas.get(queue)
         if publisher is None or schema is None:  # first use: one trip to the loop thread
             publisher, schema = self._thread.run(self._aio._publishing(queue))
-        return publisher.publish_blocking(schema, outgoing(messages))
+        return publisher.publish_blocking(schema, messages)
 
     @contextlib.contextmanager
     def transaction(self, *, request_id: str | None = None) -> Iterator[Transaction]:

@@ -22,8 +22,8 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 
@@ -299,22 +299,22 @@ class Publisher:
         self._closed = False
 
     @staticmethod
-    def encode(queue: Queue, messages: Sequence[OutgoingMessage]) -> list[_Item]:
-        """Encodes on the caller's thread: a message that cannot be encoded raises here, and nothing of
-        the call is published."""
+    def encode(queue: Queue, messages: Iterable[OutgoingMessage | Any]) -> list[_Item]:
+        """Encodes on the caller's thread (an OutgoingMessage, or a bare payload): a message that cannot be
+        encoded raises here, and nothing of the call is published."""
         items = []
         for message in messages:
             wire = _requests.send_message(queue, message)
             items.append(_Item(wire, wire.ByteSize(), Future()))
         return items
 
-    def publish_blocking(self, queue: Queue, messages: Sequence[OutgoingMessage]) -> list[Future[Key]]:
+    def publish_blocking(self, queue: Queue, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
         """``publish`` from any thread: waits for flow-control room on that thread."""
         items = self.encode(queue, messages)
         self.gate.take_blocking(len(items), sum(i.size for i in items))
         return self._enqueue(queue, items)
 
-    async def publish(self, queue: Queue, messages: Sequence[OutgoingMessage]) -> list[Future[Key]]:
+    async def publish(self, queue: Queue, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
         """``publish`` on the loop: awaits flow-control room."""
         items = self.encode(queue, messages)
         await self.gate.take(len(items), sum(i.size for i in items))

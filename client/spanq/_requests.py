@@ -63,17 +63,21 @@ def send_request(queue: Queue, messages: Sequence[OutgoingMessage]) -> queue_pb2
     return out
 
 
-def send_message(queue: Queue, message: OutgoingMessage) -> queue_pb2.SendMessage:
-    """One message of a SendRequest, on its own (the publisher batches these)."""
+def send_message(queue: Queue, message: OutgoingMessage | Any) -> queue_pb2.SendMessage:
+    """One message of a SendRequest, on its own (the publisher batches these); as ``outgoing``, anything
+    but an OutgoingMessage is a payload with no key."""
     out = queue_pb2.SendMessage()
-    write_message(queue, message, out)
+    if isinstance(message, OutgoingMessage):
+        write_message(queue, message, out)
+    else:
+        _codec.write_payload(queue, message, out.payload)
     return out
 
 
 def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage) -> None:
     if m.key is not None:
         out.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
-    out.payload.CopyFrom(_codec.payload_to_proto(queue, m.payload))
+    _codec.write_payload(queue, m.payload, out.payload)
     if m.deliver_time is not None and m.delay is not None:
         raise InvalidArgument("set at most one of deliver_time and delay")
     if m.deliver_time is not None:

@@ -309,7 +309,7 @@ class Client:
 
         Each item is an OutgoingMessage, or a bare payload (for a queue without key columns)."""
         publisher, schema = await self._publishing(queue)
-        return await publisher.publish(schema, _requests.outgoing(messages))
+        return await publisher.publish(schema, messages)
 
     async def flush(self) -> None:
         """Sends every pending published message now and waits until each has its outcome."""
