@@ -178,8 +178,8 @@ async def test_flow_control_makes_an_async_publish_wait_for_room(server):
         await c.create_queue("bytes_bound")
         first = [await c.publish("bytes_bound", b"z" * 1000) for _ in range(2)]
         waiting = asyncio.ensure_future(c.publish("bytes_bound", b"z" * 1000))
-        await asyncio.sleep(0.2)
-        assert not waiting.done()
+        await poll(lambda: bool(c._publisher.gate._waiters))
+        assert not waiting.done()  # it waits for room: two of 3,000 bytes' worth are outstanding
         await c.flush()
         await asyncio.gather(*first)
         third = await asyncio.wait_for(waiting, 5)
@@ -203,7 +203,10 @@ def blocked_producer(server) -> None:
 
         thread = threading.Thread(target=producer)
         thread.start()
-        thread.join(0.3)
+        deadline = time.monotonic() + 10
+        while len(published) < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        thread.join(0.2)  # time enough for a sixth publish that did not wait
         assert thread.is_alive() and len(published) == 5  # the sixth waits: five are outstanding
         c.flush()
         thread.join(5)
