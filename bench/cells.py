@@ -526,3 +526,6 @@ CELLS: dict[str, Callable[[Context], Awaitable[list[Row]]]] = {
     "8": cell_notify,
     "7": cell_fanin,  # last: its own server, after the main one is idle
 }
+
+from .publisher import cell_publish  # noqa: E402  (it builds on this module's Context, Row and _setup)
+CELLS["pub"] = cell_publish

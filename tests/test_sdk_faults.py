@@ -63,3 +63,16 @@ async def test_unknown_commits_store_each_message_once_and_ack_it_once(server, s
 
     injected = server.store.faults.injected
     assert injected["unknown_commit_after"] > 100 and injected["unknown_commit_before"] > 100, injected
+
+
+async def test_published_batches_replay_their_request_id_and_are_stored_once(server, sql):
+    async with spanq.aio.Client(server.target, retry=FAST,
+                                batch_settings=spanq.BatchSettings(max_messages=20, max_latency=0.001)) as client:
+        await client.create_queue("published", payload_type="JSON")  # UUID keys: a re-execution would show
+        futures = [await client.publish("published", {"n": n}) for n in range(1000)]
+        keys = [key for (key,) in await asyncio.gather(*futures)]
+    rows = dict(sql.execute("SELECT id, (payload->>'n')::int FROM published").fetchall())
+    assert len(rows) == 1000 and sorted(rows.values()) == list(range(1000))
+    assert [rows[k] for k in keys] == list(range(1000))  # each future has its own message's key
+    injected = server.store.faults.injected
+    assert injected["unknown_commit_after"] > 5 and injected["unknown_commit_before"] > 5, injected

@@ -2,7 +2,7 @@
 
 - ``spanq.Client(target)``: blocking and thread-safe; ``spanq.aio.Client(target)``: asyncio. Both offer
   queue admin, ``send``, ``ack``, ``renew_lease``, ``nack``, ``receive``, ``commit``/``transaction`` and
-  ``subscribe``, with automatic request ids and idempotent replay.
+  ``subscribe``, with automatic request ids and idempotent replay, and a batching ``publish``.
 - ``spanq.sql``: send and ack inside your own psycopg transaction.
 - Errors derive from ``spanq.SpanqError``.
 """
@@ -32,6 +32,7 @@ from ._errors import (
 from ._retry import Retry
 from ._transaction import Transaction
 from ._types import (
+    BatchSettings,
     CommitResult,
     FlowControl,
     Future,
@@ -40,6 +41,7 @@ from ._types import (
     KeyValue,
     Message,
     OutgoingMessage,
+    PublishFlowControl,
     Queue,
     RenewedLease,
     TypeCode,
@@ -64,6 +66,8 @@ __all__ = [
     "RenewedLease",
     "CommitResult",
     "FlowControl",
+    "BatchSettings",
+    "PublishFlowControl",
     "Future",
     # errors
     "SpanqError",

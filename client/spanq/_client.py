@@ -8,15 +8,19 @@ threads may share one Client.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
 
 from . import aio
 from ._loop import LoopThread
+from ._codec import as_timedelta
 from ._retry import DEFAULT_RETRY, Retry
+from ._slots import DEFAULT_MAX_CONCURRENT_CALLS
 from ._transaction import Transaction
+from ._types import BatchSettings, Future, Key, KeyValue, OutgoingMessage, PublishFlowControl
 
 __all__ = ["Client", "Subscription"]
 
@@ -123,9 +127,14 @@ class Client:
         token: str | None = None,
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
+        max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
+        batch_settings: BatchSettings = BatchSettings(),
+        publish_flow_control: PublishFlowControl = PublishFlowControl(),
     ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
-        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options)
+        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options,
+                               max_concurrent_calls=max_concurrent_calls, batch_settings=batch_settings,
+                               publish_flow_control=publish_flow_control)
         self._thread = LoopThread(f"spanq-client-{target}")
         self.target = target
         self._closed = False
@@ -143,7 +152,34 @@ class Client:
     commit = _blocking(aio.Client.commit)
     open = _blocking(aio.Client.open)
 
+    flush = _blocking(aio.Client.flush)
     subscribe = _subscribing(aio.Client.subscribe)
+
+    def publish(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        key: Key | KeyValue | None = None,
+        deliver_time: datetime | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Future[Key]:
+        """Publishes one message through the batching publisher and returns its Future at once
+        (``future.result()`` is the key, or raises this message's own error).
+
+        As ``spanq.aio.Client.publish``, except that at the flow-control limit it blocks the calling thread
+        (or raises ResourceExhausted, per ``publish_flow_control.limit_exceeded``). Thread-safe: messages of
+        one thread to one queue are stored in the order published. ``flush()`` sends at once; ``close()``
+        flushes.
+        """
+        return self.publish_many(queue, [OutgoingMessage(payload, key, deliver_time, as_timedelta(delay))])[0]
+
+    def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
+        """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that)."""
+        publisher, schema = self._aio._publisher, self._aio._schemas.get(queue)
+        if publisher is None or schema is None:  # first use: one trip to the loop thread
+            publisher, schema = self._thread.run(self._aio._publishing(queue))
+        return publisher.publish_blocking(schema, messages)
 
     @contextlib.contextmanager
     def transaction(self, *, request_id: str | None = None) -> Iterator[Transaction]:
@@ -155,7 +191,8 @@ class Client:
             self.commit(tx, request_id=request_id)
 
     def close(self, timeout: float | None = None) -> None:
-        """Shuts subscriptions down gracefully, closes the channel and stops the loop thread. Idempotent."""
+        """Shuts subscriptions down gracefully, sends what was published, closes the channel and stops the
+        loop thread (as ``spanq.aio.Client.aclose``). Idempotent."""
         if self._closed:
             return
         self._closed = True

@@ -140,19 +140,27 @@ def _key_value_from_proto(column: KeyColumn, value: struct_pb2.Value) -> KeyValu
 
 
 def payload_to_proto(queue: Queue, payload: Any) -> struct_pb2.Value:
+    out = struct_pb2.Value()
+    write_payload(queue, payload, out)
+    return out
+
+
+def write_payload(queue: Queue, payload: Any, out: struct_pb2.Value) -> None:
+    """Sets ``out`` (a message's payload field) in place: a publisher encodes every message it batches."""
     t = queue.payload_type
     if t is TypeCode.JSON:
-        return json_to_value(payload, queue.name)
-    if t is TypeCode.STRING:
+        out.CopyFrom(json_to_value(payload, queue.name))
+    elif t is TypeCode.STRING:
         if not isinstance(payload, str):
             raise InvalidArgument(f"queue {queue.name!r} has STRING payloads: send str, not {type(payload).__name__}")
-        return struct_pb2.Value(string_value=payload)
-    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        out.string_value = payload
+    elif isinstance(payload, (bytes, bytearray, memoryview)):
+        out.string_value = base64.b64encode(bytes(payload)).decode()
+    else:
         raise InvalidArgument(
             f"queue {queue.name!r} has BYTES payloads: send bytes, not {type(payload).__name__} "
             "(encode text first, or create the queue with payload_type=STRING or JSON)"
         )
-    return struct_pb2.Value(string_value=base64.b64encode(bytes(payload)).decode())
 
 
 def payload_from_proto(queue: Queue, value: struct_pb2.Value) -> Any:

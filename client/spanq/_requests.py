@@ -6,6 +6,9 @@ that a send, an ack or a renewal is encoded one way only.
 
 from __future__ import annotations
 
+import os
+import threading
+import uuid
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any, Union
@@ -27,6 +30,25 @@ MAX_ITEMS_PER_REQUEST = 1000
 """The server's default per-request limit on messages, acks and lease tokens."""
 
 
+_IDS_PER_DRAW = 256
+_random = bytearray()
+_random_lock = threading.Lock()
+os.register_at_fork(after_in_child=_random.clear)  # a forked child must not reuse its parent's ids
+
+
+def new_request_id() -> str:
+    """A fresh request id: a random (version 4) UUID.
+
+    Its bytes come from os.urandom 256 ids at a time: os.urandom lets go of the GIL, and the loop thread
+    then waits up to 5 ms to get it back from a busy producer thread (measured: 5 ms per Send)."""
+    with _random_lock:
+        if not _random:
+            _random.extend(os.urandom(16 * _IDS_PER_DRAW))
+        raw = bytes(_random[-16:])
+        del _random[-16:]
+    return str(uuid.UUID(bytes=raw, version=4))
+
+
 def outgoing(messages: Iterable[OutgoingMessage | Any]) -> list[OutgoingMessage]:
     """OutgoingMessage values; anything else is a payload with no key."""
     return [m if isinstance(m, OutgoingMessage) else OutgoingMessage(payload=m) for m in messages]
@@ -37,17 +59,31 @@ def send_request(queue: Queue, messages: Sequence[OutgoingMessage]) -> queue_pb2
         raise InvalidArgument("a send needs at least one message")
     out = queue_pb2.SendRequest(queue=queue.name)
     for m in messages:
-        item = out.messages.add()
-        if m.key is not None:
-            item.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
-        item.payload.CopyFrom(_codec.payload_to_proto(queue, m.payload))
-        if m.deliver_time is not None and m.delay is not None:
-            raise InvalidArgument("set at most one of deliver_time and delay")
-        if m.deliver_time is not None:
-            item.deliver_time.CopyFrom(_codec.timestamp(m.deliver_time))
-        elif m.delay is not None:
-            item.delay.CopyFrom(_codec.duration(m.delay))
+        write_message(queue, m, out.messages.add())
     return out
+
+
+def send_message(queue: Queue, message: OutgoingMessage | Any) -> queue_pb2.SendMessage:
+    """One message of a SendRequest, on its own (the publisher batches these); as ``outgoing``, anything
+    but an OutgoingMessage is a payload with no key."""
+    out = queue_pb2.SendMessage()
+    if isinstance(message, OutgoingMessage):
+        write_message(queue, message, out)
+    else:
+        _codec.write_payload(queue, message, out.payload)
+    return out
+
+
+def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage) -> None:
+    if m.key is not None:
+        out.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
+    _codec.write_payload(queue, m.payload, out.payload)
+    if m.deliver_time is not None and m.delay is not None:
+        raise InvalidArgument("set at most one of deliver_time and delay")
+    if m.deliver_time is not None:
+        out.deliver_time.CopyFrom(_codec.timestamp(m.deliver_time))
+    elif m.delay is not None:
+        out.delay.CopyFrom(_codec.duration(m.delay))
 
 
 def send_keys(queue: Queue, response: queue_pb2.SendResponse) -> list[Key]:

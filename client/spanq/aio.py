@@ -10,14 +10,14 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
 
-from . import _codec, _requests, _retry
+from . import _codec, _requests, _retry, _slots
+from ._publisher import Publisher
 from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
@@ -26,8 +26,8 @@ from ._retry import DEFAULT_RETRY, Retry
 from ._subscriber import Callback, Subscriber, Subscription
 from ._transaction import AckOp, RenewOp, SendOp, Transaction
 from ._types import (
-    CommitResult, FlowControl, Future, Key, KeyColumn, KeyValue, Message, OutgoingMessage, Queue, RenewedLease,
-    TypeCode,
+    BatchSettings, CommitResult, FlowControl, Future, Key, KeyColumn, KeyValue, Message, OutgoingMessage,
+    PublishFlowControl, Queue, RenewedLease, TypeCode,
 )
 
 __all__ = ["Client", "Subscription"]
@@ -51,7 +51,8 @@ class Client:
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
     UNKNOWN_COMMIT per ``retry``, so a retry never duplicates; pass ``request_id=`` to choose it yourself
-    (e.g. to replay the request of a CommitOutcomeUnknown).
+    (e.g. to replay the request of a CommitOutcomeUnknown). At most ``max_concurrent_calls`` unary calls are
+    in flight on the channel at once; more wait their turn in the SDK (Receive streams are not counted).
     """
 
     def __init__(
@@ -62,8 +63,17 @@ class Client:
         token: str | None = None,
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
+        max_concurrent_calls: int = _slots.DEFAULT_MAX_CONCURRENT_CALLS,
+        batch_settings: BatchSettings = BatchSettings(),
+        publish_flow_control: PublishFlowControl = PublishFlowControl(),
     ) -> None:
+        if max_concurrent_calls < 1:
+            raise ValueError(f"max_concurrent_calls must be at least 1, not {max_concurrent_calls}")
         self.target = target
+        self._max_calls = max_concurrent_calls
+        self._batch_settings = batch_settings
+        self._publish_flow_control = publish_flow_control
+        self._publisher: Publisher | None = None
         self._credentials = credentials
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._retry = retry
@@ -91,13 +101,16 @@ class Client:
                 self._channel = grpc.aio.secure_channel(self.target, self._credentials, options=self._options)
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
-            self._stub_ = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
+            stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
+            self._stub_ = _slots.bound(stub, self._max_calls)
         return self._stub_
 
     async def aclose(self, timeout: float | None = None) -> None:
-        """Shuts subscriptions down gracefully, waits for pending message acks, closes the channel.
+        """Shuts subscriptions down gracefully, sends what was published (``flush``), waits for pending
+        message acks, closes the channel; ``timeout`` bounds each step.
 
-        Idempotent; calls made afterwards raise Closed."""
+        Idempotent; calls made afterwards raise Closed. A published message not sent in time fails with
+        Closed, one whose Send was in flight with CommitOutcomeUnknown."""
         if self._closed:
             return
         subscriptions = list(self._subscriptions)
@@ -107,6 +120,8 @@ class Client:
             await asyncio.wait_for(
                 asyncio.gather(*(s.result() for s in subscriptions), return_exceptions=True), timeout
             )
+        if self._publisher is not None:  # after the subscriptions: their callbacks may publish
+            await self._publisher.close(timeout)
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=timeout)
         self._closed = True
@@ -262,6 +277,52 @@ class Client:
         request = _requests.send_request(schema, _requests.outgoing(messages))
         response = await self._call_mutation("Send", request, queue=queue, request_id=request_id)
         return _requests.send_keys(schema, response)
+
+    # -- publishing (batched) ---------------------------------------------------
+
+    async def publish(
+        self,
+        queue: str,
+        payload: Any,
+        *,
+        key: Key | KeyValue | None = None,
+        deliver_time: datetime | None = None,
+        delay: timedelta | float | None = None,
+    ) -> Future[Key]:
+        """Publishes one message through the batching publisher and returns its Future (the key) at once;
+        ``await`` the Future for the key, or an error for this message alone.
+
+        Messages to one queue are gathered into one Send per ``batch_settings`` (count, bytes, a short
+        wait), each Send with its own request id, replayed like ``send``'s. A message refused by the server
+        (AlreadyExists, a payload over the limit) fails its own Future only. Messages to one queue are
+        stored in the order published. This call awaits only when ``publish_flow_control`` is at its limit
+        (or raises ResourceExhausted, per its ``limit_exceeded``); a payload that does not match the queue
+        raises InvalidArgument here. ``flush()`` sends at once; ``aclose()`` flushes.
+        """
+        [future] = await self.publish_many(
+            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay))]
+        )
+        return future
+
+    async def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
+        """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that).
+
+        Each item is an OutgoingMessage, or a bare payload (for a queue without key columns)."""
+        publisher, schema = await self._publishing(queue)
+        return await publisher.publish(schema, messages)
+
+    async def flush(self) -> None:
+        """Sends every pending published message now and waits until each has its outcome."""
+        if self._publisher is not None:
+            await self._publisher.flush()
+
+    async def _publishing(self, queue: str) -> tuple[Publisher, Queue]:
+        """The publisher (made on first use, on this loop) and the queue's definition."""
+        self._stub()
+        if self._publisher is None:
+            self._publisher = Publisher(self, asyncio.get_running_loop(), self._batch_settings,
+                                        self._publish_flow_control)
+        return self._publisher, await self._schema(queue)
 
     # -- receiving --------------------------------------------------------------
 
@@ -459,7 +520,7 @@ class Client:
     ) -> Any:
         """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
         method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
-        request.request_id = request_id or str(uuid.uuid4())
+        request.request_id = request_id or _requests.new_request_id()
         try:
             return await _retry.call(
                 lambda timeout: method(request, timeout=timeout, metadata=self._metadata),

@@ -1,0 +1,94 @@
+"""Cell "pub": the SDK's batching publisher (``spanq.Client.publish``) beside
+plain SQL in the same run (issue 11, item 6).
+
+Each producer is a thread calling the blocking client's ``publish`` (one
+message per call) or ``publish_many`` (100 per call) as fast as it can for
+the run's seconds, all on one shared ``spanq.Client`` (one per process, as
+the SDK recommends); then ``flush()``. The figure is messages answered
+(stored, their futures done) per second, the flush included. The baseline is
+the same number of psycopg connections, each committing one INSERT per
+transaction (1 per call) or one 100-row INSERT (100 per call): what a
+producer writes without a batching client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from .baseline import PAYLOAD
+from .stats import Figure
+
+if TYPE_CHECKING:
+    from .cells import Context, Row
+
+WORKLOADS = ((1, 1, 1.5), (1, 4, 1.5), (100, 1, 0.75))
+"""(messages per call, producer threads, target ratio to plain SQL)."""
+
+
+def _publish_for(target: str, queue: str, producers: int, per_call: int, seconds: float, **options: Any) -> float:
+    """Messages/s through one blocking Client's publisher, from ``producers`` threads (``options``: the
+    Client's, e.g. batch_settings, for measuring the defaults)."""
+    import spanq
+
+    with spanq.Client(target, **options) as client:
+        client.publish(queue, PAYLOAD).result()  # warm-up: the channel, the queue's definition, the batcher
+        counts = [0] * producers
+        last: list[Any] = [None] * producers
+        start = time.perf_counter()
+        deadline = start + seconds
+
+        def producer(i: int) -> None:
+            n = 0
+            if per_call == 1:
+                while time.perf_counter() < deadline:
+                    last[i] = client.publish(queue, PAYLOAD)
+                    n += 1
+            else:
+                batch = [PAYLOAD] * per_call
+                while time.perf_counter() < deadline:
+                    last[i] = client.publish_many(queue, batch)[-1]
+                    n += per_call
+            counts[i] = n
+
+        threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        client.flush()
+        elapsed = time.perf_counter() - start
+        for future in last:
+            if future is not None:
+                future.result()  # a failed publish fails the run
+        return sum(counts) / elapsed
+
+
+async def cell_publish(ctx: Context) -> list[Row]:
+    from .cells import Row, _setup, _teardown  # noqa: F811  (cells.py imports this module to register the cell)
+
+    s = ctx.sizes
+    spanq, sql = await _setup(ctx, "publish")
+    rows = []
+    try:
+        for per_call, producers, target in WORKLOADS:
+            a, b = Figure(), Figure()
+            for _ in range(s.runs):
+                await spanq.truncate()
+                a.add(await asyncio.to_thread(_publish_for, ctx.target, spanq.name, producers, per_call,
+                                              s.send_seconds))
+                await sql.truncate()
+                b.add(await sql.send_throughput(producers, per_call, s.send_seconds))
+            plural = "s" if producers > 1 else ""
+            row = Row("pub publish", f"{per_call} msg/call, {producers} producer thread{plural}", "msgs/s", a, b,
+                      target=f"ratio >= {target}")
+            row.met = row.ratio >= target
+            rows.append(row)
+            ctx.log(f"  publish {per_call}/call x{producers}: spanq {a.median:,.0f}  sql {b.median:,.0f}")
+    finally:
+        await _teardown(spanq, sql)
+    rows[0].note = ("threads on one spanq.Client, default BatchSettings, rate includes the final flush; "
+                    "baseline: as many psycopg connections, one INSERT (of 1 or 100 rows) per transaction")
+    return rows
