@@ -35,6 +35,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
                        help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
                             f"default {default.metrics_listen})")
+    serve.add_argument("--metrics-interval", type=float, default=default.metrics_interval.total_seconds(),
+                       help=f"seconds: /metrics is computed at most once per interval, scrapes in between get "
+                            f"that copy (default {default.metrics_interval.total_seconds():g})")
     serve.add_argument("--max-queues", type=int, default=limits.max_queues)
     serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
     serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
@@ -61,6 +64,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parse_listen(args.metrics_listen)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.metrics_interval < 0:
+        parser.error("--metrics-interval must be 0 or more seconds")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     logging.basicConfig(
@@ -78,6 +83,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         insecure=args.insecure,
         auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
+        metrics_interval=timedelta(seconds=args.metrics_interval),
         limits=Limits(
             max_queues=args.max_queues,
             max_streams_per_queue=args.max_streams_per_queue,

@@ -37,6 +37,9 @@ class Config:
     metrics_listen: str = "localhost:9464"
     """host:port serving Prometheus metrics at /metrics (port 0: any free port);
     "" or "off": no metrics endpoint."""
+    metrics_interval: timedelta = timedelta(seconds=5)
+    """/metrics is rendered (the queue gauges' statement run) at most once per interval;
+    scrapes in between get that copy. 0: at every scrape."""
     data_dir: str = ".spanq"
     """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
     limits: Limits = dataclasses.field(default_factory=Limits)

@@ -10,9 +10,10 @@ Every running server has its own registry (not prometheus_client's global one),
 so several servers in one process do not clash. The hooks are cheap: a counter
 increment on a child looked up once per queue; nothing on the hot path touches
 the database. What needs the database (ready messages, oldest age) is computed
-when Prometheus scrapes: prometheus_client serves /metrics from a thread, and the
-collector runs its query on the server's event loop, through the server's own
-pool (so it counts against --max-connections), with a timeout.
+when the endpoint renders: at most once per --metrics-interval, whatever the
+number of scrapes (exposition.py serves the copy in between). The endpoint's
+thread hands the query to the server's event loop, which runs it through the
+server's own pool (so it counts against --max-connections), with a timeout.
 """
 
 import asyncio
@@ -25,15 +26,15 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from .config import ConfigError
+from .exposition import Endpoint
 from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .model import LeasedMessage, QueueGauges
 
@@ -96,8 +97,7 @@ class Metrics:
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
-        self._http: WSGIServer | None = None
-        self._http_thread: threading.Thread | None = None
+        self._endpoint: Endpoint | None = None
 
     # -- hooks (hot path: one dict lookup and one increment) -----------------------
 
@@ -143,10 +143,12 @@ class Metrics:
 
     # -- the endpoint ----------------------------------------------------------------
 
-    def serve(self, listen: str, *, store: "Store", receiver: "Receiver", clock: "Clock") -> int | None:
+    def serve(self, listen: str, *, interval: float, store: "Store", receiver: "Receiver", clock: "Clock"
+              ) -> int | None:
         """Registers the scrape-time collector and serves /metrics on listen (from the
-        running event loop, which the collector's queries then run on). Returns the
-        bound port (listen may ask for port 0), or None when listen disables metrics."""
+        running event loop, which the collector's queries then run on), rendered at most
+        once per interval (seconds). Returns the bound port (listen may ask for port 0),
+        or None when listen disables metrics."""
         address = parse_listen(listen)
         if address is None:
             return None
@@ -155,21 +157,20 @@ class Metrics:
         for counter in self._queue_counters:
             self.registry.unregister(counter)
             self.registry.register(counter)
+        self._endpoint = Endpoint(self.registry, interval)
         try:
-            self._http, self._http_thread = start_http_server(address[1], address[0], registry=self.registry)
+            return self._endpoint.start(*address)
         except OSError as exc:
+            self._endpoint = None
             raise ConfigError(f"cannot serve metrics on {listen}: {exc.strerror or exc}; give --metrics-listen "
                               "another HOST:PORT, or 'off'") from exc
-        return int(self._http.server_port)
 
     async def stop(self) -> None:
-        """Stops the endpoint (idempotent). shutdown() waits for the serving thread's next
-        poll (up to half a second), so it runs off the event loop."""
-        http, self._http = self._http, None
-        if http is None:
-            return
-        await asyncio.to_thread(http.shutdown)
-        http.server_close()
+        """Stops the endpoint (idempotent), off the event loop: it waits for the serving
+        thread, which may be waiting for the loop (a scrape's queries)."""
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
 
 
 # -- RPC latency ---------------------------------------------------------------------

@@ -157,7 +157,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                 port = server.add_insecure_port(config.listen)
         except RuntimeError as exc:  # grpc's "Failed to bind": in use, or not an address of this host
             raise ConfigError(f"cannot serve on {config.listen}: {exc}; give --listen another HOST:PORT") from exc
-        metrics_port = metrics.serve(config.metrics_listen, store=store, receiver=receiver, clock=clock)
+        metrics_port = metrics.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(), store=store, receiver=receiver, clock=clock)
         await server.start()
     except BaseException:  # undo what started, in reverse, so nothing runs on a closed pool
         await metrics.stop()
