@@ -13,6 +13,9 @@ from .config import Config, ConfigError, Limits
 from .metrics import parse_listen
 
 
+LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+
+
 def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     parser = argparse.ArgumentParser(prog="spanq", description="Spanner's queues on PostgreSQL, over gRPC.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -44,6 +47,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--max-connections", type=int, default=default.max_connections,
                        help=f"database connections in all: one listens for wake-ups, the rest are a pool "
                             f"(default {default.max_connections}, at least 2)")
+    serve.add_argument("--workers", type=int, default=int(environ.get("SPANQ_WORKERS", default.workers)),
+                       help=f"server processes on the one port, each with its share of --max-connections "
+                            f"(env SPANQ_WORKERS; default {default.workers}); see docs/operations.md")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
                        help="seconds between an idle stream's fallback polls")
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
@@ -66,14 +72,12 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parser.error(str(exc))
     if args.metrics_interval < 0:
         parser.error("--metrics-interval must be 0 or more seconds")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    return dataclasses.replace(
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    config = dataclasses.replace(
         default,
         database_url=args.database_url or None,
         listen=args.listen,
@@ -92,7 +96,17 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
         inject_faults=args.inject_faults,
+        workers=args.workers,
     )
+    if config.workers > 1:
+        from .workers import connections_per_worker, supervisor_connections
+
+        if min(connections_per_worker(config)) < 2:
+            parser.error(f"--max-connections {config.max_connections} is too few for --workers {config.workers}: "
+                         f"each worker needs 2 (a wake-up listener and a pool of one), and the supervisor "
+                         f"{supervisor_connections(config)} for the queue gauges; give at least "
+                         f"{2 * config.workers + supervisor_connections(config)}")
+    return config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,8 +116,11 @@ def main(argv: list[str] | None = None) -> None:
 
         config = dataclasses.replace(config, database_url=start_embedded(config.data_dir))
     from .server import serve
+    from .workers import supervise
 
     try:
+        if config.workers > 1:
+            sys.exit(asyncio.run(supervise(config)))
         asyncio.run(serve(config))
     except KeyboardInterrupt:
         pass

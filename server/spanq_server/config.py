@@ -56,6 +56,12 @@ class Config:
     commit_groups_in_flight: int = 2
     """Sends committed at once, each group one transaction; Sends that arrive while
     these commit wait and share the next group (group commit)."""
+    workers: int = 1
+    """Server processes on one port (``spanq serve --workers N``, workers.py); above 1 a
+    supervisor starts them and max_connections is split among them."""
+    worker: bool = False
+    """This process is one of those: it shares its port (SO_REUSEPORT) and writes its
+    metrics to prometheus_client's multiprocess files, which the supervisor serves."""
     inject_faults: str = ""
     """Fault injection SPEC (name=probability,...); empty: off."""
 

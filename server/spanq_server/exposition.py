@@ -57,8 +57,8 @@ class Endpoint:
         """Content type -> (when rendered, time.monotonic(); the body)."""
         self._http: WSGIServer | None = None
         self._thread: threading.Thread | None = None
-        self.renders = 0
-        """Times the registry was rendered (tests count them)."""
+        self.port = 0
+        """The bound port, once started."""
 
     def copy(self, accept: str | None = None) -> tuple[bytes, str]:
         """The body and content type for an Accept header: rendered now if the last copy
@@ -68,7 +68,6 @@ class Endpoint:
         if cached is not None and time.monotonic() - cached[0] < self._interval:
             return cached[1], content_type
         body = encoder(self._registry)
-        self.renders += 1
         # Timed from the end: a slow render (a slow database) is not followed by another at once.
         self._copies[content_type] = (time.monotonic(), body)
         return body, content_type
@@ -88,7 +87,8 @@ class Endpoint:
         self._http = make_server(host, port, self._app, server_class, handler_class=_Quiet)
         self._thread = threading.Thread(target=self._http.serve_forever, name="spanq-metrics", daemon=True)
         self._thread.start()
-        return int(self._http.server_port)
+        self.port = int(self._http.server_port)
+        return self.port
 
     def stop(self) -> None:
         """Stops serving and closes the socket; blocks up to half a second (the serving
