@@ -31,6 +31,7 @@ import socket
 import sys
 import tempfile
 import time
+from typing import Any
 
 from prometheus_client.multiprocess import mark_process_dead
 
@@ -133,12 +134,17 @@ class Supervisor:
         # children in order (a child that stopped by itself first would be restarted).
         await process.stdin.drain()
         loop = asyncio.get_running_loop()
-        ready = loop.create_future()  # the pipe is readable: the child wrote, or died (EOF)
-        loop.add_reader(ready_r, lambda: ready.done() or ready.set_result(None))
-        exited = asyncio.ensure_future(process.wait())
-        stopping = asyncio.ensure_future(self._stopping.wait())
+        ready: asyncio.Future[None] = loop.create_future()  # the pipe is readable: the child wrote, or died (EOF)
+
+        def readable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(ready_r, readable)
+        exited: asyncio.Future[Any] = asyncio.ensure_future(process.wait())
+        stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
         try:
-            await asyncio.wait({ready, exited, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([ready, exited, stopping], return_when=asyncio.FIRST_COMPLETED)
         finally:
             loop.remove_reader(ready_r)
             os.close(ready_r)
