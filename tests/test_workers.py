@@ -131,6 +131,24 @@ async def test_sigterm_ends_every_worker_gracefully(workers):
         probe.bind(("127.0.0.1", workers.port))
 
 
+def gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie nobody has reaped yet."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+async def test_workers_shut_down_when_the_supervisor_is_killed(workers):
+    workers.process.kill()  # SIGKILL: it cannot tell them
+    workers.process.wait()
+    deadline = time.monotonic() + 30
+    while not all(gone(pid) for pid in workers.pids):  # each sees its pipe to the supervisor close
+        assert time.monotonic() < deadline, "orphaned workers kept running"
+        await asyncio.sleep(0.05)
+
+
 def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
         text = response.read().decode()
@@ -154,6 +172,12 @@ async def test_one_endpoint_sums_the_workers_metrics(workers):
                     break
                 assert time.monotonic() < deadline, "the streams of both workers never showed"
                 await asyncio.sleep(0.1)
+        await create_queue(b, "other", payload_type=queue_pb2.STRING)
+        await send(b, "other", text_message("o", "x"))
+        await a.DropQueue(queue_pb2.DropQueueRequest(name="other"))
+        # The files keep its series; the endpoint leaves out those of queues not in the catalog.
+        dropped = await asyncio.to_thread(scrape, workers.metrics_port)
+        assert not [key for key in dropped if ("queue", "other") in key[1]]
     finally:
         for channel in channels:
             await channel.close()
