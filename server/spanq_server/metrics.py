@@ -168,13 +168,8 @@ class Metrics:
         for counter in self._queue_counters:
             self.registry.unregister(counter)
             self.registry.register(counter)
-        self._endpoint = Endpoint(self.registry, interval)
-        try:
-            return self._endpoint.start(*address)
-        except OSError as exc:
-            self._endpoint = None
-            raise ConfigError(f"cannot serve metrics on {listen}: {exc.strerror or exc}; give --metrics-listen "
-                              "another HOST:PORT, or 'off'") from exc
+        self._endpoint = _endpoint(self.registry, listen, address, interval)
+        return self._endpoint.port
 
     async def stop(self) -> None:
         """Stops the endpoint (idempotent), off the event loop: it waits for the serving
@@ -515,6 +510,11 @@ def serve_files(listen: str, *, interval: float, store: "Store", clock: "Clock",
         return None
     registry = CollectorRegistry()
     registry.register(_Gathered(asyncio.get_running_loop(), store, clock, path))
+    return _endpoint(registry, listen, address, interval)
+
+
+def _endpoint(registry: CollectorRegistry, listen: str, address: tuple[str, int], interval: float) -> Endpoint:
+    """The started endpoint; a bind that fails is a ConfigError that says what to do."""
     endpoint = Endpoint(registry, interval)
     try:
         endpoint.start(*address)

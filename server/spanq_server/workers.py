@@ -105,8 +105,8 @@ class Supervisor:
         self.listen = config.listen
         self._stopping = asyncio.Event()
         self._children: dict[int, asyncio.subprocess.Process] = {}
-        self._files = tempfile.mkdtemp(prefix="spanq-metrics-")
-        """prometheus_client's multiprocess directory: the children's metrics."""
+        self._files = ""
+        """prometheus_client's multiprocess directory: the children's metrics (made by run())."""
 
     def _child_config(self, index: int) -> Config:
         share = connections_per_worker(self.config)[index]
@@ -117,6 +117,8 @@ class Supervisor:
         """Starts child ``index`` and returns once it serves, has died, or we are stopping."""
         ready_r, ready_w = os.pipe()
         try:
+            # A new session: a terminal's Ctrl-C reaches the supervisor alone, which stops the
+            # children in order (a child that stopped by itself first would be restarted).
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-c", _CHILD, str(ready_w), str(index),
                 stdin=asyncio.subprocess.PIPE, pass_fds=(ready_w,), start_new_session=True,
@@ -130,8 +132,6 @@ class Supervisor:
         self._children[index] = process
         assert process.stdin is not None
         process.stdin.write(pickle.dumps((self._child_config(index), logging.getLogger().level)))
-        # A new session: a terminal's Ctrl-C reaches the supervisor alone, which stops the
-        # children in order (a child that stopped by itself first would be restarted).
         await process.stdin.drain()
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[None] = loop.create_future()  # the pipe is readable: the child wrote, or died (EOF)
@@ -195,6 +195,7 @@ class Supervisor:
         assert config.database_url is not None
         check(config)
         self.listen, held = reserve(config.listen)
+        self._files = tempfile.mkdtemp(prefix="spanq-metrics-")
         store = Store(config.database_url, min_size=1, max_size=1)
         endpoint = None
         keepers: list[asyncio.Task[None]] = []
