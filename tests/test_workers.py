@@ -22,7 +22,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.cli import parse_config
 from spanq_server.config import Config, ConfigError
 from spanq_server.server import start
-from spanq_server.workers import connections_per_worker
+from spanq_server.workers import connections_per_worker, reserve
 
 from .helpers import ack, create_queue, open_stream, send, text_message
 from .spawned import (channels_on_each, children, free_port, listens_on, spawn_server, wait_children,
@@ -240,3 +240,32 @@ def test_connections_are_split_and_too_few_are_refused():
         parse_config(["serve", "--workers", "5"], {})  # 9 for 5 workers, 2 each needed
     with pytest.raises(SystemExit):
         parse_config(["serve", "--workers", "0"], {})
+
+
+def test_the_port_is_reserved_once_and_a_taken_one_refused():
+    listen, held = reserve("127.0.0.1:0")
+    try:
+        port = int(listen.rsplit(":", 1)[1])
+        assert port > 0
+        with socket.socket() as other, pytest.raises(OSError):  # no plain socket can bind it meanwhile...
+            other.bind(("127.0.0.1", port))
+        with socket.socket() as past:  # ...while a previous server's TIME_WAIT does not stand in its way
+            past.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            past.bind(("127.0.0.1", 0))
+            past.listen()
+            past_port = past.getsockname()[1]
+            with socket.create_connection(("127.0.0.1", past_port)) as client:
+                accepted, _ = past.accept()
+                accepted.close()  # the server side closes first: its end waits in TIME_WAIT
+                client.recv(1)
+        _, also_held = reserve(f"127.0.0.1:{past_port}")
+        for sock in also_held:
+            sock.close()
+    finally:
+        for sock in held:
+            sock.close()
+    with socket.socket() as holder:  # ...and a port another process listens on is refused
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        with pytest.raises(ConfigError, match="cannot serve on 127.0.0.1:.*give --listen"):
+            reserve(f"127.0.0.1:{holder.getsockname()[1]}")

@@ -87,6 +87,9 @@ def reserve(listen: str) -> tuple[str, list[socket.socket]]:
                 port = probe.getsockname()[1]
             sock = socket.socket(family, kind, proto)
             held.append(sock)
+            # SO_REUSEADDR as well, as gRPC sets it: else the TIME_WAIT of a previous server's
+            # connections refuses the port for a minute. (While no child listens, a socket with
+            # SO_REUSEADDR could then bind it too; a plain one cannot.)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((address[0], port, *address[2:]))
