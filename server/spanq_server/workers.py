@@ -180,6 +180,8 @@ class Supervisor:
 
     async def _stop_children(self) -> None:
         live = [p for p in self._children.values() if p.returncode is None]
+        if not live:
+            return
         for process in live:
             process.send_signal(signal.SIGTERM)
         timeout = 3 * self.config.shutdown_grace.total_seconds() + KILL_AFTER
@@ -234,10 +236,10 @@ class Supervisor:
             return 0
         finally:
             self._stopping.set()
-            await self._stop_children()
-            for task in keepers:
+            for task in keepers:  # first: none may start a child after the others are told to stop
                 task.cancel()
             await asyncio.gather(*keepers, return_exceptions=True)
+            await self._stop_children()
             if endpoint is not None:
                 await asyncio.to_thread(endpoint.stop)
             await store.close()
