@@ -47,7 +47,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--max-connections", type=int, default=default.max_connections,
                        help=f"database connections in all: one listens for wake-ups, the rest are a pool "
                             f"(default {default.max_connections}, at least 2)")
-    serve.add_argument("--workers", type=int, default=int(environ.get("SPANQ_WORKERS", default.workers)),
+    serve.add_argument("--workers", type=int, default=environ.get("SPANQ_WORKERS", str(default.workers)),
                        help=f"server processes on the one port, each with its share of --max-connections "
                             f"(env SPANQ_WORKERS; default {default.workers}); see docs/operations.md")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
