@@ -41,6 +41,9 @@ class Config:
     metrics_listen: str = "localhost:9464"
     """host:port serving Prometheus metrics at /metrics (port 0: any free port);
     "" or "off": no metrics endpoint."""
+    metrics_interval: timedelta = timedelta(seconds=5)
+    """/metrics is rendered (the queue gauges' statement run) at most once per interval;
+    scrapes in between get that copy. 0: at every scrape."""
     data_dir: str = ".spanq"
     """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
     limits: Limits = dataclasses.field(default_factory=Limits)
@@ -67,6 +70,12 @@ class Config:
     spanner_transaction_max_lifetime: timedelta = timedelta(seconds=60)
     """A Spanner front-end read-write transaction open this long is rolled back however
     busy it is, so that no caller holds its locks (and DDL on its queues) for ever."""
+    workers: int = 1
+    """Server processes on one port (``spanq serve --workers N``, workers.py); above 1 a
+    supervisor starts them and max_connections is split among them."""
+    worker: bool = False
+    """This process is one of those: it shares its port (SO_REUSEPORT) and writes its
+    metrics to prometheus_client's multiprocess files, which the supervisor serves."""
     inject_faults: str = ""
     """Fault injection SPEC (name=probability,...); empty: off."""
 
