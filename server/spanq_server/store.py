@@ -389,11 +389,20 @@ class Store:
         statements = _queue_sql(queue)
         width = len(queue.key_columns)
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(
-                statements.lease,
-                {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
-                 "lease_prefix": lease_prefix, "now": now},
-            )
+            try:
+                cur = await conn.execute(
+                    statements.lease,
+                    {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
+                     "lease_prefix": lease_prefix, "now": now, "queue_name": queue.name,
+                     "create_time": queue.create_time},
+                )
+            except pg_errors.InvalidTextRepresentation as exc:
+                if "was dropped and created again" not in (exc.diag.message_primary or ""):
+                    raise
+                raise errors.QueueNotFound(
+                    f"queue {queue.name!r} was dropped (and a queue of that name created again); "
+                    "open a new stream to receive from the new queue"
+                ) from exc
             rows = await cur.fetchall()
         # The row is the key columns, then LeasedMessage's other fields in order.
         if width == 1:

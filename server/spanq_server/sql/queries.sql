@@ -278,8 +278,16 @@ WITH claimed AS (
 SELECT request_id FROM claimed
 
 -- message_lease_batch --
--- Leases up to max_batch_size deliverable messages for one stream.
+-- Leases up to max_batch_size deliverable messages for one stream, while the
+-- queue is still the one the stream opened: a queue dropped and created again
+-- under its name (on any server) has another create_time, and the statement
+-- fails before the function leases anything (an uncorrelated condition is a
+-- one-time filter, checked before the function scan runs). No catalog row
+-- (dropped meanwhile): nothing leased.
 SELECT * FROM spanq.{receive_function}(%(max_batch_size)s, %(lease_duration)s, %(lease_prefix)s, %(now)s)
+WHERE (SELECT CASE WHEN %(create_time)s::timestamptz IS NULL OR q.create_time = %(create_time)s THEN true
+                   ELSE ('spanq: queue ' || q.name || ' was dropped and created again')::boolean END
+       FROM spanq.queues AS q WHERE q.name = %(queue_name)s)
 
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
