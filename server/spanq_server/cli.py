@@ -38,6 +38,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--max-queues", type=int, default=limits.max_queues)
     serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
     serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
+    serve.add_argument("--max-response-bytes", type=int, default=limits.max_response_bytes)
     serve.add_argument("--max-connections", type=int, default=default.max_connections,
                        help=f"database connections in all: one listens for wake-ups, the rest are a pool "
                             f"(default {default.max_connections}, at least 2)")
@@ -82,6 +83,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
             max_queues=args.max_queues,
             max_streams_per_queue=args.max_streams_per_queue,
             max_payload_bytes=args.max_payload_bytes,
+            max_response_bytes=args.max_response_bytes,
         ),
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),

@@ -233,6 +233,41 @@ def json_from_value(value: struct_pb2.Value, what: str) -> Any:
     raise InvalidArgument(f"{what}: an empty value is not JSON")
 
 
+MAX_JSON_NESTING = 30
+"""Arrays and objects nested at most this deep in a JSON payload. Protobuf decoders
+stop at 100 nested messages, and each JSON object costs three (Value, Struct, its map
+entry): past ~32 a ReceiveResponse carrying the payload fails to decode in every
+default client, and the server's own encoder stops near 50."""
+
+
+def check_json(data: Any, what: str) -> None:
+    """Raises InvalidArgument unless every spanq.v1 client can receive ``data`` as a
+    google.protobuf.Value: nested at most MAX_JSON_NESTING deep, every number a finite
+    double. The one check of every write path (Mutator.prepare) and of the receive path.
+    Iterative: a payload nested deeper than Python's recursion limit is refused too."""
+    stack = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= MAX_JSON_NESTING:
+                raise InvalidArgument(
+                    f"{what}: JSON nested more than {MAX_JSON_NESTING} levels deep, which protobuf clients cannot "
+                    "decode; flatten it, or send it in a STRING or BYTES queue"
+                )
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise InvalidArgument(f"{what}: JSON number {item!r} is outside a double's range; send it as a string")
+        elif isinstance(item, int) and not isinstance(item, bool):
+            try:
+                float(item)
+            except OverflowError:
+                raise InvalidArgument(
+                    f"{what}: JSON number {str(item)[:20]}... ({len(str(abs(item)))} digits) is outside a double's "
+                    "range; send it as a string"
+                ) from None
+
+
 def value_from_json(data: Any) -> struct_pb2.Value:
     value = struct_pb2.Value()
     if data is None:

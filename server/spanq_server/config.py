@@ -20,6 +20,9 @@ class Limits:
     """Largest payload of one message."""
     max_messages_per_request: int = 1000
     """Messages in one Send, acks in one Ack, tokens in one RenewLease."""
+    max_response_bytes: int = 4 * 1024 * 1024 - 64 * 1024
+    """Largest Receive response: a leased batch goes out in as many responses as it
+    needs. Below gRPC's default 4 MiB receive limit, which every default client keeps."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,17 +6,25 @@ it, and when nothing is deliverable sleep until the earliest of: a wake-up
 (send, nack), the queue's next deliver_time (scheduled messages, expired
 leases), the poll fallback, the stream's end. Streams hold no database
 connection while they wait.
+
+A stream that writes its own responses (``serve``, spanq.v1's Receive) leases
+its next batch only once the last one is written: gRPC's write waits while
+HTTP/2 flow control says the client is not reading. A write blocked for
+WRITE_BOUND of the lease ends the stream, and what it had not written is given
+back (deliver_time and attempt as before: it was never delivered). A message
+that cannot be encoded for any client goes to the dead-letter queue, or stays.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import errors
 from .clock import Clock
@@ -37,6 +45,22 @@ MIN_WAIT = 0.005
 """Seconds: the shortest sleep, for due messages that another receiver holds locked for a moment."""
 IDLE_POLLS = 10
 """A stream that does not keep its queue's timers looks on its own every this many poll intervals."""
+WRITE_BOUND = 0.5
+"""The fraction of its lease a response's write may stay blocked (the client is not
+reading) before the stream ends and gives back what it had not written."""
+REMEMBERED_UNDELIVERABLE = 10_000
+"""Undeliverable messages left in their queue that are logged once; past this many the memory starts over."""
+
+Response = TypeVar("Response")
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded(Generic[Response]):
+    """A leased batch as responses (each with the messages it carries, in order), and the
+    messages that no client could receive, each with why."""
+
+    responses: list[tuple[Response, list[LeasedMessage]]]
+    undeliverable: list[tuple[LeasedMessage, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +100,7 @@ class Receiver:
         self._streams: Counter[str] = Counter()
         self._closing = asyncio.Event()
         self._giving_back: set[asyncio.Task[int]] = set()  # strong references until done
+        self._undeliverable_logged: set[tuple[str, str]] = set()
         clock.on_advance(wakeups.wake_all)
 
     def open_streams(self) -> int:
@@ -99,7 +124,7 @@ class Receiver:
         if self._giving_back:
             await asyncio.wait(set(self._giving_back), timeout=timeout)
 
-    async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
+    async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncGenerator[list[LeasedMessage], None]:
         options = options.checked()
         if self._streams[queue.name] >= self._limits.max_streams_per_queue:
             raise errors.LimitExceeded(
@@ -115,6 +140,75 @@ class Receiver:
             self._streams[queue.name] -= 1
             if not self._streams[queue.name]:
                 del self._streams[queue.name]
+
+    async def serve(self, queue: QueueDef, options: ReceiveOptions,
+                    encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
+                    write: Callable[[Response], Awaitable[Any]]) -> None:
+        """Runs a stream that writes its own responses: ``encode`` turns a batch into
+        responses of at most the configured bytes, ``write`` sends one (and waits while
+        the client is not reading). The stream leases its next batch only after writing
+        the last."""
+        bound = (options.lease_duration or queue.lease_duration).total_seconds() * WRITE_BOUND
+        async with contextlib.aclosing(self.stream(queue, options)) as batches:
+            async for batch in batches:
+                await self._deliver(queue, batch, encode, write, bound)
+
+    async def _deliver(self, queue: QueueDef, batch: list[LeasedMessage],
+                       encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
+                       write: Callable[[Response], Awaitable[Any]], bound: float) -> None:
+        encoded = encode(batch, self._limits.max_response_bytes)
+        if encoded.undeliverable:
+            await self._undeliverable(queue, encoded.undeliverable)
+        for i, (response, _) in enumerate(encoded.responses):
+            try:
+                await asyncio.wait_for(write(response), bound)
+            except BaseException as exc:
+                unwritten = [m for _, carried in encoded.responses[i:] for m in carried]
+                if not isinstance(exc, asyncio.TimeoutError):  # cancelled, or the call broke
+                    self._return_later(queue, unwritten)
+                    raise
+                await self._return_now(queue, unwritten)
+                raise errors.ClientNotReading(
+                    f"this stream's client read none of a response for {bound:g} s (half its lease): the "
+                    f"stream ended and gave its {len(unwritten)} unwritten messages back, undelivered. Read "
+                    "the stream steadily (or ask for smaller batches, and hold fewer with max_outstanding)"
+                ) from None
+
+    async def _undeliverable(self, queue: QueueDef, bad: list[tuple[LeasedMessage, str]]) -> None:
+        """Messages no client can receive: to the dead-letter queue when there is one; else
+        they stay (leased now, redelivered after their backoff), logged once per server."""
+        if queue.dead_letter_queue:
+            moved = await self._store.messages_dead_letter(queue, [m.lease_token for m, _ in bad])
+            for m, why in bad:
+                logger.warning("queue %s: message %r cannot be delivered to any client (%s); moved to the "
+                               "dead-letter queue %s", queue.name, m.key, why, queue.dead_letter_queue)
+            self._metrics.undeliverable(queue.name, moved)
+            return
+        for m, why in bad:
+            seen = (queue.name, repr(m.key))
+            if seen in self._undeliverable_logged:
+                continue
+            if len(self._undeliverable_logged) >= REMEMBERED_UNDELIVERABLE:
+                self._undeliverable_logged.clear()
+            self._undeliverable_logged.add(seen)
+            logger.error("queue %s: message %r cannot be delivered to any client (%s); it stays in the queue "
+                         "(redelivered after its backoff, skipped again): fix or delete it in SQL, or give the "
+                         "queue a dead-letter queue", queue.name, m.key, why)
+            self._metrics.undeliverable(queue.name, 1)
+
+    async def _return_now(self, queue: QueueDef, unwritten: list[LeasedMessage]) -> None:
+        if not unwritten:
+            return
+        try:
+            await self._store.leases_return(queue, unwritten)
+        except errors.QueueError as exc:
+            # The leases expire by themselves; only the redelivery is later.
+            logger.warning("could not give back the unwritten leases of a stream: %s", exc)
+
+    def _return_later(self, queue: QueueDef, unwritten: list[LeasedMessage]) -> None:
+        """Gives back leases from a task that is being cancelled (it cannot await)."""
+        if unwritten:
+            self._track(asyncio.create_task(self._store.leases_return(queue, unwritten)))
 
     async def _run(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
         lease = options.lease_duration or queue.lease_duration
@@ -185,7 +279,9 @@ class Receiver:
     def _give_back(self, queue: QueueDef, leasing: "asyncio.Future[list[LeasedMessage]]") -> None:
         if leasing.cancelled() or leasing.exception() is not None or not leasing.result():
             return
-        task = asyncio.create_task(self._store.leases_return(queue, leasing.result()))
+        self._track(asyncio.create_task(self._store.leases_return(queue, leasing.result())))
+
+    def _track(self, task: "asyncio.Task[int]") -> None:
         self._giving_back.add(task)
         task.add_done_callback(self._gave_back)
 

@@ -418,6 +418,23 @@ WITH returned AS (
 )
 SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned HAVING count(*) > 0
 
+-- message_dead_letter --
+-- Moves leased messages that no client can receive (a value written by SQL
+-- that the receive path cannot encode) to the queue's dead-letter queue, by
+-- lease token, as stored: the database copies what spanq could not read. A
+-- key already in the dead-letter queue keeps its older copy there, as in the
+-- receive function. Returns how many left the queue.
+WITH dead AS (
+    DELETE FROM {queue} AS m
+    WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time
+), buried AS (
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time)
+    SELECT * FROM dead
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM dead
+
 -- lease_count_held --
 -- Unexpired leases held under one stream's token prefix (for max_outstanding):
 -- an index range over the tokens that start with `<prefix>.`, less those whose
