@@ -9,7 +9,15 @@ import grpc
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
-from .helpers import create_queue, error_of, key, receive_some, send, text_message, value
+from .helpers import ack, create_queue, duration, error_of, key, open_stream, plain, receive_some, send, text_message, value
+
+
+async def until(condition, what: str, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
+    """Polls ``condition`` (bounded) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
 
 
 async def responsive(stub) -> None:  # type: ignore[no-untyped-def]
@@ -81,3 +89,30 @@ async def test_a_request_id_reused_on_another_queue_is_refused(stub, sql):
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "already used" in message
     assert sql.execute("SELECT count(*) FROM second").fetchone() == (0,)
     assert sql.execute("SELECT count(*) FROM first").fetchone() == (1,)
+
+
+async def test_streams_that_never_read_neither_starve_a_reader_nor_dead_letter_its_messages(server, stub, sql):
+    await create_queue(stub, "work_dead", payload_type=queue_pb2.STRING)
+    await create_queue(stub, "work", payload_type=queue_pb2.STRING, lease_duration=duration(2),
+                       max_delivery_attempts=4, dead_letter_queue="work_dead")
+    async with grpc.aio.insecure_channel(server.target) as rude_channel:
+        rude = queue_pb2_grpc.QueueServiceStub(rude_channel)
+        stuck = [rude.Receive(queue_pb2.ReceiveRequest(queue="work")) for _ in range(50)]
+        await until(lambda: server.receiver.streams_by_queue().get("work", 0) == 50, "50 open streams")
+        for batch in range(30):
+            await stub.Send(queue_pb2.SendRequest(queue="work", messages=[
+                text_message(f"m{batch * 100 + i:04}", "x") for i in range(100)]))
+        got: set[str] = set()
+        async with open_stream(stub, "work") as reader:
+            started = time.monotonic()
+            while len(got) < 3000 and time.monotonic() - started < 30:
+                try:
+                    batch_ = [await reader.next(timeout=1)] + reader.drain()
+                except AssertionError:
+                    continue  # nothing this second
+                got.update(plain(m.key)[0] for m in batch_)
+                await ack(stub, "work", *batch_)
+        for call in stuck:
+            call.cancel()
+    assert len(got) == 3000, f"the reader got {len(got)} of 3000 messages in 30 s"
+    assert sql.execute("SELECT count(*) FROM work_dead").fetchone() == (0,)

@@ -7,6 +7,10 @@ it, and when nothing is deliverable sleep until the earliest of: a wake-up
 leases), the poll fallback, the stream's end. Streams hold no database
 connection while they wait.
 
+A stream whose client lets every lease it was sent lapse ends while another
+stream of the queue on this server settles its own (lapses.py), rather than
+take messages again at each expiry until they are dead-lettered.
+
 A stream that writes its own responses (``serve``, spanq.v1's Receive) leases
 its next batch only once the last one is written: gRPC's write waits while
 HTTP/2 flow control says the client is not reading. A write blocked for
@@ -23,12 +27,13 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Protocol, TypeVar
 
 from . import errors
 from .clock import Clock
 from .config import Limits
+from .lapses import LapseWatch
 from .metrics import Metrics
 from .model import LeasedMessage, QueueDef
 from .store import Store
@@ -98,6 +103,7 @@ class Receiver:
         self._limits = limits
         self._poll = poll_interval.total_seconds()
         self._streams: Counter[str] = Counter()
+        self._watches: dict[str, set[LapseWatch]] = {}  # each open stream's, by queue
         self._closing = asyncio.Event()
         self._giving_back: set[asyncio.Task[int]] = set()  # strong references until done
         self._undeliverable_logged: set[tuple[str, str]] = set()
@@ -132,14 +138,41 @@ class Receiver:
                 "configured maximum; close some or spread them over more servers"
             )
         self._streams[queue.name] += 1
+        watch = LapseWatch(options.lease_duration or queue.lease_duration)
+        watches = self._watches.setdefault(queue.name, set())
+        watches.add(watch)
         try:
-            async for batch in self._run(queue, options):
+            async for batch in self._run(queue, options, watch):
                 yield batch
         finally:
             self._wakeups.signal(queue.name).ready.vacate()
             self._streams[queue.name] -= 1
             if not self._streams[queue.name]:
                 del self._streams[queue.name]
+            watches.discard(watch)
+            if not watches and self._watches.get(queue.name) is watches:
+                del self._watches[queue.name]
+
+    def _healthy_peer(self, queue: str, watch: LapseWatch, now: datetime) -> bool:
+        return any(w is not watch and w.healthy(now) for w in self._watches[queue])
+
+    async def _look_at_lapses(self, queue: QueueDef, watch: LapseWatch, now: datetime) -> None:
+        """Looks at the leases the stream delivered (lapses.py); ends the stream if its
+        client is suspect while another stream of the queue here is proven."""
+        tokens = watch.to_look_at(now)
+        lapsed, live = await self._store.leases_lapsed(queue, tokens, self._clock.now())
+        _honour_cancellation()
+        if watch.found(now, len(tokens), lapsed, live):
+            self._end_if_others_process(queue, watch, now)
+
+    def _end_if_others_process(self, queue: QueueDef, watch: LapseWatch, now: datetime) -> None:
+        if self._healthy_peer(queue.name, watch, now):
+            raise errors.ClientNotReading(
+                "this stream's client let every lease of the messages it was sent lapse (none acked, renewed "
+                "or released) while other streams of the queue process theirs: the stream ended so that its "
+                "messages go to them instead of being leased here again until they are dead-lettered. Ack, "
+                "renew or release (nack) each message within its lease, and read the stream steadily"
+            )
 
     async def serve(self, queue: QueueDef, options: ReceiveOptions,
                     encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
@@ -210,43 +243,58 @@ class Receiver:
         if unwritten:
             self._track(asyncio.create_task(self._store.leases_return(queue, unwritten)))
 
-    async def _run(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
+    async def _run(self, queue: QueueDef, options: ReceiveOptions, watch: LapseWatch
+                   ) -> AsyncIterator[list[LeasedMessage]]:
         lease = options.lease_duration or queue.lease_duration
         prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
         signal = self._wakeups.signal(queue.name)
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
         held = 0  # an upper bound on this stream's live leases, recounted when it reaches the limit
         drained = False  # the last lease got fewer than it asked for: nothing more was deliverable
+        turn_over = False  # it got a full batch, but waits for a wake-up (not proven yet)
         while not self._closing.is_set():
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return
             ready, room = signal.ready.current(), signal.room.current()
+            now = self._clock.now() or datetime.now(timezone.utc)
+            probe = watch.due_in(now)
+            if probe is not None and probe <= 0:
+                await self._look_at_lapses(queue, watch, now)
+                continue
             if held >= options.max_outstanding:
                 held = await self._store.leases_count_held(queue, prefix, self._clock.now())
                 _honour_cancellation()
             if held < options.max_outstanding:
                 if not drained:
+                    if watch.suspect:
+                        self._end_if_others_process(queue, watch, now)
                     asked = min(options.max_batch_size, options.max_outstanding - held)
                     batch = await self._lease(queue, max_batch_size=asked, lease_duration=lease,
                                               lease_prefix=prefix)
                     if batch:
+                        watch.delivered(batch)
                         held += len(batch)
                         self._metrics.delivered(queue.name, batch)
                         if len(batch) == asked:
                             signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
                         # A partial batch took all there was: wait next rather than lease again at
-                        # once for nothing (a wake that comes meanwhile is kept for the wait).
+                        # once for nothing (a wake that comes meanwhile is kept for the wait). A
+                        # stream not yet proven to settle its messages (lapses.py) takes one
+                        # batch per wake: streams that never read cannot take a burst whole.
                         drained = len(batch) < asked
+                        turn_over = not drained and not watch.proven
+                        drained = drained or turn_over
                         yield batch
                         continue
                 drained = False
                 # One waiting stream per queue keeps the timers (poll, next deliver_time) and
                 # wakes the others through full batches, as a send does; the others look on
                 # their own only every IDLE_POLLS polls, in case the timekeeper is stuck.
-                keeper = signal.ready.keep_time()
+                keeper = not turn_over and signal.ready.keep_time()  # a turn over waits for a wake only
+                turn_over = False
                 try:
-                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS)]
+                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS), probe]
                     if keeper:
                         due = await self._store.next_delivery_in(queue, self._clock.now())
                         _honour_cancellation()
@@ -256,7 +304,7 @@ class Receiver:
                     if keeper:
                         signal.ready.release_time()
             else:
-                waits = [self._poll, remaining]
+                waits = [self._poll, remaining, probe]
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 

@@ -527,6 +527,15 @@ class Store:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
+    async def leases_lapsed(self, queue: QueueDef, lease_tokens: Sequence[str], now: datetime | None
+                            ) -> tuple[int, int]:
+        """Of these tokens: how many still hold their message past the lease's end (lapsed),
+        and how many are still live."""
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(_queue_sql(queue).lapsed, {"lease_tokens": list(lease_tokens), "now": now})
+            row = await cur.fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
     async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
         async with self.read(queue.name) as conn:
             cur = await conn.execute(_queue_sql(queue).count_held, {"lease_prefix": lease_prefix, "now": now})
@@ -716,6 +725,7 @@ class _QueueSql:
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
         self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
         self.count_held = query("lease_count_held", queue=names.table).as_bytes(None)
+        self.lapsed = query("lease_lapsed", queue=names.table).as_bytes(None)
         acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
                     m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))
         self.ack = query("message_ack", **acks).as_bytes(None)

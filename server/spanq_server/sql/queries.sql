@@ -435,6 +435,15 @@ WITH dead AS (
 )
 SELECT count(*) FROM dead
 
+-- lease_lapsed --
+-- Of a batch of one stream's lease tokens (checked when their leases end):
+-- how many still hold their message with the lease over, neither acked,
+-- renewed, released nor leased again (lapsed), and how many are still live.
+SELECT count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp <= clock.now),
+       count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp > clock.now)
+FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+
 -- lease_count_held --
 -- Unexpired leases held under one stream's token prefix (for max_outstanding):
 -- an index range over the tokens that start with `<prefix>.`, less those whose
