@@ -14,8 +14,9 @@ take messages again at each expiry until they are dead-lettered.
 A stream that writes its own responses (``serve``, spanq.v1's Receive) leases
 its next batch only once the last one is written: gRPC's write waits while
 HTTP/2 flow control says the client is not reading. A write blocked for
-WRITE_BOUND of the lease ends the stream, and what it had not written is given
-back (deliver_time and attempt as before: it was never delivered). A message
+WRITE_BOUND of the lease ends the stream, and the responses of the batch it had
+not started to write are given back (deliver_time and attempt as before: they
+were never delivered). A message
 that cannot be encoded for any client goes to the dead-letter queue, or stays.
 """
 
@@ -195,17 +196,19 @@ class Receiver:
         for i, (response, _) in enumerate(encoded.responses):
             try:
                 await asyncio.wait_for(write(response), bound)
-            except BaseException as exc:
-                unwritten = [m for _, carried in encoded.responses[i:] for m in carried]
-                if not isinstance(exc, asyncio.TimeoutError):  # cancelled, or the call broke
-                    self._return_later(queue, unwritten)
-                    raise
+            except asyncio.TimeoutError:
+                # gRPC still sends the blocked response if the client reads on (a write cannot be
+                # taken back): its messages keep their leases. The ones after it were never written.
+                unwritten = [m for _, carried in encoded.responses[i + 1:] for m in carried]
                 await self._return_now(queue, unwritten)
                 raise errors.ClientNotReading(
                     f"this stream's client read none of a response for {bound:g} s (half its lease): the "
-                    f"stream ended and gave its {len(unwritten)} unwritten messages back, undelivered. Read "
-                    "the stream steadily (or ask for smaller batches, and hold fewer with max_outstanding)"
+                    f"stream ended, and gave back the {len(unwritten)} messages it had not written yet. Read "
+                    "the stream steadily (or ask for smaller batches)"
                 ) from None
+            except BaseException:  # cancelled (the client went away), or the call broke
+                self._return_later(queue, [m for _, carried in encoded.responses[i:] for m in carried])
+                raise
 
     async def _undeliverable(self, queue: QueueDef, bad: list[tuple[LeasedMessage, str]]) -> None:
         """Messages no client can receive: to the dead-letter queue when there is one; else
