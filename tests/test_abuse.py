@@ -9,15 +9,9 @@ import grpc
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
-from .helpers import ack, create_queue, duration, error_of, key, open_stream, plain, receive_some, send, text_message, value
-
-
-async def until(condition, what: str, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
-    """Polls ``condition`` (bounded) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+from .helpers import (
+    ack, create_queue, duration, error_of, key, open_stream, plain, receive_some, send, text_message, until, value,
+)
 
 
 async def responsive(stub) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Limits
 from spanq_server.server import start
 
-from .helpers import ack, create_queue, duration, key, open_stream, send, text_message, value
+from .helpers import ack, create_queue, duration, key, open_stream, send, text_message, until, value
 
 
 async def test_a_stream_notices_its_queue_was_dropped_and_created_again_on_another_server(
@@ -87,14 +87,6 @@ async def test_the_response_limit_is_configurable(server_config, clock):
 
 def nested(depth: int) -> str:
     return "[" * depth + "1" + "]" * depth
-
-
-async def until(condition, what: str, timeout: float = 10) -> None:  # type: ignore[no-untyped-def]
-    """Polls ``condition`` (bounded) until it holds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
 
 
 def undeliverable(server, queue: str) -> float:  # type: ignore[no-untyped-def]

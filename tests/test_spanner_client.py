@@ -297,7 +297,8 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
     assert retry.retry_delay.ToTimedelta() == timedelta(milliseconds=50)
 
 
-async def test_json_no_client_could_receive_is_refused_on_insert_and_send(database, sql) -> None:  # type: ignore[no-untyped-def]
+async def test_json_no_client_could_receive_is_refused_on_insert_and_send(  # type: ignore[no-untyped-def]
+        database, sql) -> None:
     """Stored, these broke every spanq.v1 Receive of the queue: a number past a double's
     range, and lists nested past protobuf's limit. Both write paths refuse them."""
     await asyncio.to_thread(lambda: database.update_ddl([

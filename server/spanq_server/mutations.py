@@ -18,7 +18,8 @@ from .group_commit import ACKS, SENDS, GroupCommitter
 from .ledger import Ledger
 from .metrics import Metrics
 from .queues import MAX_LEASE
-from .model import AckItem, AckResult, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef, RenewResult
+from .model import (AckItem, AckResult, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef,
+                    RenewResult)
 from .store import Connection, HeldTransaction, Store
 from .wakeups import Wakeups
 
