@@ -16,8 +16,8 @@ its next batch only once the last one is written: gRPC's write waits while
 HTTP/2 flow control says the client is not reading. A write blocked for
 WRITE_BOUND of the lease ends the stream, and the responses of the batch it had
 not started to write are given back (deliver_time and attempt as before: they
-were never delivered). A message
-that cannot be encoded for any client goes to the dead-letter queue, or stays.
+were never delivered). A message that cannot be encoded for any client goes to
+the dead-letter queue, or stays.
 """
 
 import asyncio
