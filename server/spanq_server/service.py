@@ -324,7 +324,7 @@ def receive_responses(queue: QueueDef, batch: list[LeasedMessage], max_bytes: in
     no client can receive (a value that SQL stored and no encoding carries, or larger
     than a response). The common case is one response, checked by one ByteSize."""
     bad: list[tuple[LeasedMessage, str]] = []
-    if queue.payload_type is ColumnType.JSON:
+    if queue.payload_type is ColumnType.JSON and not all(codec.json_fits(m.payload) for m in batch):
         good = []
         for m in batch:
             try:
@@ -332,7 +332,7 @@ def receive_responses(queue: QueueDef, batch: list[LeasedMessage], max_bytes: in
                 good.append(m)
             except errors.InvalidArgument as exc:
                 bad.append((m, exc.message))
-        if good and bad:
+        if good:
             good[-1] = good[-1]._replace(last_batch_message=True)
         batch = good
     if not batch:
