@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import Limits
+from spanq_server.config import ConfigError, Limits
 from spanq_server.server import start
 
 from .helpers import ack, create_queue, duration, key, open_stream, send, text_message, until, value
@@ -61,25 +61,27 @@ async def test_a_batch_larger_than_a_client_accepts_arrives_in_several_responses
 
 
 async def test_the_response_limit_is_configurable(server_config, clock):
-    config = dataclasses.replace(server_config, limits=Limits(max_response_bytes=2000))
+    config = dataclasses.replace(server_config, limits=Limits(max_payload_bytes=600, max_response_bytes=5000))
     running = await start(config, clock=clock)
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
             stub = queue_pb2_grpc.QueueServiceStub(channel)
             await create_queue(stub, "small", payload_type=queue_pb2.STRING)
             await stub.Send(queue_pb2.SendRequest(queue="small", messages=[
-                text_message(f"k{i}", "x" * 500) for i in range(10)]))
+                text_message(f"k{i}", "x" * 500) for i in range(30)]))
             responses = []
-            call = stub.Receive(queue_pb2.ReceiveRequest(queue="small", max_batch_size=10))
+            call = stub.Receive(queue_pb2.ReceiveRequest(queue="small", max_batch_size=30))
             async for response in call:
                 responses.append(response)
-                if sum(len(r.messages) for r in responses) == 10:
+                if sum(len(r.messages) for r in responses) == 30:
                     break
             call.cancel()
     finally:
         await running.stop(0)
-    assert len(responses) > 1 and all(r.ByteSize() <= 2000 for r in responses)
-    assert [m.last_batch_message for r in responses for m in r.messages] == [False] * 9 + [True]
+    assert len(responses) > 1 and all(r.ByteSize() <= 5000 for r in responses)
+    assert [m.last_batch_message for r in responses for m in r.messages] == [False] * 29 + [True]
+    with pytest.raises(ConfigError, match="max-response-bytes"):
+        Limits(max_payload_bytes=600, max_response_bytes=4000)  # 600 bytes in base64 would not fit
 
 
 # -- rows that no client can receive ---------------------------------------------------------

@@ -64,6 +64,15 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parser.error(str(exc))
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
+    try:
+        limits = Limits(
+            max_queues=args.max_queues,
+            max_streams_per_queue=args.max_streams_per_queue,
+            max_payload_bytes=args.max_payload_bytes,
+            max_response_bytes=args.max_response_bytes,
+        )
+    except ConfigError as exc:
+        parser.error(str(exc))
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
@@ -79,12 +88,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         insecure=args.insecure,
         auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
-        limits=Limits(
-            max_queues=args.max_queues,
-            max_streams_per_queue=args.max_streams_per_queue,
-            max_payload_bytes=args.max_payload_bytes,
-            max_response_bytes=args.max_response_bytes,
-        ),
+        limits=limits,
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
         inject_faults=args.inject_faults,

@@ -24,6 +24,20 @@ class Limits:
     """Largest Receive response: a leased batch goes out in as many responses as it
     needs. Below gRPC's default 4 MiB receive limit, which every default client keeps."""
 
+    def __post_init__(self) -> None:
+        # A message that fits no response is never delivered: a payload at the limit must fit
+        # one, in base64 (BYTES) with its key, lease token and timestamps.
+        least = self.max_payload_bytes * 4 // 3 + RESPONSE_HEADROOM
+        if self.max_response_bytes < least:
+            raise ConfigError(
+                f"--max-response-bytes {self.max_response_bytes} cannot carry a payload of --max-payload-bytes "
+                f"{self.max_payload_bytes}: give at least {least}, or lower --max-payload-bytes"
+            )
+
+
+RESPONSE_HEADROOM = 4096
+"""Bytes of a Receive response beyond a message's base64 payload: its key, lease token, timestamps."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
