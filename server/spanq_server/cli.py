@@ -44,6 +44,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--max-queues", type=int, default=limits.max_queues)
     serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
     serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
+    serve.add_argument("--max-response-bytes", type=int, default=limits.max_response_bytes)
     serve.add_argument("--max-connections", type=int, default=default.max_connections,
                        help=f"database connections in all: one listens for wake-ups, the rest are a pool "
                             f"(default {default.max_connections}, at least 2)")
@@ -91,6 +92,15 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parser.error("--workers must be at least 1")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
+    try:
+        limits = Limits(
+            max_queues=args.max_queues,
+            max_streams_per_queue=args.max_streams_per_queue,
+            max_payload_bytes=args.max_payload_bytes,
+            max_response_bytes=args.max_response_bytes,
+        )
+    except ConfigError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
     config = dataclasses.replace(
         default,
@@ -103,11 +113,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
         metrics_interval=timedelta(seconds=args.metrics_interval),
-        limits=Limits(
-            max_queues=args.max_queues,
-            max_streams_per_queue=args.max_streams_per_queue,
-            max_payload_bytes=args.max_payload_bytes,
-        ),
+        limits=limits,
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
         spanner_transaction_idle_timeout=timedelta(seconds=args.spanner_transaction_idle_timeout),

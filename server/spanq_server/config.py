@@ -21,9 +21,25 @@ class Limits:
     max_messages_per_request: int = 1000
     """Messages in one Send, acks in one Ack, tokens in one RenewLease; and all of
     them together in one Commit."""
-    max_response_bytes: int = 4 * 1024 * 1024
-    """Largest response a mutating RPC commits: a default gRPC client receives at
-    most 4 MiB, so a larger one is refused before it commits, never sent after."""
+    max_response_bytes: int = 4 * 1024 * 1024 - 64 * 1024
+    """Largest response: a leased batch goes out in as many Receive responses as it
+    needs, and a mutating RPC whose response would be larger is refused before it
+    commits, never sent after. Below gRPC's default 4 MiB receive limit, which every
+    default client keeps."""
+
+    def __post_init__(self) -> None:
+        # A message that fits no response is never delivered: a payload at the limit must fit
+        # one, in base64 (BYTES) with its key, lease token and timestamps.
+        least = self.max_payload_bytes * 4 // 3 + RESPONSE_HEADROOM
+        if self.max_response_bytes < least:
+            raise ConfigError(
+                f"--max-response-bytes {self.max_response_bytes} cannot carry a payload of --max-payload-bytes "
+                f"{self.max_payload_bytes}: give at least {least}, or lower --max-payload-bytes"
+            )
+
+
+RESPONSE_HEADROOM = 4096
+"""Bytes of a Receive response beyond a message's base64 payload: its key, lease token, timestamps."""
 
 
 @dataclasses.dataclass(frozen=True)

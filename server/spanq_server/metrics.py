@@ -99,6 +99,11 @@ class Metrics:
                                     "streams with delivery_attempt > 1: their previous lease expired or was "
                                     "released (nacked). Stands in for Spanner's lease_expiration_count.",
                                     ["queue"], registry=r)
+        self._undeliverable = Counter("spanq_queue_messages_undeliverable", "Messages leased to this server's "
+                                      "Receive streams that no client can receive (a value written by SQL that "
+                                      "spanq.v1 cannot encode): moved to the dead-letter queue, or, without one, "
+                                      "left in the queue (counted once per message and server).",
+                                      ["queue"], registry=r)
         self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                       "method and status code; for a server stream, its whole life.",
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
@@ -129,6 +134,9 @@ class Metrics:
         again = sum(1 for m in batch if m.delivery_attempt > 1)
         if again:
             self._child(self._redelivered, queue).inc(again)
+
+    def undeliverable(self, queue: str, n: int) -> None:
+        self._child(self._undeliverable, queue).inc(n)
 
     def forget_queue(self, queue: str) -> None:
         """Removes a queue's series from every per-queue counter (it was dropped): they
