@@ -141,6 +141,10 @@ class Client:
     renew_lease = _blocking(aio.Client.renew_lease)
     nack = _blocking(aio.Client.nack)
     commit = _blocking(aio.Client.commit)
+    stats = _blocking(aio.Client.stats)
+    peek = _blocking(aio.Client.peek)
+    purge = _blocking(aio.Client.purge)
+    redrive = _blocking(aio.Client.redrive)
     open = _blocking(aio.Client.open)
 
     subscribe = _subscribing(aio.Client.subscribe)

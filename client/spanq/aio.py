@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from . import _codec, _requests, _retry
+from . import _admin, _codec, _requests, _retry
 from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
@@ -432,6 +432,63 @@ class Client:
                     results.append(renewed)
         transaction.result = CommitResult(results, response.replayed)
         return transaction.result
+
+    # -- operator calls (_admin.py) ---------------------------------------------
+
+    async def stats(self, queue: str) -> _admin.QueueStats:
+        """The queue's message counts by state (ready, scheduled, leased, dead-lettered), the oldest ready
+        message's age, and the send and ack rates; needs ``select``. Reads the whole queue."""
+        stub = self._stub()
+        request = queue_pb2.GetQueueStatsRequest(name=queue)
+        found = await _retry.call(lambda t: stub.GetQueueStats(request, timeout=t, metadata=self._metadata),
+                                  self._retry, what=f"stats of queue {queue}")
+        return _admin.stats_from_proto(found)
+
+    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> _admin.PeekPage:
+        """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
+        ``select``. Pass the page's ``next_page_token`` for the next one."""
+        schema = await self._schema(queue)
+        stub = self._stub()
+        request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
+        page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
+                                 what=f"peek at queue {queue}")
+        return _admin.peek_page_from_proto(schema, page)
+
+    async def purge(self, queue: str, *, sent_before: datetime | None = None) -> int:
+        """Deletes every message of the queue (leased ones too), or those sent before ``sent_before``, in
+        one transaction; returns how many. Needs ``ack`` or ``admin``. Not retried: call it again."""
+        request = queue_pb2.PurgeRequest(queue=queue)
+        if sent_before is not None:
+            request.sent_before.CopyFrom(_codec.timestamp(sent_before))
+        try:
+            response = await self._stub().Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc
+        return int(response.purged)
+
+    async def redrive(self, queue: str, *, to: str | None = None, batch_size: int = 0, rate: float = 0.0,
+                      max_messages: int = 0, on_progress: _admin.ProgressCallback | None = None
+                      ) -> _admin.RedriveProgress:
+        """Moves messages from the dead-letter queue ``queue`` to ``to`` (default: the one queue whose
+        dead_letter_queue it is), ``batch_size`` per transaction, at most ``rate`` a second; calls
+        ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
+        exactly one of the two queues; call it again to continue."""
+        request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
+                                           max_messages=max_messages)
+        call = self._stub().Redrive(request, metadata=self._metadata)
+        last: _admin.RedriveProgress | None = None
+        try:
+            async for p in call:
+                last = _admin.progress_from_proto(p)
+                if on_progress is not None:
+                    on_progress(last)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc
+        finally:
+            call.cancel()
+        if last is None or not last.done:
+            raise SpanqError(f"the redrive of {queue} ended before it finished; call it again to continue")
+        return last
 
     # -- machinery --------------------------------------------------------------
 

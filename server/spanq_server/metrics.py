@@ -36,6 +36,7 @@ from prometheus_client.registry import Collector
 from .config import ConfigError
 from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .model import LeasedMessage, QueueGauges
+from .rates import Rates
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -96,6 +97,8 @@ class Metrics:
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
+        self.rates = Rates()
+        """Send and ack rates over the last minute, fed by the same hooks (GetQueueStats)."""
         self._http: WSGIServer | None = None
         self._http_thread: threading.Thread | None = None
 
@@ -109,10 +112,12 @@ class Metrics:
 
     def sent(self, queue: str, n: int) -> None:
         self._child(self._sent, queue).inc(n)
+        self.rates.add(queue, "sent", n)
 
     def acked(self, queue: str, n: int) -> None:
         if n:
             self._child(self._acked, queue).inc(n)
+            self.rates.add(queue, "acked", n)
 
     def nacked(self, queue: str, n: int) -> None:
         self._child(self._nacked, queue).inc(n)
@@ -126,6 +131,7 @@ class Metrics:
     def forget_queue(self, queue: str) -> None:
         """Removes a queue's series from every per-queue counter (it was dropped): they
         leave the scrape, and a queue created again under the name counts from zero."""
+        self.rates.forget(queue)
         for counter in self._queue_counters:
             self._children.pop((counter, queue), None)
             try:
