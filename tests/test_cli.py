@@ -15,6 +15,8 @@ import pytest
 
 import spanq.aio
 
+from .readme_session import replay
+
 CLI = [sys.executable, "-m", "spanq_server"]
 
 
@@ -186,3 +188,9 @@ async def test_psql_opens_the_servers_database(database_url, tmp_path):
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 3 and "no embedded PostgreSQL is running" in one_line(err_b.decode())
+
+
+async def test_readme_command_line_session_replays(server, database_url):
+    """README's "From the command line" runs as printed (tables, JSON, messages)."""
+    session = await replay("From the command line", server.target, database_url)
+    assert any("redrive" in c for c in session.ran) and len(session.ran) == 15

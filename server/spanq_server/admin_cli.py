@@ -69,7 +69,7 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        self.exit_code = exit_code  # type: ignore[misc]  # click's is a class default
 
     def show(self, file: Any = None) -> None:
         click.echo(f"spanq: {self.format_message()}", err=True)
@@ -293,13 +293,15 @@ def _key_column(text: str) -> tuple[str, str]:
 @click.option("--payload-type", type=click.Choice(["BYTES", "STRING", "JSON"], case_sensitive=False),
               default="BYTES", show_default=True)
 @click.option("--lease-duration", type=float, help="seconds (default: the server's, 10)")
+@click.option("--initial-backoff", type=float, help="seconds before a failed attempt is redelivered (default 1)")
+@click.option("--max-backoff", type=float, help="seconds: the longest redelivery backoff (default 3600)")
 @click.option("--max-delivery-attempts", type=int, help="with --dead-letter-queue")
 @click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
 @click.option("--parent-table", help="a table whose rows own this queue's messages")
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
 @connection_options
 def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_duration: float | None,
-                 max_delivery_attempts: int | None, dead_letter_queue: str | None, parent_table: str | None,
+                 initial_backoff: float | None, max_backoff: float | None, max_delivery_attempts: int | None, dead_letter_queue: str | None, parent_table: str | None,
                  exist_ok: bool, **kwargs: Any) -> None:
     """Create queue NAME."""
     conn = _connection(kwargs)
@@ -307,7 +309,8 @@ def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_dura
     with talking(conn) as client:
         try:
             queue = client.create_queue(name, key_columns=columns, payload_type=payload_type.upper(),
-                                        lease_duration=lease_duration, max_delivery_attempts=max_delivery_attempts,
+                                        lease_duration=lease_duration, initial_backoff=initial_backoff,
+                                        max_backoff=max_backoff, max_delivery_attempts=max_delivery_attempts,
                                         dead_letter_queue=dead_letter_queue, parent_table=parent_table)
         except spanq.AlreadyExists:
             if not exist_ok:

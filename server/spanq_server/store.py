@@ -641,7 +641,9 @@ class Store:
         """Exact counts by state, in one transaction (so one snapshot with the dead-letter count)."""
         async with self.transaction(queue.name) as conn:
             cur = await conn.execute(query("queue_stats", queue=QueueStatements(queue).table), {"now": now})
-            ready, scheduled, leased, age, read_time = await cur.fetchone() or (0, 0, 0, 0.0, None)
+            row = await cur.fetchone()
+            assert row is not None  # the clock row is always there, joined to no message or some
+            ready, scheduled, leased, age, read_time = row
             dead = 0
             if dead_letter_queue is not None:
                 cur = await conn.execute(query("queue_message_count", queue=QueueStatements(dead_letter_queue).table))
