@@ -72,6 +72,7 @@ class RedriveProgress:
 
 
 ProgressCallback = Callable[[RedriveProgress], object]
+"""Called with each RedriveProgress of ``client.redrive``, after each committed batch."""
 
 
 def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from . import _admin, _codec, _requests, _retry
+from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
 from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
@@ -435,7 +436,7 @@ class Client:
 
     # -- operator calls (_admin.py) ---------------------------------------------
 
-    async def stats(self, queue: str) -> _admin.QueueStats:
+    async def stats(self, queue: str) -> QueueStats:
         """The queue's message counts by state (ready, scheduled, leased, dead-lettered), the oldest ready
         message's age, and the send and ack rates; needs ``select``. Reads the whole queue."""
         stub = self._stub()
@@ -444,7 +445,7 @@ class Client:
                                   self._retry, what=f"stats of queue {queue}")
         return _admin.stats_from_proto(found)
 
-    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> _admin.PeekPage:
+    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> PeekPage:
         """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
         ``select``. Pass the page's ``next_page_token`` for the next one."""
         schema = await self._schema(queue)
@@ -467,8 +468,8 @@ class Client:
         return int(response.purged)
 
     async def redrive(self, queue: str, *, to: str | None = None, batch_size: int = 0, rate: float = 0.0,
-                      max_messages: int = 0, on_progress: _admin.ProgressCallback | None = None
-                      ) -> _admin.RedriveProgress:
+                      max_messages: int = 0, on_progress: ProgressCallback | None = None
+                      ) -> RedriveProgress:
         """Moves messages from the dead-letter queue ``queue`` to ``to`` (default: the one queue whose
         dead_letter_queue it is), ``batch_size`` per transaction, at most ``rate`` a second; calls
         ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
@@ -476,7 +477,7 @@ class Client:
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)
         call = self._stub().Redrive(request, metadata=self._metadata)
-        last: _admin.RedriveProgress | None = None
+        last: RedriveProgress | None = None
         try:
             async for p in call:
                 last = _admin.progress_from_proto(p)
