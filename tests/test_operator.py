@@ -184,3 +184,39 @@ async def test_redrive_leaves_keys_the_target_holds_and_checks_its_target(server
             await client.redrive("dead", to="other", rate=-1)
         final = await client.redrive("dead", to="other", max_messages=1)
         assert (final.moved, final.remaining) == (1, 0)
+
+
+async def test_peek_pages_through_composite_keys_that_share_a_deliver_time(server):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("events", key_columns=[("at", "TIMESTAMP"), ("tag", "BYTES"), ("n", "INT64")],
+                                  payload_type="BYTES")
+        at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
+        sent = [(at, bytes([b]), n) for b in (0, 255) for n in (2**62, -1)]
+        await client.send_many("events", [spanq.OutgoingMessage(b"x", k) for k in sent])  # one deliver_time
+        seen = []
+        token = ""
+        for _ in range(10):
+            page = await client.peek("events", page_size=1, page_token=token)
+            seen.extend(m.key for m in page.messages)
+            token = page.next_page_token
+            if not token:
+                break
+        assert seen == sorted(sent)  # ties on deliver_time go in key order, none skipped or repeated
+
+
+def test_rates_count_the_last_minute_only():
+    from spanq_server.rates import Rates
+
+    now = [1000.0]
+    rates = Rates(clock=lambda: now[0])
+    rates.add("q", "sent", 30)
+    now[0] += 30
+    rates.add("q", "sent", 30)
+    assert rates.rate("q", "sent") == 1.0 and rates.rate("q", "acked") == 0.0
+    now[0] += 45  # the first 30 are now older than a minute
+    assert rates.rate("q", "sent") == 0.5
+    now[0] += 60
+    assert rates.rate("q", "sent") == 0.0
+    rates.add("q", "acked", 6)
+    rates.forget("q")
+    assert rates.rate("q", "acked") == 0.0
