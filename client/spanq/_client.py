@@ -123,9 +123,11 @@ class Client:
         token: str | None = None,
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
+        connect_timeout: float = aio.DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
-        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options)
+        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options,
+                               connect_timeout=connect_timeout)
         self._thread = LoopThread(f"spanq-client-{target}")
         self.target = target
         self._closed = False

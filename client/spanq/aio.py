@@ -19,11 +19,12 @@ import grpc
 
 from . import _admin, _codec, _requests, _retry
 from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
-from ._errors import Closed, NotFound, SpanqError, from_rpc_error
+from ._errors import Closed, InvalidArgument, NotFound, SpanqError, Unavailable, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from ._requests import AckTarget, LeaseTarget
 from ._retry import DEFAULT_RETRY, Retry
+from ._target import check_target
 from ._subscriber import Callback, Subscriber, Subscription
 from ._transaction import AckOp, RenewOp, SendOp, Transaction
 from ._types import (
@@ -42,12 +43,16 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.max_receive_message_length": 64 * 1024 * 1024,
 }
 """Channel options the client sets unless ``options`` overrides them."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a client waits to reach its server for the first time before a call fails Unavailable."""
 
 
 class Client:
     """An asyncio spanq client: queue admin, send, ack, renew, nack, commit, receive and subscribe.
 
-    ``target`` is ``host:port``. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
+    ``target`` is ``host:port`` (or a gRPC target such as ``dns:///host:port``); one that cannot be a server
+    (a URL, no port) raises InvalidArgument at once. Until the client first reaches its server, a call waits
+    at most ``connect_timeout`` seconds for it, then raises Unavailable naming the target. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
     given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
@@ -63,8 +68,13 @@ class Client:
         token: str | None = None,
         retry: Retry = DEFAULT_RETRY,
         options: Sequence[tuple[str, Any]] = (),
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
-        self.target = target
+        if not connect_timeout > 0:
+            raise InvalidArgument(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+        self.target = check_target(target)
+        self.connect_timeout = connect_timeout
+        self._reached = False
         self._credentials = credentials
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self._retry = retry
@@ -94,6 +104,25 @@ class Client:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub_ = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
         return self._stub_
+
+    async def _ready(self) -> queue_pb2_grpc.QueueServiceStub:
+        """The stub, once the server has been reached. Until this client first reaches it, a call waits at most
+        ``connect_timeout`` for the channel to connect, then fails Unavailable naming the target (instead of
+        retrying for ``retry.deadline``). Once reached, a lost server is retried per ``retry``: it may be
+        restarting."""
+        stub = self._stub()
+        if not self._reached:
+            assert self._channel is not None
+            try:
+                await asyncio.wait_for(self._channel.channel_ready(), self.connect_timeout)
+            except TimeoutError:
+                raise Unavailable(
+                    f"cannot connect to the spanq server at {self.target} within {self.connect_timeout:g}s "
+                    "(connect_timeout): check that it is running and that the target (and TLS) are right",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                ) from None
+            self._reached = True
+        return stub
 
     async def aclose(self, timeout: float | None = None) -> None:
         """Shuts subscriptions down gracefully, waits for pending message acks, closes the channel.
@@ -154,7 +183,7 @@ class Client:
                 dead_letter_queue=dead_letter_queue,
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
-        stub = self._stub()
+        stub = await self._ready()
         maybe_created = False
 
         async def attempt(timeout: float) -> queue_pb2.Queue | None:
@@ -178,7 +207,7 @@ class Client:
 
     async def get_queue(self, name: str) -> Queue:
         """Returns a queue's definition; raises NotFound if there is none."""
-        stub = self._stub()
+        stub = await self._ready()
         request = queue_pb2.GetQueueRequest(name=name)
         try:
             found = await _retry.call(
@@ -194,7 +223,7 @@ class Client:
 
     async def list_queues(self, *, page_size: int = 0) -> list[Queue]:
         """Returns every queue, in name order (fetched ``page_size`` at a time; 0: the server's default)."""
-        stub = self._stub()
+        stub = await self._ready()
         out: list[Queue] = []
         token = ""
         while True:
@@ -210,7 +239,7 @@ class Client:
 
     async def drop_queue(self, name: str) -> None:
         """Drops a queue with all its messages; raises NotFound if there is none."""
-        stub = self._stub()
+        stub = await self._ready()
         request = queue_pb2.DropQueueRequest(name=name)
         maybe_dropped = False
 
@@ -285,7 +314,7 @@ class Client:
         request = queue_pb2.ReceiveRequest(queue=queue, max_batch_size=max_messages, max_outstanding=max_messages)
         if lease_duration is not None:
             request.lease_duration.CopyFrom(_codec.duration(lease_duration))
-        call = self._stub().Receive(request, metadata=self._metadata)
+        call = (await self._ready()).Receive(request, metadata=self._metadata)
         got: list[Message] = []
         try:
             async with asyncio.timeout(timeout):
@@ -439,7 +468,7 @@ class Client:
     async def stats(self, queue: str) -> QueueStats:
         """The queue's message counts by state (ready, scheduled, leased, dead-lettered), the oldest ready
         message's age, and the send and ack rates; needs ``select``. Reads the whole queue."""
-        stub = self._stub()
+        stub = await self._ready()
         request = queue_pb2.GetQueueStatsRequest(name=queue)
         found = await _retry.call(lambda t: stub.GetQueueStats(request, timeout=t, metadata=self._metadata),
                                   self._retry, what=f"stats of queue {queue}")
@@ -449,7 +478,7 @@ class Client:
         """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
         ``select``. Pass the page's ``next_page_token`` for the next one."""
         schema = await self._schema(queue)
-        stub = self._stub()
+        stub = await self._ready()
         request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
         page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
                                  what=f"peek at queue {queue}")
@@ -462,7 +491,7 @@ class Client:
         if sent_before is not None:
             request.sent_before.CopyFrom(_codec.timestamp(sent_before))
         try:
-            response = await self._stub().Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
+            response = await (await self._ready()).Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
         return int(response.purged)
@@ -476,7 +505,7 @@ class Client:
         exactly one of the two queues; call it again to continue."""
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)
-        call = self._stub().Redrive(request, metadata=self._metadata)
+        call = (await self._ready()).Redrive(request, metadata=self._metadata)
         last: RedriveProgress | None = None
         try:
             async for p in call:
@@ -516,7 +545,7 @@ class Client:
         self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None
     ) -> Any:
         """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
-        method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
+        method: Callable[..., Awaitable[Any]] = getattr(await self._ready(), rpc)
         request.request_id = request_id or str(uuid.uuid4())
         try:
             return await _retry.call(
