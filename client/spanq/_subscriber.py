@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import inspect
 import logging
 import time
@@ -125,6 +124,7 @@ class Subscriber:
         self._stream_silent = 0  # of those, released after spanq.sql acked them: the server was not told
         self._error: BaseException | None = None
         self._watches: set[asyncio.Task[None]] = set()
+        self._failed_connects = 0  # Receive streams that failed while the channel was not connected
         self.task = self._loop.create_task(self._run(), name=f"spanq-subscriber-{queue}")
 
     # -- lifecycle --------------------------------------------------------------
@@ -202,7 +202,7 @@ class Subscriber:
 
     def _unreachable(self, failures: int, error: BaseException, wait: float) -> None:
         log = logger.warning if failures & (failures - 1) == 0 else logger.debug  # 1, 2, 4, 8, ...
-        log("%s: cannot reach the spanq server at %s (attempt %d: %s); trying again in %.2fs", self.queue,
+        log("%s: cannot reach the spanq server at %s (attempt %d: %s); reconnecting in %.2fs", self.queue,
             self._client.target, failures, str(error).splitlines()[0] if str(error) else type(error).__name__, wait)
 
     async def _until_stop_or(self, task: asyncio.Task[Any]) -> None:
@@ -213,15 +213,16 @@ class Subscriber:
             stop.cancel()
             await asyncio.gather(stop, return_exceptions=True)
 
-    async def _watch_reconnect(self, failures: int, timeout: float) -> None:
-        """After failed streams: a WARNING once the channel connects again (the new stream may stay quiet)."""
+    async def _watch_reconnect(self) -> None:
+        """After streams that could not connect: one WARNING once the channel connects again (the new stream
+        may stay quiet a long time), with the failed attempts counted until then."""
         channel = self._client._channel
         if channel is None:
             return
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(channel.channel_ready(), timeout)
-            logger.warning("%s: reconnected to the spanq server at %s after %d failed attempt(s)", self.queue,
-                           self._client.target, failures)
+        await channel.channel_ready()
+        logger.warning("%s: reconnected to the spanq server at %s after %d failed attempt(s)", self.queue,
+                       self._client.target, self._failed_connects)
+        self._failed_connects = 0
 
     async def _shutdown(self) -> None:
         self._draining = True
@@ -262,7 +263,6 @@ class Subscriber:
     async def _receive_loop(self) -> None:
         backoffs = RECONNECT_BACKOFF.backoffs()
         failures = 0
-        unreachable = 0  # streams failed UNAVAILABLE in a row: the next one's connect is logged
         while not self._stopping:
             if self._fc.max_messages - len(self._in_hand) < self._min_window():
                 self._paused = True  # no stream narrower than the room resume_threshold leaves
@@ -291,12 +291,10 @@ class Subscriber:
                 request.max_duration.CopyFrom(_codec.duration(duration))
             call = self._client._stub().Receive(request, metadata=self._client._metadata)
             reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
-            if unreachable:
-                watch = self._loop.create_task(self._watch_reconnect(unreachable, 30.0),
-                                               name=f"spanq-reconnect-{self.queue}")
+            if self._failed_connects and not self._watches:
+                watch = self._loop.create_task(self._watch_reconnect(), name=f"spanq-reconnect-{self.queue}")
                 watch.add_done_callback(self._watches.discard)
                 self._watches.add(watch)
-                unreachable = 0
             opened = time.monotonic()
             try:
                 while not await self._stream_ended(reader, call):
@@ -331,8 +329,8 @@ class Subscriber:
             wait = next(backoffs)
             if exc.code() == grpc.StatusCode.UNAVAILABLE and self._client._channel is not None and \
                     self._client._channel.get_state() != grpc.ChannelConnectivity.READY:
-                unreachable = failures
-                self._unreachable(failures, from_rpc_error(exc), wait)
+                self._failed_connects += 1
+                self._unreachable(self._failed_connects, from_rpc_error(exc), wait)
             else:
                 log = logger.info if failures == 1 else logger.debug
                 log("%s: Receive stream failed (%s: %s); reconnecting in %.2fs",
