@@ -91,7 +91,8 @@ class Connection:
             credentials = grpc.ssl_channel_credentials(root_certificates=roots)
         # Retries of reads and replays of mutations stop after --timeout: a person is waiting.
         retry = spanq.Retry(deadline=self.timeout, attempt_timeout=self.timeout)
-        return spanq.Client(self.target, credentials=credentials, token=self.token, retry=retry)
+        return spanq.Client(self.target, credentials=credentials, token=self.token, retry=retry,
+                            connect_timeout=self.timeout)
 
 
 def connection_options(command: F) -> F:
@@ -121,7 +122,10 @@ def _connection(kwargs: dict[str, Any]) -> Connection:
 @contextlib.contextmanager
 def talking(conn: Connection) -> Iterator[spanq.Client]:
     """A client, with the SDK's errors turned into one line and an exit status."""
-    client = conn.client()
+    try:
+        client = conn.client()
+    except spanq.InvalidArgument as exc:
+        raise CliError(f"{exc} (--target, or SPANQ_TARGET)", 2) from exc
     try:
         yield client
     except spanq.SpanqError as exc:
@@ -141,8 +145,9 @@ def _exit_code(exc: BaseException) -> int:
 def _explain(exc: spanq.SpanqError, conn: Connection) -> str:
     message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, (spanq.Unavailable, spanq.DeadlineExceeded)):
-        return (f"cannot reach a spanq server at {conn.target} within {conn.timeout:g}s ({message}); start one "
-                "with `spanq serve`, or give --target HOST:PORT (and --tls if it serves TLS)")
+        what = message if message.startswith("cannot connect") else (
+            f"cannot reach a spanq server at {conn.target} within {conn.timeout:g}s ({message})")
+        return f"{what}; start one with `spanq serve`, or give --target HOST:PORT (and --tls if it serves TLS)"
     if isinstance(exc, spanq.Unauthenticated):
         return f"{message} (give the token with --token or SPANQ_TOKEN)"
     return message
