@@ -32,6 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn, TypeVar
 
 import click
+from click.exceptions import NoArgsIsHelpError
 import grpc
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -721,6 +722,9 @@ def run(argv: list[str]) -> NoReturn:
     errors are one line too, with where to read more; exit status 2."""
     try:
         code = main.main(argv, prog_name="spanq", standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # `spanq`, `spanq queue`: the help, as --help prints it
+        click.echo(exc.format_message())
+        sys.exit(0)
     except click.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "spanq"
         click.echo(f"spanq: {exc.format_message()} (see `{where} --help`)", err=True)
