@@ -490,7 +490,7 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
         else:
             if key_values or delay is not None:
                 raise CliError("--key and --delay go with one PAYLOAD; for stdin lines give the key in each line", 2)
-            sent = _send_lines(client, schema, sys.stdin)
+            sent = _send_lines(conn, client, schema, sys.stdin)
     if conn.json:
         _json({"sent": len(sent), "keys": [list(k) for k in sent]})
     elif len(sent) == 1:
@@ -499,7 +499,7 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
         click.echo(f"sent {len(sent)} messages to {queue}")
 
 
-def _send_lines(client: spanq.Client, schema: spanq.Queue, lines: Any) -> list[spanq.Key]:
+def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, lines: Any) -> list[spanq.Key]:
     data = [line.rstrip("\n") for line in lines]
     messages = [_line_message(schema, line, i + 1) for i, line in enumerate(data) if line]
     sent: list[spanq.Key] = []
@@ -510,13 +510,10 @@ def _send_lines(client: spanq.Client, schema: spanq.Queue, lines: Any) -> list[s
             try:
                 sent.extend(client.send_many(schema.name, messages[start:start + SEND_BATCH]))
             except spanq.SpanqError as exc:
-                raise CliError(f"{_explain(exc, _NO_CONNECTION)}; the first {len(sent)} message(s) were sent, "
+                raise CliError(f"{_explain(exc, conn)}; the first {len(sent)} message(s) were sent, "
                                f"the rest (from line {start + 1}) were not", _exit_code(exc)) from exc
             progress.update(task, completed=len(sent))
     return sent
-
-
-_NO_CONNECTION = Connection("", None, False, None, 0, False)
 
 
 def _progress(show: bool) -> Progress:
