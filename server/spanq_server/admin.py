@@ -126,14 +126,16 @@ class Operator:
             size = max(1, min(size, int(rate)))  # one batch is at most a second's worth
         moved = 0
         started = time.monotonic()
+        # Counted once here and once at the end (each count reads the whole dead-letter queue): the
+        # progress in between subtracts what moved.
+        total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
         while not max_messages or moved < max_messages:
             limit = min(size, max_messages - moved) if max_messages else size
             batch = await self._move_batch(dead, target, limit)
             if not batch:
                 break
             moved += batch
-            total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
-            yield RedriveProgress(moved, total, stuck, target.name, False)
+            yield RedriveProgress(moved, max(total - moved, stuck), stuck, target.name, False)
             if rate:  # pace: the next batch starts when the messages so far fit the rate
                 await asyncio.sleep(max(0.0, started + moved / rate - time.monotonic()))
         total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
