@@ -4,6 +4,7 @@ stdin, receive/tail with and without --ack, purge, a redrive interrupted with
 Ctrl-C and resumed, and psql."""
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -14,6 +15,8 @@ from typing import Any
 import pytest
 
 import spanq.aio
+from spanq_server import auth
+from spanq_server.server import start
 
 from .readme_session import replay
 
@@ -196,3 +199,35 @@ async def test_readme_command_line_session_replays(server, database_url):
     """README's "From the command line" runs as printed (tables, JSON, messages)."""
     session = await replay("From the command line", server.target, database_url)
     assert any("redrive" in c for c in session.ran) and len(session.ran) == 15
+
+
+async def test_tail_stops_on_ctrl_c(server):
+    t = server.target
+    assert (await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "STRING"))[0] == 0
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "tail", "tasks", "--ack", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "SPANQ_TARGET": t})
+    assert (await spanq_cli(t, "send", "tasks", "hello"))[0] == 0
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 20)
+    assert line.decode().rstrip("\n").endswith("\tacked\thello")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(proc.wait(), 10)
+    assert proc.returncode == 0 and time.monotonic() - started < 5
+
+
+async def test_the_token_goes_with_every_command(server_config, clock, tmp_path):
+    reader = "tok-reader"
+    (tmp_path / "tokens.toml").write_text(
+        f'[tokens.reader]\nsha256 = "{auth.digest(reader)}"\ngrants = {{ "*" = ["select"] }}\n')
+    running = await start(dataclasses.replace(server_config, auth_file=str(tmp_path / "tokens.toml")), clock=clock)
+    try:
+        code, _, err = await spanq_cli(running.target, "queues")
+        assert code == 5 and "requires a bearer token" in one_line(err) and "--token" in err
+        code, out, err = await spanq_cli(running.target, "queues", "--json", env={"SPANQ_TOKEN": reader})
+        assert code == 0 and json.loads(out) == [], err
+        code, _, err = await spanq_cli(running.target, "queue", "create", "q", "--token", reader)
+        assert code == 5 and "lacks the 'admin' privilege" in one_line(err)
+    finally:
+        await running.stop(0)
