@@ -2,8 +2,10 @@
 
 A section's ```console blocks are read as one terminal session:
 
-* `$ cmd` (continued by a trailing backslash) runs a shell command: grpcurl, or
-  psql to open an SQL session; the lines after it are its expected output;
+* `$ cmd` (continued by a trailing backslash) runs a shell command: grpcurl, a
+  `spanq` client command (through bash, so a pipe into it works; stdout and
+  stderr together; it must exit 0), or psql to open an SQL session; the lines
+  after it are its expected output;
 * `<db>=# sql` (or `=*#`, `-#`: psql's prompts) types a line into the open
   psql session; the lines after it are its expected output.
 
@@ -17,6 +19,7 @@ session can receive, renew and ack as a human would by copying tokens.
 import asyncio
 import dataclasses
 import difflib
+import os
 import pathlib
 import re
 import shlex
@@ -27,6 +30,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 README_TARGET = "localhost:50051"
 GRPCURL = pathlib.Path(sys.executable).parent / "grpcurl"
+SPANQ = pathlib.Path(sys.executable).parent / "spanq"
+AGE = r"\d+\.\ds"
+"""How `spanq stats` shows an age (0.4s): it differs on every run."""
 
 PROMPT = re.compile(r"^(\w+)[=-][*!]?# (.*)$")
 TOKEN = r"[0-9a-z]+\.[0-9]+\.[0-9a-f]{32}"
@@ -133,7 +139,10 @@ class Session:
         self.ran.append(command)
         if step.kind == "shell":
             argv = shlex.split(command)
-            assert argv[0] == ".venv/bin/grpcurl", f"the README runs {argv[0]!r}; the test knows grpcurl and psql"
+            if ".venv/bin/spanq" in argv:
+                await self.spanq(command, step)
+                return
+            assert argv[0] == ".venv/bin/grpcurl", f"the README runs {argv[0]!r}; the test knows grpcurl, spanq and psql"
             argv = [str(GRPCURL)] + [self.target if a == README_TARGET else a for a in argv[1:]]
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
@@ -168,16 +177,29 @@ class Session:
                 lines.append(line.decode())
             self.match(command, step.expected, "".join(lines))
 
-    def match(self, command: str, expected_lines: list[str], actual: str) -> None:
+    async def spanq(self, command: str, step: Step) -> None:
+        """A `spanq` client command (perhaps at the end of a pipe), against the test's server."""
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", command.replace(".venv/bin/spanq", str(SPANQ)), cwd=ROOT,
+            env={**os.environ, "SPANQ_TARGET": self.target},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, f"{command}: exit status {proc.returncode}\n{out.decode()}"
+        self.match(command, step.expected, out.decode(), ages=True)
+
+    def match(self, command: str, expected_lines: list[str], actual: str, ages: bool = False) -> None:
         expected = normal("\n".join(expected_lines))
         actual_n = normal(actual)
         pattern: list[str] = []
         fresh: dict[str, str] = {}
         pos = 0
-        for m in VOLATILE.finditer(expected):
+        volatile = re.compile(f"{VOLATILE.pattern}|(?P<age>(?<![\\w.]){AGE}(?!\\w))") if ages else VOLATILE
+        for m in volatile.finditer(expected):
             pattern.append(re.escape(expected[pos:m.start()]))
             if m["time"]:
                 pattern.append(TIME)
+            elif m.groupdict().get("age"):
+                pattern.append(AGE)
             elif m["token"] in self.tokens:
                 pattern.append(re.escape(self.tokens[m["token"]]))
             elif m["token"] in fresh:

@@ -17,6 +17,8 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 import spanq
 import spanq.aio
+from google.protobuf import timestamp_pb2
+
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server import auth, cli
 from spanq_server import errors as spanq_server_errors
@@ -28,6 +30,7 @@ from .helpers import duration, error_of, key, spanner_ddl, text_message, value
 OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader"
 SPANNER_WORKER = "tok-spanner-worker"
 DLQ_SENDER, DLQ_ADMIN = "tok-dlq-sender", "tok-dlq-admin"
+REDRIVER = "tok-redriver"
 ALICE, CAROL, DANA, ERIN = "tok-alice", "tok-carol", "tok-dana", "tok-erin"
 """alice owns queue qa; carol owns qc alone; dana owns qc and may read qa; erin owns qc and the table users."""
 ONLY = {p: f"tok-only-{p}" for p in auth.PRIVILEGES}
@@ -73,6 +76,10 @@ grants = {{ qc = ["admin", "send"], qa = ["select", "send", "receive", "ack"] }}
 [tokens.erin]
 sha256 = "{auth.digest(ERIN)}"
 grants = {{ qc = ["admin", "send"], users = ["admin"] }}
+
+[tokens.redriver]
+sha256 = "{auth.digest(REDRIVER)}"
+grants = {{ dlq = ["ack"], q = ["send"] }}
 
 [tokens.reader]
 sha256 = "{auth.digest(READER)}"
@@ -215,6 +222,12 @@ def _rpc_cases() -> dict[str, tuple[set[str], Any]]:
         "Commit(renew_lease)": ({"receive"}, lambda s, m: s.Commit(queue_pb2.CommitRequest(mutations=[mutation(
             renew_lease=queue_pb2.RenewLeaseRequest(queue="q", lease_tokens=["unknown"],
                                                     lease_duration=duration(0)))]), metadata=m)),
+        "GetQueueStats": ({"select"}, lambda s, m: s.GetQueueStats(queue_pb2.GetQueueStatsRequest(name="q"),
+                                                                    metadata=m)),
+        "Peek": ({"select"}, lambda s, m: s.Peek(queue_pb2.PeekRequest(queue="q"), metadata=m)),
+        # sent_before the epoch: purges nothing, so the sends above stay
+        "Purge": ({"ack", "admin"}, lambda s, m: s.Purge(queue_pb2.PurgeRequest(
+            queue="q", sent_before=timestamp_pb2.Timestamp(seconds=1)), metadata=m)),
         "CreateQueue": ({"admin"}, None),  # below: it needs a queue name the token is granted on
         "DropQueue": ({"admin"}, None),
     }
@@ -258,6 +271,26 @@ async def test_each_rpc_needs_its_privilege_on_its_queue(stub, sql) -> None:
     code, _, _ = await error_of(stub.CreateQueue(new, metadata=bearer(ONLY["send"])))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert (await stub.CreateQueue(new, metadata=bearer(ONLY["admin"]))).name == "q"
+
+
+async def test_redrive_needs_ack_on_the_dead_letter_queue_and_send_on_its_target(stub) -> None:
+    await make_queue(stub, "q")
+    await make_queue(stub, "dlq")
+
+    async def redrive(token: str, queue: str, to: str = "") -> list[Any]:
+        return [p async for p in stub.Redrive(queue_pb2.RedriveRequest(queue=queue, to=to), metadata=bearer(token))]
+
+    [done] = await redrive(REDRIVER, "dlq", "q")  # allowed (and nothing to move)
+    assert done.done and done.moved == 0 and done.to == "q"
+    code, text, _ = await error_of(redrive(REDRIVER, "dlq"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "must name the target queue" in text, text
+    code, text, info = await error_of(redrive(ONLY["ack"], "q", "dlq"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and info["privilege"] == "send" and info["queue"] == "dlq", text
+    code, text, info = await error_of(redrive(REDRIVER, "q", "dlq"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and info["privilege"] == "ack" and info["queue"] == "q", text
+    # A token with send everywhere may leave the target to the server, which finds none here.
+    code, text, _ = await error_of(redrive(OPS, "dlq"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "no queue names it" in text, text
 
 
 async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> None:

@@ -36,7 +36,8 @@ import spanq  # noqa: E402
 import spanq.aio  # noqa: E402
 import spanq.sql  # noqa: E402
 
-SIGNATURE_TYPES = {"Callback": "_subscriber.py", "AckTarget": "_requests.py", "LeaseTarget": "_requests.py"}
+SIGNATURE_TYPES = {"Callback": "_subscriber.py", "AckTarget": "_requests.py", "LeaseTarget": "_requests.py",
+                   "ProgressCallback": "_admin.py"}
 """Private aliases that public signatures name, and where they are defined."""
 
 MADE_BY_THE_SDK = {"Message", "Subscription", "Future", "CommitResult", "RenewedLease"}

@@ -29,6 +29,7 @@ from ._errors import (
     Unavailable,
     Unimplemented,
 )
+from ._admin import PeekedMessage, PeekPage, QueueStats, RedriveProgress
 from ._retry import Retry
 from ._transaction import Transaction
 from ._types import (
@@ -69,6 +70,10 @@ __all__ = [
     "BatchSettings",
     "PublishFlowControl",
     "Future",
+    "QueueStats",
+    "PeekedMessage",
+    "PeekPage",
+    "RedriveProgress",
     # errors
     "SpanqError",
     "Closed",

@@ -130,11 +130,12 @@ class Client:
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
         batch_settings: BatchSettings = BatchSettings(),
         publish_flow_control: PublishFlowControl = PublishFlowControl(),
+        connect_timeout: float = aio.DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
         self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options,
                                max_concurrent_calls=max_concurrent_calls, batch_settings=batch_settings,
-                               publish_flow_control=publish_flow_control)
+                               publish_flow_control=publish_flow_control, connect_timeout=connect_timeout)
         self._thread = LoopThread(f"spanq-client-{target}")
         self.target = target
         self._closed = False
@@ -150,6 +151,10 @@ class Client:
     renew_lease = _blocking(aio.Client.renew_lease)
     nack = _blocking(aio.Client.nack)
     commit = _blocking(aio.Client.commit)
+    stats = _blocking(aio.Client.stats)
+    peek = _blocking(aio.Client.peek)
+    purge = _blocking(aio.Client.purge)
+    redrive = _blocking(aio.Client.redrive)
     open = _blocking(aio.Client.open)
 
     flush = _blocking(aio.Client.flush)

@@ -36,7 +36,7 @@ import grpc
 
 from . import _codec, _requests, _retry
 from ._dispatcher import Dispatcher, Request
-from ._errors import Closed, LeaseLost, SpanqError, from_rpc_error
+from ._errors import Closed, DeadlineExceeded, LeaseLost, SpanqError, Unavailable, from_rpc_error
 from ._leaser import Leaser
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2
@@ -123,6 +123,8 @@ class Subscriber:
         self._stream_delivered = 0  # messages the current stream delivered
         self._stream_silent = 0  # of those, released after spanq.sql acked them: the server was not told
         self._error: BaseException | None = None
+        self._watches: set[asyncio.Task[None]] = set()
+        self._failed_connects = 0  # Receive streams that failed while the channel was not connected
         self.task = self._loop.create_task(self._run(), name=f"spanq-subscriber-{queue}")
 
     # -- lifecycle --------------------------------------------------------------
@@ -142,7 +144,10 @@ class Subscriber:
 
     async def _run(self) -> None:
         try:
-            self._schema = await self._client._schema(self.queue)
+            schema = await self._reach()
+            if schema is None:
+                return  # stopped before the server was reached
+            self._schema = schema
             lease = self._lease_option or self._schema.lease_duration or DEFAULT_LEASE
             self._lease = lease
             extension = self._fc.max_lease_extension or lease
@@ -167,8 +172,62 @@ class Subscriber:
             self._stopping = True
             await self._shutdown()
 
+    async def _reach(self) -> Queue | None:
+        """The queue's definition. While the server cannot be reached, tries again until stopped, with a
+        WARNING (attempt 1, 2, 4, 8, ...), and a WARNING once it is reached; None if stopped first."""
+        backoffs = RECONNECT_BACKOFF.backoffs()
+        failures = 0
+        while not self._stopping:
+            fetch = self._loop.create_task(self._client._schema(self.queue), name=f"spanq-schema-{self.queue}")
+            while not fetch.done() and not self._stopping:
+                self._restart.clear()  # a stop sets _stopping too
+                await self._until_stop_or(fetch)
+            if not fetch.done():  # stopped: do not wait out the connect timeout
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+                return None
+            error = fetch.exception()
+            if error is None:
+                if failures:
+                    logger.warning("%s: reached the spanq server at %s after %d failed attempt(s)", self.queue,
+                                   self._client.target, failures)
+                return fetch.result()
+            if not isinstance(error, (Unavailable, DeadlineExceeded)):
+                raise error
+            failures += 1
+            wait = next(backoffs)
+            self._unreachable(failures, error, wait)
+            await self._sleep(wait)
+        return None
+
+    def _unreachable(self, failures: int, error: BaseException, wait: float) -> None:
+        log = logger.warning if failures & (failures - 1) == 0 else logger.debug  # 1, 2, 4, 8, ...
+        log("%s: cannot reach the spanq server at %s (attempt %d: %s); reconnecting in %.2fs", self.queue,
+            self._client.target, failures, str(error).splitlines()[0] if str(error) else type(error).__name__, wait)
+
+    async def _until_stop_or(self, task: asyncio.Task[Any]) -> None:
+        stop = self._loop.create_task(self._restart.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            await asyncio.gather(stop, return_exceptions=True)
+
+    async def _watch_reconnect(self) -> None:
+        """After streams that could not connect: one WARNING once the channel connects again (the new stream
+        may stay quiet a long time), with the failed attempts counted until then."""
+        channel = self._client._channel
+        if channel is None:
+            return
+        await channel.channel_ready()
+        logger.warning("%s: reconnected to the spanq server at %s after %d failed attempt(s)", self.queue,
+                       self._client.target, self._failed_connects)
+        self._failed_connects = 0
+
     async def _shutdown(self) -> None:
         self._draining = True
+        for watch in list(self._watches):
+            watch.cancel()
         running = {t for t in self._callbacks if not t.done()}
         if running:
             _, running = await asyncio.wait(running, timeout=self._grace)
@@ -232,6 +291,10 @@ class Subscriber:
                 request.max_duration.CopyFrom(_codec.duration(duration))
             call = self._client._stub().Receive(request, metadata=self._client._metadata)
             reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
+            if self._failed_connects and not self._watches:
+                watch = self._loop.create_task(self._watch_reconnect(), name=f"spanq-reconnect-{self.queue}")
+                watch.add_done_callback(self._watches.discard)
+                self._watches.add(watch)
             opened = time.monotonic()
             try:
                 while not await self._stream_ended(reader, call):
@@ -264,9 +327,14 @@ class Subscriber:
                 failures, backoffs = 0, RECONNECT_BACKOFF.backoffs()
             failures += 1
             wait = next(backoffs)
-            log = logger.info if failures == 1 else logger.debug
-            log("%s: Receive stream failed (%s: %s); reconnecting in %.2fs",
-                self.queue, exc.code().name, exc.details(), wait)
+            if exc.code() == grpc.StatusCode.UNAVAILABLE and self._client._channel is not None and \
+                    self._client._channel.get_state() != grpc.ChannelConnectivity.READY:
+                self._failed_connects += 1
+                self._unreachable(self._failed_connects, from_rpc_error(exc), wait)
+            else:
+                log = logger.info if failures == 1 else logger.debug
+                log("%s: Receive stream failed (%s: %s); reconnecting in %.2fs",
+                    self.queue, exc.code().name, exc.details(), wait)
             await self._sleep(wait)
 
     async def _sleep(self, seconds: float) -> None:

@@ -16,13 +16,15 @@ from typing import Any
 
 import grpc
 
-from . import _codec, _requests, _retry, _slots
+from . import _admin, _codec, _requests, _retry, _slots
+from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
 from ._publisher import Publisher
-from ._errors import Closed, NotFound, SpanqError, from_rpc_error
+from ._errors import Closed, InvalidArgument, NotFound, SpanqError, Unavailable, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from ._requests import AckTarget, LeaseTarget
 from ._retry import DEFAULT_RETRY, Retry
+from ._target import check_target
 from ._subscriber import Callback, Subscriber, Subscription
 from ._transaction import AckOp, RenewOp, SendOp, Transaction
 from ._types import (
@@ -41,12 +43,16 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.max_receive_message_length": 64 * 1024 * 1024,
 }
 """Channel options the client sets unless ``options`` overrides them."""
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a client waits to reach its server for the first time before a call fails Unavailable."""
 
 
 class Client:
     """An asyncio spanq client: queue admin, send, ack, renew, nack, commit, receive and subscribe.
 
-    ``target`` is ``host:port``. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
+    ``target`` is ``host:port`` (or a gRPC target such as ``dns:///host:port``); one that cannot be a server
+    (a URL, no port) raises InvalidArgument at once. Until the client first reaches its server, a call waits
+    at most ``connect_timeout`` seconds for it, then raises Unavailable naming the target. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
     given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
@@ -66,10 +72,15 @@ class Client:
         max_concurrent_calls: int = _slots.DEFAULT_MAX_CONCURRENT_CALLS,
         batch_settings: BatchSettings = BatchSettings(),
         publish_flow_control: PublishFlowControl = PublishFlowControl(),
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         if max_concurrent_calls < 1:
             raise ValueError(f"max_concurrent_calls must be at least 1, not {max_concurrent_calls}")
-        self.target = target
+        if not connect_timeout > 0:
+            raise InvalidArgument(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
+        self.target = check_target(target)
+        self.connect_timeout = connect_timeout
+        self._reached = False
         self._max_calls = max_concurrent_calls
         self._batch_settings = batch_settings
         self._publish_flow_control = publish_flow_control
@@ -104,6 +115,25 @@ class Client:
             stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
             self._stub_ = _slots.bound(stub, self._max_calls)
         return self._stub_
+
+    async def _ready(self) -> queue_pb2_grpc.QueueServiceStub:
+        """The stub, once the server has been reached. Until this client first reaches it, a call waits at most
+        ``connect_timeout`` for the channel to connect, then fails Unavailable naming the target (instead of
+        retrying for ``retry.deadline``). Once reached, a lost server is retried per ``retry``: it may be
+        restarting."""
+        stub = self._stub()
+        if not self._reached:
+            assert self._channel is not None
+            try:
+                await asyncio.wait_for(self._channel.channel_ready(), self.connect_timeout)
+            except TimeoutError:
+                raise Unavailable(
+                    f"cannot connect to the spanq server at {self.target} within {self.connect_timeout:g}s "
+                    "(connect_timeout): check that it is running and that the target (and TLS) are right",
+                    code=grpc.StatusCode.UNAVAILABLE,
+                ) from None
+            self._reached = True
+        return stub
 
     async def aclose(self, timeout: float | None = None) -> None:
         """Shuts subscriptions down gracefully, sends what was published (``flush``), waits for pending
@@ -168,7 +198,7 @@ class Client:
                 dead_letter_queue=dead_letter_queue,
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
-        stub = self._stub()
+        stub = await self._ready()
         maybe_created = False
 
         async def attempt(timeout: float) -> queue_pb2.Queue | None:
@@ -192,7 +222,7 @@ class Client:
 
     async def get_queue(self, name: str) -> Queue:
         """Returns a queue's definition; raises NotFound if there is none."""
-        stub = self._stub()
+        stub = await self._ready()
         request = queue_pb2.GetQueueRequest(name=name)
         try:
             found = await _retry.call(
@@ -208,7 +238,7 @@ class Client:
 
     async def list_queues(self, *, page_size: int = 0) -> list[Queue]:
         """Returns every queue, in name order (fetched ``page_size`` at a time; 0: the server's default)."""
-        stub = self._stub()
+        stub = await self._ready()
         out: list[Queue] = []
         token = ""
         while True:
@@ -224,7 +254,7 @@ class Client:
 
     async def drop_queue(self, name: str) -> None:
         """Drops a queue with all its messages; raises NotFound if there is none."""
-        stub = self._stub()
+        stub = await self._ready()
         request = queue_pb2.DropQueueRequest(name=name)
         maybe_dropped = False
 
@@ -345,7 +375,7 @@ class Client:
         request = queue_pb2.ReceiveRequest(queue=queue, max_batch_size=max_messages, max_outstanding=max_messages)
         if lease_duration is not None:
             request.lease_duration.CopyFrom(_codec.duration(lease_duration))
-        call = self._stub().Receive(request, metadata=self._metadata)
+        call = (await self._ready()).Receive(request, metadata=self._metadata)
         got: list[Message] = []
         try:
             async with asyncio.timeout(timeout):
@@ -494,6 +524,63 @@ class Client:
         transaction.result = CommitResult(results, response.replayed)
         return transaction.result
 
+    # -- operator calls (_admin.py) ---------------------------------------------
+
+    async def stats(self, queue: str) -> QueueStats:
+        """The queue's message counts by state (ready, scheduled, leased, dead-lettered), the oldest ready
+        message's age, and the send and ack rates; needs ``select``. Reads the whole queue."""
+        stub = await self._ready()
+        request = queue_pb2.GetQueueStatsRequest(name=queue)
+        found = await _retry.call(lambda t: stub.GetQueueStats(request, timeout=t, metadata=self._metadata),
+                                  self._retry, what=f"stats of queue {queue}")
+        return _admin.stats_from_proto(found)
+
+    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> PeekPage:
+        """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
+        ``select``. Pass the page's ``next_page_token`` for the next one."""
+        schema = await self._schema(queue)
+        stub = await self._ready()
+        request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
+        page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
+                                 what=f"peek at queue {queue}")
+        return _admin.peek_page_from_proto(schema, page)
+
+    async def purge(self, queue: str, *, sent_before: datetime | None = None) -> int:
+        """Deletes every message of the queue (leased ones too), or those sent before ``sent_before``, in
+        one transaction; returns how many. Needs ``ack`` or ``admin``. Not retried: call it again."""
+        request = queue_pb2.PurgeRequest(queue=queue)
+        if sent_before is not None:
+            request.sent_before.CopyFrom(_codec.timestamp(sent_before))
+        try:
+            response = await (await self._ready()).Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc
+        return int(response.purged)
+
+    async def redrive(self, queue: str, *, to: str | None = None, batch_size: int = 0, rate: float = 0.0,
+                      max_messages: int = 0, on_progress: ProgressCallback | None = None
+                      ) -> RedriveProgress:
+        """Moves messages from the dead-letter queue ``queue`` to ``to`` (default: the one queue whose
+        dead_letter_queue it is), ``batch_size`` per transaction, at most ``rate`` a second; calls
+        ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
+        exactly one of the two queues; call it again to continue."""
+        request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
+                                           max_messages=max_messages)
+        call = (await self._ready()).Redrive(request, metadata=self._metadata)
+        last: RedriveProgress | None = None
+        try:
+            async for p in call:
+                last = _admin.progress_from_proto(p)
+                if on_progress is not None:
+                    on_progress(last)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc
+        finally:
+            call.cancel()
+        if last is None or not last.done:
+            raise SpanqError(f"the redrive of {queue} ended before it finished; call it again to continue")
+        return last
+
     # -- machinery --------------------------------------------------------------
 
     async def _schema(self, queue: str) -> Queue:
@@ -519,7 +606,7 @@ class Client:
         self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None
     ) -> Any:
         """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
-        method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
+        method: Callable[..., Awaitable[Any]] = getattr(await self._ready(), rpc)
         request.request_id = request_id or _requests.new_request_id()
         try:
             return await _retry.call(

@@ -11,11 +11,15 @@ queue. The privileges mirror Spanner's fine-grained access control on queues:
 - ``receive``: EXECUTE on RECEIVE_q and RENEWLEASE_q (Receive, RenewLease,
   including a release with lease_duration 0, a Commit's renew_lease);
 - ``ack``: DELETE ON QUEUE (Ack, a Commit's ack, DELETE, the Ack mutation);
-- ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q);
+- ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q; GetQueueStats, Peek);
 - ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE). A CreateQueue
   naming a ``dead_letter_queue`` also needs ``send`` (or ``admin``) on that queue;
   naming a ``parent_table`` (INTERLEAVE IN PARENT) needs ``admin`` on the parent,
   queue or table.
+- Purge is a DELETE of the queue's rows: ``ack`` or ``admin``. Redrive deletes from
+  the dead-letter queue and sends to the target: ``ack`` (or ``admin``) on the one,
+  ``send`` (or ``admin``) on the other; a token without ``send`` on every queue must
+  name the target (``to``), which is otherwise looked up after authorization.
 
 The file stores each token's SHA-256, never the token: a call's token is hashed
 and looked up by its digest (no string comparison of secrets, so no timing leak
@@ -289,6 +293,31 @@ def _commit(p: Principal, request: Any) -> None:
             raise p.denied(privilege, queue, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
 
 
+PURGE_PRIVILEGES = frozenset({"ack", "admin"})
+"""Either lets a token purge a queue (DELETE ON QUEUE of every row; admin may drop it anyway)."""
+
+
+def _purge(p: Principal, request: Any) -> None:
+    if not p.grants.get(request.queue, p.everywhere) & PURGE_PRIVILEGES:
+        raise p.denied("ack", request.queue, "Purge")
+
+
+def _redrive(p: Principal, request: Any) -> None:
+    if not p.grants.get(request.queue, p.everywhere) & PURGE_PRIVILEGES:
+        raise p.denied("ack", request.queue, "Redrive, which deletes from the dead-letter queue,")
+    target = request.to
+    if not target:
+        if not p.everywhere & DEAD_LETTER_PRIVILEGES:
+            raise errors.PermissionDenied(
+                f"token {p.name!r} must name the target queue of a Redrive of {request.queue!r} (`to`, --to QUEUE): "
+                "it has send on only some queues, and the default target is found after authorization",
+                token=p.name, queue=request.queue,
+            )
+        return
+    if not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
+        raise p.denied("send", target, f"Redrive of {request.queue!r}, which sends there,")
+
+
 QUEUE_SERVICE = "spanq.v1.QueueService"
 RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
@@ -300,6 +329,10 @@ RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/RenewLease": _one("receive", "queue", "RenewLease (and a release, lease_duration 0)"),
     f"{QUEUE_SERVICE}/Ack": _one("ack", "queue", "Ack"),
     f"{QUEUE_SERVICE}/Commit": _commit,
+    f"{QUEUE_SERVICE}/GetQueueStats": _one("select", "name", "GetQueueStats"),
+    f"{QUEUE_SERVICE}/Peek": _one("select", "queue", "Peek"),
+    f"{QUEUE_SERVICE}/Purge": _purge,
+    f"{QUEUE_SERVICE}/Redrive": _redrive,
 }
 
 # -- the Spanner front-end (google.spanner.v1 and its admin services) -------------------

@@ -1,4 +1,6 @@
-"""The ``spanq`` command: ``spanq serve``, and ``spanq token`` to mint a bearer token."""
+"""The ``spanq`` command: ``spanq serve``, and ``spanq token`` to mint a bearer token.
+Every other command (queues, stats, peek, send, ...) is a client of a server:
+admin_cli.py."""
 
 import argparse
 import asyncio
@@ -133,8 +135,16 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     return config
 
 
+SERVER_COMMANDS = ("serve", "token")
+
+
 def main(argv: list[str] | None = None) -> None:
-    config = parse_config(sys.argv[1:] if argv is None else argv, dict(os.environ))
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in SERVER_COMMANDS:
+        from .admin_cli import run  # noqa: PLC0415  # the client commands (click), and `spanq --help`
+
+        run(argv)
+    config = parse_config(argv, dict(os.environ))
     if config.database_url is None:
         from .embedded import start_embedded
 

@@ -39,6 +39,7 @@ from .config import ConfigError
 from .exposition import Endpoint
 from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .model import LeasedMessage, QueueGauges
+from .rates import Rates
 
 if TYPE_CHECKING:
     from .clock import Clock
@@ -110,6 +111,8 @@ class Metrics:
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
         self._endpoint: Endpoint | None = None
+        self.rates = Rates()
+        """Send and ack rates over the last minute, fed by the same hooks (GetQueueStats)."""
 
     # -- hooks (hot path: one dict lookup and one increment) -----------------------
 
@@ -121,10 +124,12 @@ class Metrics:
 
     def sent(self, queue: str, n: int) -> None:
         self._child(self._sent, queue).inc(n)
+        self.rates.add(queue, "sent", n)
 
     def acked(self, queue: str, n: int) -> None:
         if n:
             self._child(self._acked, queue).inc(n)
+            self.rates.add(queue, "acked", n)
 
     def nacked(self, queue: str, n: int) -> None:
         self._child(self._nacked, queue).inc(n)
@@ -143,6 +148,7 @@ class Metrics:
         leave the scrape, and a queue created again under the name counts from zero.
         In a --workers child the files keep them (prometheus_client cannot remove a series
         there): the supervisor leaves out the series of queues not in the catalog."""
+        self.rates.forget(queue)
         for counter in self._queue_counters:
             self._children.pop((counter, queue), None)
             if IN_FILES:

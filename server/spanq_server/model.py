@@ -146,3 +146,29 @@ class RenewResult:
     new_lease_token: str | None
     lease_expiration_time: datetime | None
     known: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueCounts:
+    """One queue's figures as stored (Store.queue_stats): exact, read at read_time."""
+
+    ready: int
+    scheduled: int
+    leased: int
+    dead_lettered: int
+    oldest_ready_age: float
+    """Seconds since the oldest ready message was sent; 0 when none is ready."""
+    read_time: datetime
+
+
+class PeekedMessage(NamedTuple):
+    """A message read without leasing it (Peek)."""
+
+    key: Key
+    payload: Any
+    deliver_time: datetime
+    leased: bool
+    lease_expiration_time: datetime | None
+    delivery_attempt: int
+    enqueue_time: datetime
+    ready: bool

@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from . import auth
+from .admin import Operator
 from .clock import Clock
 from .config import Config, ConfigError
 from .decoding import DecodeGuard
@@ -151,7 +152,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
                                           ("grpc.so_reuseport", 1 if config.worker else 0)],
                                  interceptors=interceptors)
-        queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
+        queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(
+            catalog, mutator, receiver, ledger, Operator(catalog, store, clock, metrics.rates)), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
         spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, store, clock,

@@ -13,9 +13,9 @@ from grpc_status import rpc_status
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
-from . import codec, errors, ledger, queues, status
+from . import admin, codec, errors, ledger, queues, status
 from .ledger import Ledger
-from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef,
+from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, PeekedMessage, QueueDef,
                     RenewResult)
 from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
@@ -56,8 +56,10 @@ def translate_errors(method: Handler) -> Handler:
 
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger: Ledger) -> None:
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger: Ledger,
+                 operator: admin.Operator) -> None:
         self._catalog = catalog
+        self._operator = operator
         self._ledger = ledger
         self._mutator = mutator
         self._receiver = receiver
@@ -209,6 +211,36 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             await abort(context, exc)
         except Exception:
             logger.exception("unexpected error in Receive")
+            await abort(context, errors.QueueError("internal error; the server logged it"))
+
+    # -- operator tools (admin.py) ------------------------------------------------
+
+    @translate_errors
+    async def GetQueueStats(self, request: queue_pb2.GetQueueStatsRequest, context: Any) -> queue_pb2.QueueStats:
+        return stats_response(await self._operator.stats(request.name))
+
+    @translate_errors
+    async def Peek(self, request: queue_pb2.PeekRequest, context: Any) -> queue_pb2.PeekResponse:
+        queue, found, token = await self._operator.peek(request.queue, request.page_size, request.page_token)
+        return peek_response(queue, found, token)
+
+    @translate_errors
+    async def Purge(self, request: queue_pb2.PurgeRequest, context: Any) -> queue_pb2.PurgeResponse:
+        before = (codec.timestamp_to_datetime(request.sent_before, "sent_before")
+                  if request.HasField("sent_before") else None)
+        return queue_pb2.PurgeResponse(purged=await self._operator.purge(request.queue, before))
+
+    async def Redrive(self, request: queue_pb2.RedriveRequest, context: grpc.aio.ServicerContext
+                      ) -> AsyncIterator[queue_pb2.RedriveProgress]:
+        try:
+            async for p in self._operator.redrive(request.queue, request.to, batch_size=request.batch_size,
+                                                  rate=request.rate, max_messages=request.max_messages):
+                yield queue_pb2.RedriveProgress(moved=p.moved, remaining=p.remaining, skipped=p.skipped, to=p.to,
+                                                done=p.done)
+        except errors.QueueError as exc:
+            await abort(context, exc)
+        except Exception:
+            logger.exception("unexpected error in Redrive")
             await abort(context, errors.QueueError("internal error; the server logged it"))
 
     # -- request -> domain ------------------------------------------------------
@@ -380,6 +412,38 @@ def _split(queue: QueueDef, batch: list[LeasedMessage], max_bytes: int,
                 r.last_batch_message = False
         responses[-1][0].messages[-1].last_batch_message = True
     return Encoded(responses, bad)
+
+
+def stats_response(stats: admin.QueueStats) -> queue_pb2.QueueStats:
+    c = stats.counts
+    out = queue_pb2.QueueStats(
+        name=stats.queue.name, ready=c.ready, scheduled=c.scheduled, leased=c.leased, dead_lettered=c.dead_lettered,
+        send_rate=stats.send_rate, ack_rate=stats.ack_rate, dead_letter_queue=stats.queue.dead_letter_queue or "",
+    )
+    out.oldest_ready_age.FromTimedelta(timedelta(seconds=c.oldest_ready_age))
+    codec.set_timestamp(out.read_time, c.read_time)
+    return out
+
+
+def peeked_state(m: PeekedMessage) -> "queue_pb2.PeekedMessage.State":
+    if m.leased:
+        return queue_pb2.PeekedMessage.LEASED
+    return queue_pb2.PeekedMessage.READY if m.ready else queue_pb2.PeekedMessage.SCHEDULED
+
+
+def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> queue_pb2.PeekResponse:
+    write_key = codec.key_writer(queue.key_columns)
+    write_payload = codec.payload_writer(queue.payload_type)
+    out = queue_pb2.PeekResponse(next_page_token=token)
+    for m in found:
+        r = out.messages.add(delivery_attempt=m.delivery_attempt, state=peeked_state(m))
+        write_key(r.key, m.key)
+        write_payload(r.payload, m.payload)
+        codec.set_timestamp(r.deliver_time, m.deliver_time)
+        codec.set_timestamp(r.enqueue_time, m.enqueue_time)
+        if m.leased and m.lease_expiration_time is not None:
+            codec.set_timestamp(r.lease_expiration_time, m.lease_expiration_time)
+    return out
 
 
 def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:

@@ -27,7 +27,7 @@ from psycopg.types.json import Jsonb, JsonbLoader
 from . import errors
 from .faults import FaultInjector
 from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, LedgeredAck, LedgeredSend,
-                    OutgoingMessage, QueueDef, QueueGauges, RenewResult, Unreadable)
+                    OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult, Unreadable)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
@@ -670,6 +670,75 @@ class Store:
                 rows = await (await conn.execute(statement, params)).fetchall()
         return [(tuple(_normal_key(tuple(row[:width]))), _normal_value(row[width]), row[width + 1]) for row in rows]
 
+    # -- operator tools: stats, peek, purge, redrive (admin.py) -----------------
+
+    async def queue_stats(self, queue: QueueDef, dead_letter_queue: QueueDef | None,
+                          now: datetime | None) -> QueueCounts:
+        """Exact counts by state, in one transaction (so one snapshot with the dead-letter count)."""
+        async with self.transaction(queue.name) as conn:
+            cur = await conn.execute(query("queue_stats", queue=QueueStatements(queue).table), {"now": now})
+            row = await cur.fetchone()
+            assert row is not None  # the clock row is always there, joined to no message or some
+            ready, scheduled, leased, age, read_time = row
+            dead = 0
+            if dead_letter_queue is not None:
+                cur = await conn.execute(query("queue_message_count", queue=QueueStatements(dead_letter_queue).table))
+                dead = (await cur.fetchone() or (0,))[0]
+        return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time)
+
+    async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
+                            now: datetime | None) -> list[PeekedMessage]:
+        """Up to limit messages in delivery order after (deliver_time, key), unleased."""
+        names = QueueStatements(queue)
+        params: dict[str, Any] = {"limit": limit, "now": now}
+        condition: sql.Composable = sql.SQL("TRUE")
+        if after is not None:
+            params["after_time"] = after[0]
+            values = [sql.SQL("{}::timestamptz").format(sql.Placeholder("after_time"))]
+            for i, (column, value) in enumerate(zip(queue.key_columns, after[1])):
+                params[f"a{i}"] = value
+                values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"a{i}"), sql.SQL(SQL_TYPES[column.type])))
+            condition = sql.SQL("(m.deliver_time, {}) > ({})").format(
+                names.qualified_keys("m"), sql.SQL(", ").join(values))
+        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition)
+        width = len(queue.key_columns)
+        async with self.read(queue.name) as conn:
+            rows = await (await conn.execute(statement, params)).fetchall()
+        return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:])
+                for row in rows]
+
+    async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
+        """Deletes every message (or those sent before sent_before) in one transaction; how many."""
+        async with self.transaction(queue.name) as conn:
+            cur = await conn.execute(query("message_purge", queue=QueueStatements(queue).table),
+                                     {"sent_before": sent_before})
+            return cur.rowcount
+
+    async def queue_dead_letter_sources(self, name: str) -> list[str]:
+        """The queues whose dead_letter_queue is this one."""
+        async with self.read() as conn:
+            rows = await (await conn.execute(query("queue_dead_letter_sources"), {"name": name})).fetchall()
+        return [row[0] for row in rows]
+
+    async def messages_redrive(self, dead_letter_queue: QueueDef, target: QueueDef, limit: int,
+                               now: datetime | None) -> int:
+        """Moves one batch (up to limit messages) from dead_letter_queue to target, in one
+        transaction; how many moved. A key sent to the target meanwhile fails the whole
+        batch with MessageAlreadyExists, and nothing moves."""
+        async with self.transaction(target.name) as conn:
+            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target),
+                                     {"limit": limit, "now": now})
+            return cur.rowcount
+
+    async def redrive_left(self, dead_letter_queue: QueueDef, target: QueueDef,
+                           now: datetime | None) -> tuple[int, int]:
+        """(messages in dead_letter_queue, of which a redrive to target cannot move now)."""
+        async with self.read(dead_letter_queue.name) as conn:
+            cur = await conn.execute(_redrive_statement("message_redrive_left", dead_letter_queue, target),
+                                     {"now": now})
+            total, stuck = await cur.fetchone() or (0, 0)
+        return int(total), int(stuck)
+
     async def notify(self, conn: Connection, queue: str) -> None:
         await conn.execute(query("wakeup_notify"), {"queue": queue})
 
@@ -1003,6 +1072,13 @@ def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: da
         now=now,
     )
     return params
+
+
+def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef) -> sql.Composed:
+    d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
+    return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
+                 t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
+                 target_key_columns=t.keys)
 
 
 def _payload_param(payload_type: ColumnType, payload: Any) -> Any:

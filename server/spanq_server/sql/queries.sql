@@ -555,3 +555,83 @@ SELECT {queue_name}::text,
 FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
       FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+
+-- queue_stats --
+-- One queue's figures for GetQueueStats, exact (one pass over the table). A
+-- message is ready when due (deliver_time <= now: a held lease always puts
+-- deliver_time past its end), leased while its lease has not run out, and
+-- scheduled otherwise (a later deliver_time, or a backoff after a failed or
+-- expired attempt). The oldest ready message's age is from its enqueue time.
+SELECT count(*) FILTER (WHERE m.deliver_time <= clock.now),
+       count(*) FILTER (WHERE m.deliver_time > clock.now
+                          AND NOT coalesce(m.spanq_lease_expiration_timestamp > clock.now, false)),
+       count(*) FILTER (WHERE m.deliver_time > clock.now
+                          AND coalesce(m.spanq_lease_expiration_timestamp > clock.now, false)),
+       coalesce(extract(epoch FROM clock.now - min(m.spanq_enqueue_time)
+                        FILTER (WHERE m.deliver_time <= clock.now))::float8, 0),
+       clock.now
+FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+LEFT JOIN {queue} AS m ON TRUE
+GROUP BY clock.now
+
+-- queue_message_count --
+-- How many messages a queue holds (a dead-letter queue's, for GetQueueStats).
+SELECT count(*) FROM {queue}
+
+-- queue_dead_letter_sources --
+-- The queues that name this one as their dead-letter queue: Redrive's default target.
+SELECT name FROM spanq.queues WHERE dead_letter_queue = %(name)s ORDER BY name
+
+-- message_peek --
+-- A page of messages in delivery order (deliver_time, then key: a total
+-- order, so a page token resumes after the last row shown), without leasing
+-- them. {after} is TRUE or a row comparison with the page token's values.
+SELECT {key_columns}, m.payload, m.deliver_time,
+       coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) AS leased,
+       m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
+       m.deliver_time <= clock.now AS ready
+FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE {after}
+ORDER BY m.deliver_time, {key_columns}
+LIMIT %(limit)s
+
+-- message_purge --
+-- Purge: every message in one statement (so atomically), or only those sent
+-- before sent_before.
+DELETE FROM {queue} AS m
+WHERE %(sent_before)s::timestamptz IS NULL OR m.spanq_enqueue_time < %(sent_before)s::timestamptz
+
+-- message_redrive --
+-- One batch of a Redrive, in one statement: deletes up to `limit` messages
+-- from the dead-letter queue and sends them to the target (delivery attempt
+-- 0, deliverable now, their first enqueue time kept). Leased messages stay
+-- (a receiver of the dead-letter queue holds them), and so do messages whose
+-- key the target already holds, so nothing is overwritten or lost; SKIP
+-- LOCKED leaves rows another redrive or receiver is taking. A key sent to the
+-- target between the check and the insert fails the statement (a unique
+-- violation), and the whole batch stays where it was.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), moving AS (
+    SELECT {d_key_columns}
+    FROM {dead_letter_queue} AS d, clock
+    WHERE NOT coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
+      AND NOT EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns}))
+    ORDER BY d.deliver_time
+    LIMIT %(limit)s
+    FOR UPDATE OF d SKIP LOCKED
+), moved AS (
+    DELETE FROM {dead_letter_queue} AS d USING moving
+    WHERE ({d_key_columns}) = ({moving_key_columns})
+    RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time
+)
+INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time)
+SELECT * FROM moved
+
+-- message_redrive_left --
+-- What a Redrive leaves in the dead-letter queue: all messages, and those it
+-- cannot move now (leased, or their key already in the target).
+SELECT count(*),
+       count(*) FILTER (WHERE coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
+                           OR EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns})))
+FROM {dead_letter_queue} AS d, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock

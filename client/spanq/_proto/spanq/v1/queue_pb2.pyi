@@ -268,3 +268,121 @@ class CommitResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[MutationResult]
     replayed: bool
     def __init__(self, results: _Optional[_Iterable[_Union[MutationResult, _Mapping]]] = ..., replayed: _Optional[bool] = ...) -> None: ...
+
+class GetQueueStatsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class QueueStats(_message.Message):
+    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_FIELD_NUMBER: _ClassVar[int]
+    SEND_RATE_FIELD_NUMBER: _ClassVar[int]
+    ACK_RATE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    READ_TIME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ready: int
+    scheduled: int
+    leased: int
+    dead_lettered: int
+    oldest_ready_age: _duration_pb2.Duration
+    send_rate: float
+    ack_rate: float
+    dead_letter_queue: str
+    read_time: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PeekRequest(_message.Message):
+    __slots__ = ("queue", "page_size", "page_token")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    page_size: int
+    page_token: str
+    def __init__(self, queue: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class PeekedMessage(_message.Message):
+    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[PeekedMessage.State]
+        READY: _ClassVar[PeekedMessage.State]
+        SCHEDULED: _ClassVar[PeekedMessage.State]
+        LEASED: _ClassVar[PeekedMessage.State]
+    STATE_UNSPECIFIED: PeekedMessage.State
+    READY: PeekedMessage.State
+    SCHEDULED: PeekedMessage.State
+    LEASED: PeekedMessage.State
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DELIVER_TIME_FIELD_NUMBER: _ClassVar[int]
+    LEASE_EXPIRATION_TIME_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    key: _struct_pb2.ListValue
+    payload: _struct_pb2.Value
+    deliver_time: _timestamp_pb2.Timestamp
+    lease_expiration_time: _timestamp_pb2.Timestamp
+    delivery_attempt: int
+    enqueue_time: _timestamp_pb2.Timestamp
+    state: PeekedMessage.State
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ...) -> None: ...
+
+class PeekResponse(_message.Message):
+    __slots__ = ("messages", "next_page_token")
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[PeekedMessage]
+    next_page_token: str
+    def __init__(self, messages: _Optional[_Iterable[_Union[PeekedMessage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PurgeRequest(_message.Message):
+    __slots__ = ("queue", "sent_before")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    SENT_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    sent_before: _timestamp_pb2.Timestamp
+    def __init__(self, queue: _Optional[str] = ..., sent_before: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class PurgeResponse(_message.Message):
+    __slots__ = ("purged",)
+    PURGED_FIELD_NUMBER: _ClassVar[int]
+    purged: int
+    def __init__(self, purged: _Optional[int] = ...) -> None: ...
+
+class RedriveRequest(_message.Message):
+    __slots__ = ("queue", "to", "batch_size", "rate", "max_messages")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    to: str
+    batch_size: int
+    rate: float
+    max_messages: int
+    def __init__(self, queue: _Optional[str] = ..., to: _Optional[str] = ..., batch_size: _Optional[int] = ..., rate: _Optional[float] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class RedriveProgress(_message.Message):
+    __slots__ = ("moved", "remaining", "skipped", "to", "done")
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    remaining: int
+    skipped: int
+    to: str
+    done: bool
+    def __init__(self, moved: _Optional[int] = ..., remaining: _Optional[int] = ..., skipped: _Optional[int] = ..., to: _Optional[str] = ..., done: _Optional[bool] = ...) -> None: ...

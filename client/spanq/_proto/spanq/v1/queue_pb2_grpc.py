@@ -81,6 +81,26 @@ class QueueServiceStub:
                 request_serializer=spanq_dot_v1_dot_queue__pb2.CommitRequest.SerializeToString,
                 response_deserializer=spanq_dot_v1_dot_queue__pb2.CommitResponse.FromString,
                 _registered_method=True)
+        self.GetQueueStats = channel.unary_unary(
+                '/spanq.v1.QueueService/GetQueueStats',
+                request_serializer=spanq_dot_v1_dot_queue__pb2.GetQueueStatsRequest.SerializeToString,
+                response_deserializer=spanq_dot_v1_dot_queue__pb2.QueueStats.FromString,
+                _registered_method=True)
+        self.Peek = channel.unary_unary(
+                '/spanq.v1.QueueService/Peek',
+                request_serializer=spanq_dot_v1_dot_queue__pb2.PeekRequest.SerializeToString,
+                response_deserializer=spanq_dot_v1_dot_queue__pb2.PeekResponse.FromString,
+                _registered_method=True)
+        self.Purge = channel.unary_unary(
+                '/spanq.v1.QueueService/Purge',
+                request_serializer=spanq_dot_v1_dot_queue__pb2.PurgeRequest.SerializeToString,
+                response_deserializer=spanq_dot_v1_dot_queue__pb2.PurgeResponse.FromString,
+                _registered_method=True)
+        self.Redrive = channel.unary_stream(
+                '/spanq.v1.QueueService/Redrive',
+                request_serializer=spanq_dot_v1_dot_queue__pb2.RedriveRequest.SerializeToString,
+                response_deserializer=spanq_dot_v1_dot_queue__pb2.RedriveProgress.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -155,6 +175,45 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetQueueStats(self, request, context):
+        """A queue's figures now: ready, scheduled, leased and dead-lettered
+        messages, the oldest ready message's age, send and ack rates. Needs
+        `select` on the queue. Counts are exact: the call reads the whole queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Peek(self, request, context):
+        """Browses messages in delivery order (deliver_time, then key) without
+        leasing them, one page at a time, with the system columns. Needs
+        `select` on the queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Purge(self, request, context):
+        """Deletes every message of a queue, or those sent before a time, in one
+        transaction; answers how many. Needs `ack` (DELETE ON QUEUE) or `admin`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Redrive(self, request, context):
+        """Moves messages from a dead-letter queue back to the queue that names it
+        as its dead_letter_queue (or to `to`), in batches, each batch one
+        transaction (deleted here and sent there together), at most `rate`
+        messages a second, streaming progress after each batch. Cancelling it
+        leaves every message in exactly one of the two queues; running it again
+        continues. Needs `ack` (or `admin`) on the dead-letter queue and `send`
+        (or `admin`) on the target.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +261,26 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.Commit,
                     request_deserializer=spanq_dot_v1_dot_queue__pb2.CommitRequest.FromString,
                     response_serializer=spanq_dot_v1_dot_queue__pb2.CommitResponse.SerializeToString,
+            ),
+            'GetQueueStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetQueueStats,
+                    request_deserializer=spanq_dot_v1_dot_queue__pb2.GetQueueStatsRequest.FromString,
+                    response_serializer=spanq_dot_v1_dot_queue__pb2.QueueStats.SerializeToString,
+            ),
+            'Peek': grpc.unary_unary_rpc_method_handler(
+                    servicer.Peek,
+                    request_deserializer=spanq_dot_v1_dot_queue__pb2.PeekRequest.FromString,
+                    response_serializer=spanq_dot_v1_dot_queue__pb2.PeekResponse.SerializeToString,
+            ),
+            'Purge': grpc.unary_unary_rpc_method_handler(
+                    servicer.Purge,
+                    request_deserializer=spanq_dot_v1_dot_queue__pb2.PurgeRequest.FromString,
+                    response_serializer=spanq_dot_v1_dot_queue__pb2.PurgeResponse.SerializeToString,
+            ),
+            'Redrive': grpc.unary_stream_rpc_method_handler(
+                    servicer.Redrive,
+                    request_deserializer=spanq_dot_v1_dot_queue__pb2.RedriveRequest.FromString,
+                    response_serializer=spanq_dot_v1_dot_queue__pb2.RedriveProgress.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -447,6 +526,114 @@ class QueueService:
             '/spanq.v1.QueueService/Commit',
             spanq_dot_v1_dot_queue__pb2.CommitRequest.SerializeToString,
             spanq_dot_v1_dot_queue__pb2.CommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetQueueStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spanq.v1.QueueService/GetQueueStats',
+            spanq_dot_v1_dot_queue__pb2.GetQueueStatsRequest.SerializeToString,
+            spanq_dot_v1_dot_queue__pb2.QueueStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Peek(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spanq.v1.QueueService/Peek',
+            spanq_dot_v1_dot_queue__pb2.PeekRequest.SerializeToString,
+            spanq_dot_v1_dot_queue__pb2.PeekResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Purge(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spanq.v1.QueueService/Purge',
+            spanq_dot_v1_dot_queue__pb2.PurgeRequest.SerializeToString,
+            spanq_dot_v1_dot_queue__pb2.PurgeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Redrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/spanq.v1.QueueService/Redrive',
+            spanq_dot_v1_dot_queue__pb2.RedriveRequest.SerializeToString,
+            spanq_dot_v1_dot_queue__pb2.RedriveProgress.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,108 @@
+"""Operator calls of the SDK: queue stats, peek, purge and redrive (their values,
+and the conversions from the wire). ``aio.Client`` calls these; ``spanq.Client``
+runs those calls on its loop thread."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from . import _codec
+from ._proto.spanq.v1 import queue_pb2
+from ._types import Key, Queue
+
+__all__ = ["QueueStats", "PeekedMessage", "PeekPage", "RedriveProgress"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """A queue's figures (``client.stats``): message counts by state, exact at ``read_time``."""
+
+    name: str
+    ready: int
+    """Deliverable now."""
+    scheduled: int
+    """Not deliverable yet: a later deliver_time, or backing off after a failed attempt."""
+    leased: int
+    """In flight: leased and not acked, released or expired."""
+    dead_lettered: int
+    """Messages in the queue's dead-letter queue (0 without one)."""
+    oldest_ready_age: timedelta
+    """Since the oldest ready message was sent (0 when none is ready)."""
+    send_rate: float
+    """Messages sent per second over the last minute, through the server that answered."""
+    ack_rate: float
+    """Messages acknowledged per second over the last minute, through the server that answered."""
+    dead_letter_queue: str | None
+    read_time: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PeekedMessage:
+    """A message read without leasing it (``client.peek``). ``state`` is READY, SCHEDULED or LEASED."""
+
+    key: Key
+    payload: object
+    state: str
+    deliver_time: datetime
+    delivery_attempt: int
+    enqueue_time: datetime
+    lease_expiration_time: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PeekPage:
+    """One page of ``client.peek``; pass ``next_page_token`` for the next ("" on the last page)."""
+
+    messages: list[PeekedMessage]
+    next_page_token: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RedriveProgress:
+    """Where a redrive stands: ``moved`` by this call (committed), ``remaining`` in the dead-letter queue,
+    of which ``skipped`` cannot move now (leased, or their key already in the target)."""
+
+    moved: int
+    remaining: int
+    skipped: int
+    to: str
+    done: bool
+
+
+ProgressCallback = Callable[[RedriveProgress], object]
+"""Called with each RedriveProgress of ``client.redrive``, after each committed batch."""
+
+
+def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:
+    return QueueStats(
+        name=s.name, ready=s.ready, scheduled=s.scheduled, leased=s.leased, dead_lettered=s.dead_lettered,
+        oldest_ready_age=s.oldest_ready_age.ToTimedelta(), send_rate=s.send_rate, ack_rate=s.ack_rate,
+        dead_letter_queue=s.dead_letter_queue or None,
+        read_time=_codec.timestamp_to_datetime(s.read_time) if s.HasField("read_time") else None,
+    )
+
+
+def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPage:
+    return PeekPage([
+        PeekedMessage(
+            key=_codec.key_from_proto(schema, m.key),
+            payload=_codec.payload_from_proto(schema, m.payload),
+            state=queue_pb2.PeekedMessage.State.Name(m.state),
+            deliver_time=_codec.timestamp_to_datetime(m.deliver_time),
+            delivery_attempt=m.delivery_attempt,
+            enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
+            lease_expiration_time=(_codec.timestamp_to_datetime(m.lease_expiration_time)
+                                   if m.HasField("lease_expiration_time") else None),
+        )
+        for m in page.messages
+    ], page.next_page_token)
+
+
+def progress_from_proto(p: queue_pb2.RedriveProgress) -> RedriveProgress:
+    return RedriveProgress(moved=p.moved, remaining=p.remaining, skipped=p.skipped, to=p.to, done=p.done)
+
+
+for _cls in (QueueStats, PeekedMessage, PeekPage, RedriveProgress):
+    _cls.__module__ = "spanq"

@@ -1,0 +1,175 @@
+"""The operator's tools on queues: stats, peek, purge and redrive (the rules;
+the SQL is in queries.sql, run by the store; service.py translates).
+
+Redrive moves dead letters back in batches, each one statement in its own
+transaction, so an interrupted redrive (cancelled, the server stopped, the
+database lost) leaves every message in exactly one of the two queues, and
+running it again continues where it stopped.
+"""
+
+import asyncio
+import base64
+import binascii
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+from google.protobuf import json_format, struct_pb2
+
+from . import codec, errors
+from .clock import Clock
+from .model import Key, PeekedMessage, QueueCounts, QueueDef
+from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
+from .rates import Rates
+from .store import Store
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_REDRIVE_BATCH = 100
+MAX_REDRIVE_BATCH = 1000
+REDRIVE_CONFLICT_RETRIES = 5
+"""Times one batch is tried again when a key was sent to the target while it moved."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    queue: QueueDef
+    counts: QueueCounts
+    send_rate: float
+    ack_rate: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RedriveProgress:
+    moved: int
+    remaining: int
+    skipped: int
+    to: str
+    done: bool
+
+
+class Operator:
+    """Stats, peek, purge and redrive over the catalog's queues."""
+
+    def __init__(self, catalog: Catalog, store: Store, clock: Clock, rates: Rates) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._clock = clock
+        self._rates = rates
+
+    async def stats(self, name: str) -> QueueStats:
+        queue = await self._catalog.get(name)
+        dead = None
+        if queue.dead_letter_queue is not None:
+            try:
+                dead = await self._catalog.get(queue.dead_letter_queue)
+            except errors.QueueNotFound:
+                dead = None  # cannot be dropped while named; a race with its drop reads 0
+        counts = await self._store.queue_stats(queue, dead, self._clock.now())
+        return QueueStats(queue, counts, self._rates.rate(name, "sent"), self._rates.rate(name, "acked"))
+
+    async def peek(self, name: str, page_size: int, page_token: str) -> tuple[QueueDef, list[PeekedMessage], str]:
+        if not 0 <= page_size <= MAX_PAGE_SIZE:
+            raise errors.InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
+        queue = await self._catalog.get(name)
+        size = page_size or DEFAULT_PAGE_SIZE
+        found = await self._store.messages_peek(queue, _decode_peek_token(queue, page_token), size + 1,
+                                                self._clock.now())
+        more = len(found) > size
+        found = found[:size]
+        return queue, found, (_encode_peek_token(queue, found[-1]) if more else "")
+
+    async def purge(self, name: str, sent_before: datetime | None) -> int:
+        queue = await self._catalog.get(name)
+        purged = await self._store.messages_purge(queue, sent_before)
+        logger.info("purged %d message(s) of queue %s%s", purged, name,
+                    f" sent before {sent_before.isoformat()}" if sent_before else "")
+        return purged
+
+    async def redrive_target(self, dead_letter_queue: QueueDef, to: str) -> QueueDef:
+        """``to``, or the one queue naming dead_letter_queue as its dead-letter queue; checked to fit."""
+        if not to:
+            sources = await self._store.queue_dead_letter_sources(dead_letter_queue.name)
+            if len(sources) != 1:
+                which = (f"queues {', '.join(sources)} name it as their dead_letter_queue" if sources
+                         else "no queue names it as its dead_letter_queue")
+                raise errors.InvalidArgument(
+                    f"redrive of {dead_letter_queue.name!r} needs a target queue: {which}; give `to` (--to QUEUE)")
+            to = sources[0]
+        if to == dead_letter_queue.name:
+            raise errors.InvalidArgument(f"cannot redrive queue {to!r} into itself; give another `to`")
+        target = await self._catalog.get(to)
+        if ([c.type for c in target.key_columns] != [c.type for c in dead_letter_queue.key_columns]
+                or target.payload_type != dead_letter_queue.payload_type):
+            raise errors.FailedPrecondition(
+                f"queue {to!r} cannot take the messages of {dead_letter_queue.name!r}: their key column types or "
+                "payload types differ; redrive to a queue with the same key column types and payload type")
+        return target
+
+    async def redrive(self, name: str, to: str, *, batch_size: int = 0, rate: float = 0.0,
+                      max_messages: int = 0) -> AsyncIterator[RedriveProgress]:
+        """Yields progress after each committed batch and once at the end (done)."""
+        if not 0 <= batch_size <= MAX_REDRIVE_BATCH:
+            raise errors.InvalidArgument(f"batch_size must be between 0 and {MAX_REDRIVE_BATCH}, got {batch_size}")
+        if rate < 0 or rate != rate:
+            raise errors.InvalidArgument(f"rate must be 0 (no limit) or a positive number of messages a second, "
+                                         f"got {rate}")
+        if max_messages < 0:
+            raise errors.InvalidArgument(f"max_messages must be 0 (all) or more, got {max_messages}")
+        dead = await self._catalog.get(name)
+        target = await self.redrive_target(dead, to)
+        size = batch_size or DEFAULT_REDRIVE_BATCH
+        if rate:
+            size = max(1, min(size, int(rate)))  # one batch is at most a second's worth
+        moved = 0
+        started = time.monotonic()
+        # Counted once here and once at the end (each count reads the whole dead-letter queue): the
+        # progress in between subtracts what moved.
+        total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
+        while not max_messages or moved < max_messages:
+            limit = min(size, max_messages - moved) if max_messages else size
+            batch = await self._move_batch(dead, target, limit)
+            if not batch:
+                break
+            moved += batch
+            yield RedriveProgress(moved, max(total - moved, stuck), stuck, target.name, False)
+            if rate:  # pace: the next batch starts when the messages so far fit the rate
+                await asyncio.sleep(max(0.0, started + moved / rate - time.monotonic()))
+        total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
+        logger.info("redrive of %s to %s: %d moved, %d left (%d cannot move now)", name, target.name, moved,
+                    total, stuck)
+        yield RedriveProgress(moved, total, stuck, target.name, True)
+
+    async def _move_batch(self, dead: QueueDef, target: QueueDef, limit: int) -> int:
+        for attempt in range(REDRIVE_CONFLICT_RETRIES):
+            try:
+                return await self._store.messages_redrive(dead, target, limit, self._clock.now())
+            except errors.MessageAlreadyExists:
+                # A key was sent to the target while this batch moved: nothing moved; the next
+                # try leaves that key in the dead-letter queue.
+                logger.info("redrive batch of %s to %s met a key sent meanwhile; trying again", dead.name,
+                            target.name)
+        raise errors.TransactionAborted(
+            f"redrive of {dead.name!r} to {target.name!r} kept meeting keys sent to the target meanwhile; "
+            "nothing of the last batch moved: run it again")
+
+
+def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
+    key = json_format.MessageToDict(codec.key_to_proto(queue, last.key))
+    data = json.dumps({"t": last.deliver_time.isoformat(), "k": key}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(data.encode()).decode()
+
+
+def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | None:
+    if not token:
+        return None
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token.encode()))
+        key = codec.key_from_proto(queue, json_format.ParseDict(data["k"], struct_pb2.ListValue()), "page_token")
+        return datetime.fromisoformat(data["t"]), key
+    except (binascii.Error, ValueError, KeyError, TypeError, json_format.ParseError, errors.InvalidArgument):
+        raise errors.InvalidArgument(
+            "page_token is not one this server returned for this queue; start again with an empty token") from None

@@ -1,0 +1,233 @@
+"""The `spanq` client commands, each run as a subprocess against a real server and
+PostgreSQL: output (tables and --json), exit statuses, one-line errors, send from
+stdin, receive/tail with and without --ack, purge, a redrive interrupted with
+Ctrl-C and resumed, and psql."""
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import pytest
+
+import spanq.aio
+from spanq_server import auth
+from spanq_server.server import start
+
+from .readme_session import replay
+
+CLI = [sys.executable, "-m", "spanq_server"]
+
+
+async def spanq_cli(target: str, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+                    timeout: float = 60) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "SPANQ_TARGET": target, **(env or {})})
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("spanq: "), err
+    return lines[0]
+
+
+async def test_queue_commands_print_tables_json_and_say_what_failed(server):
+    t = server.target
+    code, out, err = await spanq_cli(t, "queue", "create", "orders", "--key", "shop:INT64", "--key", "id:STRING",
+                                     "--payload-type", "json")
+    assert code == 0, err
+    assert out.split("\n")[0].split() == ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD", "LETTERS", "CREATED"]
+    assert "orders  shop INT64, id STRING  JSON" in out
+    code, _, err = await spanq_cli(t, "queue", "create", "orders")
+    assert code == 4 and "already" in one_line(err)
+    code, out, _ = await spanq_cli(t, "queue", "create", "orders", "--exist-ok", "--json")
+    assert code == 0 and json.loads(out)["name"] == "orders"
+    code, _, err = await spanq_cli(t, "queue", "create", "x", "--key", "id:FLOAT")
+    assert code == 2 and "BOOL, INT64" in one_line(err)
+
+    code, out, _ = await spanq_cli(t, "queues", "--json")
+    assert code == 0 and [q["name"] for q in json.loads(out)] == ["orders"]
+    assert json.loads(out)[0]["key_columns"] == [{"name": "shop", "type": "INT64"}, {"name": "id", "type": "STRING"}]
+    code, out, _ = await spanq_cli(t, "queue", "get", "orders", "--json")
+    assert code == 0 and json.loads(out)["payload_type"] == "JSON"
+
+    code, _, err = await spanq_cli(t, "queue", "drop", "orders", stdin="")
+    assert code == 2 and "--yes" in one_line(err)
+    code, out, _ = await spanq_cli(t, "queue", "drop", "orders", "--yes")
+    assert code == 0 and out.strip() == "dropped queue orders"
+    code, _, err = await spanq_cli(t, "queue", "get", "orders")
+    assert code == 3 and "does not exist" in one_line(err)
+    code, _, err = await spanq_cli(t, "stats", "nope")
+    assert code == 3
+
+    code, _, err = await spanq_cli(t, "peek")
+    assert code == 2 and "Missing argument" in one_line(err) and "spanq peek --help" in err
+    code, _, err = await spanq_cli(t, "frobnicate")
+    assert code == 2 and "spanq --help" in one_line(err)
+
+
+async def test_an_unreachable_server_is_one_line_and_exit_6_within_the_timeout():
+    started = time.monotonic()
+    code, _, err = await spanq_cli("127.0.0.1:9", "queues", "--timeout", "1")
+    assert code == 6 and "cannot connect to the spanq server at 127.0.0.1:9 within 1s" in one_line(err) and "--target" in err
+    assert time.monotonic() - started < 5
+    code, _, err = await spanq_cli("http://localhost:50051", "queues")
+    assert code == 2 and "is a URL" in one_line(err) and "--target" in err
+
+
+async def test_send_peek_stats_receive_tail_purge(server, sql):
+    t = server.target
+    assert (await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "STRING"))[0] == 0
+    code, out, err = await spanq_cli(t, "send", "tasks", "first")
+    assert code == 0 and out.startswith("sent 1 message to tasks (key "), err
+    lines = "".join(f"line {i}\n" for i in range(250))
+    code, out, err = await spanq_cli(t, "send", "tasks", "--json", stdin=lines)
+    assert code == 0, err
+    sent = json.loads(out)
+    assert sent["sent"] == 250 and len(sent["keys"]) == 250
+    assert sql.execute("SELECT count(*) FROM tasks").fetchone() == (251,)
+
+    code, out, _ = await spanq_cli(t, "stats", "tasks", "--json")
+    stats = json.loads(out)
+    assert code == 0 and (stats["ready"], stats["scheduled"], stats["leased"]) == (251, 0, 0)
+    code, out, _ = await spanq_cli(t, "stats")
+    assert code == 0 and out.split("\n")[1].split()[:4] == ["tasks", "251", "0", "0"]
+
+    code, out, _ = await spanq_cli(t, "peek", "tasks", "--limit", "3", "--json")
+    peeked = json.loads(out)
+    assert code == 0 and [m["payload"] for m in peeked][0] == "first" and len(peeked) == 3
+    assert {m["state"] for m in peeked} == {"READY"} and all(m["delivery_attempt"] == 0 for m in peeked)
+    code, out, _ = await spanq_cli(t, "peek", "tasks", "-n", "1")
+    assert code == 0 and "READY" in out and "first" in out
+    assert sql.execute("SELECT count(*) FROM tasks WHERE spanq_delivery_attempt > 0").fetchone() == (0,)
+
+    # receive without --ack releases: the message stays, with one attempt counted.
+    code, out, _ = await spanq_cli(t, "receive", "tasks", "--json")
+    [m] = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and m["payload"] == "first" and m["acked"] is False
+    assert sql.execute("SELECT count(*) FROM tasks").fetchone() == (251,)
+    code, out, _ = await spanq_cli(t, "receive", "tasks", "-n", "5", "--ack")
+    assert code == 0 and len(out.splitlines()) == 5 and all("\tacked\t" in line for line in out.splitlines())
+    assert sql.execute("SELECT count(*) FROM tasks").fetchone() == (246,)
+    code, out, _ = await spanq_cli(t, "tail", "tasks", "--ack", "--max", "3", "--json")
+    assert code == 0 and len(out.splitlines()) == 3
+    assert sql.execute("SELECT count(*) FROM tasks").fetchone() == (243,)
+
+    code, out, _ = await spanq_cli(t, "purge", "tasks", "--yes")
+    assert code == 0 and out.strip() == "purged 243 messages from tasks"
+    code, out, err = await spanq_cli(t, "receive", "tasks", "--wait", "0.2")
+    assert code == 0 and out == "" and "no message in tasks" in one_line(err)
+
+    code, _, err = await spanq_cli(t, "queue", "create", "orders", "--key", "id:INT64", "--payload-type", "JSON")
+    code, _, err = await spanq_cli(t, "send", "orders", stdin="not json\n")
+    assert code == 2 and "line 1" in one_line(err) and '{"key"' in err
+    code, out, err = await spanq_cli(t, "send", "orders", '{"n": 1}', "--key", "7")
+    assert code == 0 and "key 7" in out, err
+    code, out, err = await spanq_cli(t, "send", "orders", stdin='{"key": [8], "payload": {"n": 2}}\n')
+    assert code == 0, err
+    code, _, err = await spanq_cli(t, "send", "orders", '{"n": 1}', "--key", "7")
+    assert code == 4 and "already" in one_line(err)
+    assert sql.execute("SELECT id, payload FROM orders ORDER BY id").fetchall() == [(7, {"n": 1}), (8, {"n": 2})]
+
+
+async def test_redrive_with_progress_interrupted_and_resumed(server, sql):
+    t = server.target
+    async with spanq.aio.Client(t) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=1, dead_letter_queue="dead")
+        await client.send_many("dead", [spanq.OutgoingMessage(f"d{i}", i) for i in range(30)])
+
+    # Ctrl-C a slow redrive (5 a second) once its first batches have moved.
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "redrive", "dead", "--rate", "5", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "SPANQ_TARGET": t})
+    for _ in range(200):
+        if sql.execute("SELECT count(*) FROM work").fetchone()[0] >= 5:
+            break
+        await asyncio.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 130 and "run it again to continue" in one_line(err.decode())
+
+    async def settled() -> tuple[list[int], list[int]]:
+        before: Any = None
+        for _ in range(100):
+            now = ([r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")],
+                   [r[0] for r in sql.execute("SELECT id FROM dead ORDER BY id")])
+            if now == before:
+                return now
+            before = now
+            await asyncio.sleep(0.2)
+        raise AssertionError("the redrive did not stop")
+
+    work, dead = await settled()
+    assert 5 <= len(work) < 30 and sorted(work + dead) == list(range(30))
+
+    code, out, err = await spanq_cli(t, "redrive", "dead", "--to", "work", "--json")
+    assert code == 0, err
+    assert json.loads(out) == {"moved": 30 - len(work), "remaining": 0, "skipped": 0, "to": "work", "done": True}
+    assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == list(range(30))
+    code, out, _ = await spanq_cli(t, "redrive", "dead")
+    assert code == 0 and out.strip() == "moved 0 messages from dead to work; 0 left"
+    code, _, err = await spanq_cli(t, "redrive", "work")
+    assert code == 2 and "no queue names it" in one_line(err) and "--to" in err
+
+
+async def test_psql_opens_the_servers_database(database_url, tmp_path):
+    code, out, _ = await spanq_cli("unused", "psql", "--print-url", env={"DATABASE_URL": database_url})
+    assert code == 0 and out.strip() == database_url
+    code, out, err = await spanq_cli("unused", "psql", "--", "-X", "-At", "-c", "SELECT count(*) FROM spanq.queues",
+                                     env={"DATABASE_URL": database_url})
+    assert code == 0 and out.strip() == "0", err
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    proc = await asyncio.create_subprocess_exec(*CLI, "psql", "--data-dir", str(tmp_path), env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 3 and "no embedded PostgreSQL is running" in one_line(err_b.decode())
+
+
+async def test_readme_command_line_session_replays(server, database_url):
+    """README's "From the command line" runs as printed (tables, JSON, messages)."""
+    session = await replay("From the command line", server.target, database_url)
+    assert any("redrive" in c for c in session.ran) and len(session.ran) == 15
+
+
+async def test_tail_stops_on_ctrl_c(server):
+    t = server.target
+    assert (await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "STRING"))[0] == 0
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "tail", "tasks", "--ack", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "SPANQ_TARGET": t})
+    assert (await spanq_cli(t, "send", "tasks", "hello"))[0] == 0
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 20)
+    assert line.decode().rstrip("\n").endswith("\tacked\thello")
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    await asyncio.wait_for(proc.wait(), 10)
+    assert proc.returncode == 0 and time.monotonic() - started < 5
+
+
+async def test_the_token_goes_with_every_command(server_config, clock, tmp_path):
+    reader = "tok-reader"
+    (tmp_path / "tokens.toml").write_text(
+        f'[tokens.reader]\nsha256 = "{auth.digest(reader)}"\ngrants = {{ "*" = ["select"] }}\n')
+    running = await start(dataclasses.replace(server_config, auth_file=str(tmp_path / "tokens.toml")), clock=clock)
+    try:
+        code, _, err = await spanq_cli(running.target, "queues")
+        assert code == 5 and "requires a bearer token" in one_line(err) and "--token" in err
+        code, out, err = await spanq_cli(running.target, "queues", "--json", env={"SPANQ_TOKEN": reader})
+        assert code == 0 and json.loads(out) == [], err
+        code, _, err = await spanq_cli(running.target, "queue", "create", "q", "--token", reader)
+        assert code == 5 and "lacks the 'admin' privilege" in one_line(err)
+    finally:
+        await running.stop(0)
