@@ -4,7 +4,7 @@
 import functools
 import logging
 from datetime import timedelta
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -15,8 +15,8 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from . import admin, codec, errors, ledger, queues, status
 from .ledger import Ledger
-from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, PeekedMessage, QueueDef,
-                    RenewResult)
+from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, PeekedMessage,
+                    QueueDef, RenewResult)
 from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
