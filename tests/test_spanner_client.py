@@ -116,7 +116,7 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
             return [f.name for f in result.fields]
 
     fields = await asyncio.to_thread(columns)
-    assert fields == ["userid", "messageid", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
+    assert fields == ["UserId", "MessageId", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
                       "SpannerLeaseToken", "SpannerLastBatchMessage"]
 
     # Renew a lease in a read-write transaction: a new token and a later expiry.
@@ -324,7 +324,7 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
                                   "CREATE QUEUE Other (Id STRING(MAX) NOT NULL, Payload JSON NOT NULL) "
                                   "PRIMARY KEY (Id)"])
     statements = await asyncio.to_thread(lambda: database.reload() or database.ddl_statements)
-    assert [s.split("(")[0].strip() for s in statements] == ["CREATE QUEUE other", "CREATE QUEUE usertasks"]
+    assert [s.split("(")[0].strip() for s in statements] == ["CREATE QUEUE Other", "CREATE QUEUE UserTasks"]
     with pytest.raises(exceptions.InvalidArgument, match="CREATE TABLE|only CREATE QUEUE"):
         await asyncio.to_thread(ddl, ["CREATE TABLE T (Id INT64) PRIMARY KEY (Id)"])
 

@@ -634,6 +634,16 @@ class Store:
                 rows = await (await conn.execute(statement, params)).fetchall()
         return [(tuple(_normal_key(tuple(row[:width]))), _normal_value(row[width]), row[width + 1]) for row in rows]
 
+    # -- the Spanner front-end's names ------------------------------------------
+
+    async def spanner_names_put(self, queue: str, spelled: dict[str, Any]) -> None:
+        async with self.transaction(queue) as conn:
+            await conn.execute(query("spanner_names_put"), {"queue": queue, "spelled": Jsonb(spelled)})
+
+    async def spanner_names_get(self, queue: str) -> dict[str, Any] | None:
+        async with self.read(queue) as conn:
+            return await _scalar(conn, "spanner_names_get", queue=queue)  # type: ignore[no-any-return]
+
     async def notify(self, conn: Connection, queue: str) -> None:
         await conn.execute(query("wakeup_notify"), {"queue": queue})
 

@@ -344,21 +344,17 @@ class SpannerService:
             )
         if kind == "single_use":
             check_read_only(selector.single_use.read_only)
-        queue, columns, stream = await self._executor.receive(statement, request.params)
+        stream = await self._executor.receive(statement, request.params)
         first = PartialResultSetPb(resume_token=b"receive:0")
-        first.metadata.row_type.CopyFrom(values.row_type(columns))
+        first.metadata.row_type.CopyFrom(values.row_type(stream.columns))
         if began is not None:
             first.metadata.transaction.id = began
         yield first
         sent = 0
-        try:
-            async for batch in stream:
-                for message in batch:
-                    sent += 1
-                    yield PartialResultSetPb(values=self._executor.receive_row(queue, message),
-                                             resume_token=f"receive:{sent}".encode())
-        finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+        async for rows in stream.batches():
+            for row in rows:
+                sent += 1
+                yield PartialResultSetPb(values=row, resume_token=f"receive:{sent}".encode())
 
     async def ExecuteBatchDml(self, request: Any, context: Any) -> Any:
         sessions.database_of(request.session)
@@ -498,7 +494,8 @@ class DatabaseAdminService:
             found += page
             if not token:
                 break
-        return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q) for q in found])
+        names = self._executor.names
+        return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q, await names.of(q)) for q in found])
 
 
 async def _drop_all(catalog: Catalog, queues: list[str]) -> None:

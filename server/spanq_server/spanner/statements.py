@@ -5,16 +5,19 @@ which the executor maps onto the domain.
 
 Understood (keywords in any case; names, backquoted or not, are folded to
 lower case by ``fold``, since spanq's queue and column names are lowercase
-identifiers):
+identifiers; CREATE QUEUE also keeps them as written, which results show):
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
     DROP QUEUE [IF EXISTS] q
-    SELECT * FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
-    SELECT * FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens)
+    SELECT * | <items> FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
+        [[AS] r] [WHERE c <op> <v> AND ...]
+    SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
     DELETE [FROM] q WHERE k1 = <v> AND ... [ASSERT_ROWS_MODIFIED 1]
     INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)]
-    SELECT * | c1, ... FROM q [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
+    SELECT * | <items> FROM q [[AS] r] [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
+
+<items> is ``[r.]c [[AS] alias], ...``.
 
 A value <v> is a literal (123, 'text', "text", b'bytes', TRUE, FALSE,
 TIMESTAMP '...'), a parameter (@name), CURRENT_TIMESTAMP(), or
@@ -30,7 +33,8 @@ from ..errors import InvalidArgument
 from ..model import ColumnType
 
 SUPPORTED = (
-    "CREATE QUEUE, DROP QUEUE, SELECT * FROM RECEIVE_<queue>(...), SELECT * FROM RENEWLEASE_<queue>(...), "
+    "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
+    "SELECT * | <columns> FROM RENEWLEASE_<queue>(...) [AS r], "
     "DELETE FROM <queue> WHERE <key> = ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...), "
     "SELECT ... FROM <queue> [WHERE ...] [ORDER BY ...] [LIMIT n]"
 )
@@ -76,6 +80,14 @@ class Condition:
     value: Expr
 
 
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One column of a SELECT list: the column (folded) and its ``AS`` name as written."""
+
+    column: str
+    alias: str | None = None
+
+
 # -- statements --------------------------------------------------------------
 
 
@@ -86,6 +98,9 @@ class CreateQueue:
     primary_key: tuple[str, ...]
     parent_table: str | None = None
     if_not_exists: bool = False
+    spelled: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    """(folded, as written) for the queue and each column: results and GetDatabaseDdl show
+    names as the DDL declared them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +113,16 @@ class DropQueue:
 class Receive:
     queue: str
     args: dict[str, Expr]
+    columns: tuple[Item, ...] | None = None
+    """None: SELECT *."""
+    where: tuple[Condition, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class RenewLease:
     queue: str
     lease_tokens: Expr
+    columns: tuple[Item, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +142,7 @@ class Insert:
 @dataclasses.dataclass(frozen=True)
 class Select:
     queue: str
-    columns: tuple[str, ...] | None
+    columns: tuple[Item, ...] | None
     """None: SELECT *."""
     where: tuple[Condition, ...] = ()
     order_by: str | None = None
@@ -137,6 +156,8 @@ Dml = Delete | Insert
 Statement = Ddl | Query | Dml
 
 RECEIVE_ARGS = ("max_duration", "max_batch_size", "priority")
+PRIORITIES = ("low", "medium", "high")
+"""Spanner's RECEIVE priority values (accepted; see docs/spanner-compat.md)."""
 
 # -- tokens ------------------------------------------------------------------
 
@@ -180,6 +201,11 @@ class Token:
 
     def is_word(self, *words: str) -> bool:
         return self.kind == "ident" and not self.text.startswith("`") and self.value in words
+
+    @property
+    def spelled(self) -> str:
+        """An identifier as written (without backquotes): the name results show."""
+        return self.text[1:-1] if self.text.startswith("`") else self.text
 
 
 def _unquote(text: str, raw: bool, as_bytes: bool = False) -> Any:
@@ -298,9 +324,14 @@ class _Parser:
         return False
 
     def name(self, what: str) -> str:
+        return self.spelled_name(what)[0]
+
+    def spelled_name(self, what: str) -> tuple[str, str]:
+        """(folded, as written)."""
         if self.peek.kind != "ident":
             raise self.error(what)
-        return self.next().value
+        token = self.next()
+        return token.value, token.spelled
 
     def end(self) -> None:
         self.accept_punct(";")
@@ -335,10 +366,12 @@ class _Parser:
             self.word("not")
             self.word("exists")
             if_not_exists = True
-        name = self.name("a queue name")
+        name, spelled_name = self.spelled_name("a queue name")
+        spelled = [(name, spelled_name)]
         self.punct("(")
         columns: list[tuple[str, ColumnType]] = []
         while not self.accept_punct(")"):
+            spelled.append((self.peek.value, self.peek.spelled))
             columns.append(self.column_definition())
             if not self.accept_punct(","):
                 self.punct(")")
@@ -369,7 +402,7 @@ class _Parser:
             else:
                 raise self.error("INTERLEAVE IN PARENT or OPTIONS")
         self.end()
-        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists)
+        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled))
 
     def column_definition(self) -> tuple[str, ColumnType]:
         name = self.name("a column name")
@@ -436,23 +469,34 @@ class _Parser:
 
     def select(self) -> Query:
         self.word("select")
-        columns: list[str] | None = None
+        items: list[tuple[str | None, Item]] | None = None
         if not self.accept_punct("*"):
-            columns = [self.name("* or a column name")]
+            items = [self.select_item()]
             while self.accept_punct(","):
-                columns.append(self.name("a column name"))
+                items.append(self.select_item())
         self.word("from")
         source = self.name("a queue or RECEIVE_<queue>(...) / RENEWLEASE_<queue>(...)")
-        if self.accept_punct("("):
-            if columns is not None:
-                raise InvalidArgument("select * from a table function: RECEIVE_ and RENEWLEASE_ return all "
-                                      "their columns")
-            return self.table_function(source)
-        where = self.conditions() if self.accept_word("where") else ()
+        function = self.accept_punct("(")
+        if function:
+            call = self.table_function(source)
+        names = {source}
+        if self.accept_word("as"):
+            names.add(self.name("an alias after AS"))
+        elif self.peek.kind == "ident" and not self.peek.is_word("where", "order", "limit"):
+            names.add(self.name("an alias"))
+        columns = None if items is None else tuple(self.unqualified(q, item, names) for q, item in items)
+        where = self.conditions(names) if self.accept_word("where") else ()
+        if function:
+            self.end()
+            if isinstance(call, Receive):
+                return Receive(call.queue, call.args, columns, where)
+            if where:
+                raise InvalidArgument("RENEWLEASE_ takes no WHERE: it renews every token it is given")
+            return RenewLease(call.queue, call.lease_tokens, columns)
         order_by, descending, limit = None, False, None
         if self.accept_word("order"):
             self.word("by")
-            order_by = self.name("a column to order by")
+            order_by = self.qualified_column("a column to order by", names)
             if self.accept_word("desc"):
                 descending = True
             else:
@@ -460,9 +504,35 @@ class _Parser:
         if self.accept_word("limit"):
             limit = self.value()
         self.end()
-        return Select(source, tuple(columns) if columns is not None else None, where, order_by, descending, limit)
+        return Select(source, columns, where, order_by, descending, limit)
 
-    def table_function(self, function: str) -> Query:
+    def select_item(self) -> tuple[str | None, Item]:
+        """``col``, ``t.col``, either ``[AS] alias``; the qualifier is checked once FROM is read."""
+        qualifier, column = None, self.name("* or a column name")
+        if self.accept_punct("."):
+            qualifier, column = column, self.name("a column name after '.'")
+        alias = None
+        if self.accept_word("as"):
+            alias = self.spelled_name("a column alias after AS")[1]
+        elif self.peek.kind == "ident" and not self.peek.is_word("from"):
+            alias = self.spelled_name("a column alias")[1]
+        return qualifier, Item(column, alias)
+
+    def unqualified(self, qualifier: str | None, item: Item, names: set[str]) -> Item:
+        if qualifier is not None and qualifier not in names:
+            raise InvalidArgument(f"{qualifier}.{item.column}: {qualifier!r} is not the FROM's name or alias "
+                                  f"({', '.join(sorted(names))})")
+        return item
+
+    def qualified_column(self, what: str, names: set[str]) -> str:
+        column = self.name(what)
+        if self.accept_punct("."):
+            if column not in names:
+                raise InvalidArgument(f"{column!r} is not the FROM's name or alias ({', '.join(sorted(names))})")
+            column = self.name("a column name after '.'")
+        return column
+
+    def table_function(self, function: str) -> Receive | RenewLease:
         if function.startswith("receive_"):
             queue = function.removeprefix("receive_")
             args: dict[str, Expr] = {}
@@ -481,7 +551,6 @@ class _Parser:
                 if not self.accept_punct(","):
                     self.punct(")")
                     break
-            self.end()
             return Receive(queue, args)
         if function.startswith("renewlease_"):
             queue = function.removeprefix("renewlease_")
@@ -492,7 +561,6 @@ class _Parser:
                 self.punct("=>")
             tokens = self.value()
             self.punct(")")
-            self.end()
             return RenewLease(queue, tokens)
         raise InvalidArgument(f"unknown table function {function.upper()}; spanq has RECEIVE_<queue> and "
                               "RENEWLEASE_<queue>")
@@ -502,7 +570,7 @@ class _Parser:
         self.accept_word("from")
         queue = self.name("a queue name")
         self.word("where")
-        where = self.conditions()
+        where = self.conditions({queue})
         assert_rows = None
         if self.accept_word("assert_rows_modified"):
             count = self.next()
@@ -542,18 +610,18 @@ class _Parser:
             raise InvalidArgument(f"a VALUES row has {len(values)} value(s) for {width} column(s)")
         return tuple(values)
 
-    def conditions(self) -> tuple[Condition, ...]:
-        found = [self.condition()]
+    def conditions(self, names: set[str] | None = None) -> tuple[Condition, ...]:
+        found = [self.condition(names or set())]
         while self.accept_word("and"):
-            found.append(self.condition())
+            found.append(self.condition(names or set()))
         if self.peek.is_word("or"):
             raise InvalidArgument("only conditions joined by AND are supported (column = value AND ...)")
         return tuple(found)
 
-    def condition(self) -> Condition:
-        column = self.name("a column name")
+    def condition(self, names: set[str]) -> Condition:
+        column = self.qualified_column("a column name", names)
         op = self.punct("=", "<", "<=", ">", ">=", "!=", "<>")
-        return Condition(column, op, self.value())
+        return Condition(column, "!=" if op == "<>" else op, self.value())
 
     def value(self) -> Expr:
         token = self.next()

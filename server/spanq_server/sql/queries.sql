@@ -521,3 +521,14 @@ SELECT {queue_name}::text,
 FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
       FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+
+-- spanner_names_put --
+-- Records how a Spanner DDL spelled a queue's names (spanner/names.py); a
+-- queue dropped meanwhile has no row to record them for, and gets none.
+INSERT INTO spanq.spanner_names (queue, spelled)
+SELECT name, %(spelled)s FROM spanq.queues WHERE name = %(queue)s
+ON CONFLICT (queue) DO UPDATE SET spelled = excluded.spelled
+
+-- spanner_names_get --
+-- How a Spanner DDL spelled a queue's names, if one created it.
+SELECT spelled FROM spanq.spanner_names WHERE queue = %(queue)s

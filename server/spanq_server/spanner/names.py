@@ -1,0 +1,77 @@
+"""Names as a Spanner DDL declared them.
+
+spanq folds every name to lower case (``statements.fold``): that is how the
+catalog, ``spanq.v1`` and ``psql`` know a queue. Spanner looks names up
+case-insensitively too, but shows them as declared: a queue created with
+``Id INT64`` and ``Payload STRING(MAX)`` has result columns ``Id`` and
+``Payload``, and clients look them up so (Java's ``getLong("Id")``, Go's
+``ColumnByName("Id")`` are case-sensitive). The spelling of each queue made
+by ``CREATE QUEUE`` here is stored beside the catalog (the store's
+``spanner_names``) and read through a cache; a queue created another way
+shows its folded names, with Spanner's ``Payload`` and ``DeliverTime``.
+"""
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+from ..model import QueueDef
+from ..queues import Catalog
+from ..store import Store
+from . import statements as st
+
+STANDARD = {"payload": "Payload", "delivertime": "DeliverTime"}
+"""Spanner's spelling of a queue's own columns, when no DDL here declared them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+    queue: str
+    columns: dict[str, str]
+    """Folded column name -> as declared."""
+
+    def column(self, name: str) -> str:
+        return self.columns.get(name) or STANDARD.get(name, name)
+
+    @staticmethod
+    def folded(queue: QueueDef) -> "Spelling":
+        return Spelling(queue.name, {})
+
+    @staticmethod
+    def of_ddl(statement: st.CreateQueue) -> "Spelling":
+        spelled = dict(statement.spelled)
+        columns = {name: spelled.get(name, name) for name, _ in statement.columns}
+        return Spelling(spelled.get(statement.name, statement.name), columns)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "columns": self.columns}
+
+
+class Names:
+    """The declared spellings, cached per queue (by name and creation time, so a queue
+    dropped and created anew elsewhere is never shown with its predecessor's names)."""
+
+    def __init__(self, store: Store, catalog: Catalog) -> None:
+        self._store = store
+        self._cache: dict[str, tuple[datetime | None, Spelling]] = {}
+        catalog.on_gone(self.forget)
+
+    def forget(self, queue: str) -> None:
+        self._cache.pop(queue, None)
+
+    async def of(self, queue: QueueDef) -> Spelling:
+        cached = self._cache.get(queue.name)
+        if cached is not None and cached[0] == queue.create_time:
+            return cached[1]
+        found = await self._store.spanner_names_get(queue.name)
+        spelling = Spelling.folded(queue)
+        if found:
+            spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}))
+            if st.fold(spelling.queue) != queue.name:  # never show another queue's name
+                spelling = Spelling(queue.name, spelling.columns)
+        self._cache[queue.name] = (queue.create_time, spelling)
+        return spelling
+
+    async def record(self, queue: str, spelling: Spelling) -> None:
+        self.forget(queue)
+        await self._store.spanner_names_put(queue, spelling.as_json())
