@@ -357,8 +357,8 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: st.Ddl) -> str | None:
-        """Applies one DDL statement; returns the queue it created, if any."""
+    async def ddl(self, statement: st.Ddl, database: str | None = None) -> str | None:
+        """Applies one DDL statement of ``database``; returns the queue it created, if any."""
         if isinstance(statement, st.DropQueue):
             try:
                 await self._catalog.drop(statement.name)
@@ -374,7 +374,7 @@ class Executor:
             if statement.if_not_exists and await self._catalog.exists(queue.name):
                 return None
             raise
-        await self.names.record(queue.name, Spelling.of_ddl(statement))
+        await self.names.record(queue.name, database, Spelling.of_ddl(statement))
         return queue.name
 
     # -- values -----------------------------------------------------------------------

@@ -72,6 +72,7 @@ class Names:
         self._cache[queue.name] = (queue.create_time, spelling)
         return spelling
 
-    async def record(self, queue: str, spelling: Spelling) -> None:
+    async def record(self, queue: str, database: str | None, spelling: Spelling) -> None:
+        """Records the spelling of a queue just created, and the Spanner database that created it."""
         self.forget(queue)
-        await self._store.spanner_names_put(queue, spelling.as_json())
+        await self._store.spanner_names_put(queue, database, spelling.as_json())

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import grpc
+from google.cloud.spanner_admin_database_v1.types import backup as dba_backup
 from google.cloud.spanner_admin_database_v1.types import common as dba_common
 from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dba
 from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as ia
@@ -419,20 +420,27 @@ class InstanceAdminService:
         return self._admin.instance_config(request.name)
 
     async def CreateInstance(self, request: Any, context: Any) -> Any:
-        instance = self._admin.create_instance(request.parent, request.instance_id, request.instance)
+        instance = await self._admin.create_instance(request.parent, request.instance_id, request.instance)
         metadata = ia.CreateInstanceMetadata.pb()(instance=instance)
         metadata.start_time.CopyFrom(now_pb())
         metadata.end_time.CopyFrom(metadata.start_time)
         return self._admin.operation(instance.name, metadata, response=instance)
 
     async def GetInstance(self, request: Any, context: Any) -> Any:
-        return self._admin.get_instance(request.name)
+        return await self._admin.get_instance(request.name)
 
     async def ListInstances(self, request: Any, context: Any) -> Any:
-        return ia.ListInstancesResponse.pb()(instances=self._admin.list_instances(request.parent))
+        # The emulator answers every instance whatever the filter; so does spanq.
+        return ia.ListInstancesResponse.pb()(instances=await self._admin.list_instances(request.parent))
 
     async def DeleteInstance(self, request: Any, context: Any) -> Any:
-        await _drop_all(self._catalog, self._admin.delete_instance(request.name))
+        """Drops each database's queues, then forgets the instance and its databases; a database
+        whose queues cannot all go (another database's queue is interleaved in one) stays, and the
+        call is FAILED_PRECONDITION."""
+        databases = await self._admin.instance_databases(request.name)
+        queues = [q for d in databases for q in await self._admin.database_queues(d)]
+        await _drop_all(self._catalog, queues)
+        await self._admin.forget_instance(request.name)
         return empty_pb2.Empty()
 
 
@@ -443,19 +451,24 @@ class DatabaseAdminService:
         self._catalog = catalog
 
     async def CreateDatabase(self, request: Any, context: Any) -> Any:
+        """Creates the database and runs its extra statements, all or nothing: when one fails,
+        the queues the others made are dropped and the database is forgotten (the operation's
+        error says which statement failed)."""
         if request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL:
             raise errors.InvalidArgument("spanq's Spanner front-end speaks the GoogleSQL dialect only")
         database_id = statements.parse_database_name(request.create_statement)
         parsed = [statements.parse_ddl(s) for s in request.extra_statements]
-        database = self._admin.create_database(request.parent, database_id)
+        database = await self._admin.create_database(request.parent, database_id)
         error = await self._apply_ddl(database.name, parsed)
+        if error is not None:
+            await _drop_all(self._catalog, await self._admin.database_queues(database.name))
+            await self._admin.forget_database(database.name)
         metadata = dba.CreateDatabaseMetadata.pb()(database=database.name)
         return self._admin.operation(database.name, metadata, response=database, error=error)
 
     async def UpdateDatabaseDdl(self, request: Any, context: Any) -> Any:
-        sessions.check_database(request.database)
         parsed = [statements.parse_ddl(s) for s in request.statements]
-        self._admin.ensure_database(request.database)
+        await self._admin.get_database(request.database)
         metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
         error = await self._apply_ddl(request.database, parsed, metadata)
         op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)
@@ -463,39 +476,67 @@ class DatabaseAdminService:
 
     async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None) -> errors.QueueError | None:
         """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner."""
-        for statement in parsed:
+        for i, statement in enumerate(parsed):
             try:
-                created = await self._executor.ddl(statement)
+                await self._executor.ddl(statement, database)
             except errors.QueueError as exc:
+                if len(parsed) > 1:
+                    exc.args = (f"statement {i}: {exc.message}",)
+                exc.metadata.setdefault("statement_index", str(i))
                 return exc
-            if created is not None:
-                self._admin.queues_of.setdefault(database, set()).add(created)
-            elif isinstance(statement, statements.DropQueue):
-                self._admin.queues_of.get(database, set()).discard(statement.name)
             if metadata is not None:
                 metadata.commit_timestamps.append(now_pb())
         return None
 
     async def GetDatabase(self, request: Any, context: Any) -> Any:
-        return self._admin.get_database(request.name)
+        return await self._admin.get_database(request.name)
 
     async def ListDatabases(self, request: Any, context: Any) -> Any:
-        return dba.ListDatabasesResponse.pb()(databases=self._admin.list_databases(request.parent))
+        await self._admin.get_instance(request.parent)
+        return dba.ListDatabasesResponse.pb()(databases=await self._admin.list_databases(request.parent))
 
     async def DropDatabase(self, request: Any, context: Any) -> Any:
-        await _drop_all(self._catalog, self._admin.drop_database(request.database))
+        await self._admin.get_database(request.database)
+        await _drop_all(self._catalog, await self._admin.database_queues(request.database))
+        await self._admin.forget_database(request.database)
         return empty_pb2.Empty()
 
     async def GetDatabaseDdl(self, request: Any, context: Any) -> Any:
-        sessions.check_database(request.database)
-        found, token = [], ""
-        while True:
-            page, token = await self._catalog.list(1000, token)
-            found += page
-            if not token:
-                break
+        """The database's queues (those its DDL created), as declared; NOT_FOUND for a database
+        that does not exist, which is how the client's ``database.exists()`` asks."""
+        await self._admin.get_database(request.database)
+        found = []
+        for name in await self._admin.database_queues(request.database):
+            try:
+                found.append(await self._catalog.get(name))
+            except errors.QueueNotFound:
+                pass  # dropped meanwhile
         names = self._executor.names
         return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q, await names.of(q)) for q in found])
+
+    # Backups, database operations and roles: spanq has none. The emulator answers these
+    # lists empty, and Google's test fixtures call them in their teardown.
+    async def ListBackups(self, request: Any, context: Any) -> Any:
+        sessions.check(request.parent, sessions.INSTANCE, "instance")
+        return dba_backup.ListBackupsResponse.pb()()
+
+    async def ListBackupOperations(self, request: Any, context: Any) -> Any:
+        sessions.check(request.parent, sessions.INSTANCE, "instance")
+        return dba_backup.ListBackupOperationsResponse.pb()()
+
+    async def ListDatabaseOperations(self, request: Any, context: Any) -> Any:
+        sessions.check(request.parent, sessions.INSTANCE, "instance")
+        return dba.ListDatabaseOperationsResponse.pb()()
+
+    async def ListDatabaseRoles(self, request: Any, context: Any) -> Any:
+        await self._admin.get_database(request.parent)
+        return dba.ListDatabaseRolesResponse.pb()()
+
+    async def GetBackup(self, request: Any, context: Any) -> Any:
+        raise NotFound(f"Backup not found: {request.name} (spanq has no backups)")
+
+    async def DeleteBackup(self, request: Any, context: Any) -> Any:
+        raise NotFound(f"Backup not found: {request.name} (spanq has no backups)")
 
 
 async def _drop_all(catalog: Catalog, queues: list[str]) -> None:
@@ -559,7 +600,7 @@ class SpannerFrontEnd:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, store: Store,
                  clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
                  max_lifetime: timedelta) -> None:
-        self.admin = Admin()
+        self.admin = Admin(store)
         self.transactions = Transactions(mutator, max_open=max_open_transactions, idle_timeout=idle_timeout,
                                          max_lifetime=max_lifetime)
         self.executor = Executor(catalog, mutator, receiver, store, clock)
@@ -609,6 +650,16 @@ class SpannerFrontEnd:
             "DropDatabase": _unary(d.DropDatabase, dba.DropDatabaseRequest.pb(), Empty),
             "GetDatabaseDdl": _unary(d.GetDatabaseDdl, dba.GetDatabaseDdlRequest.pb(),
                                      dba.GetDatabaseDdlResponse.pb()),
+            "ListBackups": _unary(d.ListBackups, dba_backup.ListBackupsRequest.pb(),
+                                  dba_backup.ListBackupsResponse.pb()),
+            "ListBackupOperations": _unary(d.ListBackupOperations, dba_backup.ListBackupOperationsRequest.pb(),
+                                           dba_backup.ListBackupOperationsResponse.pb()),
+            "ListDatabaseOperations": _unary(d.ListDatabaseOperations, dba.ListDatabaseOperationsRequest.pb(),
+                                             dba.ListDatabaseOperationsResponse.pb()),
+            "ListDatabaseRoles": _unary(d.ListDatabaseRoles, dba.ListDatabaseRolesRequest.pb(),
+                                        dba.ListDatabaseRolesResponse.pb()),
+            "GetBackup": _unary(d.GetBackup, dba_backup.GetBackupRequest.pb(), dba_backup.Backup.pb()),
+            "DeleteBackup": _unary(d.DeleteBackup, dba_backup.DeleteBackupRequest.pb(), Empty),
         }
         operation_methods = {
             "GetOperation": _unary(o.GetOperation, operations_pb2.GetOperationRequest, Op),
