@@ -84,13 +84,24 @@ def code_of(error: errors.QueueError) -> grpc.StatusCode:
     return code_and_reason(error)[0]
 
 
+MESSAGE_NOT_FOUND = "Message not found"
+"""Spanner's words for an Ack of a missing message, which Google's own tests assert on."""
+
+
+def message_of(error: errors.QueueError) -> str:
+    """The status message: Spanner's words first where its clients' tests look for them."""
+    if isinstance(error, errors.MessageNotFound) and not error.message.startswith(MESSAGE_NOT_FOUND):
+        return f"{MESSAGE_NOT_FOUND}: {error.message}"
+    return error.message
+
+
 def to_status(error: errors.QueueError) -> Any:
     """A google.rpc.Status with an ErrorInfo, as spanq.v1 sends, coded for Spanner's clients."""
     code, reason = code_and_reason(error)
     info = error_details_pb2.ErrorInfo(reason=reason, domain=status.DOMAIN, metadata=error.metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
-    return status_pb2.Status(code=code.value[0], message=error.message, details=[detail])
+    return status_pb2.Status(code=code.value[0], message=message_of(error), details=[detail])
 
 
 async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
@@ -106,7 +117,7 @@ async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> 
         rich.details.append(detail)
         trailing.append(("google.rpc.retryinfo-bin", retry.SerializeToString()))
     trailing.append(("grpc-status-details-bin", rich.SerializeToString()))
-    await context.abort(code, error.message, tuple(trailing))
+    await context.abort(code, message_of(error), tuple(trailing))
 
 
 def translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

@@ -1,0 +1,410 @@
+"""Google's own queue samples and tests, call for call, against spanq (issue 13).
+
+Google's files cannot be fetched at test time and are not copied here: each
+test below makes the calls those samples make, with the same DDL and SQL
+(`Id INT64`, `Payload STRING(MAX)`, `SELECT Id, Payload FROM RECEIVE_q(...)`),
+through the real google-cloud-spanner client, and asserts on what the sample
+prints. The Java, Node and Go samples look result columns up by name,
+case-sensitively (`getLong("Id")`, `row.toJSON().Id`, `ColumnByName("Id")`):
+the tests look them up by the declared name too.
+"""
+
+import asyncio
+import dataclasses
+import os
+import time
+from typing import Any
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import spanner
+from google.cloud.spanner_v1.backup import Backup
+from google.cloud.spanner_v1.database import Database
+
+from spanq_server.server import start
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
+]
+
+PROJECT, INSTANCE = "sample-project", "test-instance"
+QUEUE_DDL = "CREATE QUEUE MyQueue (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)"
+STRING_ARRAY = spanner.param_types.Array(spanner.param_types.STRING)
+
+
+@pytest.fixture
+def spanner_env(monkeypatch: pytest.MonkeyPatch, server: Any) -> None:
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
+
+
+# -- what Google's Python conftest does: an instance, a fresh database per test ------
+
+
+def sample_instance(client: spanner.Client) -> Any:
+    instance = client.instance(INSTANCE, f"projects/{PROJECT}/instanceConfigs/emulator-config",
+                               labels={"cloud_spanner_samples": "true", "created": str(int(time.time()))})
+    if not instance.exists():
+        instance.create().result(timeout=30)
+    return instance
+
+
+def sample_database(instance: Any, database_id: str, ddl: list[str] | None = None) -> Any:
+    database = instance.database(database_id, ddl_statements=ddl or [])
+    if not database.exists():  # GetDatabaseDdl: NOT_FOUND for a database that does not exist
+        database.create().result(timeout=30)
+    return database
+
+
+def teardown(instance: Any) -> list[str]:
+    """The fixtures' clean-up: every database dropped, every backup deleted, the instance deleted."""
+    dropped = []
+    for database_pb in instance.list_databases():
+        database = Database.from_pb(database_pb, instance)
+        if database.exists():
+            database.drop()
+            dropped.append(database.database_id)
+    for backup_pb in instance.list_backups():
+        Backup.from_pb(backup_pb, instance).delete()
+    instance.delete()
+    return dropped
+
+
+# -- the snippets, as Google's queue_snippets.py shapes them --------------------------
+
+
+def create_queue(database: Any) -> None:
+    database.update_ddl([QUEUE_DDL]).result(timeout=30)
+    print("Created queue MyQueue")
+
+
+def send_message(database: Any, message_id: int, payload: str) -> None:
+    with database.batch() as batch:
+        batch.send(queue="MyQueue", key=[message_id], payload=payload)
+    print(f"Sent message {message_id}")
+
+
+def send_message_with_dml(database: Any, message_id: int, payload: str) -> None:
+    def insert(transaction: Any) -> None:
+        count = transaction.execute_update(
+            "INSERT INTO MyQueue (Id, Payload) VALUES (@id, @payload)",
+            params={"id": message_id, "payload": payload},
+            param_types={"id": spanner.param_types.INT64, "payload": spanner.param_types.STRING})
+        print(f"{count} message(s) sent")
+
+    database.run_in_transaction(insert)
+
+
+def receive_messages(database: Any, expected: int) -> list[dict[str, Any]]:
+    """RECEIVE with a column list; stops once it has the messages it waits for (a sample that
+    reads on would wait out max_duration, as it would on Spanner)."""
+    received = []
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql("SELECT Id, Payload FROM RECEIVE_MyQueue(max_duration => '1m')")
+        for row in results:
+            names = [field.name for field in results.fields]
+            by_name = dict(zip(names, row))  # what Java's getLong("Id"), Go's ColumnByName("Id") do
+            print(f"Received message {by_name['Id']}: {by_name['Payload']}")
+            received.append(by_name)
+            if len(received) == expected:
+                break
+    return received
+
+
+def ack_message(database: Any, message_id: int) -> None:
+    with database.batch() as batch:
+        batch.ack(queue="MyQueue", key=[message_id])
+    print(f"Acked message {message_id}")
+
+
+def renew_lease(database: Any) -> list[Any]:
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql(
+            "SELECT r.Id, r.SpannerLeaseToken AS token FROM RECEIVE_MyQueue(max_duration => '1m') AS r")
+        row = next(iter(results))
+        names = [field.name for field in results.fields]
+    token = dict(zip(names, row))["token"]
+
+    def renew(transaction: Any) -> list[Any]:
+        return list(transaction.execute_sql(
+            "SELECT SpannerNewLeaseToken, SpannerLeaseExpirationTimestamp FROM RENEWLEASE_MyQueue("
+            "lease_tokens => @tokens)", params={"tokens": [token]}, param_types={"tokens": STRING_ARRAY}))
+
+    renewed = database.run_in_transaction(renew)
+    print(f"Renewed the lease of message {row[0]}: {len(renewed)} lease(s)")
+    return renewed
+
+
+def python_snippets(database_id: str) -> dict[str, Any]:
+    client = spanner.Client(project=PROJECT)
+    instance = sample_instance(client)
+    database = sample_database(instance, database_id)
+    create_queue(database)
+    send_message(database, 1, "Hello")
+    send_message_with_dml(database, 2, "World")
+    received = receive_messages(database, 2)
+    for message in received:
+        ack_message(database, message["Id"])
+    send_message(database, 3, "Again")
+    renewed = renew_lease(database)
+    ack_message(database, 3)
+    with pytest.raises(exceptions.NotFound, match="^404 Message not found"):
+        ack_message(database, 3)
+    ddl = list(database.reload() or database.ddl_statements)
+    return {"received": received, "renewed": renewed, "ddl": ddl, "dropped": teardown(instance),
+            "instances": [i.name for i in client.list_instances()]}
+
+
+async def test_the_python_queue_snippets_run_as_google_wrote_them(spanner_env, capsys, sql) -> None:  # type: ignore[no-untyped-def]
+    outcome = await asyncio.to_thread(python_snippets, "queue-snippets")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "Created queue MyQueue", "Sent message 1", "1 message(s) sent",
+        "Received message 1: Hello", "Received message 2: World", "Acked message 1", "Acked message 2",
+        "Sent message 3", "Renewed the lease of message 3: 1 lease(s)", "Acked message 3",
+    ]
+    assert outcome["received"] == [{"Id": 1, "Payload": "Hello"}, {"Id": 2, "Payload": "World"}]
+    assert isinstance(outcome["renewed"][0][0], str)
+    assert outcome["ddl"] == ["CREATE QUEUE MyQueue (\n  Id INT64 NOT NULL,\n  Payload STRING(MAX) NOT NULL\n"
+                              ") PRIMARY KEY (Id)"]
+    # The teardown dropped the database (and its queue) and deleted the instance.
+    assert outcome["dropped"] == ["queue-snippets"] and outcome["instances"] == []
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+
+
+def java_node_go_sequence(database_id: str) -> list[Any]:
+    """The other languages' samples, translated call for call: DDL in a batch, sends, a receive
+    whose row is read by column name, an ack, and their tests' error assertion."""
+    client = spanner.Client(project=PROJECT)
+    instance = sample_instance(client)
+    database = sample_database(instance, database_id, [QUEUE_DDL])
+    send_message(database, 7, "from-java")
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql("SELECT Id, Payload FROM RECEIVE_MyQueue(max_duration => '1m', "
+                                       "max_batch_size => 1)")
+        row = next(iter(results))
+        fields = [f.name for f in results.fields]
+    ack_message(database, row[fields.index("Id")])
+    try:
+        ack_message(database, row[fields.index("Id")])
+    except exceptions.NotFound as exc:
+        error = exc.message  # Java's SpannerException reads "NOT_FOUND: " + this
+    teardown(instance)
+    return [fields, row, error]
+
+
+async def test_java_node_and_go_samples_find_columns_by_their_declared_names(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    fields, row, error = await asyncio.to_thread(java_node_go_sequence, "java-sample")
+    assert fields == ["Id", "Payload"] and row == [7, "from-java"]
+    assert error.startswith("Message not found")
+
+
+# -- item 1: names as declared ---------------------------------------------------------
+
+
+def _names_sequence(database_id: str) -> dict[str, Any]:
+    client = spanner.Client(project=PROJECT)
+    database = sample_database(sample_instance(client), database_id, [
+        "CREATE QUEUE UserTasks (UserId INT64 NOT NULL, `TaskID` STRING(36) NOT NULL, payload BYTES(MAX) NOT NULL) "
+        "PRIMARY KEY (UserId, TaskID)"])
+    with database.batch() as batch:
+        batch.send(queue="usertasks", key=[1, "a"], payload=b"eA==")  # looked up in any case
+    out: dict[str, Any] = {}
+    with database.snapshot(multi_use=True) as snapshot:
+        results = snapshot.execute_sql("SELECT * FROM USERTASKS")
+        out["select_rows"] = list(results)
+        out["select"] = [f.name for f in results.fields]
+        results = snapshot.execute_sql("SELECT userid, TASKID AS Task, PAYLOAD FROM UserTasks")
+        list(results)
+        out["listed"] = [f.name for f in results.fields]
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql("SELECT * FROM RECEIVE_userTasks(max_duration => '1m')")
+        next(iter(results))
+        out["receive"] = [f.name for f in results.fields]
+    try:
+        with database.snapshot() as snapshot:
+            list(snapshot.execute_sql("SELECT Nope FROM UserTasks"))
+    except exceptions.InvalidArgument as exc:
+        out["error"] = exc.message
+    out["ddl"] = list(database.reload() or database.ddl_statements)
+    return out
+
+
+async def test_result_sets_ddl_and_errors_show_names_as_declared(spanner_env, sql, server_config) -> None:  # type: ignore[no-untyped-def]
+    out = await asyncio.to_thread(_names_sequence, "names")
+    assert out["select"] == ["UserId", "TaskID", "payload", "DeliverTime"]
+    assert out["listed"] == ["UserId", "Task", "payload"]
+    assert out["receive"] == ["UserId", "TaskID", "payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
+                              "SpannerLeaseToken", "SpannerLastBatchMessage"]
+    assert "queue 'UserTasks' has no column 'nope'; it has UserId, TaskID, payload, DeliverTime" in out["error"]
+    assert out["ddl"] == ["CREATE QUEUE UserTasks (\n  UserId INT64 NOT NULL,\n  TaskID STRING(MAX) NOT NULL,\n"
+                          "  payload BYTES(MAX) NOT NULL\n) PRIMARY KEY (UserId, TaskID)"]
+    # Underneath, PostgreSQL's names stay folded, for psql and spanq.v1.
+    assert sql.execute("SELECT userid, taskid FROM usertasks").fetchall() == [(1, "a")]
+
+    # The spelling and the database survive a restart (a second server on the same PostgreSQL).
+    again = await start(server_config)
+    try:
+        def after_restart() -> list[Any]:
+            os.environ["SPANNER_EMULATOR_HOST"] = again.target
+            client = spanner.Client(project=PROJECT)
+            database = client.instance(INSTANCE).database("names")
+            with database.snapshot() as snapshot:
+                results = snapshot.execute_sql("SELECT UserId FROM UserTasks")
+                list(results)
+            return [database.exists(), [f.name for f in results.fields], database.reload() or database.ddl_statements]
+
+        exists, fields, ddl = await asyncio.to_thread(after_restart)
+        assert exists and fields == ["UserId"] and list(ddl) == out["ddl"]
+    finally:
+        await again.stop(0)
+
+
+# -- item 2: RECEIVE_ and RENEWLEASE_ as queries -------------------------------------------
+
+
+def _receive_queries(database_id: str) -> dict[str, Any]:
+    client = spanner.Client(project=PROJECT)
+    database = sample_database(sample_instance(client), database_id, [QUEUE_DDL])
+    with database.batch() as batch:
+        for i, payload in [(1, "skip"), (2, "take"), (3, "take"), (4, "skip")]:
+            batch.send(queue="MyQueue", key=[i], payload=payload)
+    out: dict[str, Any] = {}
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql(
+            "SELECT r.Id AS MessageId, r.Payload FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 10) "
+            "AS r WHERE r.Payload = @wanted AND Id > 2 AND DeliverTime <= CURRENT_TIMESTAMP()",
+            params={"wanted": "take"}, param_types={"wanted": spanner.param_types.STRING})
+        out["filtered"] = [next(iter(results))]
+        out["filtered_fields"] = [f.name for f in results.fields]
+    # Messages the WHERE passed over were given back, not leased: they are received at once.
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql("SELECT Id FROM RECEIVE_MyQueue(max_duration => '1m') WHERE Id != 3")
+        seen: list[int] = []
+        for row in results:
+            seen.append(row[0])
+            if len(seen) == 3:
+                break
+        out["others"] = sorted(seen)
+    return out
+
+
+async def test_receive_takes_a_column_list_aliases_and_where(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    out = await asyncio.to_thread(_receive_queries, "receive-queries")
+    assert out["filtered"] == [[3, "take"]] and out["filtered_fields"] == ["MessageId", "Payload"]
+    assert out["others"] == [1, 2, 4]
+    # Passed over: no delivery attempt counted against 1, 2 and 4 by the first RECEIVE.
+    assert sql.execute("SELECT id, spanq_delivery_attempt FROM myqueue ORDER BY id").fetchall() == [
+        (1, 1), (2, 1), (3, 1), (4, 1)]
+
+
+@pytest.mark.parametrize("query, message", [
+    ("SELECT Nope FROM RECEIVE_MyQueue(max_duration => '1s')", "RECEIVE_MyQueue has no column 'nope'"),
+    ("SELECT x.Id FROM RECEIVE_MyQueue(max_duration => '1s') AS r", "'x' is not the FROM's name or alias"),
+    ("SELECT Id FROM RECEIVE_MyQueue(max_duration => '1s') WHERE SpannerLeaseToken = 'x'",
+     "RECEIVE's WHERE may name the key columns"),
+    ("SELECT Id FROM RECEIVE_MyQueue(max_duration => '1s') WHERE Id = 'one'", "does not fit a INT64"),
+    ("SELECT * FROM RECEIVE_MyQueue(max_duration => '1s', priority => 'urgent')", "priority must be one of"),
+    ("SELECT * FROM RENEWLEASE_MyQueue(['t']) WHERE Id = 1", "RENEWLEASE_ takes no WHERE"),
+])
+async def test_bad_receive_queries_are_invalid_argument(spanner_env, query, message) -> None:  # type: ignore[no-untyped-def]
+    def run() -> None:
+        database = sample_database(sample_instance(spanner.Client(project=PROJECT)), "bad-queries", [QUEUE_DDL])
+        with database.snapshot() as snapshot:
+            list(snapshot.execute_sql(query))
+
+    with pytest.raises(exceptions.InvalidArgument, match=message):
+        await asyncio.to_thread(run)
+
+
+# -- item 7: priority ------------------------------------------------------------------------
+
+
+async def test_receive_accepts_spanners_priority(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def run() -> list[Any]:
+        database = sample_database(sample_instance(spanner.Client(project=PROJECT)), "priority", [QUEUE_DDL])
+        send_message(database, 1, "p")
+        with database.snapshot() as snapshot:
+            results = snapshot.execute_sql(
+                "SELECT Id FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 1, priority => @p)",
+                params={"p": "HIGH"}, param_types={"p": spanner.param_types.STRING})
+            return [next(iter(results))]
+
+    assert await asyncio.to_thread(run) == [[1]]
+
+
+# -- item 5: the admin calls of Google's fixtures ----------------------------------------------
+
+
+@dataclasses.dataclass
+class AdminAnswers:
+    instances: list[str]
+    databases: list[str]
+    backups: list[Any]
+    backup_operations: list[Any]
+    database_operations: list[Any]
+    missing: dict[str, str]
+
+
+def _admin_calls() -> AdminAnswers:
+    client = spanner.Client(project=PROJECT)
+    instance = sample_instance(client)
+    sample_database(instance, "first", [QUEUE_DDL])
+    sample_database(instance, "second")
+    answers = AdminAnswers(
+        instances=[i.name for i in client.list_instances()],
+        databases=[d.name.rpartition("/")[2] for d in instance.list_databases()],
+        backups=list(instance.list_backups()),
+        backup_operations=list(instance.list_backup_operations()),
+        database_operations=list(instance.list_database_operations()),
+        missing={},
+    )
+    missing = client.instance("no-such-instance")
+    gone = instance.database("no-such-db")
+    for what, call in [("GetInstance", missing.reload), ("GetDatabase", gone.reload), ("DropDatabase", gone.drop),
+                       ("UpdateDatabaseDdl", lambda: gone.update_ddl([QUEUE_DDL]).result(timeout=30)),
+                       ("DeleteInstance", missing.delete)]:
+        try:
+            call()
+        except exceptions.NotFound as exc:
+            answers.missing[what] = exc.message
+    assert not missing.exists() and not gone.exists()
+    return answers
+
+
+async def test_admin_calls_answer_as_the_emulator(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    answers = await asyncio.to_thread(_admin_calls)
+    assert answers.instances == [f"projects/{PROJECT}/instances/{INSTANCE}"]
+    assert answers.databases == ["first", "second"]
+    assert answers.backups == answers.backup_operations == answers.database_operations == []
+    base = f"projects/{PROJECT}/instances"
+    assert answers.missing == {
+        "GetInstance": f"Instance not found: {base}/no-such-instance (create it with CreateInstance)",
+        "GetDatabase": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
+        "DropDatabase": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
+        "UpdateDatabaseDdl": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
+        "DeleteInstance": f"Instance not found: {base}/no-such-instance (create it with CreateInstance)",
+    }
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("myqueue",)]
+
+    def delete_instance() -> None:
+        teardown(spanner.Client(project=PROJECT).instance(INSTANCE))
+
+    await asyncio.to_thread(delete_instance)
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM spanq.spanner_databases").fetchone() == (0,)
+
+
+async def test_a_failed_create_database_leaves_nothing_behind(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    def create() -> Any:
+        instance = sample_instance(spanner.Client(project=PROJECT))
+        database = instance.database("half", ddl_statements=[
+            QUEUE_DDL, "CREATE QUEUE Bad (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Nope)"])
+        with pytest.raises(exceptions.InvalidArgument, match="statement 1: .*'nope' is not defined"):
+            database.create().result(timeout=30)
+        return database.exists()
+
+    assert await asyncio.to_thread(create) is False
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM spanq.spanner_databases").fetchone() == (0,)
