@@ -21,6 +21,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.backup import Backup
 from google.cloud.spanner_v1.database import Database
 
+from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.server import start
 
 pytestmark = [
@@ -241,7 +242,7 @@ async def test_result_sets_ddl_and_errors_show_names_as_declared(spanner_env, sq
     assert out["ddl"] == ["CREATE QUEUE UserTasks (\n  UserId INT64 NOT NULL,\n  TaskID STRING(MAX) NOT NULL,\n"
                           "  payload BYTES(MAX) NOT NULL\n) PRIMARY KEY (UserId, TaskID)"]
     # Underneath, PostgreSQL's names stay folded, for psql and spanq.v1.
-    assert sql.execute("SELECT userid, taskid FROM usertasks").fetchall() == [(1, "a")]
+    assert sql.execute("SELECT userid, taskid FROM d1_usertasks").fetchall() == [(1, "a")]
 
     # The spelling and the database survive a restart (a second server on the same PostgreSQL).
     again = await start(server_config)
@@ -295,7 +296,7 @@ async def test_receive_takes_a_column_list_aliases_and_where(spanner_env, sql) -
     assert out["filtered"] == [[3, "take"]] and out["filtered_fields"] == ["MessageId", "Payload"]
     assert out["others"] == [1, 2, 4]
     # Passed over: no delivery attempt counted against 1, 2 and 4 by the first RECEIVE.
-    assert sql.execute("SELECT id, spanq_delivery_attempt FROM myqueue ORDER BY id").fetchall() == [
+    assert sql.execute("SELECT id, spanq_delivery_attempt FROM d1_myqueue ORDER BY id").fetchall() == [
         (1, 1), (2, 1), (3, 1), (4, 1)]
 
 
@@ -386,7 +387,7 @@ async def test_admin_calls_answer_as_the_emulator(spanner_env, sql) -> None:  # 
         "UpdateDatabaseDdl": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
         "DeleteInstance": f"Instance not found: {base}/no-such-instance (create it with CreateInstance)",
     }
-    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("myqueue",)]
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("d1_myqueue",)]
 
     def delete_instance() -> None:
         teardown(spanner.Client(project=PROJECT).instance(INSTANCE))
@@ -408,3 +409,59 @@ async def test_a_failed_create_database_leaves_nothing_behind(spanner_env, sql) 
     assert await asyncio.to_thread(create) is False
     assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
     assert sql.execute("SELECT count(*) FROM spanq.spanner_databases").fetchone() == (0,)
+
+
+# -- item 4: one namespace per database -------------------------------------------------------
+
+
+def _own_queue(database_id: str) -> list[Any]:
+    """What one test of a suite that makes a fresh database per test does, in parallel with others."""
+    database = sample_database(sample_instance(spanner.Client(project=PROJECT)), database_id, [QUEUE_DDL])
+    for i in range(3):
+        send_message(database, i, f"{database_id}-{i}")
+    return [m["Payload"] for m in receive_messages(database, 3)]
+
+
+async def test_two_databases_have_a_queue_of_one_name_each(spanner_env, sql, capsys) -> None:  # type: ignore[no-untyped-def]
+    def instance_first() -> None:
+        sample_instance(spanner.Client(project=PROJECT))
+
+    await asyncio.to_thread(instance_first)
+    first, second = await asyncio.gather(asyncio.to_thread(_own_queue, "alpha"),
+                                         asyncio.to_thread(_own_queue, "beta"))
+    assert sorted(first) == ["alpha-0", "alpha-1", "alpha-2"] and sorted(second) == ["beta-0", "beta-1", "beta-2"]
+    # A psql user finds each database's queue through spanq.spanner_queues.
+    mapped = sql.execute("SELECT database, queue, \"table\" FROM spanq.spanner_queues ORDER BY database").fetchall()
+    base = f"projects/{PROJECT}/instances/{INSTANCE}/databases"
+    assert [(d, q) for d, q, _ in mapped] == [(f"{base}/alpha", "MyQueue"), (f"{base}/beta", "MyQueue")]
+    tables = {d.rpartition("/")[2]: t for d, _, t in mapped}
+    assert sorted(tables.values()) == ["d1_myqueue", "d2_myqueue"]
+    for database_id, table in tables.items():
+        payloads = sql.execute(f'SELECT payload FROM "{table}" ORDER BY id').fetchall()
+        assert payloads == [(f"{database_id}-{i}",) for i in range(3)]
+
+    # Dropping one database drops its queue only.
+    def drop_alpha() -> None:
+        spanner.Client(project=PROJECT).instance(INSTANCE).database("alpha").drop()
+
+    await asyncio.to_thread(drop_alpha)
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [(tables["beta"],)]
+
+
+async def test_a_database_nobody_created_reaches_the_default_namespace(spanner_env, stub, sql) -> None:  # type: ignore[no-untyped-def]
+    """spanq.v1's queues, unprefixed, are the default namespace's: a session on a database name
+    that no CreateDatabase made reaches them (as every name did before namespaces)."""
+    database = spanner.Client(project=PROJECT).instance("any").database("never-created")
+
+    def unknown() -> None:
+        with pytest.raises(exceptions.NotFound, match="Database not found"):
+            database.update_ddl([QUEUE_DDL]).result(timeout=30)
+        with pytest.raises(exceptions.NotFound, match="queue 'myqueue' does not exist"):
+            send_message(database, 1, "x")
+        assert not database.exists()
+
+    await asyncio.to_thread(unknown)
+    await stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
+        name="myqueue", payload_type=queue_pb2.STRING, key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.INT64)])))
+    await asyncio.to_thread(send_message, database, 1, "x")
+    assert sql.execute("SELECT id, payload FROM myqueue").fetchall() == [(1, "x")]

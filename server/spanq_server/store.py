@@ -668,6 +668,10 @@ class Store:
             cur = await conn.execute(query(f"spanner_{kind}_list"), params)
             return [bytes(row[0]) for row in await cur.fetchall()]
 
+    async def spanner_database_namespace(self, name: str) -> str | None:
+        async with self.read() as conn:
+            return await _scalar(conn, "spanner_database_namespace", name=name)  # type: ignore[no-any-return]
+
     async def spanner_record_delete(self, kind: str, name: str) -> bool:
         async with self.transaction() as conn:
             return bool(await _scalar(conn, f"spanner_{kind}_delete", name=name))

@@ -15,6 +15,7 @@ before the client can ask for it).
 
 import collections
 import secrets
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -48,9 +49,15 @@ def packed(message: Any) -> any_pb2.Any:
     return out
 
 
+NAMESPACE_CACHE_SECONDS = 1.0
+"""How long a database's namespace is reused before it is read again (another server may
+have dropped and re-created the database meanwhile)."""
+
+
 class Admin:
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._namespaces: dict[str, tuple[float, str]] = {}
         self._operations: collections.OrderedDict[str, operations_pb2.Operation] = collections.OrderedDict()
 
     # -- operations ----------------------------------------------------------------
@@ -147,6 +154,7 @@ class Admin:
         database.create_time.CopyFrom(now_pb())
         if not await self._store.spanner_record_put("database", name, database.SerializeToString(), instance=parent):
             raise AlreadyExists(f"Database already exists: {name}")
+        self._namespaces.pop(name, None)  # it was the default namespace until now
         return database
 
     async def get_database(self, name: str) -> Any:
@@ -165,7 +173,20 @@ class Admin:
         return await self._store.spanner_database_queues(name)
 
     async def forget_database(self, name: str) -> None:
+        self._namespaces.pop(name, None)
         await self._store.spanner_record_delete("database", name)
+
+    async def namespace(self, database: str) -> str:
+        """The prefix of the database's queues: its own for a database CreateDatabase made, the
+        default namespace's ("", spanq.v1's queues) for any other well-formed name."""
+        cached = self._namespaces.get(database)
+        if cached is not None and time.monotonic() - cached[0] < NAMESPACE_CACHE_SECONDS:
+            return cached[1]
+        found = await self._store.spanner_database_namespace(database) or ""
+        self._namespaces[database] = (time.monotonic(), found)
+        if len(self._namespaces) > MAX_OPERATIONS:
+            self._namespaces.clear()
+        return found
 
 
 class NotFound(errors.QueueError):

@@ -98,7 +98,19 @@ class Executor:
 
     # -- queries and DML ----------------------------------------------------------
 
-    async def run(self, statement: st.Statement, params: Params, use: Use) -> Result:
+    async def queue(self, ns: str, name: str) -> QueueDef:
+        """A queue by its (folded) Spanner name, in the namespace of a database (see admin.namespace)."""
+        if ns:
+            queues.check_name(name, "queue name", queues.MAX_QUEUE_NAME - len(ns))
+        try:
+            return await self._catalog.get(ns + name)
+        except errors.QueueNotFound:
+            if not ns:
+                raise
+            raise errors.QueueNotFound(f"queue {name!r} does not exist in this database; create it with "
+                                       "CREATE QUEUE (database.update_ddl)") from None
+
+    async def run(self, statement: st.Statement, params: Params, use: Use, ns: str = "") -> Result:
         if isinstance(statement, (st.CreateQueue, st.DropQueue)):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
         if isinstance(statement, st.Receive):
@@ -106,7 +118,7 @@ class Executor:
                 "RECEIVE is a long-running streaming query: run it with ExecuteStreamingSql in a single-use "
                 "read-only transaction (database.snapshot().execute_sql(...))"
             )
-        queue = await self._catalog.get(statement.queue)
+        queue = await self.queue(ns, statement.queue)
         if isinstance(statement, st.Select):
             return await self._select(queue, statement, params, use)
         if isinstance(statement, st.RenewLease):
@@ -276,8 +288,8 @@ class Executor:
 
     # -- RECEIVE --------------------------------------------------------------------
 
-    async def receive(self, s: st.Receive, params: Params) -> "ReceiveStream":
-        queue = await self._catalog.get(s.queue)
+    async def receive(self, s: st.Receive, params: Params, ns: str = "") -> "ReceiveStream":
+        queue = await self.queue(ns, s.queue)
         duration = DEFAULT_RECEIVE_DURATION
         if "max_duration" in s.args:
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
@@ -357,16 +369,24 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: st.Ddl, database: str | None = None) -> str | None:
-        """Applies one DDL statement of ``database``; returns the queue it created, if any."""
+    async def ddl(self, statement: st.Ddl, database: str | None = None, ns: str = "") -> str | None:
+        """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
+        created, if any."""
         if isinstance(statement, st.DropQueue):
             try:
-                await self._catalog.drop(statement.name)
+                await self.queue(ns, statement.name)
+                await self._catalog.drop(ns + statement.name)
             except errors.QueueNotFound:
                 if not statement.if_exists:
                     raise
             return None
         queue = queue_from_ddl(statement)
+        if ns:
+            queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns))
+            parent = queue.parent_table
+            if parent and await self._catalog.exists(ns + parent):  # a queue of this database, else a table
+                parent = ns + parent
+            queue = dataclasses.replace(queue, name=ns + queue.name, parent_table=parent)
         try:
             await self._catalog.create(queue)
         except errors.QueueAlreadyExists:
@@ -495,15 +515,18 @@ def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
     )
 
 
-def queue_ddl(queue: QueueDef, spelling: Spelling | None = None) -> str:
+def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "") -> str:
     """A queue's definition as GoogleSQL DDL (for GetDatabaseDdl), its names as declared."""
     spelling = spelling or Spelling.folded(queue)
+    parent = queue.parent_table
+    if parent and ns and parent.startswith(ns):
+        parent = parent.removeprefix(ns)
     spelled = {ColumnType.INT64: "INT64", ColumnType.STRING: "STRING(MAX)", ColumnType.BYTES: "BYTES(MAX)",
                ColumnType.TIMESTAMP: "TIMESTAMP", ColumnType.BOOL: "BOOL", ColumnType.JSON: "JSON"}
     columns = [f"  {spelling.column(c.name)} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
     columns.append(f"  {spelling.column('payload')} {spelled[queue.payload_type]} NOT NULL")
     text = f"CREATE QUEUE {spelling.queue} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
     text += ", ".join(spelling.column(c.name) for c in queue.key_columns) + ")"
-    if queue.parent_table:
-        text += f",\n  INTERLEAVE IN PARENT {queue.parent_table} ON DELETE CASCADE"
+    if parent:
+        text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE CASCADE"
     return text

@@ -67,7 +67,7 @@ class Names:
         spelling = Spelling.folded(queue)
         if found:
             spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}))
-            if st.fold(spelling.queue) != queue.name:  # never show another queue's name
+            if not queue.name.endswith(st.fold(spelling.queue)):  # never show another queue's name
                 spelling = Spelling(queue.name, spelling.columns)
         self._cache[queue.name] = (queue.create_time, spelling)
         return spelling

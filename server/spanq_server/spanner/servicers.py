@@ -153,7 +153,8 @@ def request_intent(context: grpc.aio.ServicerContext) -> str | None:
 
 class SpannerService:
     def __init__(self, catalog: Catalog, mutator: Mutator, ledger_: Ledger, executor: Executor,
-                 transactions: Transactions) -> None:
+                 transactions: Transactions, admin: Admin) -> None:
+        self._admin = admin
         self._catalog = catalog
         self._mutator = mutator
         self._ledger = ledger_
@@ -218,7 +219,8 @@ class SpannerService:
             return reply.SerializeToString()
 
         try:
-            mutations = [await self._mutation(m, i) for i, m in enumerate(request.mutations)]
+            ns = await self._namespace(request.session)
+            mutations = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
             kind = request.WhichOneof("transaction")
             if kind == "single_use_transaction":
                 if request.single_use_transaction.WhichOneof("mode") != "read_write":
@@ -248,12 +250,15 @@ class SpannerService:
             logger.info("Commit %s answered from the commit ledger (a replay)", request_id)
         return CommitResponsePb.FromString(outcome.response)
 
-    async def _mutation(self, mutation: Any, index: int) -> Mutation:
+    async def _namespace(self, session: str) -> str:
+        return await self._admin.namespace(sessions.database_of(session))
+
+    async def _mutation(self, mutation: Any, index: int, ns: str) -> Mutation:
         kind = mutation.WhichOneof("operation")
         try:
             if kind == "send":
                 send = mutation.send
-                queue = await self._catalog.get(statements.fold(send.queue))
+                queue = await self._executor.queue(ns, statements.fold(send.queue))
                 key = self._key(queue, send.key, "key")
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
@@ -264,7 +269,7 @@ class SpannerService:
                 return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
             if kind == "ack":
                 ack = mutation.ack
-                queue = await self._catalog.get(statements.fold(ack.queue))
+                queue = await self._executor.queue(ns, statements.fold(ack.queue))
                 return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
                              ignore_not_found=ack.ignore_not_found)
             raise errors.InvalidArgument(
@@ -287,13 +292,13 @@ class SpannerService:
 
     # statements
     async def ExecuteSql(self, request: Any, context: Any) -> Any:
-        sessions.database_of(request.session)
+        ns = await self._namespace(request.session)
         statement = statements.parse(request.sql)
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
-            return await self._statement(request, statement, use)
+            return await self._statement(request, statement, use, ns)
 
-    async def _statement(self, request: Any, statement: statements.Statement, use: Use) -> Any:
+    async def _statement(self, request: Any, statement: statements.Statement, use: Use, ns: str) -> Any:
         """Runs one statement; in an existing read-write transaction a retried seqno is
         answered from what the first attempt did, never run twice."""
         txn = use.txn if use.began is None else None
@@ -306,7 +311,7 @@ class SpannerService:
                 raise outcome
             return outcome
         try:
-            reply = result_set_pb(await self._executor.run(statement, request.params, use), use.began)
+            reply = result_set_pb(await self._executor.run(statement, request.params, use, ns), use.began)
         except errors.QueueError as exc:
             if txn is not None and not isinstance(exc, (errors.TransactionAborted, errors.StoreUnavailable)):
                 txn.statements[request.seqno] = (fingerprint, exc)
@@ -317,15 +322,15 @@ class SpannerService:
 
     async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
-            sessions.database_of(request.session)
+            ns = await self._namespace(request.session)
             statement = statements.parse(request.sql)
             selector = request.transaction if request.HasField("transaction") else None
             if isinstance(statement, statements.Receive):
-                async for part in self._receive(statement, request, selector):
+                async for part in self._receive(statement, request, selector, ns):
                     yield part
                 return
             async with self._transactions.use(request.session, selector) as use:
-                reply = await self._statement(request, statement, use)
+                reply = await self._statement(request, statement, use, ns)
             part = PartialResultSetPb(metadata=reply.metadata, resume_token=b"done")
             for row in reply.rows:
                 part.values.extend(row.values)
@@ -338,7 +343,8 @@ class SpannerService:
             logger.exception("unexpected error in ExecuteStreamingSql")
             await abort(context, errors.QueueError("internal error; the server logged it"))
 
-    async def _receive(self, statement: statements.Receive, request: Any, selector: Any) -> AsyncIterator[Any]:
+    async def _receive(self, statement: statements.Receive, request: Any, selector: Any,
+                       ns: str) -> AsyncIterator[Any]:
         """RECEIVE: a long-running stream. The first part names the columns; then one
         part per message, each with a resume token, so the client hands every row
         over as it arrives. A resumed stream simply receives on (rows already
@@ -356,7 +362,7 @@ class SpannerService:
             )
         if kind == "single_use":
             check_read_only(selector.single_use.read_only)
-        stream = await self._executor.receive(statement, request.params)
+        stream = await self._executor.receive(statement, request.params, ns)
         first = PartialResultSetPb(resume_token=b"receive:0")
         first.metadata.row_type.CopyFrom(values.row_type(stream.columns))
         if began is not None:
@@ -369,7 +375,7 @@ class SpannerService:
                 yield PartialResultSetPb(values=row, resume_token=f"receive:{sent}".encode())
 
     async def ExecuteBatchDml(self, request: Any, context: Any) -> Any:
-        sessions.database_of(request.session)
+        ns = await self._namespace(request.session)
         parsed = [statements.parse(s.sql) for s in request.statements]
         if not parsed:
             raise errors.InvalidArgument("ExecuteBatchDml needs at least one statement")
@@ -380,7 +386,7 @@ class SpannerService:
                 if not isinstance(statement, (statements.Insert, statements.Delete)):
                     raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT and DELETE only")
                 try:
-                    result = await self._executor.run(statement, given.params, use)
+                    result = await self._executor.run(statement, given.params, use, ns)
                 except (errors.TransactionAborted, errors.StoreUnavailable):
                     raise
                 except errors.QueueError as exc:
@@ -487,9 +493,10 @@ class DatabaseAdminService:
 
     async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None) -> errors.QueueError | None:
         """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner."""
+        ns = await self._admin.namespace(database)
         for i, statement in enumerate(parsed):
             try:
-                await self._executor.ddl(statement, database)
+                await self._executor.ddl(statement, database, ns)
             except errors.QueueError as exc:
                 if len(parsed) > 1:
                     exc.args = (f"statement {i}: {exc.message}",)
@@ -522,8 +529,8 @@ class DatabaseAdminService:
                 found.append(await self._catalog.get(name))
             except errors.QueueNotFound:
                 pass  # dropped meanwhile
-        names = self._executor.names
-        return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q, await names.of(q)) for q in found])
+        names, ns = self._executor.names, await self._admin.namespace(request.database)
+        return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q, await names.of(q), ns) for q in found])
 
     # Backups, database operations and roles: spanq has none. The emulator answers these
     # lists empty, and Google's test fixtures call them in their teardown.
@@ -615,7 +622,7 @@ class SpannerFrontEnd:
         self.transactions = Transactions(mutator, max_open=max_open_transactions, idle_timeout=idle_timeout,
                                          max_lifetime=max_lifetime)
         self.executor = Executor(catalog, mutator, receiver, store, clock)
-        self.spanner = SpannerService(catalog, mutator, ledger_, self.executor, self.transactions)
+        self.spanner = SpannerService(catalog, mutator, ledger_, self.executor, self.transactions, self.admin)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
         self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)
         self.operations = OperationsService(self.admin)

@@ -555,10 +555,14 @@ SELECT instance FROM spanq.spanner_instances WHERE starts_with(name, %(prefix)s)
 DELETE FROM spanq.spanner_instances WHERE name = %(name)s RETURNING true
 
 -- spanner_database_put --
--- Records a Spanner database; false when one of the name exists.
+-- Records a Spanner database and gives it a namespace; no row when one of the name exists.
 INSERT INTO spanq.spanner_databases (name, instance, database) VALUES (%(name)s, %(instance)s, %(record)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING true
+
+-- spanner_database_namespace --
+-- The prefix of a Spanner database's queues.
+SELECT namespace FROM spanq.spanner_databases WHERE name = %(name)s
 
 -- spanner_database_get --
 SELECT database FROM spanq.spanner_databases WHERE name = %(name)s

@@ -8,9 +8,16 @@ CREATE TABLE spanq.spanner_instances (
     instance  bytea NOT NULL
 );
 
+-- Each database is its own namespace: its queue MyQueue is the PostgreSQL
+-- table (and spanq.v1 queue) <namespace>myqueue, d1_myqueue for the first
+-- database made. A database name no CreateDatabase made reaches the default
+-- namespace, spanq.v1's, whose queues have no prefix.
+CREATE SEQUENCE spanq.spanner_namespaces;
+
 CREATE TABLE spanq.spanner_databases (
     name      text PRIMARY KEY,       -- projects/P/instances/I/databases/D
     instance  text NOT NULL REFERENCES spanq.spanner_instances (name) ON DELETE CASCADE,
+    namespace text NOT NULL UNIQUE DEFAULT 'd' || nextval('spanq.spanner_namespaces') || '_',
     database  bytea NOT NULL
 );
 
@@ -26,3 +33,8 @@ CREATE TABLE spanq.spanner_names (
     spelled   jsonb NOT NULL          -- {"queue": "MyQueue", "columns": {"id": "Id", "payload": "Payload"}}
 );
 CREATE INDEX spanner_names_database ON spanq.spanner_names (database);
+
+-- Where a psql user finds a Spanner database's queues.
+CREATE VIEW spanq.spanner_queues AS
+SELECT n.database, n.spelled ->> 'queue' AS queue, n.queue AS "table"
+FROM spanq.spanner_names AS n;
