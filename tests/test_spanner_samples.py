@@ -465,3 +465,48 @@ async def test_a_database_nobody_created_reaches_the_default_namespace(spanner_e
         name="myqueue", payload_type=queue_pb2.STRING, key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.INT64)])))
     await asyncio.to_thread(send_message, database, 1, "x")
     assert sql.execute("SELECT id, payload FROM myqueue").fetchall() == [(1, "x")]
+
+
+# -- item 3 (part): Read and StreamingRead of queues, as Java's readRow makes them -----------
+
+
+def _reads(database_id: str) -> dict[str, Any]:
+    database = sample_database(sample_instance(spanner.Client(project=PROJECT)), database_id, [QUEUE_DDL])
+    for i in (3, 1, 2):
+        send_message(database, i, f"m{i}")
+    KeySet = spanner.KeySet
+    out: dict[str, Any] = {}
+    with database.snapshot(multi_use=True) as snapshot:
+        results = snapshot.read("MyQueue", ["Id", "Payload"], KeySet(keys=[[2], [9], [1]]))
+        out["keys"] = list(results)
+        out["fields"] = [f.name for f in results.fields]
+        out["all"] = list(snapshot.read("myqueue", ["payload", "ID"], KeySet(all_=True), limit=2))
+        out["missing"] = list(snapshot.read("MyQueue", ["Id"], KeySet(keys=[[42]])))
+
+    def in_transaction(transaction: Any) -> list[Any]:
+        transaction.execute_update("INSERT INTO MyQueue (Id, Payload) VALUES (4, 'm4')")
+        return list(transaction.read("MyQueue", ["Id"], KeySet(keys=[[4]])))
+
+    out["own_write"] = database.run_in_transaction(in_transaction)
+    for what, call in [("range", lambda s: s.read("MyQueue", ["Id"], KeySet(ranges=[spanner.KeyRange(
+                            start_closed=[1], end_open=[3])]))),
+                       ("index", lambda s: s.read("MyQueue", ["Id"], KeySet(all_=True), index="ByPayload")),
+                       ("column", lambda s: s.read("MyQueue", ["Nope"], KeySet(all_=True))),
+                       ("table", lambda s: s.read("T1", ["Id"], KeySet(all_=True)))]:
+        try:
+            with database.snapshot() as snapshot:
+                list(call(snapshot))
+        except exceptions.GoogleAPICallError as exc:
+            out[what] = f"{exc.code.name}: {exc.message}"
+    return out
+
+
+async def test_read_and_streaming_read_of_a_queue(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    out = await asyncio.to_thread(_reads, "reads")
+    assert out["keys"] == [[2, "m2"], [1, "m1"]] and out["fields"] == ["Id", "Payload"]
+    assert out["all"] == [["m1", 1], ["m2", 2]]
+    assert out["missing"] == [] and out["own_write"] == [[4]]
+    assert out["range"].startswith("BAD_REQUEST: Read of queue 'MyQueue': key ranges are not supported")
+    assert out["index"].startswith("BAD_REQUEST: Read of queue 'MyQueue': queues have no secondary index")
+    assert out["column"].startswith("BAD_REQUEST: queue 'MyQueue' has no column 'nope'")
+    assert out["table"].startswith("NOT_FOUND: queue 't1' does not exist in this database")

@@ -286,6 +286,51 @@ class Executor:
         results = await (await use.hold()).apply([op], check=check)
         return Result([], [], row_count=sum(1 for r in results[0] if r.acked))
 
+    # -- Read / StreamingRead ----------------------------------------------------------
+
+    async def read(self, request: Any, use: Use, ns: str) -> Result:
+        """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
+        all of them in key order, without leasing; as a SELECT of the same columns would."""
+        queue = await self.queue(ns, st.fold(request.table))
+        spelling = await self.names.of(queue)
+        if request.index:
+            raise errors.InvalidArgument(f"Read of queue {spelling.queue!r}: queues have no secondary index "
+                                         f"to read by ({request.index!r}); read by key")
+        if not request.columns:
+            raise errors.InvalidArgument("Read needs the columns to return")
+        if request.key_set.ranges:
+            raise errors.InvalidArgument(f"Read of queue {spelling.queue!r}: key ranges are not supported; give "
+                                         "keys, or all")
+        if request.limit < 0:
+            raise errors.InvalidArgument("Read's limit cannot be negative")
+        items = tuple(st.Item(st.fold(c)) for c in request.columns)
+        limit = st.Literal(request.limit) if request.limit else None
+        first_key = queue.key_columns[0].name
+        if request.key_set.all_:  # "all" in the proto; proto-plus names it all_
+            return await self._select(queue, st.Select(queue.name, items, order_by=first_key, limit=limit),
+                                      struct_pb2.Struct(), use)
+        result: Result | None = None
+        rows: list[list[struct_pb2.Value]] = []
+        for i, key in enumerate(request.key_set.keys):
+            if len(key.values) != len(queue.key_columns):
+                raise errors.InvalidArgument(
+                    f"key {i}: queue {spelling.queue!r} has {len(queue.key_columns)} key column(s) "
+                    f"({', '.join(spelling.column(c.name) for c in queue.key_columns)}), the key has "
+                    f"{len(key.values)} value(s)")
+            params = struct_pb2.Struct()
+            where = []
+            for j, (column, v) in enumerate(zip(queue.key_columns, key.values)):
+                params.fields[f"k{j}"].CopyFrom(v)
+                where.append(st.Condition(column.name, "=", st.Param(f"k{j}")))
+            result = await self._select(queue, st.Select(queue.name, items, tuple(where)), params, use)
+            rows += result.rows
+            if request.limit and len(rows) >= request.limit:
+                break
+        if result is None:  # no keys: no rows, and the columns still named
+            result = await self._select(queue, st.Select(queue.name, items, limit=st.Literal(0)),
+                                        struct_pb2.Struct(), use)
+        return Result(result.columns, rows[:request.limit or None])
+
     # -- RECEIVE --------------------------------------------------------------------
 
     async def receive(self, s: st.Receive, params: Params, ns: str = "") -> "ReceiveStream":

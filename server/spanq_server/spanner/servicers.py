@@ -331,12 +331,7 @@ class SpannerService:
                 return
             async with self._transactions.use(request.session, selector) as use:
                 reply = await self._statement(request, statement, use, ns)
-            part = PartialResultSetPb(metadata=reply.metadata, resume_token=b"done")
-            for row in reply.rows:
-                part.values.extend(row.values)
-            if reply.HasField("stats"):
-                part.stats.CopyFrom(reply.stats)
-            yield part
+            yield streamed(reply)
         except errors.QueueError as exc:
             await abort(context, exc)
         except Exception:
@@ -397,16 +392,40 @@ class SpannerService:
                 reply.result_sets.append(result_set_pb(result, use.began if i == 0 else None))
         return reply
 
+    # reads
+    async def Read(self, request: Any, context: Any) -> Any:
+        ns = await self._namespace(request.session)
+        selector = request.transaction if request.HasField("transaction") else None
+        async with self._transactions.use(request.session, selector) as use:
+            return result_set_pb(await self._executor.read(request, use, ns), use.began)
+
+    async def StreamingRead(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            yield streamed(await self.Read(request, context))
+        except errors.QueueError as exc:
+            await abort(context, exc)
+        except Exception:
+            logger.exception("unexpected error in StreamingRead")
+            await abort(context, errors.QueueError("internal error; the server logged it"))
+
     async def Unsupported(self, request: Any, context: Any) -> Any:
         raise errors.Unimplemented(
             "spanq serves Spanner's queue API only: sessions, ExecuteSql / ExecuteStreamingSql / ExecuteBatchDml "
-            "for the queue statements, BeginTransaction, Commit (Send and Ack mutations) and Rollback; "
+            "for the queue statements, Read / StreamingRead of queues, BeginTransaction, Commit (Send and Ack "
+            "mutations) and Rollback; "
             "see docs/spanner-compat.md"
         )
 
-    async def UnsupportedStream(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await abort(context, errors.Unimplemented("Read and StreamingRead are not supported: use SQL over the queue"))
-        yield  # pragma: no cover  (makes this an async generator)
+
+
+def streamed(reply: Any) -> Any:
+    """A whole ResultSet as the one PartialResultSet of a streaming call."""
+    part = PartialResultSetPb(metadata=reply.metadata, resume_token=b"done")
+    for row in reply.rows:
+        part.values.extend(row.values)
+    if reply.HasField("stats"):
+        part.stats.CopyFrom(reply.stats)
+    return part
 
 
 def result_set_pb(result: Result, began: bytes | None) -> Any:
@@ -641,8 +660,8 @@ class SpannerFrontEnd:
             "ExecuteStreamingSql": _stream(s.ExecuteStreamingSql, pb.ExecuteSqlRequest.pb(), PartialResultSetPb),
             "ExecuteBatchDml": _unary(s.ExecuteBatchDml, pb.ExecuteBatchDmlRequest.pb(),
                                       pb.ExecuteBatchDmlResponse.pb()),
-            "Read": _unary(s.Unsupported, pb.ReadRequest.pb(), ResultSetPb),
-            "StreamingRead": _stream(s.UnsupportedStream, pb.ReadRequest.pb(), PartialResultSetPb),
+            "Read": _unary(s.Read, pb.ReadRequest.pb(), ResultSetPb),
+            "StreamingRead": _stream(s.StreamingRead, pb.ReadRequest.pb(), PartialResultSetPb),
             "BeginTransaction": _unary(s.BeginTransaction, pb.BeginTransactionRequest.pb(), TransactionPb),
             "Commit": _unary(s.Commit, pb.CommitRequest.pb(), CommitResponsePb),
             "Rollback": _unary(s.Rollback, pb.RollbackRequest.pb(), Empty),
