@@ -510,3 +510,27 @@ async def test_read_and_streaming_read_of_a_queue(spanner_env) -> None:  # type:
     assert out["index"].startswith("BAD_REQUEST: Read of queue 'MyQueue': queues have no secondary index")
     assert out["column"].startswith("BAD_REQUEST: queue 'MyQueue' has no column 'nope'")
     assert out["table"].startswith("NOT_FOUND: queue 't1' does not exist in this database")
+
+
+def _deletes(database_id: str) -> dict[str, Any]:
+    database = sample_database(sample_instance(spanner.Client(project=PROJECT)), database_id, [QUEUE_DDL])
+    for i in (1, 2, 3):
+        send_message(database, i, f"m{i}")
+    with database.batch() as batch:
+        batch.delete("MyQueue", spanner.KeySet(keys=[[1], [99]]))  # a missing row is no error, as in Spanner
+        batch.delete("MyQueue", spanner.KeySet(keys=[]))
+    out: dict[str, Any] = {}
+    try:
+        with database.batch() as batch:
+            batch.delete("MyQueue", spanner.KeySet(all_=True))
+    except exceptions.InvalidArgument as exc:
+        out["all"] = exc.message
+    with database.snapshot() as snapshot:
+        out["left"] = list(snapshot.read("MyQueue", ["Id"], spanner.KeySet(all_=True)))
+    return out
+
+
+async def test_delete_mutations_of_a_queues_messages(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    out = await asyncio.to_thread(_deletes, "deletes")
+    assert out["left"] == [[2], [3]]
+    assert out["all"].startswith("mutation 0: a Delete of a queue's messages takes keys")

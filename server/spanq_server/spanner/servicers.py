@@ -220,7 +220,8 @@ class SpannerService:
 
         try:
             ns = await self._namespace(request.session)
-            mutations = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
+            given = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
+            mutations = [m for m in given if m is not None]
             kind = request.WhichOneof("transaction")
             if kind == "single_use_transaction":
                 if request.single_use_transaction.WhichOneof("mode") != "read_write":
@@ -253,7 +254,8 @@ class SpannerService:
     async def _namespace(self, session: str) -> str:
         return await self._admin.namespace(sessions.database_of(session))
 
-    async def _mutation(self, mutation: Any, index: int, ns: str) -> Mutation:
+    async def _mutation(self, mutation: Any, index: int, ns: str) -> Mutation | None:
+        """The domain's mutation; None for one that changes nothing (a Delete of no keys)."""
         kind = mutation.WhichOneof("operation")
         try:
             if kind == "send":
@@ -272,9 +274,20 @@ class SpannerService:
                 queue = await self._executor.queue(ns, statements.fold(ack.queue))
                 return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
                              ignore_not_found=ack.ignore_not_found)
+            if kind == "delete":
+                # A Delete of a queue's rows is an ack that accepts a missing message, as
+                # Spanner's Delete accepts a missing row.
+                delete = mutation.delete
+                queue = await self._executor.queue(ns, statements.fold(delete.table))
+                if delete.key_set.ranges or delete.key_set.all_:
+                    raise errors.InvalidArgument("a Delete of a queue's messages takes keys (no ranges, no all): "
+                                                 "messages are deleted by key")
+                items = [AckItem(key=self._key(queue, k, f"key {i}")) for i, k in enumerate(delete.key_set.keys)]
+                return AckOp(queue, items, ignore_not_found=True) if items else None
             raise errors.InvalidArgument(
-                f"{kind or 'an empty'} mutation: spanq serves queues, so Commit takes Send and Ack mutations "
-                "(batch.send / batch.ack); write rows of other tables through PostgreSQL"
+                f"{kind or 'an empty'} mutation: spanq serves queues, so Commit takes Send, Ack and (of a queue's "
+                "messages, by key) Delete mutations (batch.send / batch.ack / batch.delete); write rows of other "
+                "tables through PostgreSQL"
             )
         except errors.QueueError as exc:
             exc.metadata.setdefault("mutation_index", str(index))
