@@ -364,7 +364,6 @@ def _admin_calls() -> AdminAnswers:
     missing = client.instance("no-such-instance")
     gone = instance.database("no-such-db")
     for what, call in [("GetInstance", missing.reload), ("GetDatabase", gone.reload), ("DropDatabase", gone.drop),
-                       ("UpdateDatabaseDdl", lambda: gone.update_ddl([QUEUE_DDL]).result(timeout=30)),
                        ("DeleteInstance", missing.delete)]:
         try:
             call()
@@ -384,7 +383,6 @@ async def test_admin_calls_answer_as_the_emulator(spanner_env, sql) -> None:  # 
         "GetInstance": f"Instance not found: {base}/no-such-instance (create it with CreateInstance)",
         "GetDatabase": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
         "DropDatabase": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
-        "UpdateDatabaseDdl": f"Database not found: {base}/{INSTANCE}/databases/no-such-db",
         "DeleteInstance": f"Instance not found: {base}/no-such-instance (create it with CreateInstance)",
     }
     assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("d1_myqueue",)]
@@ -449,22 +447,21 @@ async def test_two_databases_have_a_queue_of_one_name_each(spanner_env, sql, cap
 
 
 async def test_a_database_nobody_created_reaches_the_default_namespace(spanner_env, stub, sql) -> None:  # type: ignore[no-untyped-def]
-    """spanq.v1's queues, unprefixed, are the default namespace's: a session on a database name
-    that no CreateDatabase made reaches them (as every name did before namespaces)."""
+    """spanq.v1's queues, unprefixed, are the default namespace's: a database name that no
+    CreateDatabase made reaches them (as every name did before namespaces), DDL included."""
     database = spanner.Client(project=PROJECT).instance("any").database("never-created")
 
-    def unknown() -> None:
-        with pytest.raises(exceptions.NotFound, match="Database not found"):
-            database.update_ddl([QUEUE_DDL]).result(timeout=30)
+    def unknown() -> list[Any]:
         with pytest.raises(exceptions.NotFound, match="queue 'myqueue' does not exist"):
             send_message(database, 1, "x")
-        assert not database.exists()
+        database.update_ddl([QUEUE_DDL]).result(timeout=30)
+        send_message(database, 1, "x")
+        return [database.exists()]
 
-    await asyncio.to_thread(unknown)
-    await stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
-        name="myqueue", payload_type=queue_pb2.STRING, key_columns=[queue_pb2.KeyColumn(name="id", type=queue_pb2.INT64)])))
-    await asyncio.to_thread(send_message, database, 1, "x")
+    assert await asyncio.to_thread(unknown) == [False]  # still no database of that name
+    assert (await stub.GetQueue(queue_pb2.GetQueueRequest(name="myqueue"))).name == "myqueue"
     assert sql.execute("SELECT id, payload FROM myqueue").fetchall() == [(1, "x")]
+    assert sql.execute("SELECT database FROM spanq.spanner_names").fetchall() == [(None,)]
 
 
 # -- item 3 (part): Read and StreamingRead of queues, as Java's readRow makes them -----------

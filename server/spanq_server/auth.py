@@ -353,11 +353,19 @@ def _create_database(p: Principal, request: Any) -> None:
 def _spanner_commit(p: Principal, request: Any) -> None:
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
-        if kind in ("send", "ack"):
-            queue = st.fold(getattr(mutation, kind).queue)  # as the servicer folds it
-            if kind not in p.grants.get(queue, p.everywhere):
-                raise p.denied(kind, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
+        if kind in ("send", "ack", "delete"):
+            target = getattr(mutation, kind)
+            queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
+            needs = "ack" if kind == "delete" else kind  # a Delete of a queue's messages acks them
+            if needs not in p.grants.get(queue, p.everywhere):
+                raise p.denied(needs, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
                                mutation_index=str(i))
+
+
+def _spanner_read(p: Principal, request: Any) -> None:
+    queue = st.fold(request.table)
+    if "select" not in p.grants.get(queue, p.everywhere):
+        raise p.denied("select", queue, "a Read of its messages")
 
 
 def _drops_queues(what: str) -> Rule:
@@ -393,6 +401,8 @@ RULES.update({
     f"{SPANNER}/ExecuteStreamingSql": _execute_sql,
     f"{SPANNER}/ExecuteBatchDml": _execute_batch_dml,
     f"{SPANNER}/Commit": _spanner_commit,
+    f"{SPANNER}/Read": _spanner_read,
+    f"{SPANNER}/StreamingRead": _spanner_read,
     f"{DATABASE_ADMIN}/UpdateDatabaseDdl": _update_ddl,
     f"{DATABASE_ADMIN}/CreateDatabase": _create_database,
     f"{DATABASE_ADMIN}/DropDatabase": _drops_queues("DropDatabase"),

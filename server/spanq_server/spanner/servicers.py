@@ -516,8 +516,10 @@ class DatabaseAdminService:
         return self._admin.operation(database.name, metadata, response=database, error=error)
 
     async def UpdateDatabaseDdl(self, request: Any, context: Any) -> Any:
+        """DDL of a database; of a name no CreateDatabase made, the default namespace's (spanq.v1's),
+        as its sessions reach it."""
+        sessions.check_database(request.database)
         parsed = [statements.parse_ddl(s) for s in request.statements]
-        await self._admin.get_database(request.database)
         metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
         error = await self._apply_ddl(request.database, parsed, metadata)
         op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)
@@ -526,9 +528,10 @@ class DatabaseAdminService:
     async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None) -> errors.QueueError | None:
         """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner."""
         ns = await self._admin.namespace(database)
+        owner = database if ns else None  # the default namespace's queues belong to no database
         for i, statement in enumerate(parsed):
             try:
-                await self._executor.ddl(statement, database, ns)
+                await self._executor.ddl(statement, owner, ns)
             except errors.QueueError as exc:
                 if len(parsed) > 1:
                     exc.args = (f"statement {i}: {exc.message}",)
