@@ -531,3 +531,102 @@ async def test_delete_mutations_of_a_queues_messages(spanner_env) -> None:  # ty
     out = await asyncio.to_thread(_deletes, "deletes")
     assert out["left"] == [[2], [3]]
     assert out["all"].startswith("mutation 0: a Delete of a queue's messages takes keys")
+
+
+# -- item 6: databases of Spanner's PostgreSQL dialect ------------------------------------------
+
+PG_QUEUE_DDL = ("CREATE QUEUE usertasks (userid bigint NOT NULL, messageid varchar(36) NOT NULL, "
+                "payload text NOT NULL, PRIMARY KEY (userid, messageid))")
+
+
+def _pg_sequence(database_id: str) -> dict[str, Any]:
+    from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+
+    instance = sample_instance(spanner.Client(project=PROJECT))
+    database = instance.database(database_id, database_dialect=DatabaseDialect.POSTGRESQL)
+    database.create().result(timeout=30)
+    database.update_ddl([PG_QUEUE_DDL]).result(timeout=30)
+    with database.batch() as batch:
+        batch.send(queue="usertasks", key=[1, "a"], payload="first")
+
+    def send_dml(transaction: Any) -> int:
+        return int(transaction.execute_update(
+            "INSERT INTO usertasks (userid, messageid, payload, deliver_time) VALUES ($1, $2, $3, CURRENT_TIMESTAMP)",
+            params={"p1": 2, "p2": "b", "p3": "second"},
+            param_types={"p1": spanner.param_types.INT64, "p2": spanner.param_types.STRING,
+                         "p3": spanner.param_types.STRING}))
+
+    out: dict[str, Any] = {"inserted": database.run_in_transaction(send_dml)}
+    rows: list[Any] = []
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql("SELECT * FROM spanner.receive_usertasks(10, NULL, '1m')")
+        for row in results:
+            rows.append(row)
+            if len(rows) == 2:
+                break
+        out["fields"] = [f.name for f in results.fields]
+    out["received"] = sorted(r[:3] for r in rows)
+    token = rows[0][out["fields"].index("spanner_lease_token")]
+
+    def renew(transaction: Any) -> list[Any]:
+        return list(transaction.execute_sql(
+            "SELECT spanner_new_lease_token FROM spanner.renewlease_usertasks(lease_tokens => $1)",
+            params={"p1": [token]}, param_types={"p1": STRING_ARRAY}))
+
+    out["renewed"] = len(database.run_in_transaction(renew))
+
+    def ack(transaction: Any, userid: int, messageid: str) -> int:
+        return int(transaction.execute_update(
+            "DELETE FROM usertasks WHERE userid = $1 AND messageid = $2 ASSERT_ROWS_MODIFIED 1",
+            params={"p1": userid, "p2": messageid},
+            param_types={"p1": spanner.param_types.INT64, "p2": spanner.param_types.STRING}))
+
+    out["acked"] = [database.run_in_transaction(ack, r[0], r[1]) for r in out["received"]]
+    with database.snapshot() as snapshot:
+        named = snapshot.execute_sql(
+            "SELECT userid FROM spanner.receive_usertasks(max_batch_size => 1, priority => NULL, "
+            "max_duration => '100ms')")
+        list(named)
+        out["named_fields"] = [f.name for f in named.fields]
+    out["ddl"] = list(database.reload() or database.ddl_statements)
+    out["dialect"] = database.database_dialect
+    try:  # GoogleSQL's spelling is not this database's
+        with database.snapshot() as snapshot:
+            list(snapshot.execute_sql("SELECT * FROM RECEIVE_usertasks(max_duration => '1s')"))
+    except exceptions.InvalidArgument as exc:
+        out["googlesql"] = exc.message
+    return out
+
+
+async def test_a_postgresql_dialect_database_runs_the_queue_surface(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+
+    out = await asyncio.to_thread(_pg_sequence, "pg-db")
+    assert out["inserted"] == 1
+    assert out["fields"] == ["userid", "messageid", "payload", "deliver_time", "spanner_lease_expiration_timestamp",
+                             "spanner_lease_token", "spanner_last_batch_message"]
+    assert out["received"] == [[1, "a", "first"], [2, "b", "second"]]
+    assert out["renewed"] == 1 and out["acked"] == [1, 1]
+    assert out["named_fields"] == ["userid"]
+    assert out["ddl"] == ["CREATE QUEUE usertasks (\n  userid bigint NOT NULL,\n  messageid character varying NOT NULL,\n"
+                          "  payload character varying NOT NULL,\n  PRIMARY KEY(userid, messageid)\n)"]
+    assert out["dialect"] == DatabaseDialect.POSTGRESQL
+    assert "the queue functions are in schema spanner" in out["googlesql"]
+    assert sql.execute("SELECT count(*) FROM d1_usertasks").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("statement, message", [
+    ("SELECT * FROM spanner.receive_q(1, NULL, '1m', 4)", "takes (max_batch_size, priority, max_duration)"),
+    ("SELECT * FROM spanner.receive_q(max_batch_size => 1, 2)", "by position before any named argument"),
+    ("SELECT * FROM receive_q(1)", "in schema spanner: spanner.receive_q"),
+    ("INSERT INTO q (id, payload, deliver_time) VALUES (1, 'x', CURRENT_TIMESTAMP + INTERVAL 'soon')",
+     "give whole units"),
+    ("CREATE QUEUE q (id float8, payload text)", "type float8"),
+    ("CREATE QUEUE q (id bigint, payload text)", "needs a PRIMARY KEY"),
+])
+def test_postgresql_dialect_statements_outside_the_subset(statement: str, message: str) -> None:
+    from spanq_server.errors import InvalidArgument
+    from spanq_server.spanner import statements as st
+
+    with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
+        st.parse(statement, pg=True)

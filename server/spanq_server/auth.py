@@ -321,17 +321,21 @@ def _statement_need(statement: st.Statement) -> tuple[str, str]:
 
 def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
     for i, text in enumerate(texts):
-        try:
-            statement = st.parse_ddl(text) if ddl else st.parse(text)
-        except errors.InvalidArgument:
-            continue  # refused by the servicer, before it runs anything; the others are still checked
-        privilege, queue = _statement_need(statement)
-        kind = type(statement).__name__
-        where = f"{label} {i}: " if label else ""
-        if privilege not in p.grants.get(queue, p.everywhere):
-            raise p.denied(privilege, queue, f"{what} ({kind})", where)
-        if isinstance(statement, st.CreateQueue) and statement.parent_table:
-            _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
+        # The database's dialect is the servicer's to learn: a statement is checked as each
+        # dialect reads it (one that parses in neither is refused by the servicer, before it
+        # runs anything; the others are still checked).
+        for pg in (False, True):
+            try:
+                statement = st.parse_ddl(text, pg) if ddl else st.parse(text, pg)
+            except errors.InvalidArgument:
+                continue
+            privilege, queue = _statement_need(statement)
+            kind = type(statement).__name__
+            where = f"{label} {i}: " if label else ""
+            if privilege not in p.grants.get(queue, p.everywhere):
+                raise p.denied(privilege, queue, f"{what} ({kind})", where)
+            if isinstance(statement, st.CreateQueue) and statement.parent_table:
+                _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
 
 def _execute_sql(p: Principal, request: Any) -> None:

@@ -668,9 +668,12 @@ class Store:
             cur = await conn.execute(query(f"spanner_{kind}_list"), params)
             return [bytes(row[0]) for row in await cur.fetchall()]
 
-    async def spanner_database_namespace(self, name: str) -> str | None:
+    async def spanner_database_namespace(self, name: str) -> tuple[str, bytes] | None:
+        """A Spanner database's namespace and record."""
         async with self.read() as conn:
-            return await _scalar(conn, "spanner_database_namespace", name=name)  # type: ignore[no-any-return]
+            cur = await conn.execute(query("spanner_database_namespace"), {"name": name})
+            row = await cur.fetchone()
+        return (row[0], bytes(row[1])) if row else None
 
     async def spanner_record_delete(self, kind: str, name: str) -> bool:
         async with self.transaction() as conn:

@@ -29,6 +29,7 @@ from google.rpc import status_pb2
 from .. import errors
 from ..store import Store
 from . import sessions
+from .scope import DEFAULT_SCOPE, Scope
 
 DatabasePb = dba.Database.pb()
 InstancePb = ia.Instance.pb()
@@ -57,7 +58,7 @@ have dropped and re-created the database meanwhile)."""
 class Admin:
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._namespaces: dict[str, tuple[float, str]] = {}
+        self._namespaces: dict[str, tuple[float, Scope]] = {}
         self._operations: collections.OrderedDict[str, operations_pb2.Operation] = collections.OrderedDict()
 
     # -- operations ----------------------------------------------------------------
@@ -145,12 +146,12 @@ class Admin:
 
     # -- databases ---------------------------------------------------------------------
 
-    async def create_database(self, parent: str, database_id: str) -> Any:
+    async def create_database(self, parent: str, database_id: str, pg: bool = False) -> Any:
         name = f"{parent}/databases/{database_id}"
         sessions.check_database(name)
         await self.ensure_instance(parent)
-        database = DatabasePb(name=name, state=DatabasePb.State.READY,
-                              database_dialect=dba_common.DatabaseDialect.GOOGLE_STANDARD_SQL)
+        dialect = dba_common.DatabaseDialect.POSTGRESQL if pg else dba_common.DatabaseDialect.GOOGLE_STANDARD_SQL
+        database = DatabasePb(name=name, state=DatabasePb.State.READY, database_dialect=dialect)
         database.create_time.CopyFrom(now_pb())
         if not await self._store.spanner_record_put("database", name, database.SerializeToString(), instance=parent):
             raise AlreadyExists(f"Database already exists: {name}")
@@ -176,13 +177,17 @@ class Admin:
         self._namespaces.pop(name, None)
         await self._store.spanner_record_delete("database", name)
 
-    async def namespace(self, database: str) -> str:
-        """The prefix of the database's queues: its own for a database CreateDatabase made, the
-        default namespace's ("", spanq.v1's queues) for any other well-formed name."""
+    async def scope(self, database: str) -> Scope:
+        """The database's namespace and dialect: its own for a database CreateDatabase made, the
+        default namespace ("", spanq.v1's queues) and GoogleSQL for any other well-formed name."""
         cached = self._namespaces.get(database)
         if cached is not None and time.monotonic() - cached[0] < NAMESPACE_CACHE_SECONDS:
             return cached[1]
-        found = await self._store.spanner_database_namespace(database) or ""
+        record = await self._store.spanner_database_namespace(database)
+        found = DEFAULT_SCOPE
+        if record is not None:
+            pg = DatabasePb.FromString(record[1]).database_dialect == dba_common.DatabaseDialect.POSTGRESQL
+            found = Scope(record[0], pg)
         self._namespaces[database] = (time.monotonic(), found)
         if len(self._namespaces) > MAX_OPERATIONS:
             self._namespaces.clear()

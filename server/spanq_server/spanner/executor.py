@@ -23,7 +23,8 @@ from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ..store import Store
 from . import statements as st
 from . import values
-from .names import Names, Spelling
+from .names import PG_SYSTEM, Names, Spelling
+from .scope import DEFAULT_SCOPE, Scope
 from .transactions import Use
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
@@ -63,7 +64,7 @@ def project(available: list[Output], items: tuple[st.Item, ...] | None,
     by_key = {c.key: i for i, c in enumerate(available)}
     chosen = []
     for item in items:
-        key = {"deliver_time": "delivertime"}.get(item.column, item.column)
+        key = PG_SYSTEM.get(item.column, item.column)  # either dialect's names of the system columns
         if key not in by_key:
             raise errors.InvalidArgument(f"{what} has no column {item.column!r}; it has "
                                          f"{', '.join(c.name for c in available)}")
@@ -98,19 +99,19 @@ class Executor:
 
     # -- queries and DML ----------------------------------------------------------
 
-    async def queue(self, ns: str, name: str) -> QueueDef:
-        """A queue by its (folded) Spanner name, in the namespace of a database (see admin.namespace)."""
-        if ns:
-            queues.check_name(name, "queue name", queues.MAX_QUEUE_NAME - len(ns))
+    async def queue(self, ns: Scope, name: str) -> QueueDef:
+        """A queue by its (folded) Spanner name, in the namespace of a database (see admin.scope)."""
+        if ns.prefix:
+            queues.check_name(name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
         try:
-            return await self._catalog.get(ns + name)
+            return await self._catalog.get(ns.prefix + name)
         except errors.QueueNotFound:
-            if not ns:
+            if not ns.prefix:
                 raise
             raise errors.QueueNotFound(f"queue {name!r} does not exist in this database; create it with "
                                        "CREATE QUEUE (database.update_ddl)") from None
 
-    async def run(self, statement: st.Statement, params: Params, use: Use, ns: str = "") -> Result:
+    async def run(self, statement: st.Statement, params: Params, use: Use, ns: Scope = DEFAULT_SCOPE) -> Result:
         if isinstance(statement, (st.CreateQueue, st.DropQueue)):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
         if isinstance(statement, st.Receive):
@@ -177,7 +178,9 @@ class Executor:
         # A token named twice gets one row, as spanq.renewlease_<q> answers: the result is a
         # table of leases, keyed by the old token (Spanner documents nothing on duplicates).
         tokens = list(dict.fromkeys(self._tokens(s.lease_tokens, params)))
-        chosen, columns = project([Output(st.fold(n), n, t) for n, t in RENEW_COLUMNS], s.columns, "RENEWLEASE")
+        spelling = await self.names.of(queue)
+        available = [Output(st.fold(n), spelling.system(n), t) for n, t in RENEW_COLUMNS]
+        chosen, columns = project(available, s.columns, "RENEWLEASE")
         result = await self._renew_all(queue, tokens, use)
         return Result(columns, [[row[i] for i in chosen] for row in result.rows])
 
@@ -288,7 +291,7 @@ class Executor:
 
     # -- Read / StreamingRead ----------------------------------------------------------
 
-    async def read(self, request: Any, use: Use, ns: str) -> Result:
+    async def read(self, request: Any, use: Use, ns: Scope) -> Result:
         """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
         all of them in key order, without leasing; as a SELECT of the same columns would."""
         queue = await self.queue(ns, st.fold(request.table))
@@ -333,10 +336,10 @@ class Executor:
 
     # -- RECEIVE --------------------------------------------------------------------
 
-    async def receive(self, s: st.Receive, params: Params, ns: str = "") -> "ReceiveStream":
+    async def receive(self, s: st.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
         queue = await self.queue(ns, s.queue)
         duration = DEFAULT_RECEIVE_DURATION
-        if "max_duration" in s.args:
+        if s.args.get("max_duration", st.Literal(None)) != st.Literal(None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
             duration = st.duration(text, "max_duration")
             if not timedelta(0) < duration <= MAX_STREAM_DURATION:
@@ -350,7 +353,7 @@ class Executor:
             self._priority(s.args["priority"], params)
         spelling = await self.names.of(queue)
         available = message_columns(queue, spelling)
-        available += [Output(st.fold(n), n, t) for n, t in RECEIVE_COLUMNS]
+        available += [Output(st.fold(n), spelling.system(n), t) for n, t in RECEIVE_COLUMNS]
         chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
         keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
@@ -414,24 +417,24 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: st.Ddl, database: str | None = None, ns: str = "") -> str | None:
+    async def ddl(self, statement: st.Ddl, database: str | None = None, ns: Scope = DEFAULT_SCOPE) -> str | None:
         """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
         created, if any."""
         if isinstance(statement, st.DropQueue):
             try:
                 await self.queue(ns, statement.name)
-                await self._catalog.drop(ns + statement.name)
+                await self._catalog.drop(ns.prefix + statement.name)
             except errors.QueueNotFound:
                 if not statement.if_exists:
                     raise
             return None
         queue = queue_from_ddl(statement)
-        if ns:
-            queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns))
+        if ns.prefix:
+            queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
             parent = queue.parent_table
-            if parent and await self._catalog.exists(ns + parent):  # a queue of this database, else a table
-                parent = ns + parent
-            queue = dataclasses.replace(queue, name=ns + queue.name, parent_table=parent)
+            if parent and await self._catalog.exists(ns.prefix + parent):  # a queue of this database, else a table
+                parent = ns.prefix + parent
+            queue = dataclasses.replace(queue, name=ns.prefix + queue.name, parent_table=parent)
         try:
             await self._catalog.create(queue)
         except errors.QueueAlreadyExists:
@@ -439,7 +442,7 @@ class Executor:
             if statement.if_not_exists and await self._catalog.exists(queue.name):
                 return None
             raise
-        await self.names.record(queue.name, database, Spelling.of_ddl(statement))
+        await self.names.record(queue.name, database, Spelling.of_ddl(statement, ns.pg))
         return queue.name
 
     # -- values -----------------------------------------------------------------------
@@ -493,7 +496,7 @@ def message_columns(queue: QueueDef, spelling: Spelling) -> list[Output]:
     """A queue's own columns: its key, Payload and DeliverTime."""
     found = [Output(c.name, spelling.column(c.name), c.type) for c in queue.key_columns]
     return found + [Output("payload", spelling.column("payload"), queue.payload_type),
-                    Output("delivertime", DELIVER_TIME, ColumnType.TIMESTAMP)]
+                    Output("delivertime", spelling.column("delivertime"), ColumnType.TIMESTAMP)]
 
 
 class ReceiveStream:
@@ -561,11 +564,13 @@ def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
 
 
 def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "") -> str:
-    """A queue's definition as GoogleSQL DDL (for GetDatabaseDdl), its names as declared."""
+    """A queue's definition as DDL of its database's dialect (for GetDatabaseDdl), its names as declared."""
     spelling = spelling or Spelling.folded(queue)
     parent = queue.parent_table
     if parent and ns and parent.startswith(ns):
         parent = parent.removeprefix(ns)
+    if spelling.pg:
+        return _pg_queue_ddl(queue, spelling, parent)
     spelled = {ColumnType.INT64: "INT64", ColumnType.STRING: "STRING(MAX)", ColumnType.BYTES: "BYTES(MAX)",
                ColumnType.TIMESTAMP: "TIMESTAMP", ColumnType.BOOL: "BOOL", ColumnType.JSON: "JSON"}
     columns = [f"  {spelling.column(c.name)} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
@@ -574,4 +579,20 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "") -
     text += ", ".join(spelling.column(c.name) for c in queue.key_columns) + ")"
     if parent:
         text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE CASCADE"
+    return text
+
+
+def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> str:
+    def name(text: str) -> str:  # PostgreSQL folds unquoted names: quote any other spelling
+        return text if text == st.fold(text) and text.isidentifier() else '"' + text.replace('"', '""') + '"'
+
+    spelled = {ColumnType.INT64: "bigint", ColumnType.STRING: "character varying", ColumnType.BYTES: "bytea",
+               ColumnType.TIMESTAMP: "timestamp with time zone", ColumnType.BOOL: "boolean",
+               ColumnType.JSON: "jsonb"}
+    columns = [f"  {name(spelling.column(c.name))} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
+    columns.append(f"  {name(spelling.column('payload'))} {spelled[queue.payload_type]} NOT NULL")
+    columns.append(f"  PRIMARY KEY({', '.join(name(spelling.column(c.name)) for c in queue.key_columns)})")
+    text = f"CREATE QUEUE {name(spelling.queue)} (\n" + ",\n".join(columns) + "\n)"
+    if parent:
+        text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE CASCADE"
     return text

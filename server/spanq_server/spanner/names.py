@@ -12,6 +12,7 @@ shows its folded names, with Spanner's ``Payload`` and ``DeliverTime``.
 """
 
 import dataclasses
+import re
 from datetime import datetime
 from typing import Any
 
@@ -19,9 +20,17 @@ from ..model import QueueDef
 from ..queues import Catalog
 from ..store import Store
 from . import statements as st
+from .statements import fold
 
 STANDARD = {"payload": "Payload", "delivertime": "DeliverTime"}
 """Spanner's spelling of a queue's own columns, when no DDL here declared them."""
+PG_STANDARD = {"payload": "payload", "delivertime": "deliver_time"}
+"""The same in Spanner's PostgreSQL dialect, whose system columns are snake_case."""
+SYSTEM = ("SpannerLeaseExpirationTimestamp", "SpannerLeaseToken", "SpannerLastBatchMessage", "SpannerOldLeaseToken",
+          "SpannerNewLeaseToken")
+PG_SYSTEM = {re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower(): fold(n) for n in SYSTEM} | {"deliver_time": "delivertime"}
+"""PostgreSQL's names of RECEIVE's and RENEWLEASE's columns -> GoogleSQL's (folded):
+spanner_lease_token -> spannerleasetoken."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,22 +38,30 @@ class Spelling:
     queue: str
     columns: dict[str, str]
     """Folded column name -> as declared."""
+    pg: bool = False
+    """Declared in Spanner's PostgreSQL dialect: its results name the system columns so."""
 
     def column(self, name: str) -> str:
-        return self.columns.get(name) or STANDARD.get(name, name)
+        return self.columns.get(name) or (PG_STANDARD if self.pg else STANDARD).get(name, name)
+
+    def system(self, name: str) -> str:
+        """RECEIVE's and RENEWLEASE's own columns (given in GoogleSQL's spelling) in this dialect."""
+        if not self.pg:
+            return name
+        return next(pg for pg, folded in PG_SYSTEM.items() if folded == fold(name))
 
     @staticmethod
     def folded(queue: QueueDef) -> "Spelling":
         return Spelling(queue.name, {})
 
     @staticmethod
-    def of_ddl(statement: st.CreateQueue) -> "Spelling":
+    def of_ddl(statement: st.CreateQueue, pg: bool = False) -> "Spelling":
         spelled = dict(statement.spelled)
         columns = {name: spelled.get(name, name) for name, _ in statement.columns}
-        return Spelling(spelled.get(statement.name, statement.name), columns)
+        return Spelling(spelled.get(statement.name, statement.name), columns, pg)
 
     def as_json(self) -> dict[str, Any]:
-        return {"queue": self.queue, "columns": self.columns}
+        return {"queue": self.queue, "columns": self.columns, "pg": self.pg}
 
 
 class Names:
@@ -66,9 +83,10 @@ class Names:
         found = await self._store.spanner_names_get(queue.name)
         spelling = Spelling.folded(queue)
         if found:
-            spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}))
+            spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}),
+                                bool(found.get("pg")))
             if not queue.name.endswith(st.fold(spelling.queue)):  # never show another queue's name
-                spelling = Spelling(queue.name, spelling.columns)
+                spelling = Spelling(queue.name, spelling.columns, spelling.pg)
         self._cache[queue.name] = (queue.create_time, spelling)
         return spelling
 

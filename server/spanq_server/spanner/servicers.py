@@ -36,6 +36,7 @@ from ..receive import Receiver
 from ..store import Store
 from . import sessions, statements, values
 from .admin import Admin, AlreadyExists, NotFound, now_pb
+from .scope import Scope
 from .executor import Executor, Result, RowCountMismatch, queue_ddl
 from .transactions import Transactions, Use, check_read_only
 
@@ -251,10 +252,10 @@ class SpannerService:
             logger.info("Commit %s answered from the commit ledger (a replay)", request_id)
         return CommitResponsePb.FromString(outcome.response)
 
-    async def _namespace(self, session: str) -> str:
-        return await self._admin.namespace(sessions.database_of(session))
+    async def _namespace(self, session: str) -> Scope:
+        return await self._admin.scope(sessions.database_of(session))
 
-    async def _mutation(self, mutation: Any, index: int, ns: str) -> Mutation | None:
+    async def _mutation(self, mutation: Any, index: int, ns: Scope) -> Mutation | None:
         """The domain's mutation; None for one that changes nothing (a Delete of no keys)."""
         kind = mutation.WhichOneof("operation")
         try:
@@ -306,12 +307,12 @@ class SpannerService:
     # statements
     async def ExecuteSql(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        statement = statements.parse(request.sql)
+        statement = statements.parse(request.sql, ns.pg)
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
             return await self._statement(request, statement, use, ns)
 
-    async def _statement(self, request: Any, statement: statements.Statement, use: Use, ns: str) -> Any:
+    async def _statement(self, request: Any, statement: statements.Statement, use: Use, ns: Scope) -> Any:
         """Runs one statement; in an existing read-write transaction a retried seqno is
         answered from what the first attempt did, never run twice."""
         txn = use.txn if use.began is None else None
@@ -336,7 +337,7 @@ class SpannerService:
     async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         try:
             ns = await self._namespace(request.session)
-            statement = statements.parse(request.sql)
+            statement = statements.parse(request.sql, ns.pg)
             selector = request.transaction if request.HasField("transaction") else None
             if isinstance(statement, statements.Receive):
                 async for part in self._receive(statement, request, selector, ns):
@@ -352,7 +353,7 @@ class SpannerService:
             await abort(context, errors.QueueError("internal error; the server logged it"))
 
     async def _receive(self, statement: statements.Receive, request: Any, selector: Any,
-                       ns: str) -> AsyncIterator[Any]:
+                       ns: Scope) -> AsyncIterator[Any]:
         """RECEIVE: a long-running stream. The first part names the columns; then one
         part per message, each with a resume token, so the client hands every row
         over as it arrives. A resumed stream simply receives on (rows already
@@ -384,7 +385,7 @@ class SpannerService:
 
     async def ExecuteBatchDml(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        parsed = [statements.parse(s.sql) for s in request.statements]
+        parsed = [statements.parse(s.sql, ns.pg) for s in request.statements]
         if not parsed:
             raise errors.InvalidArgument("ExecuteBatchDml needs at least one statement")
         reply = pb.ExecuteBatchDmlResponse.pb()()
@@ -503,11 +504,10 @@ class DatabaseAdminService:
         """Creates the database and runs its extra statements, all or nothing: when one fails,
         the queues the others made are dropped and the database is forgotten (the operation's
         error says which statement failed)."""
-        if request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL:
-            raise errors.InvalidArgument("spanq's Spanner front-end speaks the GoogleSQL dialect only")
+        pg = request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL
         database_id = statements.parse_database_name(request.create_statement)
-        parsed = [statements.parse_ddl(s) for s in request.extra_statements]
-        database = await self._admin.create_database(request.parent, database_id)
+        parsed = [statements.parse_ddl(s, pg) for s in request.extra_statements]
+        database = await self._admin.create_database(request.parent, database_id, pg)
         error = await self._apply_ddl(database.name, parsed)
         if error is not None:
             await _drop_all(self._catalog, await self._admin.database_queues(database.name))
@@ -519,7 +519,8 @@ class DatabaseAdminService:
         """DDL of a database; of a name no CreateDatabase made, the default namespace's (spanq.v1's),
         as its sessions reach it."""
         sessions.check_database(request.database)
-        parsed = [statements.parse_ddl(s) for s in request.statements]
+        scope = await self._admin.scope(request.database)
+        parsed = [statements.parse_ddl(s, scope.pg) for s in request.statements]
         metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
         error = await self._apply_ddl(request.database, parsed, metadata)
         op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)
@@ -527,8 +528,8 @@ class DatabaseAdminService:
 
     async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None) -> errors.QueueError | None:
         """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner."""
-        ns = await self._admin.namespace(database)
-        owner = database if ns else None  # the default namespace's queues belong to no database
+        ns = await self._admin.scope(database)
+        owner = database if ns.prefix else None  # the default namespace's queues belong to no database
         for i, statement in enumerate(parsed):
             try:
                 await self._executor.ddl(statement, owner, ns)
@@ -564,8 +565,9 @@ class DatabaseAdminService:
                 found.append(await self._catalog.get(name))
             except errors.QueueNotFound:
                 pass  # dropped meanwhile
-        names, ns = self._executor.names, await self._admin.namespace(request.database)
-        return dba.GetDatabaseDdlResponse.pb()(statements=[queue_ddl(q, await names.of(q), ns) for q in found])
+        names, ns = self._executor.names, await self._admin.scope(request.database)
+        return dba.GetDatabaseDdlResponse.pb()(
+            statements=[queue_ddl(q, await names.of(q), ns.prefix) for q in found])
 
     # Backups, database operations and roles: spanq has none. The emulator answers these
     # lists empty, and Google's test fixtures call them in their teardown.

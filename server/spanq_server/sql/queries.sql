@@ -561,8 +561,8 @@ ON CONFLICT (name) DO NOTHING
 RETURNING true
 
 -- spanner_database_namespace --
--- The prefix of a Spanner database's queues.
-SELECT namespace FROM spanq.spanner_databases WHERE name = %(name)s
+-- The prefix of a Spanner database's queues, and its record (for its dialect).
+SELECT namespace, database FROM spanq.spanner_databases WHERE name = %(name)s
 
 -- spanner_database_get --
 SELECT database FROM spanq.spanner_databases WHERE name = %(name)s
