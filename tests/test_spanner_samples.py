@@ -274,8 +274,8 @@ def _receive_queries(database_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with database.snapshot() as snapshot:
         results = snapshot.execute_sql(
-            "SELECT r.Id AS MessageId, r.Payload FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 10) "
-            "AS r WHERE r.Payload = @wanted AND Id > 2 AND DeliverTime <= CURRENT_TIMESTAMP()",
+            "SELECT r.Id AS MessageId, r.Payload, SpannerLastBatchMessage FROM RECEIVE_MyQueue(max_duration => '1m', "
+            "max_batch_size => 10) AS r WHERE r.Payload = @wanted AND Id > 2 AND DeliverTime <= CURRENT_TIMESTAMP()",
             params={"wanted": "take"}, param_types={"wanted": spanner.param_types.STRING})
         out["filtered"] = [next(iter(results))]
         out["filtered_fields"] = [f.name for f in results.fields]
@@ -293,7 +293,9 @@ def _receive_queries(database_id: str) -> dict[str, Any]:
 
 async def test_receive_takes_a_column_list_aliases_and_where(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
     out = await asyncio.to_thread(_receive_queries, "receive-queries")
-    assert out["filtered"] == [[3, "take"]] and out["filtered_fields"] == ["MessageId", "Payload"]
+    # The one row that passed is the last of its batch (of four leased).
+    assert out["filtered"] == [[3, "take", True]]
+    assert out["filtered_fields"] == ["MessageId", "Payload", "SpannerLastBatchMessage"]
     assert out["others"] == [1, 2, 4]
     # Passed over: no delivery attempt counted against 1, 2 and 4 by the first RECEIVE.
     assert sql.execute("SELECT id, spanq_delivery_attempt FROM d1_myqueue ORDER BY id").fetchall() == [

@@ -387,10 +387,13 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
     def hide(response: Any) -> None:
         found = response.statements
         for i in range(len(found) - 1, -1, -1):
-            try:
-                name = st.parse_ddl(found[i]).name
-            except errors.InvalidArgument:
-                name = ""
+            name = ""
+            for pg in (False, True):  # a PostgreSQL-dialect database's DDL is in its dialect
+                try:
+                    name = st.parse_ddl(found[i], pg).name
+                    break
+                except errors.InvalidArgument:
+                    pass
             if name not in p.grants:
                 del found[i]
 

@@ -525,6 +525,8 @@ class ReceiveStream:
                     if not kept:
                         await asyncio.sleep(FILTERED_PAUSE)
                         continue
+                    # SpannerLastBatchMessage marks the last row sent of the batch.
+                    kept = [m._replace(last_batch_message=i == len(kept) - 1) for i, m in enumerate(kept)]
                 rows = [Executor.receive_row(self.queue, m) for m in kept]
                 yield [[row[i] for i in self._chosen] for row in rows]
         finally:
