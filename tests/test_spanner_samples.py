@@ -191,14 +191,30 @@ def java_node_go_sequence(database_id: str) -> list[Any]:
         ack_message(database, row[fields.index("Id")])
     except exceptions.NotFound as exc:
         error = exc.message  # Java's SpannerException reads "NOT_FOUND: " + this
+    try:
+        send_message(database, 8, "twice")
+        send_message(database, 8, "twice")
+    except exceptions.AlreadyExists as exc:
+        duplicate = exc.message
+
+    def ack_by_dml(transaction: Any) -> None:
+        transaction.execute_update("DELETE FROM MyQueue WHERE Id = 99 ASSERT_ROWS_MODIFIED 1")
+
+    try:
+        database.run_in_transaction(ack_by_dml)
+    except exceptions.OutOfRange as exc:
+        asserted = exc.message
     teardown(instance)
-    return [fields, row, error]
+    return [fields, row, [error, duplicate, asserted]]
 
 
 async def test_java_node_and_go_samples_find_columns_by_their_declared_names(spanner_env) -> None:  # type: ignore[no-untyped-def]
     fields, row, error = await asyncio.to_thread(java_node_go_sequence, "java-sample")
     assert fields == ["Id", "Payload"] and row == [7, "from-java"]
-    assert error.startswith("Message not found")
+    assert error[0].startswith("Message not found")
+    # The domain's errors name the queue as declared, not its table in the database's namespace.
+    for message in error:
+        assert "'MyQueue'" in message and "d1_" not in message, message
 
 
 # -- item 1: names as declared ---------------------------------------------------------

@@ -120,18 +120,22 @@ class Executor:
                 "read-only transaction (database.snapshot().execute_sql(...))"
             )
         queue = await self.queue(ns, statement.queue)
-        if isinstance(statement, st.Select):
-            return await self._select(queue, statement, params, use)
-        if isinstance(statement, st.RenewLease):
-            return await self._renew(queue, statement, params, use)
-        if use.read_only:
-            raise errors.InvalidArgument(
-                "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
-                "transaction), not in a read-only one"
-            )
-        if isinstance(statement, st.Insert):
-            return await self._insert(queue, statement, params, use)
-        return await self._delete(queue, statement, params, use)
+        try:
+            if isinstance(statement, st.Select):
+                return await self._select(queue, statement, params, use)
+            if isinstance(statement, st.RenewLease):
+                return await self._renew(queue, statement, params, use)
+            if use.read_only:
+                raise errors.InvalidArgument(
+                    "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
+                    "transaction), not in a read-only one"
+                )
+            if isinstance(statement, st.Insert):
+                return await self._insert(queue, statement, params, use)
+            return await self._delete(queue, statement, params, use)
+        except errors.QueueError as exc:
+            await self.names.shown_in(exc, queue)
+            raise
 
     async def _select(self, queue: QueueDef, s: st.Select, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)

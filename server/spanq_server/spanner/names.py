@@ -16,6 +16,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from .. import errors
 from ..model import QueueDef
 from ..queues import Catalog
 from ..store import Store
@@ -89,6 +90,13 @@ class Names:
                 spelling = Spelling(queue.name, spelling.columns, spelling.pg)
         self._cache[queue.name] = (queue.create_time, spelling)
         return spelling
+
+    async def shown_in(self, error: errors.QueueError, queue: QueueDef) -> None:
+        """Rewrites the domain's name of the queue in an error (``'d1_myqueue'``, its table) to the
+        name its DDL declared (``'MyQueue'``)."""
+        shown = repr((await self.of(queue)).queue)
+        if repr(queue.name) != shown and repr(queue.name) in error.message:
+            error.args = (error.message.replace(repr(queue.name), shown),)
 
     async def record(self, queue: str, database: str | None, spelling: Spelling) -> None:
         """Records the spelling of a queue just created, and the Spanner database that created it."""

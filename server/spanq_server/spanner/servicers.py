@@ -219,6 +219,7 @@ class SpannerService:
                 reply.commit_stats.mutation_count = count
             return reply.SerializeToString()
 
+        mutations: list[Mutation] = []
         try:
             ns = await self._namespace(request.session)
             given = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
@@ -241,11 +242,13 @@ class SpannerService:
             raise
         except (errors.StoreUnavailable, errors.TransactionAborted):
             raise
-        except errors.QueueError:
+        except errors.QueueError as exc:
             # A retry that fails now may be the replay of a commit that succeeded
             # (its message since acked, its queue since dropped): the ledger decides.
             recorded = await self._ledger.recorded(request_id, fingerprint) if intent else None
             if recorded is None or recorded == SEALED:
+                for queue in {m.queue.name: m.queue for m in mutations}.values():
+                    await self._executor.names.shown_in(exc, queue)
                 raise
             outcome = Outcome(recorded, replayed=True)
         if outcome.replayed:
