@@ -197,6 +197,12 @@ def java_node_go_sequence(database_id: str) -> list[Any]:
     except exceptions.AlreadyExists as exc:
         duplicate = exc.message
 
+    try:
+        with database.batch() as batch:
+            batch.send(queue="MyQueue", key=[1, 2], payload="wide")
+    except exceptions.InvalidArgument as exc:
+        wide = exc.message
+
     def ack_by_dml(transaction: Any) -> None:
         transaction.execute_update("DELETE FROM MyQueue WHERE Id = 99 ASSERT_ROWS_MODIFIED 1")
 
@@ -205,7 +211,7 @@ def java_node_go_sequence(database_id: str) -> list[Any]:
     except exceptions.OutOfRange as exc:
         asserted = exc.message
     teardown(instance)
-    return [fields, row, [error, duplicate, asserted]]
+    return [fields, row, [error, duplicate, asserted, wide]]
 
 
 async def test_java_node_and_go_samples_find_columns_by_their_declared_names(spanner_env) -> None:  # type: ignore[no-untyped-def]

@@ -261,6 +261,7 @@ class SpannerService:
     async def _mutation(self, mutation: Any, index: int, ns: Scope) -> Mutation | None:
         """The domain's mutation; None for one that changes nothing (a Delete of no keys)."""
         kind = mutation.WhichOneof("operation")
+        queue = None
         try:
             if kind == "send":
                 send = mutation.send
@@ -294,6 +295,8 @@ class SpannerService:
                 "tables through PostgreSQL"
             )
         except errors.QueueError as exc:
+            if queue is not None:
+                await self._executor.names.shown_in(exc, queue)
             exc.metadata.setdefault("mutation_index", str(index))
             exc.args = (f"mutation {index}: {exc.message}",)
             raise
