@@ -558,6 +558,20 @@ async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypa
         await asyncio.to_thread(query, worker, "SELECT * FROM UserTasks")
     with pytest.raises(exceptions.PermissionDenied, match="mutation 0: .*'send' privilege on queue 'other'"):
         await asyncio.to_thread(send, worker, "Other")
+
+    def read(database: Any) -> list[Any]:
+        with database.snapshot() as snapshot:
+            return list(snapshot.read("UserTasks", ["UserId"], spanner.KeySet(all_=True)))
+
+    def delete(database: Any, queue: str) -> None:
+        with database.batch() as batch:
+            batch.delete(queue, spanner.KeySet(keys=[[9, "none"]]))
+
+    with pytest.raises(exceptions.PermissionDenied, match="'select' privilege on queue 'usertasks'"):
+        await asyncio.to_thread(read, worker)
+    with pytest.raises(exceptions.PermissionDenied, match="mutation 0: .*'ack' privilege on queue 'other'"):
+        await asyncio.to_thread(delete, worker, "Other")
+    await asyncio.to_thread(delete, worker, "UserTasks")  # ack is what a Delete of messages needs
     # Names fold as the servicer folds them, A-Z only: KELVIN SIGN is no 'k' (no other spelling of usertasks).
     kelvin_denied = r"'send' privilege on queue 'usertas\u212as' \('usertas\\u212as'\)"
     with pytest.raises(exceptions.PermissionDenied, match=kelvin_denied):
@@ -570,10 +584,11 @@ async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypa
         await asyncio.to_thread(ddl, worker)
     with pytest.raises(exceptions.PermissionDenied, match="'admin' privilege on every queue"):
         await asyncio.to_thread(worker.drop)
-    assert sql.execute("SELECT count(*) FROM usertasks").fetchone() == (1,)  # still there (and leased)
+    assert sql.execute("SELECT count(*) FROM d1_usertasks").fetchone() == (1,)  # still there (and leased)
     # ops may select.
     ops = await asyncio.to_thread(database_as, OPS)
     assert [r[:2] for r in await asyncio.to_thread(query, ops, "SELECT * FROM UserTasks")] == [[1, "m"]]
+    assert await asyncio.to_thread(read, ops) == [[1]]
 
 
 # -- the token file -------------------------------------------------------------------------------

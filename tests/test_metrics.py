@@ -178,10 +178,10 @@ async def test_a_queue_dropped_through_the_spanner_front_end_leaves_the_scrape(s
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
     database = await asyncio.to_thread(make_database, server.target, [
         "CREATE QUEUE Jobs (Id STRING(MAX) NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)"])
-    await send(stub, "jobs", text_message("j", "x"))
-    assert queue_series(await scrape(server), "jobs") == {"spanq_queue_messages_sent_total": 1}
+    await send(stub, "d1_jobs", text_message("j", "x"))  # the database's namespace: d1_
+    assert queue_series(await scrape(server), "d1_jobs") == {"spanq_queue_messages_sent_total": 1}
     await asyncio.to_thread(lambda: database.update_ddl(["DROP QUEUE Jobs"]).result(timeout=30))
-    assert queue_series(await scrape(server), "jobs") == {}
+    assert queue_series(await scrape(server), "d1_jobs") == {}
 
 
 async def test_a_queue_dropped_by_another_server_leaves_the_scrape(server, stub, server_config, clock, monkeypatch):

@@ -116,7 +116,7 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
             return [f.name for f in result.fields]
 
     fields = await asyncio.to_thread(columns)
-    assert fields == ["userid", "messageid", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
+    assert fields == ["UserId", "MessageId", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
                       "SpannerLeaseToken", "SpannerLastBatchMessage"]
 
     # Renew a lease in a read-write transaction: a new token and a later expiry.
@@ -131,15 +131,15 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
     assert renewed[0][2] > lease_expiration
 
     # The same queue through spanq.v1 and through psql: one domain, two front-ends.
-    queue = await stub.GetQueue(queue_pb2.GetQueueRequest(name="usertasks"))
+    queue = await stub.GetQueue(queue_pb2.GetQueueRequest(name="d1_usertasks"))
     assert [(c.name, queue_pb2.TypeCode.Name(c.type)) for c in queue.key_columns] == [
         ("userid", "INT64"), ("messageid", "STRING")]
     assert queue_pb2.TypeCode.Name(queue.payload_type) == "BYTES"
-    ack = await stub.Ack(queue_pb2.AckRequest(queue="usertasks", request_id="v1-ack-1", acks=[
+    ack = await stub.Ack(queue_pb2.AckRequest(queue="d1_usertasks", request_id="v1-ack-1", acks=[
         queue_pb2.AckMessage(key=struct_pb2.ListValue(values=[struct_pb2.Value(string_value="2"),
                                                            struct_pb2.Value(string_value="m-later")]))]))
     assert ack.results[0].acked
-    rows_in_pg = sql.execute("SELECT userid, messageid, payload FROM usertasks ORDER BY userid").fetchall()
+    rows_in_pg = sql.execute("SELECT userid, messageid, payload FROM d1_usertasks ORDER BY userid").fetchall()
     assert rows_in_pg == [(1, "m-now", b"now")]
     # Its tokens, acked and superseded, are unrenewable until their leases would have
     # ended: a row with NULLs, as Spanner answers for an acknowledged message.
@@ -153,13 +153,13 @@ async def test_send_receive_renew_ack_with_the_official_client(database, stub, s
             batch.ack(queue="UserTasks", key=[1, "m-now"], ignore_not_found=ignore)
 
     await asyncio.to_thread(ack_mutation)
-    assert sql.execute("SELECT count(*) FROM usertasks").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM d1_usertasks").fetchone() == (0,)
     with pytest.raises(exceptions.NotFound, match="gone"):
         await asyncio.to_thread(ack_mutation)
     await asyncio.to_thread(ack_mutation, True)
 
     # A send through spanq.v1 is received through Spanner's API, and a plain SELECT reads it.
-    await stub.Send(queue_pb2.SendRequest(queue="usertasks", request_id="v1-send-1", messages=[
+    await stub.Send(queue_pb2.SendRequest(queue="d1_usertasks", request_id="v1-send-1", messages=[
         queue_pb2.SendMessage(key=struct_pb2.ListValue(values=[struct_pb2.Value(string_value="7"),
                                                                    struct_pb2.Value(string_value="from-v1")]),
                                   payload=struct_pb2.Value(string_value=base64.b64encode(b"v1").decode()))]))
@@ -221,13 +221,13 @@ async def test_ack_by_dml_with_resend_in_run_in_transaction(database, sql) -> No
 
     assert await asyncio.to_thread(database.run_in_transaction, ack_and_resend) == (1, 1)
     [(key, payload, delay)] = sql.execute(
-        "SELECT messageid, payload, extract(epoch FROM deliver_time - now()) FROM usertasks").fetchall()
+        "SELECT messageid, payload, extract(epoch FROM deliver_time - now()) FROM d1_usertasks").fetchall()
     assert key == "job-1-retry" and payload == b"work" and 3500 < delay <= 3600
 
     # Run again (as after an unknown commit): the ack finds nothing, OUT_OF_RANGE, nothing committed.
     with pytest.raises(exceptions.OutOfRange, match="ASSERT_ROWS_MODIFIED 1"):
         await asyncio.to_thread(database.run_in_transaction, ack_and_resend)
-    assert sql.execute("SELECT count(*) FROM usertasks").fetchone() == (1,)
+    assert sql.execute("SELECT count(*) FROM d1_usertasks").fetchone() == (1,)
 
     # OUT_OF_RANGE is statement-level: the transaction stays open and usable; what it
     # wrote before is committed if the caller goes on to commit.
@@ -239,7 +239,7 @@ async def test_ack_by_dml_with_resend_in_run_in_transaction(database, sql) -> No
         return list(transaction.execute_sql("SELECT MessageId FROM UserTasks WHERE UserId = 11"))
 
     assert await asyncio.to_thread(database.run_in_transaction, keep_going) == [["kept"]]
-    assert sql.execute("SELECT messageid FROM usertasks WHERE userid = 11").fetchall() == [("kept",)]
+    assert sql.execute("SELECT messageid FROM d1_usertasks WHERE userid = 11").fetchall() == [("kept",)]
 
 
 async def test_drop_database_drops_a_child_queue_before_its_parent(server, spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
@@ -281,8 +281,8 @@ async def test_names_fold_ascii_letters_only(database, sql) -> None:  # type: ig
     with pytest.raises(exceptions.InvalidArgument, match=r"queue name '\u212aq' \('\\u212aq'\) is not valid"):
         await asyncio.to_thread(ddl, f"CREATE QUEUE `{KELVIN}Q` (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) "
                                      "PRIMARY KEY (Id)")
-    assert sql.execute("SELECT messageid FROM usertasks").fetchall() == [("USERTASKS",)]
-    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("usertasks",)]
+    assert sql.execute("SELECT messageid FROM d1_usertasks").fetchall() == [("USERTASKS",)]
+    assert sql.execute("SELECT name FROM spanq.queues").fetchall() == [("d1_usertasks",)]
 
 
 def _send(database, messages) -> None:  # type: ignore[no-untyped-def]
@@ -324,7 +324,7 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
                                   "CREATE QUEUE Other (Id STRING(MAX) NOT NULL, Payload JSON NOT NULL) "
                                   "PRIMARY KEY (Id)"])
     statements = await asyncio.to_thread(lambda: database.reload() or database.ddl_statements)
-    assert [s.split("(")[0].strip() for s in statements] == ["CREATE QUEUE other", "CREATE QUEUE usertasks"]
+    assert [s.split("(")[0].strip() for s in statements] == ["CREATE QUEUE Other", "CREATE QUEUE UserTasks"]
     with pytest.raises(exceptions.InvalidArgument, match="CREATE TABLE|only CREATE QUEUE"):
         await asyncio.to_thread(ddl, ["CREATE TABLE T (Id INT64) PRIMARY KEY (Id)"])
 
@@ -375,7 +375,7 @@ async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
     try:
         database = await asyncio.to_thread(make_database, running.target)
         await asyncio.to_thread(_send, database, [(1, "once", b"x")])  # a single-use Commit
-        assert sql.execute("SELECT userid, messageid FROM usertasks").fetchall() == [(1, "once")]
+        assert sql.execute("SELECT userid, messageid FROM d1_usertasks").fetchall() == [(1, "once")]
 
         # RENEWLEASE under a read-only transaction commits on its own; its lost reply is settled too.
         [(_, row), _end] = await asyncio.to_thread(receive, database, "300ms")
@@ -393,14 +393,14 @@ async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
             transaction.execute_update("INSERT INTO UserTasks (UserId, MessageId, Payload) VALUES (1, 'twice', b'y')")
 
         await asyncio.to_thread(database.run_in_transaction, ack_and_resend)  # a Commit with a transaction id
-        assert sql.execute("SELECT userid, messageid FROM usertasks").fetchall() == [(1, "twice")]
+        assert sql.execute("SELECT userid, messageid FROM d1_usertasks").fetchall() == [(1, "twice")]
 
         def send_in_transaction(transaction):  # type: ignore[no-untyped-def]
             # Mutations only: BeginTransaction with mutation_key, then Commit with the id.
             transaction.send(queue="UserTasks", key=[1, "thrice"], payload=b64(b"z"))
 
         await asyncio.to_thread(database.run_in_transaction, send_in_transaction)
-        assert sql.execute("SELECT messageid FROM usertasks ORDER BY 1").fetchall() == [("thrice",), ("twice",)]
+        assert sql.execute("SELECT messageid FROM d1_usertasks ORDER BY 1").fetchall() == [("thrice",), ("twice",)]
 
         def ack() -> None:
             with database.batch() as batch:
@@ -408,7 +408,7 @@ async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
                 batch.ack(queue="UserTasks", key=[1, "thrice"])
 
         await asyncio.to_thread(ack)  # not NOT_FOUND: the retry is answered from the ledger
-        assert sql.execute("SELECT count(*) FROM usertasks").fetchone() == (0,)
+        assert sql.execute("SELECT count(*) FROM d1_usertasks").fetchone() == (0,)
         assert running.store.faults.injected["unknown_commit_after"] == 5
         assert sql.execute("SELECT count(*) FROM spanq.commit_ledger WHERE request_id LIKE 'spanner:%'"
                            ).fetchone() == (4,)

@@ -145,3 +145,30 @@ def test_year_one_and_microseconds_in_rfc3339() -> None:
     assert values.timestamp("2026-01-01T00:00:00.000001Z", "t").microsecond == 1
     with pytest.raises(InvalidArgument, match="nanoseconds"):
         values.timestamp("2026-01-01T00:00:00.000000001Z", "t")
+
+
+def test_declared_names_and_postgresql_ddl_round_trip() -> None:
+    """GetDatabaseDdl gives back what parses to the same queue, its names as declared, in the
+    database's dialect."""
+    from spanq_server.spanner.names import Spelling
+
+    google = st.parse_ddl("CREATE QUEUE MyQueue (`Id` INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)")
+    text = queue_ddl(queue_from_ddl(google), Spelling.of_ddl(google))
+    assert text == "CREATE QUEUE MyQueue (\n  Id INT64 NOT NULL,\n  Payload STRING(MAX) NOT NULL\n) PRIMARY KEY (Id)"
+    pg = st.parse_ddl('CREATE QUEUE "UserTasks" (UserId bigint NOT NULL, "Msg" text, payload jsonb NOT NULL, '
+                      "PRIMARY KEY (userid, msg)) INTERLEAVE IN PARENT users ON DELETE CASCADE", pg=True)
+    assert dict(pg.spelled) == {"usertasks": "UserTasks", "userid": "userid", "msg": "Msg", "payload": "payload"}
+    text = queue_ddl(queue_from_ddl(pg), Spelling.of_ddl(pg, pg=True))
+    assert text.startswith('CREATE QUEUE "UserTasks" (\n  userid bigint NOT NULL,\n  "Msg" character varying')
+    assert queue_from_ddl(st.parse_ddl(text, pg=True)) == queue_from_ddl(pg)
+
+
+def test_select_lists_aliases_and_qualifiers() -> None:
+    parsed = st.parse("SELECT r.Id AS MessageId, Payload p FROM RECEIVE_q(max_duration => '1m') r WHERE r.Id <> 3")
+    assert parsed == st.Receive("q", {"max_duration": st.Literal("1m")},
+                                (st.Item("id", "MessageId"), st.Item("payload", "p")),
+                                (st.Condition("id", "!=", st.Literal(3)),))
+    with pytest.raises(InvalidArgument, match="'x' is not the FROM's name or alias"):
+        st.parse("SELECT x.Id FROM q AS r")
+    with pytest.raises(InvalidArgument, match="RENEWLEASE_ takes no WHERE"):
+        st.parse("SELECT * FROM RENEWLEASE_q(['t']) WHERE x = 1")

@@ -354,17 +354,21 @@ def _statement_need(statement: st.Statement) -> tuple[str, str]:
 
 def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
     for i, text in enumerate(texts):
-        try:
-            statement = st.parse_ddl(text) if ddl else st.parse(text)
-        except errors.InvalidArgument:
-            continue  # refused by the servicer, before it runs anything; the others are still checked
-        privilege, queue = _statement_need(statement)
-        kind = type(statement).__name__
-        where = f"{label} {i}: " if label else ""
-        if privilege not in p.grants.get(queue, p.everywhere):
-            raise p.denied(privilege, queue, f"{what} ({kind})", where)
-        if isinstance(statement, st.CreateQueue) and statement.parent_table:
-            _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
+        # The database's dialect is the servicer's to learn: a statement is checked as each
+        # dialect reads it (one that parses in neither is refused by the servicer, before it
+        # runs anything; the others are still checked).
+        for pg in (False, True):
+            try:
+                statement = st.parse_ddl(text, pg) if ddl else st.parse(text, pg)
+            except errors.InvalidArgument:
+                continue
+            privilege, queue = _statement_need(statement)
+            kind = type(statement).__name__
+            where = f"{label} {i}: " if label else ""
+            if privilege not in p.grants.get(queue, p.everywhere):
+                raise p.denied(privilege, queue, f"{what} ({kind})", where)
+            if isinstance(statement, st.CreateQueue) and statement.parent_table:
+                _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
 
 def _execute_sql(p: Principal, request: Any) -> None:
@@ -386,11 +390,19 @@ def _create_database(p: Principal, request: Any) -> None:
 def _spanner_commit(p: Principal, request: Any) -> None:
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
-        if kind in ("send", "ack"):
-            queue = st.fold(getattr(mutation, kind).queue)  # as the servicer folds it
-            if kind not in p.grants.get(queue, p.everywhere):
-                raise p.denied(kind, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
+        if kind in ("send", "ack", "delete"):
+            target = getattr(mutation, kind)
+            queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
+            needs = "ack" if kind == "delete" else kind  # a Delete of a queue's messages acks them
+            if needs not in p.grants.get(queue, p.everywhere):
+                raise p.denied(needs, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
                                mutation_index=str(i))
+
+
+def _spanner_read(p: Principal, request: Any) -> None:
+    queue = st.fold(request.table)
+    if "select" not in p.grants.get(queue, p.everywhere):
+        raise p.denied("select", queue, "a Read of its messages")
 
 
 def _drops_queues(what: str) -> Rule:
@@ -408,10 +420,13 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
     def hide(response: Any) -> None:
         found = response.statements
         for i in range(len(found) - 1, -1, -1):
-            try:
-                name = st.parse_ddl(found[i]).name
-            except errors.InvalidArgument:
-                name = ""
+            name = ""
+            for pg in (False, True):  # a PostgreSQL-dialect database's DDL is in its dialect
+                try:
+                    name = st.parse_ddl(found[i], pg).name
+                    break
+                except errors.InvalidArgument:
+                    pass
             if name not in p.grants:
                 del found[i]
 
@@ -426,6 +441,8 @@ RULES.update({
     f"{SPANNER}/ExecuteStreamingSql": _execute_sql,
     f"{SPANNER}/ExecuteBatchDml": _execute_batch_dml,
     f"{SPANNER}/Commit": _spanner_commit,
+    f"{SPANNER}/Read": _spanner_read,
+    f"{SPANNER}/StreamingRead": _spanner_read,
     f"{DATABASE_ADMIN}/UpdateDatabaseDdl": _update_ddl,
     f"{DATABASE_ADMIN}/CreateDatabase": _create_database,
     f"{DATABASE_ADMIN}/DropDatabase": _drops_queues("DropDatabase"),

@@ -6,11 +6,14 @@ queue code unchanged. See docs/spanner-compat.md.
 Modules, one per concern:
 
 - ``servicers``: the gRPC translation (protobuf <-> domain, errors -> status);
-- ``statements``: the strict parser for the few statement shapes queue code sends;
+- ``statements``: the strict parser for the few statement shapes queue code sends
+  (GoogleSQL, and Spanner's PostgreSQL dialect);
 - ``executor``: runs parsed statements on the domain;
 - ``transactions``: transaction ids, open read-write transactions, the reaper;
 - ``sessions``: resource names and (stateless) sessions;
-- ``admin``: instances, databases and long-running operations, as bookkeeping;
+- ``admin``: instances, databases (each its own namespace) and long-running operations;
+- ``scope``: a database's namespace and dialect;
+- ``names``: names as the DDL declared them;
 - ``values``: Spanner's value encoding.
 
 The message classes come from google-cloud-spanner. Without it installed the

@@ -1,19 +1,21 @@
 """Instances, databases and long-running operations, as bookkeeping.
 
 spanq serves ONE PostgreSQL database. Spanner's project, instance and
-database names are recorded here, in this server's memory, so that the
-admin calls a client makes (create, get, list) answer as Spanner would; they
-are forgotten when the server restarts. Every database name reaches the
-same PostgreSQL database, so queues are shared by all of them. A database's
-DDL (CREATE QUEUE / DROP QUEUE) runs on that PostgreSQL database; dropping a
-database (or its instance) drops the queues that were created through it.
+database names are recorded in it (the store's ``spanner_instances`` and
+``spanner_databases``), so that the admin calls a client makes (create, get,
+list, drop) answer as Spanner's emulator does, after a restart and on every
+server alike. A database's DDL (CREATE QUEUE / DROP QUEUE) runs on that
+PostgreSQL database; the queues it creates are recorded as its own (the
+store's ``spanner_names``), listed by its GetDatabaseDdl and dropped with it.
 
 Every operation is finished when it is returned; ``GetOperation`` answers
-for the operations this server made.
+for the operations this server made (kept in memory: an operation is done
+before the client can ask for it).
 """
 
 import collections
 import secrets
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,7 +27,9 @@ from google.protobuf import any_pb2, timestamp_pb2
 from google.rpc import status_pb2
 
 from .. import errors
+from ..store import Store
 from . import sessions
+from .scope import DEFAULT_SCOPE, Scope
 
 DatabasePb = dba.Database.pb()
 InstancePb = ia.Instance.pb()
@@ -46,12 +50,15 @@ def packed(message: Any) -> any_pb2.Any:
     return out
 
 
+NAMESPACE_CACHE_SECONDS = 1.0
+"""How long a database's namespace is reused before it is read again (another server may
+have dropped and re-created the database meanwhile)."""
+
+
 class Admin:
-    def __init__(self) -> None:
-        self.instances: dict[str, Any] = {}
-        self.databases: dict[str, Any] = {}
-        self.queues_of: dict[str, set[str]] = {}
-        """Database name -> the queues created through it (dropped with it)."""
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._namespaces: dict[str, tuple[float, Scope]] = {}
         self._operations: collections.OrderedDict[str, operations_pb2.Operation] = collections.OrderedDict()
 
     # -- operations ----------------------------------------------------------------
@@ -89,87 +96,102 @@ class Admin:
         sessions.check(project, sessions.PROJECT, "project")
         return [self.instance_config(f"{project}/instanceConfigs/{EMULATOR_CONFIG}")]
 
-    def create_instance(self, parent: str, instance_id: str, instance: Any) -> Any:
+    async def create_instance(self, parent: str, instance_id: str, instance: Any) -> Any:
         sessions.check(parent, sessions.PROJECT, "project")
         name = f"{parent}/instances/{instance_id}"
         sessions.check(name, sessions.INSTANCE, "instance")
-        if name in self.instances:
-            raise AlreadyExists(f"instance {name!r} already exists")
         created = InstancePb()
         created.CopyFrom(instance)
         created.name = name
         created.state = InstancePb.State.READY
         created.create_time.CopyFrom(now_pb())
         created.update_time.CopyFrom(created.create_time)
+        if not created.config:
+            created.config = f"{parent}/instanceConfigs/{EMULATOR_CONFIG}"
         if not created.node_count and not created.processing_units:
             created.node_count = 1
         if created.node_count and not created.processing_units:
             created.processing_units = created.node_count * 1000
-        self.instances[name] = created
+        if not await self._store.spanner_record_put("instance", name, created.SerializeToString()):
+            raise AlreadyExists(f"Instance already exists: {name}")
         return created
 
-    def get_instance(self, name: str) -> Any:
+    async def get_instance(self, name: str) -> Any:
         sessions.check(name, sessions.INSTANCE, "instance")
-        if name not in self.instances:
-            raise NotFound(f"instance {name!r} was not created on this server (spanq keeps instance names in "
-                           "memory); create it with CreateInstance")
-        return self.instances[name]
+        found = await self._store.spanner_record_get("instance", name)
+        if found is None:
+            raise NotFound(f"Instance not found: {name} (create it with CreateInstance)")
+        return InstancePb.FromString(found)
 
-    def ensure_instance(self, name: str) -> None:
-        """Databases may be created in an instance this server has not seen (created before a restart)."""
-        if name not in self.instances:
+    async def ensure_instance(self, name: str) -> None:
+        """A database may be created in an instance nobody created (the emulator's users often skip it)."""
+        if await self._store.spanner_record_get("instance", name) is None:
             parent, _, instance_id = name.rpartition("/instances/")
-            self.create_instance(parent, instance_id, InstancePb(config=f"{parent}/instanceConfigs/{EMULATOR_CONFIG}",
-                                                                 display_name=instance_id))
+            try:
+                await self.create_instance(parent, instance_id, InstancePb(display_name=instance_id))
+            except AlreadyExists:
+                pass  # another request made it meanwhile
 
-    def list_instances(self, parent: str) -> list[Any]:
+    async def list_instances(self, parent: str) -> list[Any]:
         sessions.check(parent, sessions.PROJECT, "project")
-        return [i for n, i in sorted(self.instances.items()) if n.startswith(parent + "/")]
+        return [InstancePb.FromString(i) for i in await self._store.spanner_record_list("instance", parent)]
 
-    def delete_instance(self, name: str) -> list[str]:
-        """Forgets the instance and its databases; returns the queues to drop."""
-        self.get_instance(name)
-        del self.instances[name]
-        dropped: list[str] = []
-        for database in [d for d in self.databases if d.startswith(name + "/databases/")]:
-            dropped += self.drop_database(database)
-        return dropped
+    async def instance_databases(self, name: str) -> list[str]:
+        """The databases of an instance that exists (NOT_FOUND otherwise)."""
+        await self.get_instance(name)
+        return [d.name for d in await self.list_databases(name)]
+
+    async def forget_instance(self, name: str) -> None:
+        await self._store.spanner_record_delete("instance", name)
 
     # -- databases ---------------------------------------------------------------------
 
-    def create_database(self, parent: str, database_id: str) -> Any:
+    async def create_database(self, parent: str, database_id: str, pg: bool = False) -> Any:
         name = f"{parent}/databases/{database_id}"
         sessions.check_database(name)
-        self.ensure_instance(parent)
-        if name in self.databases:
-            raise AlreadyExists(f"database {name!r} already exists")
-        database = DatabasePb(name=name, state=DatabasePb.State.READY,
-                              database_dialect=dba_common.DatabaseDialect.GOOGLE_STANDARD_SQL)
+        await self.ensure_instance(parent)
+        dialect = dba_common.DatabaseDialect.POSTGRESQL if pg else dba_common.DatabaseDialect.GOOGLE_STANDARD_SQL
+        database = DatabasePb(name=name, state=DatabasePb.State.READY, database_dialect=dialect)
         database.create_time.CopyFrom(now_pb())
-        self.databases[name] = database
-        self.queues_of[name] = set()
+        if not await self._store.spanner_record_put("database", name, database.SerializeToString(), instance=parent):
+            raise AlreadyExists(f"Database already exists: {name}")
+        self._namespaces.pop(name, None)  # it was the default namespace until now
         return database
 
-    def ensure_database(self, name: str) -> None:
-        if name not in self.databases:
-            parent, _, database_id = name.rpartition("/databases/")
-            self.create_database(parent, database_id)
-
-    def get_database(self, name: str) -> Any:
+    async def get_database(self, name: str) -> Any:
         sessions.check_database(name)
-        if name not in self.databases:
-            raise NotFound(f"database {name!r} was not created on this server (spanq keeps database names in "
-                           "memory; every name reaches the same PostgreSQL database)")
-        return self.databases[name]
+        found = await self._store.spanner_record_get("database", name)
+        if found is None:
+            raise NotFound(f"Database not found: {name}")
+        return DatabasePb.FromString(found)
 
-    def list_databases(self, instance: str) -> list[Any]:
+    async def list_databases(self, instance: str) -> list[Any]:
         sessions.check(instance, sessions.INSTANCE, "instance")
-        return [d for n, d in sorted(self.databases.items()) if n.startswith(instance + "/databases/")]
+        return [DatabasePb.FromString(d) for d in await self._store.spanner_record_list("database", instance)]
 
-    def drop_database(self, name: str) -> list[str]:
-        self.get_database(name)
-        del self.databases[name]
-        return sorted(self.queues_of.pop(name, set()))
+    async def database_queues(self, name: str) -> list[str]:
+        """The queues a database's DDL created."""
+        return await self._store.spanner_database_queues(name)
+
+    async def forget_database(self, name: str) -> None:
+        self._namespaces.pop(name, None)
+        await self._store.spanner_record_delete("database", name)
+
+    async def scope(self, database: str) -> Scope:
+        """The database's namespace and dialect: its own for a database CreateDatabase made, the
+        default namespace ("", spanq.v1's queues) and GoogleSQL for any other well-formed name."""
+        cached = self._namespaces.get(database)
+        if cached is not None and time.monotonic() - cached[0] < NAMESPACE_CACHE_SECONDS:
+            return cached[1]
+        record = await self._store.spanner_database_namespace(database)
+        found = DEFAULT_SCOPE
+        if record is not None:
+            pg = DatabasePb.FromString(record[1]).database_dialect == dba_common.DatabaseDialect.POSTGRESQL
+            found = Scope(record[0], pg)
+        self._namespaces[database] = (time.monotonic(), found)
+        if len(self._namespaces) > MAX_OPERATIONS:
+            self._namespaces.clear()
+        return found
 
 
 class NotFound(errors.QueueError):

@@ -4,10 +4,12 @@ Catalog. Values are resolved from literals and parameters by the column they
 meet. No protobuf beyond google.protobuf.Value, no SQL.
 """
 
+import asyncio
 import dataclasses
+import operator
 import uuid
-from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -21,6 +23,8 @@ from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ..store import Store
 from . import statements as st
 from . import values
+from .names import PG_SYSTEM, Names, Spelling
+from .scope import DEFAULT_SCOPE, Scope
 from .transactions import Use
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
@@ -35,6 +39,37 @@ RECEIVE_COLUMNS = [("SpannerLeaseExpirationTimestamp", ColumnType.TIMESTAMP), ("
 RENEW_COLUMNS = [("SpannerOldLeaseToken", ColumnType.STRING), ("SpannerNewLeaseToken", ColumnType.STRING),
                  ("SpannerLeaseExpirationTimestamp", ColumnType.TIMESTAMP)]
 SYSTEM_COLUMNS = {"payload": "payload", "delivertime": "deliver_time", "deliver_time": "deliver_time"}
+FILTERED_PAUSE = 0.2
+"""Seconds a RECEIVE with WHERE waits after a batch none of whose messages matched, before
+leasing again: the ones it gave back are due again at once."""
+COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
+           ">=": operator.ge}
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """A column a statement can return: its folded name, its name in results, its type."""
+
+    key: str
+    name: str
+    type: ColumnType
+
+
+def project(available: list[Output], items: tuple[st.Item, ...] | None,
+            what: str) -> tuple[list[int], list[tuple[str, ColumnType]]]:
+    """The positions and result columns a SELECT list picks (all for ``*``), named as
+    declared or as the ``AS`` alias says."""
+    if items is None:
+        return list(range(len(available))), [(c.name, c.type) for c in available]
+    by_key = {c.key: i for i, c in enumerate(available)}
+    chosen = []
+    for item in items:
+        key = PG_SYSTEM.get(item.column, item.column)  # either dialect's names of the system columns
+        if key not in by_key:
+            raise errors.InvalidArgument(f"{what} has no column {item.column!r}; it has "
+                                         f"{', '.join(c.name for c in available)}")
+        chosen.append(by_key[key])
+    return chosen, [(item.alias or available[i].name, available[i].type) for i, item in zip(chosen, items)]
 
 
 class RowCountMismatch(errors.QueueError):
@@ -55,6 +90,7 @@ Params = Any
 
 class Executor:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock) -> None:
+        self.names = Names(store, catalog)
         self._catalog = catalog
         self._mutator = mutator
         self._receiver = receiver
@@ -63,7 +99,19 @@ class Executor:
 
     # -- queries and DML ----------------------------------------------------------
 
-    async def run(self, statement: st.Statement, params: Params, use: Use) -> Result:
+    async def queue(self, ns: Scope, name: str) -> QueueDef:
+        """A queue by its (folded) Spanner name, in the namespace of a database (see admin.scope)."""
+        if ns.prefix:
+            queues.check_name(name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
+        try:
+            return await self._catalog.get(ns.prefix + name)
+        except errors.QueueNotFound:
+            if not ns.prefix:
+                raise
+            raise errors.QueueNotFound(f"queue {name!r} does not exist in this database; create it with "
+                                       "CREATE QUEUE (database.update_ddl)") from None
+
+    async def run(self, statement: st.Statement, params: Params, use: Use, ns: Scope = DEFAULT_SCOPE) -> Result:
         if isinstance(statement, (st.CreateQueue, st.DropQueue)):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
         if isinstance(statement, st.Receive):
@@ -71,33 +119,28 @@ class Executor:
                 "RECEIVE is a long-running streaming query: run it with ExecuteStreamingSql in a single-use "
                 "read-only transaction (database.snapshot().execute_sql(...))"
             )
-        queue = await self._catalog.get(statement.queue)
-        if isinstance(statement, st.Select):
-            return await self._select(queue, statement, params, use)
-        if isinstance(statement, st.RenewLease):
-            return await self._renew(queue, statement, params, use)
-        if use.read_only:
-            raise errors.InvalidArgument(
-                "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
-                "transaction), not in a read-only one"
-            )
-        if isinstance(statement, st.Insert):
-            return await self._insert(queue, statement, params, use)
-        return await self._delete(queue, statement, params, use)
+        queue = await self.queue(ns, statement.queue)
+        try:
+            if isinstance(statement, st.Select):
+                return await self._select(queue, statement, params, use)
+            if isinstance(statement, st.RenewLease):
+                return await self._renew(queue, statement, params, use)
+            if use.read_only:
+                raise errors.InvalidArgument(
+                    "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
+                    "transaction), not in a read-only one"
+                )
+            if isinstance(statement, st.Insert):
+                return await self._insert(queue, statement, params, use)
+            return await self._delete(queue, statement, params, use)
+        except errors.QueueError as exc:
+            await self.names.shown_in(exc, queue)
+            raise
 
     async def _select(self, queue: QueueDef, s: st.Select, params: Params, use: Use) -> Result:
-        available = [(c.name, c.type) for c in queue.key_columns] + [(PAYLOAD, queue.payload_type),
-                                                                      (DELIVER_TIME, ColumnType.TIMESTAMP)]
-        if s.columns is None:
-            chosen = list(range(len(available)))
-        else:
-            by_name = {_column_key(name): i for i, (name, _) in enumerate(available)}
-            chosen = []
-            for name in s.columns:
-                if _column_key(name) not in by_name:
-                    raise errors.InvalidArgument(f"queue {queue.name!r} has no column {name!r}; it has "
-                                                 f"{', '.join(n for n, _ in available)}")
-                chosen.append(by_name[_column_key(name)])
+        spelling = await self.names.of(queue)
+        available = message_columns(queue, spelling)
+        chosen, columns = project(available, s.columns, f"queue {spelling.queue!r}")
         key_types = {c.name: c.type for c in queue.key_columns}
         key_equals, bounds = [], []
         for cond in s.where:
@@ -133,12 +176,19 @@ class Executor:
             row = [values.encode(v, c.type) for v, c in zip(key, queue.key_columns)]
             row += [values.encode(payload, queue.payload_type), values.encode(deliver_time, ColumnType.TIMESTAMP)]
             rows.append([row[i] for i in chosen])
-        return Result([available[i] for i in chosen], rows)
+        return Result(columns, rows)
 
     async def _renew(self, queue: QueueDef, s: st.RenewLease, params: Params, use: Use) -> Result:
         # A token named twice gets one row, as spanq.renewlease_<q> answers: the result is a
         # table of leases, keyed by the old token (Spanner documents nothing on duplicates).
         tokens = list(dict.fromkeys(self._tokens(s.lease_tokens, params)))
+        spelling = await self.names.of(queue)
+        available = [Output(st.fold(n), spelling.system(n), t) for n, t in RENEW_COLUMNS]
+        chosen, columns = project(available, s.columns, "RENEWLEASE")
+        result = await self._renew_all(queue, tokens, use)
+        return Result(columns, [[row[i] for i in chosen] for row in result.rows])
+
+    async def _renew_all(self, queue: QueueDef, tokens: list[str], use: Use) -> Result:
         op = RenewOp(queue=queue, lease_tokens=tokens, lease_duration=queue.lease_duration)
 
         def rows_of(renewed: list[Any]) -> list[list[struct_pb2.Value]]:
@@ -178,19 +228,22 @@ class Executor:
         return Result(list(RENEW_COLUMNS), [list(row.list_value.values) for row in table.values])
 
     async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
+        spelling = await self.names.of(queue)
         key_names = [c.name for c in queue.key_columns]
         positions: dict[str, int] = {}
         for i, name in enumerate(s.columns):
             column = SYSTEM_COLUMNS.get(name, name)
             if column not in key_names and column not in ("payload", "deliver_time"):
-                raise errors.InvalidArgument(f"queue {queue.name!r} has no column {name!r}; a send names the key "
-                                             f"columns ({', '.join(key_names)}), Payload and optionally DeliverTime")
+                raise errors.InvalidArgument(f"queue {spelling.queue!r} has no column {name!r}; a send names the "
+                                             f"key columns ({', '.join(map(spelling.column, key_names))}), "
+                                             f"{spelling.column('payload')} and optionally DeliverTime")
             if column in positions:
                 raise errors.InvalidArgument(f"column {name!r} is named twice")
             positions[column] = i
         missing = [n for n in key_names + ["payload"] if n not in positions]
         if missing:
-            raise errors.InvalidArgument(f"INSERT INTO {queue.name} must give {', '.join(missing)}")
+            raise errors.InvalidArgument(f"INSERT INTO {spelling.queue} must give "
+                                         f"{', '.join(map(spelling.column, missing))}")
         messages = []
         for r, row in enumerate(s.rows):
             where = f"row {r}"
@@ -240,13 +293,57 @@ class Executor:
         results = await (await use.hold()).apply([op], check=check)
         return Result([], [], row_count=sum(1 for r in results[0] if r.acked))
 
+    # -- Read / StreamingRead ----------------------------------------------------------
+
+    async def read(self, request: Any, use: Use, ns: Scope) -> Result:
+        """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
+        all of them in key order, without leasing; as a SELECT of the same columns would."""
+        queue = await self.queue(ns, st.fold(request.table))
+        spelling = await self.names.of(queue)
+        if request.index:
+            raise errors.InvalidArgument(f"Read of queue {spelling.queue!r}: queues have no secondary index "
+                                         f"to read by ({request.index!r}); read by key")
+        if not request.columns:
+            raise errors.InvalidArgument("Read needs the columns to return")
+        if request.key_set.ranges:
+            raise errors.InvalidArgument(f"Read of queue {spelling.queue!r}: key ranges are not supported; give "
+                                         "keys, or all")
+        if request.limit < 0:
+            raise errors.InvalidArgument("Read's limit cannot be negative")
+        items = tuple(st.Item(st.fold(c)) for c in request.columns)
+        limit = st.Literal(request.limit) if request.limit else None
+        first_key = queue.key_columns[0].name
+        if request.key_set.all_:  # "all" in the proto; proto-plus names it all_
+            return await self._select(queue, st.Select(queue.name, items, order_by=first_key, limit=limit),
+                                      struct_pb2.Struct(), use)
+        result: Result | None = None
+        rows: list[list[struct_pb2.Value]] = []
+        for i, key in enumerate(request.key_set.keys):
+            if len(key.values) != len(queue.key_columns):
+                raise errors.InvalidArgument(
+                    f"key {i}: queue {spelling.queue!r} has {len(queue.key_columns)} key column(s) "
+                    f"({', '.join(spelling.column(c.name) for c in queue.key_columns)}), the key has "
+                    f"{len(key.values)} value(s)")
+            params = struct_pb2.Struct()
+            where = []
+            for j, (column, v) in enumerate(zip(queue.key_columns, key.values)):
+                params.fields[f"k{j}"].CopyFrom(v)
+                where.append(st.Condition(column.name, "=", st.Param(f"k{j}")))
+            result = await self._select(queue, st.Select(queue.name, items, tuple(where)), params, use)
+            rows += result.rows
+            if request.limit and len(rows) >= request.limit:
+                break
+        if result is None:  # no keys: no rows, and the columns still named
+            result = await self._select(queue, st.Select(queue.name, items, limit=st.Literal(0)),
+                                        struct_pb2.Struct(), use)
+        return Result(result.columns, rows[:request.limit or None])
+
     # -- RECEIVE --------------------------------------------------------------------
 
-    async def receive(self, s: st.Receive, params: Params) -> tuple[QueueDef, list[tuple[str, ColumnType]],
-                                                                    AsyncIterator[list[LeasedMessage]]]:
-        queue = await self._catalog.get(s.queue)
+    async def receive(self, s: st.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
+        queue = await self.queue(ns, s.queue)
         duration = DEFAULT_RECEIVE_DURATION
-        if "max_duration" in s.args:
+        if s.args.get("max_duration", st.Literal(None)) != st.Literal(None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
             duration = st.duration(text, "max_duration")
             if not timedelta(0) < duration <= MAX_STREAM_DURATION:
@@ -256,10 +353,59 @@ class Executor:
             batch = self._value(s.args["max_batch_size"], ColumnType.INT64, params, "max_batch_size")
             if not 1 <= batch <= MAX_BATCH:
                 raise errors.InvalidArgument(f"max_batch_size must be between 1 and {MAX_BATCH}")
-        columns = [(c.name, c.type) for c in queue.key_columns]
-        columns += [(PAYLOAD, queue.payload_type), (DELIVER_TIME, ColumnType.TIMESTAMP)] + RECEIVE_COLUMNS
+        if "priority" in s.args and s.args["priority"] != st.Literal(None):
+            self._priority(s.args["priority"], params)
+        spelling = await self.names.of(queue)
+        available = message_columns(queue, spelling)
+        available += [Output(st.fold(n), spelling.system(n), t) for n, t in RECEIVE_COLUMNS]
+        chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
+        keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
-        return queue, columns, stream
+        return ReceiveStream(queue, columns, chosen, keep, stream, self._store)
+
+    def _priority(self, expr: st.Expr, params: Params) -> str:
+        """Spanner's RECEIVE priority: accepted and checked; spanq delivers in deliver-time order whatever
+        it is (docs/spanner-compat.md)."""
+        if isinstance(expr, st.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+            return str(expr.value)
+        text = self._value(expr, ColumnType.STRING, params, "priority")
+        if text.lower() not in st.PRIORITIES:
+            raise errors.InvalidArgument(f"priority must be one of {', '.join(map(repr, st.PRIORITIES))} "
+                                         f"(in any case), got {text[:40]!r}")
+        return text.lower()
+
+    def _filter(self, queue: QueueDef, spelling: Spelling, where: tuple[st.Condition, ...],
+                params: Params) -> Callable[[LeasedMessage], bool] | None:
+        """RECEIVE's WHERE as a test of a leased message, its values resolved once (CURRENT_TIMESTAMP()
+        is the query's start, as in Spanner); None without a WHERE."""
+        if not where:
+            return None
+        key_at = {c.name: i for i, c in enumerate(queue.key_columns)}
+        key_types = {c.name: c.type for c in queue.key_columns}
+        tests: list[Callable[[LeasedMessage], bool]] = []
+        for cond in where:
+            column = SYSTEM_COLUMNS.get(cond.column, cond.column)
+            what = f"the condition on {cond.column!r}"
+            compare = COMPARE[cond.op]
+            if column in key_types:
+                wanted = self._value(cond.value, key_types[column], params, what)
+                at = key_at[column]
+                tests.append(lambda m, c=compare, w=wanted, i=at: bool(c(m.key[i], w)))  # type: ignore[misc]
+            elif column == "payload":
+                if queue.payload_type is ColumnType.JSON:
+                    raise errors.InvalidArgument(f"{what}: a JSON {spelling.column('payload')} cannot be compared "
+                                                 "in RECEIVE's WHERE")
+                wanted = self._value(cond.value, queue.payload_type, params, what)
+                tests.append(lambda m, c=compare, w=wanted: bool(c(m.payload, w)))  # type: ignore[misc]
+            elif column == "deliver_time":
+                at_time, offset = self._instant(cond.value, params, what)
+                instant = (at_time or self._clock.now() or datetime.now(timezone.utc)) + offset
+                tests.append(lambda m, c=compare, w=instant: bool(c(m.deliver_time, w)))  # type: ignore[misc]
+            else:
+                raise errors.InvalidArgument(
+                    f"{what}: RECEIVE's WHERE may name the key columns "
+                    f"({', '.join(map(spelling.column, key_types))}), {spelling.column('payload')} and DeliverTime")
+        return lambda m: all(test(m) for test in tests)
 
     @staticmethod
     def receive_row(queue: QueueDef, m: LeasedMessage) -> list[struct_pb2.Value]:
@@ -275,16 +421,24 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: st.Ddl) -> str | None:
-        """Applies one DDL statement; returns the queue it created, if any."""
+    async def ddl(self, statement: st.Ddl, database: str | None = None, ns: Scope = DEFAULT_SCOPE) -> str | None:
+        """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
+        created, if any."""
         if isinstance(statement, st.DropQueue):
             try:
-                await self._catalog.drop(statement.name)
+                await self.queue(ns, statement.name)
+                await self._catalog.drop(ns.prefix + statement.name)
             except errors.QueueNotFound:
                 if not statement.if_exists:
                     raise
             return None
         queue = queue_from_ddl(statement)
+        if ns.prefix:
+            queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
+            parent = queue.parent_table
+            if parent and await self._catalog.exists(ns.prefix + parent):  # a queue of this database, else a table
+                parent = ns.prefix + parent
+            queue = dataclasses.replace(queue, name=ns.prefix + queue.name, parent_table=parent)
         try:
             await self._catalog.create(queue)
         except errors.QueueAlreadyExists:
@@ -292,6 +446,7 @@ class Executor:
             if statement.if_not_exists and await self._catalog.exists(queue.name):
                 return None
             raise
+        await self.names.record(queue.name, database, Spelling.of_ddl(statement, ns.pg))
         return queue.name
 
     # -- values -----------------------------------------------------------------------
@@ -341,9 +496,45 @@ class Executor:
         return tokens
 
 
-def _column_key(name: str) -> str:
-    folded = st.fold(name)
-    return SYSTEM_COLUMNS.get(folded, folded)
+def message_columns(queue: QueueDef, spelling: Spelling) -> list[Output]:
+    """A queue's own columns: its key, Payload and DeliverTime."""
+    found = [Output(c.name, spelling.column(c.name), c.type) for c in queue.key_columns]
+    return found + [Output("payload", spelling.column("payload"), queue.payload_type),
+                    Output("delivertime", spelling.column("delivertime"), ColumnType.TIMESTAMP)]
+
+
+class ReceiveStream:
+    """RECEIVE's rows, batch by batch: filtered by its WHERE (a message that fails it is
+    given back at once, its attempt count as before) and projected onto its SELECT list."""
+
+    def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
+                 keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
+                 store: Store) -> None:
+        self.queue = queue
+        self.columns = columns
+        self._chosen = chosen
+        self._keep = keep
+        self._stream = stream
+        self._store = store
+
+    async def batches(self) -> AsyncIterator[list[list[struct_pb2.Value]]]:
+        try:
+            async for batch in self._stream:
+                kept = batch
+                if self._keep is not None:
+                    kept = [m for m in batch if self._keep(m)]
+                    others = [m for m in batch if not self._keep(m)]
+                    if others:
+                        await self._store.leases_return(self.queue, others)
+                    if not kept:
+                        await asyncio.sleep(FILTERED_PAUSE)
+                        continue
+                    # SpannerLastBatchMessage marks the last row sent of the batch.
+                    kept = [m._replace(last_batch_message=i == len(kept) - 1) for i, m in enumerate(kept)]
+                rows = [Executor.receive_row(self.queue, m) for m in kept]
+                yield [[row[i] for i in self._chosen] for row in rows]
+        finally:
+            await self._stream.aclose()  # type: ignore[attr-defined]
 
 
 def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
@@ -378,15 +569,36 @@ def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
     )
 
 
-def queue_ddl(queue: QueueDef) -> str:
-    """A queue's definition as GoogleSQL DDL (for GetDatabaseDdl)."""
+def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "") -> str:
+    """A queue's definition as DDL of its database's dialect (for GetDatabaseDdl), its names as declared."""
+    spelling = spelling or Spelling.folded(queue)
+    parent = queue.parent_table
+    if parent and ns and parent.startswith(ns):
+        parent = parent.removeprefix(ns)
+    if spelling.pg:
+        return _pg_queue_ddl(queue, spelling, parent)
     spelled = {ColumnType.INT64: "INT64", ColumnType.STRING: "STRING(MAX)", ColumnType.BYTES: "BYTES(MAX)",
                ColumnType.TIMESTAMP: "TIMESTAMP", ColumnType.BOOL: "BOOL", ColumnType.JSON: "JSON"}
-    columns = [f"  {c.name} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
-    columns.append(f"  Payload {spelled[queue.payload_type]} NOT NULL")
-    text = f"CREATE QUEUE {queue.name} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
-    text += ", ".join(c.name for c in queue.key_columns) + ")"
-    if queue.parent_table:
-        text += f",\n  INTERLEAVE IN PARENT {queue.parent_table} ON DELETE CASCADE"
+    columns = [f"  {spelling.column(c.name)} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
+    columns.append(f"  {spelling.column('payload')} {spelled[queue.payload_type]} NOT NULL")
+    text = f"CREATE QUEUE {spelling.queue} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
+    text += ", ".join(spelling.column(c.name) for c in queue.key_columns) + ")"
+    if parent:
+        text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE CASCADE"
     return text
 
+
+def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> str:
+    def name(text: str) -> str:  # PostgreSQL folds unquoted names: quote any other spelling
+        return text if text == st.fold(text) and text.isidentifier() else '"' + text.replace('"', '""') + '"'
+
+    spelled = {ColumnType.INT64: "bigint", ColumnType.STRING: "character varying", ColumnType.BYTES: "bytea",
+               ColumnType.TIMESTAMP: "timestamp with time zone", ColumnType.BOOL: "boolean",
+               ColumnType.JSON: "jsonb"}
+    columns = [f"  {name(spelling.column(c.name))} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
+    columns.append(f"  {name(spelling.column('payload'))} {spelled[queue.payload_type]} NOT NULL")
+    columns.append(f"  PRIMARY KEY({', '.join(name(spelling.column(c.name)) for c in queue.key_columns)})")
+    text = f"CREATE QUEUE {name(spelling.queue)} (\n" + ",\n".join(columns) + "\n)"
+    if parent:
+        text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE CASCADE"
+    return text

@@ -1,8 +1,9 @@
 """Resource names and sessions.
 
 Every ``projects/P/instances/I/databases/D`` reaches the one PostgreSQL
-database the server uses: the names are checked for form, never for
-existence, on the data plane. Sessions hold no state in spanq (transactions
+database the server uses, in the database's namespace (admin.scope): the
+names are checked for form, never for existence, on the data plane (a name
+no CreateDatabase made reaches the default namespace). Sessions hold no state in spanq (transactions
 are tracked by their own ids), so a session is just a name: any well-formed
 session name is accepted, which keeps clients working across server
 restarts and replicas. Multiplexed and regular sessions behave the same.

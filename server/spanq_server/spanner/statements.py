@@ -5,16 +5,19 @@ which the executor maps onto the domain.
 
 Understood (keywords in any case; names, backquoted or not, are folded to
 lower case by ``fold``, since spanq's queue and column names are lowercase
-identifiers):
+identifiers; CREATE QUEUE also keeps them as written, which results show):
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
     DROP QUEUE [IF EXISTS] q
-    SELECT * FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
-    SELECT * FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens)
+    SELECT * | <items> FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
+        [[AS] r] [WHERE c <op> <v> AND ...]
+    SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
     DELETE [FROM] q WHERE k1 = <v> AND ... [ASSERT_ROWS_MODIFIED 1]
     INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)]
-    SELECT * | c1, ... FROM q [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
+    SELECT * | <items> FROM q [[AS] r] [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
+
+<items> is ``[r.]c [[AS] alias], ...``.
 
 A value <v> is a literal (123, 'text', "text", b'bytes', TRUE, FALSE,
 TIMESTAMP '...'), a parameter (@name), CURRENT_TIMESTAMP(), or
@@ -30,7 +33,8 @@ from ..errors import InvalidArgument
 from ..model import ColumnType
 
 SUPPORTED = (
-    "CREATE QUEUE, DROP QUEUE, SELECT * FROM RECEIVE_<queue>(...), SELECT * FROM RENEWLEASE_<queue>(...), "
+    "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
+    "SELECT * | <columns> FROM RENEWLEASE_<queue>(...) [AS r], "
     "DELETE FROM <queue> WHERE <key> = ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...), "
     "SELECT ... FROM <queue> [WHERE ...] [ORDER BY ...] [LIMIT n]"
 )
@@ -76,6 +80,14 @@ class Condition:
     value: Expr
 
 
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One column of a SELECT list: the column (folded) and its ``AS`` name as written."""
+
+    column: str
+    alias: str | None = None
+
+
 # -- statements --------------------------------------------------------------
 
 
@@ -86,6 +98,9 @@ class CreateQueue:
     primary_key: tuple[str, ...]
     parent_table: str | None = None
     if_not_exists: bool = False
+    spelled: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    """(folded, as written) for the queue and each column: results and GetDatabaseDdl show
+    names as the DDL declared them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,12 +113,16 @@ class DropQueue:
 class Receive:
     queue: str
     args: dict[str, Expr]
+    columns: tuple[Item, ...] | None = None
+    """None: SELECT *."""
+    where: tuple[Condition, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
 class RenewLease:
     queue: str
     lease_tokens: Expr
+    columns: tuple[Item, ...] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +142,7 @@ class Insert:
 @dataclasses.dataclass(frozen=True)
 class Select:
     queue: str
-    columns: tuple[str, ...] | None
+    columns: tuple[Item, ...] | None
     """None: SELECT *."""
     where: tuple[Condition, ...] = ()
     order_by: str | None = None
@@ -137,6 +156,10 @@ Dml = Delete | Insert
 Statement = Ddl | Query | Dml
 
 RECEIVE_ARGS = ("max_duration", "max_batch_size", "priority")
+PG_RECEIVE_ARGS = ("max_batch_size", "priority", "max_duration")
+"""spanner.receive_<queue>'s arguments in order (Spanner's PostgreSQL dialect)."""
+PRIORITIES = ("low", "medium", "high")
+"""Spanner's RECEIVE priority values (accepted; see docs/spanner-compat.md)."""
 
 # -- tokens ------------------------------------------------------------------
 
@@ -152,6 +175,19 @@ _TOKEN = re.compile(
     """,
     re.X | re.S,
 )
+_PG_TOKEN = re.compile(
+    r"""
+    (?P<space>\s+|--[^\n]*|/\*.*?\*/)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<ident>"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<param>\$[1-9][0-9]{0,4})
+  | (?P<number>\d+)
+  | (?P<punct>=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-])
+    """,
+    re.X | re.S,
+)
+"""Spanner's PostgreSQL dialect: "..." is a name, '...' a string ('' is a quote, backslashes are
+plain), $1 a parameter (named p1 in the request), := names an argument as => does."""
 MAX_NUMBER_DIGITS = 19
 """Digits of the longest INT64 (its range is checked where the value meets its column)."""
 MAX_INTERVAL = timedelta(days=3_652_059)
@@ -177,9 +213,20 @@ class Token:
     kind: str
     text: str
     value: Any = None
+    shown: str | None = None
+    """A name as results show it, when not as written (PostgreSQL folds unquoted names)."""
 
     def is_word(self, *words: str) -> bool:
-        return self.kind == "ident" and not self.text.startswith("`") and self.value in words
+        return self.kind == "ident" and not self.text.startswith(("`", '"')) and self.value in words
+
+    @property
+    def spelled(self) -> str:
+        """An identifier as written (without quotes): the name results show."""
+        if self.shown is not None:
+            return self.shown
+        if self.text.startswith('"'):
+            return self.text[1:-1].replace('""', '"')
+        return self.text[1:-1] if self.text.startswith("`") else self.text
 
 
 def _unquote(text: str, raw: bool, as_bytes: bool = False) -> Any:
@@ -212,10 +259,11 @@ def _unquote(text: str, raw: bool, as_bytes: bool = False) -> Any:
         raise InvalidArgument(f"the string literal {text[:40]} is not valid UTF-8") from None
 
 
-def tokenize(text: str) -> list[Token]:
+def tokenize(text: str, pg: bool = False) -> list[Token]:
     tokens, pos = [], 0
+    pattern = _PG_TOKEN if pg else _TOKEN
     while pos < len(text):
-        match = _TOKEN.match(text, pos)
+        match = pattern.match(text, pos)
         if match is None:
             raise InvalidArgument(f"cannot read the statement at {text[pos:pos + 20]!r}; {_supported()}")
         pos = match.end()
@@ -223,7 +271,17 @@ def tokenize(text: str) -> list[Token]:
         raw = match.group()
         if kind == "space":
             continue
-        if kind == "string":
+        if pg and kind == "string":
+            tokens.append(Token("string", raw, raw[1:-1].replace("''", "'")))
+        elif pg and kind == "ident":
+            quoted = raw[0] == '"'
+            tokens.append(Token("ident", raw, fold(raw[1:-1].replace('""', '"') if quoted else raw),
+                                None if quoted else fold(raw)))
+        elif pg and kind == "param":
+            tokens.append(Token("param", raw, f"p{raw[1:]}"))
+        elif pg and raw == ":=":
+            tokens.append(Token("punct", raw, "=>"))
+        elif kind == "string":
             is_raw = raw[0] in "rR"
             tokens.append(Token("string", raw, _unquote(raw[1:] if is_raw else raw, is_raw)))
         elif kind == "bytes":
@@ -254,9 +312,10 @@ def _supported() -> str:
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, pg: bool = False) -> None:
         self.text = text
-        self.tokens = tokenize(text)
+        self.pg = pg
+        self.tokens = tokenize(text, pg)
         self.pos = 0
 
     # token helpers
@@ -298,9 +357,14 @@ class _Parser:
         return False
 
     def name(self, what: str) -> str:
+        return self.spelled_name(what)[0]
+
+    def spelled_name(self, what: str) -> tuple[str, str]:
+        """(folded, as written)."""
         if self.peek.kind != "ident":
             raise self.error(what)
-        return self.next().value
+        token = self.next()
+        return token.value, token.spelled
 
     def end(self) -> None:
         self.accept_punct(";")
@@ -335,23 +399,29 @@ class _Parser:
             self.word("not")
             self.word("exists")
             if_not_exists = True
-        name = self.name("a queue name")
+        name, spelled_name = self.spelled_name("a queue name")
+        spelled = [(name, spelled_name)]
         self.punct("(")
         columns: list[tuple[str, ColumnType]] = []
+        key: list[str] = []
         while not self.accept_punct(")"):
-            columns.append(self.column_definition())
+            if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
+                key = self.primary_key()
+            else:
+                spelled.append((self.peek.value, self.peek.spelled))
+                columns.append(self.column_definition())
+                if self.pg and self.accept_word("primary"):
+                    self.word("key")
+                    key.append(columns[-1][0])
             if not self.accept_punct(","):
                 self.punct(")")
                 break
-        self.word("primary")
-        self.word("key")
-        self.punct("(")
-        key = [self.key_part()]
-        while self.accept_punct(","):
-            key.append(self.key_part())
-        self.punct(")")
+        if not self.pg:
+            key = self.primary_key()
+        elif not key:
+            raise InvalidArgument(f"CREATE QUEUE {name}: a queue needs a PRIMARY KEY (...)")
         parent = None
-        while self.accept_punct(","):
+        while self.accept_punct(",") or self.peek.is_word("interleave", "options", "with", "row"):
             if self.accept_word("interleave"):
                 self.word("in")
                 self.word("parent")
@@ -362,17 +432,29 @@ class _Parser:
                         raise InvalidArgument("a queue interleaved in a parent is deleted with it: use ON DELETE "
                                               "CASCADE (spanq implements INTERLEAVE IN PARENT as a foreign key "
                                               "with ON DELETE CASCADE)")
-            elif self.accept_word("options"):
+            elif self.accept_word("options", "with"):
                 self.options()
             elif self.accept_word("row"):
                 raise InvalidArgument("row deletion policies (TTL) are not supported on spanq queues")
             else:
                 raise self.error("INTERLEAVE IN PARENT or OPTIONS")
         self.end()
-        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists)
+        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled))
+
+    def primary_key(self) -> list[str]:
+        self.word("primary")
+        self.word("key")
+        self.punct("(")
+        key = [self.key_part()]
+        while self.accept_punct(","):
+            key.append(self.key_part())
+        self.punct(")")
+        return key
 
     def column_definition(self) -> tuple[str, ColumnType]:
         name = self.name("a column name")
+        if self.pg:
+            return name, self.pg_type(name)
         type_name = self.name(f"the type of column {name!r}")
         length = None
         if self.accept_punct("("):
@@ -396,6 +478,52 @@ class _Parser:
         if self.accept_word("options"):
             self.options()
         return name, column_type
+
+    def pg_type(self, name: str) -> ColumnType:
+        """A column type of Spanner's PostgreSQL dialect, and its NOT NULL."""
+        type_name = self.name(f"the type of column {name!r}")
+        if type_name == "character":
+            self.word("varying")
+            type_name = "varchar"
+        if type_name == "timestamp":
+            self.word("with")
+            self.word("time")
+            self.word("zone")
+            type_name = "timestamptz"
+        types = {"bigint": ColumnType.INT64, "int8": ColumnType.INT64, "varchar": ColumnType.STRING,
+                 "text": ColumnType.STRING, "bytea": ColumnType.BYTES, "timestamptz": ColumnType.TIMESTAMP,
+                 "boolean": ColumnType.BOOL, "bool": ColumnType.BOOL, "jsonb": ColumnType.JSON}
+        if type_name not in types:
+            raise InvalidArgument(
+                f"column {name!r} has type {type_name}, which spanq queues do not support; key columns may be "
+                "bigint, varchar, text, bytea, timestamptz or boolean, and payload bytea, varchar, text or jsonb"
+            )
+        if type_name == "varchar" and self.accept_punct("("):
+            length = self.next()
+            if length.kind != "number":
+                raise self.error("a length")
+            self.punct(")")
+        if self.accept_word("not"):
+            self.word("null")
+        return types[type_name]
+
+    def pg_interval(self, base: "Now") -> "Now":
+        """PostgreSQL: CURRENT_TIMESTAMP [+|- INTERVAL '...'] ..."""
+        while self.peek.kind == "punct" and self.peek.value in "+-" and self.tokens[self.pos + 1].is_word("interval"):
+            sign = 1 if self.next().value == "+" else -1
+            self.word("interval")
+            text = self.next()
+            if text.kind != "string":
+                raise self.error("an interval like INTERVAL '1 hour'")
+            try:
+                total = base.offset + sign * pg_interval(text.value)
+            except OverflowError:
+                total = MAX_INTERVAL * 2
+            if abs(total) > MAX_INTERVAL:
+                raise InvalidArgument(f"INTERVAL {text.value[:40]!r} is out of range: CURRENT_TIMESTAMP may be "
+                                      f"shifted by at most {MAX_INTERVAL.days} days, Spanner's TIMESTAMP range")
+            base = Now(total)
+        return base
 
     def key_part(self) -> str:
         name = self.name("a primary-key column")
@@ -436,23 +564,40 @@ class _Parser:
 
     def select(self) -> Query:
         self.word("select")
-        columns: list[str] | None = None
+        items: list[tuple[str | None, Item]] | None = None
         if not self.accept_punct("*"):
-            columns = [self.name("* or a column name")]
+            items = [self.select_item()]
             while self.accept_punct(","):
-                columns.append(self.name("a column name"))
+                items.append(self.select_item())
         self.word("from")
         source = self.name("a queue or RECEIVE_<queue>(...) / RENEWLEASE_<queue>(...)")
-        if self.accept_punct("("):
-            if columns is not None:
-                raise InvalidArgument("select * from a table function: RECEIVE_ and RENEWLEASE_ return all "
-                                      "their columns")
-            return self.table_function(source)
-        where = self.conditions() if self.accept_word("where") else ()
+        if self.pg and source == "spanner" and self.accept_punct("."):
+            source = self.name("spanner.receive_<queue> or spanner.renewlease_<queue>")
+            if not self.peek.value == "(":
+                raise self.error("'(' after the function's name")
+        elif self.pg and self.peek.value == "(":
+            raise InvalidArgument(f"the queue functions are in schema spanner: spanner.{source}(...)")
+        function = self.accept_punct("(")
+        if function:
+            call = self.table_function(source)
+        names = {source}
+        if self.accept_word("as"):
+            names.add(self.name("an alias after AS"))
+        elif self.peek.kind == "ident" and not self.peek.is_word("where", "order", "limit"):
+            names.add(self.name("an alias"))
+        columns = None if items is None else tuple(self.unqualified(q, item, names) for q, item in items)
+        where = self.conditions(names) if self.accept_word("where") else ()
+        if function:
+            self.end()
+            if isinstance(call, Receive):
+                return Receive(call.queue, call.args, columns, where)
+            if where:
+                raise InvalidArgument("RENEWLEASE_ takes no WHERE: it renews every token it is given")
+            return RenewLease(call.queue, call.lease_tokens, columns)
         order_by, descending, limit = None, False, None
         if self.accept_word("order"):
             self.word("by")
-            order_by = self.name("a column to order by")
+            order_by = self.qualified_column("a column to order by", names)
             if self.accept_word("desc"):
                 descending = True
             else:
@@ -460,28 +605,66 @@ class _Parser:
         if self.accept_word("limit"):
             limit = self.value()
         self.end()
-        return Select(source, tuple(columns) if columns is not None else None, where, order_by, descending, limit)
+        return Select(source, columns, where, order_by, descending, limit)
 
-    def table_function(self, function: str) -> Query:
+    def select_item(self) -> tuple[str | None, Item]:
+        """``col``, ``t.col``, either ``[AS] alias``; the qualifier is checked once FROM is read."""
+        qualifier, column = None, self.name("* or a column name")
+        if self.accept_punct("."):
+            qualifier, column = column, self.name("a column name after '.'")
+        alias = None
+        if self.accept_word("as"):
+            alias = self.spelled_name("a column alias after AS")[1]
+        elif self.peek.kind == "ident" and not self.peek.is_word("from"):
+            alias = self.spelled_name("a column alias")[1]
+        return qualifier, Item(column, alias)
+
+    def unqualified(self, qualifier: str | None, item: Item, names: set[str]) -> Item:
+        if qualifier is not None and qualifier not in names:
+            raise InvalidArgument(f"{qualifier}.{item.column}: {qualifier!r} is not the FROM's name or alias "
+                                  f"({', '.join(sorted(names))})")
+        return item
+
+    def qualified_column(self, what: str, names: set[str]) -> str:
+        column = self.name(what)
+        if self.accept_punct("."):
+            if column not in names:
+                raise InvalidArgument(f"{column!r} is not the FROM's name or alias ({', '.join(sorted(names))})")
+            column = self.name("a column name after '.'")
+        return column
+
+    def table_function(self, function: str) -> Receive | RenewLease:
         if function.startswith("receive_"):
             queue = function.removeprefix("receive_")
             args: dict[str, Expr] = {}
+            position, named = 0, False
             while not self.accept_punct(")"):
+                if self.pg and not (self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>"):
+                    # PostgreSQL: by position too, spanner.receive_q(max_batch_size, priority, max_duration)
+                    if position >= len(PG_RECEIVE_ARGS) or named:
+                        raise InvalidArgument("spanner.receive_<queue> takes (max_batch_size, priority, "
+                                              "max_duration), by position before any named argument")
+                    args[PG_RECEIVE_ARGS[position]] = self.value()
+                    position += 1
+                    if not self.accept_punct(","):
+                        self.punct(")")
+                        break
+                    continue
                 if not (self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>"):
                     raise InvalidArgument(
                         "name RECEIVE's arguments: RECEIVE_q(max_duration => '20m', max_batch_size => 20)"
                     )
                 arg = self.name("an argument name")
+                named = True
                 self.punct("=>")
                 if arg not in RECEIVE_ARGS:
                     raise InvalidArgument(f"RECEIVE takes {', '.join(RECEIVE_ARGS)}; not {arg!r}")
-                if arg in args:
+                if arg in args or arg in PG_RECEIVE_ARGS[:position]:
                     raise InvalidArgument(f"RECEIVE argument {arg!r} is given twice")
                 args[arg] = self.value()
                 if not self.accept_punct(","):
                     self.punct(")")
                     break
-            self.end()
             return Receive(queue, args)
         if function.startswith("renewlease_"):
             queue = function.removeprefix("renewlease_")
@@ -492,7 +675,6 @@ class _Parser:
                 self.punct("=>")
             tokens = self.value()
             self.punct(")")
-            self.end()
             return RenewLease(queue, tokens)
         raise InvalidArgument(f"unknown table function {function.upper()}; spanq has RECEIVE_<queue> and "
                               "RENEWLEASE_<queue>")
@@ -502,7 +684,7 @@ class _Parser:
         self.accept_word("from")
         queue = self.name("a queue name")
         self.word("where")
-        where = self.conditions()
+        where = self.conditions({queue})
         assert_rows = None
         if self.accept_word("assert_rows_modified"):
             count = self.next()
@@ -542,18 +724,18 @@ class _Parser:
             raise InvalidArgument(f"a VALUES row has {len(values)} value(s) for {width} column(s)")
         return tuple(values)
 
-    def conditions(self) -> tuple[Condition, ...]:
-        found = [self.condition()]
+    def conditions(self, names: set[str] | None = None) -> tuple[Condition, ...]:
+        found = [self.condition(names or set())]
         while self.accept_word("and"):
-            found.append(self.condition())
+            found.append(self.condition(names or set()))
         if self.peek.is_word("or"):
             raise InvalidArgument("only conditions joined by AND are supported (column = value AND ...)")
         return tuple(found)
 
-    def condition(self) -> Condition:
-        column = self.name("a column name")
+    def condition(self, names: set[str]) -> Condition:
+        column = self.qualified_column("a column name", names)
         op = self.punct("=", "<", "<=", ">", ">=", "!=", "<>")
-        return Condition(column, op, self.value())
+        return Condition(column, "!=" if op == "<>" else op, self.value())
 
     def value(self) -> Expr:
         token = self.next()
@@ -578,12 +760,12 @@ class _Parser:
         if token.is_word("array"):
             if self.peek.kind == "punct" and self.peek.value == "[":
                 return self.value()
-        if token.is_word("timestamp") and self.peek.kind == "string":
+        if token.is_word("timestamp", "timestamptz") and self.peek.kind == "string":
             return TimestampLiteral(self.next().value)
-        if token.is_word("current_timestamp"):
+        if token.is_word("current_timestamp") or (self.pg and token.is_word("now") and self.peek.value == "("):
             if self.accept_punct("("):
                 self.punct(")")
-            return Now()
+            return self.pg_interval(Now()) if self.pg else Now()
         if token.is_word("timestamp_add", "timestamp_sub"):
             self.punct("(")
             base = self.value()
@@ -609,18 +791,35 @@ class _Parser:
                               f"{token.text or 'the end of the statement'!r} in: {self.text.strip()[:200]}")
 
 
-def parse(text: str) -> Statement:
-    """One statement, or INVALID_ARGUMENT saying what is understood."""
+def parse(text: str, pg: bool = False) -> Statement:
+    """One statement (of Spanner's PostgreSQL dialect with ``pg``), or INVALID_ARGUMENT saying
+    what is understood."""
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
-    return _Parser(text).statement()
+    return _Parser(text, pg).statement()
 
 
-def parse_ddl(text: str) -> Ddl:
-    statement = parse(text)
+def parse_ddl(text: str, pg: bool = False) -> Ddl:
+    statement = parse(text, pg)
     if not isinstance(statement, (CreateQueue, DropQueue)):
         raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE are DDL here, got {text.strip()[:80]!r}")
     return statement
+
+
+_PG_INTERVAL = re.compile(r"\s*(\d+)\s*(microsecond|millisecond|second|minute|hour|day)s?\s*", re.I)
+
+
+def pg_interval(text: str) -> timedelta:
+    """A PostgreSQL interval literal's text, '1 hour', '10 seconds', '1 hour 30 minutes'."""
+    total, pos = timedelta(0), 0
+    for match in _PG_INTERVAL.finditer(text):
+        if match.start() != pos:
+            break
+        total += timedelta(**{match.group(2).lower() + "s": int(match.group(1))})
+        pos = match.end()
+    if pos != len(text) or not text.strip():
+        raise InvalidArgument(f"INTERVAL {text[:40]!r}: give whole units, like INTERVAL '1 hour' or '30 seconds'")
+    return total
 
 
 def parse_database_name(create_statement: str) -> str:

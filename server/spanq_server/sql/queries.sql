@@ -635,3 +635,55 @@ SELECT count(*),
        count(*) FILTER (WHERE coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
                            OR EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns})))
 FROM {dead_letter_queue} AS d, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+
+-- spanner_names_put --
+-- Records how a Spanner DDL spelled a queue's names, and the database it was
+-- created through (spanner/names.py); a queue dropped meanwhile gets no row.
+INSERT INTO spanq.spanner_names (queue, database, spelled)
+SELECT name, %(database)s, %(spelled)s FROM spanq.queues WHERE name = %(queue)s
+ON CONFLICT (queue) DO UPDATE SET spelled = excluded.spelled, database = excluded.database
+
+-- spanner_names_get --
+-- How a Spanner DDL spelled a queue's names, if one created it.
+SELECT spelled FROM spanq.spanner_names WHERE queue = %(queue)s
+
+-- spanner_database_queues --
+-- The queues a Spanner database's DDL created, in name order.
+SELECT queue FROM spanq.spanner_names WHERE database = %(database)s ORDER BY queue
+
+-- spanner_instance_put --
+-- Records a Spanner instance; false when one of the name exists.
+INSERT INTO spanq.spanner_instances (name, instance) VALUES (%(name)s, %(record)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING true
+
+-- spanner_instance_get --
+SELECT instance FROM spanq.spanner_instances WHERE name = %(name)s
+
+-- spanner_instance_list --
+-- A project's instances in name order.
+SELECT instance FROM spanq.spanner_instances WHERE starts_with(name, %(prefix)s) ORDER BY name
+
+-- spanner_instance_delete --
+-- Forgets an instance and (by cascade) its databases.
+DELETE FROM spanq.spanner_instances WHERE name = %(name)s RETURNING true
+
+-- spanner_database_put --
+-- Records a Spanner database and gives it a namespace; no row when one of the name exists.
+INSERT INTO spanq.spanner_databases (name, instance, database) VALUES (%(name)s, %(instance)s, %(record)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING true
+
+-- spanner_database_namespace --
+-- The prefix of a Spanner database's queues, and its record (for its dialect).
+SELECT namespace, database FROM spanq.spanner_databases WHERE name = %(name)s
+
+-- spanner_database_get --
+SELECT database FROM spanq.spanner_databases WHERE name = %(name)s
+
+-- spanner_database_list --
+-- An instance's databases in name order.
+SELECT database FROM spanq.spanner_databases WHERE instance = %(instance)s ORDER BY name
+
+-- spanner_database_delete --
+DELETE FROM spanq.spanner_databases WHERE name = %(name)s RETURNING true

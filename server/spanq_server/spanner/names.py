@@ -1,0 +1,104 @@
+"""Names as a Spanner DDL declared them.
+
+spanq folds every name to lower case (``statements.fold``): that is how the
+catalog, ``spanq.v1`` and ``psql`` know a queue. Spanner looks names up
+case-insensitively too, but shows them as declared: a queue created with
+``Id INT64`` and ``Payload STRING(MAX)`` has result columns ``Id`` and
+``Payload``, and clients look them up so (Java's ``getLong("Id")``, Go's
+``ColumnByName("Id")`` are case-sensitive). The spelling of each queue made
+by ``CREATE QUEUE`` here is stored beside the catalog (the store's
+``spanner_names``) and read through a cache; a queue created another way
+shows its folded names, with Spanner's ``Payload`` and ``DeliverTime``.
+"""
+
+import dataclasses
+import re
+from datetime import datetime
+from typing import Any
+
+from .. import errors
+from ..model import QueueDef
+from ..queues import Catalog
+from ..store import Store
+from . import statements as st
+from .statements import fold
+
+STANDARD = {"payload": "Payload", "delivertime": "DeliverTime"}
+"""Spanner's spelling of a queue's own columns, when no DDL here declared them."""
+PG_STANDARD = {"payload": "payload", "delivertime": "deliver_time"}
+"""The same in Spanner's PostgreSQL dialect, whose system columns are snake_case."""
+SYSTEM = ("SpannerLeaseExpirationTimestamp", "SpannerLeaseToken", "SpannerLastBatchMessage", "SpannerOldLeaseToken",
+          "SpannerNewLeaseToken")
+PG_SYSTEM = {re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower(): fold(n) for n in SYSTEM} | {"deliver_time": "delivertime"}
+"""PostgreSQL's names of RECEIVE's and RENEWLEASE's columns -> GoogleSQL's (folded):
+spanner_lease_token -> spannerleasetoken."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spelling:
+    queue: str
+    columns: dict[str, str]
+    """Folded column name -> as declared."""
+    pg: bool = False
+    """Declared in Spanner's PostgreSQL dialect: its results name the system columns so."""
+
+    def column(self, name: str) -> str:
+        return self.columns.get(name) or (PG_STANDARD if self.pg else STANDARD).get(name, name)
+
+    def system(self, name: str) -> str:
+        """RECEIVE's and RENEWLEASE's own columns (given in GoogleSQL's spelling) in this dialect."""
+        if not self.pg:
+            return name
+        return next(pg for pg, folded in PG_SYSTEM.items() if folded == fold(name))
+
+    @staticmethod
+    def folded(queue: QueueDef) -> "Spelling":
+        return Spelling(queue.name, {})
+
+    @staticmethod
+    def of_ddl(statement: st.CreateQueue, pg: bool = False) -> "Spelling":
+        spelled = dict(statement.spelled)
+        columns = {name: spelled.get(name, name) for name, _ in statement.columns}
+        return Spelling(spelled.get(statement.name, statement.name), columns, pg)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "columns": self.columns, "pg": self.pg}
+
+
+class Names:
+    """The declared spellings, cached per queue (by name and creation time, so a queue
+    dropped and created anew elsewhere is never shown with its predecessor's names)."""
+
+    def __init__(self, store: Store, catalog: Catalog) -> None:
+        self._store = store
+        self._cache: dict[str, tuple[datetime | None, Spelling]] = {}
+        catalog.on_gone(self.forget)
+
+    def forget(self, queue: str) -> None:
+        self._cache.pop(queue, None)
+
+    async def of(self, queue: QueueDef) -> Spelling:
+        cached = self._cache.get(queue.name)
+        if cached is not None and cached[0] == queue.create_time:
+            return cached[1]
+        found = await self._store.spanner_names_get(queue.name)
+        spelling = Spelling.folded(queue)
+        if found:
+            spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}),
+                                bool(found.get("pg")))
+            if not queue.name.endswith(st.fold(spelling.queue)):  # never show another queue's name
+                spelling = Spelling(queue.name, spelling.columns, spelling.pg)
+        self._cache[queue.name] = (queue.create_time, spelling)
+        return spelling
+
+    async def shown_in(self, error: errors.QueueError, queue: QueueDef) -> None:
+        """Rewrites the domain's name of the queue in an error (``'d1_myqueue'``, its table) to the
+        name its DDL declared (``'MyQueue'``)."""
+        shown = repr((await self.of(queue)).queue)
+        if repr(queue.name) != shown and repr(queue.name) in error.message:
+            error.args = (error.message.replace(repr(queue.name), shown),)
+
+    async def record(self, queue: str, database: str | None, spelling: Spelling) -> None:
+        """Records the spelling of a queue just created, and the Spanner database that created it."""
+        self.forget(queue)
+        await self._store.spanner_names_put(queue, database, spelling.as_json())
