@@ -361,9 +361,9 @@ async def test_json_no_client_could_receive_is_refused_on_insert_and_send(  # ty
         for write in (insert, send):
             with pytest.raises(exceptions.InvalidArgument, match="double's range|nested more than 30|nests at most 80"):
                 await asyncio.to_thread(write, payload)
-    assert sql.execute("SELECT count(*) FROM docs").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM d1_docs").fetchone() == (0,)
     await asyncio.to_thread(insert, '{"n": 1}')
-    assert sql.execute("SELECT payload FROM docs").fetchall() == [({"n": 1},)]
+    assert sql.execute("SELECT payload FROM d1_docs").fetchall() == [({"n": 1},)]
 
 
 async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
