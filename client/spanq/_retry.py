@@ -15,7 +15,8 @@ from typing import TypeVar
 
 import grpc
 
-from ._errors import UNKNOWN_COMMIT, CommitOutcomeUnknown, SpanqError, from_rpc_error
+from ._connect import CONNECT_TIMEOUT
+from ._errors import UNKNOWN_COMMIT, CommitOutcomeUnknown, SpanqError, Unavailable, from_rpc_error
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,18 @@ def _outcome_unknown(error: SpanqError) -> bool:
     return error.code == grpc.StatusCode.UNAVAILABLE and error.reason not in _SAFE_UNAVAILABLE_REASONS
 
 
+def _unknown(what: str, request_id: str | None, attempts: int, since: float, error: SpanqError) -> CommitOutcomeUnknown:
+    return CommitOutcomeUnknown(
+        f"{what}: the outcome of request {request_id} is unknown after {attempts} attempt(s) in "
+        f"{time.monotonic() - since:.1f}s (last: {error.code.name if error.code else '?'} {error.message}); "
+        "replay it with the same request_id to learn whether it committed",
+        request_id=request_id or "",
+        code=error.code,
+        reason=error.reason,
+        metadata=error.metadata,
+    )
+
+
 def _retryable(error: SpanqError) -> bool:
     return error.reason == UNKNOWN_COMMIT or error.code in _RETRYABLE_CODES
 
@@ -112,7 +125,8 @@ async def call(
     With a request_id the call is a mutation: every attempt must carry that same request_id, and an
     outcome that stays unknown raises CommitOutcomeUnknown instead of the last error.
     """
-    give_up_at = time.monotonic() + policy.deadline
+    started = time.monotonic()
+    give_up_at = started + policy.deadline
     backoffs = policy.backoffs()
     unknown = False
     attempts = 0
@@ -124,6 +138,14 @@ async def call(
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             cause: BaseException = exc
+        except Unavailable as exc:
+            if exc.reason != CONNECT_TIMEOUT:
+                raise
+            # Not sent, so no new unknown; the wait for the connection already took connect_timeout.
+            error, cause = exc, exc
+            if unknown:
+                raise _unknown(what, request_id, attempts, started, error) from cause
+            raise
         if request_id is not None and _outcome_unknown(error):
             unknown = True
         if not _retryable(error):
@@ -131,15 +153,7 @@ async def call(
         wait = next(backoffs)
         if time.monotonic() + wait >= give_up_at:
             if unknown:
-                raise CommitOutcomeUnknown(
-                    f"{what}: the outcome of request {request_id} is unknown after {attempts} attempt(s) in "
-                    f"{policy.deadline:g}s (last: {error.code.name if error.code else '?'} {error.message}); "
-                    "replay it with the same request_id to learn whether it committed",
-                    request_id=request_id or "",
-                    code=error.code,
-                    reason=error.reason,
-                    metadata=error.metadata,
-                ) from cause
+                raise _unknown(what, request_id, attempts, started, error) from cause
             raise error from cause
         logger.debug("%s: %s (%s), retrying in %.3fs%s", what, error.code, error.message, wait,
                      f" with request_id {request_id}" if request_id else "")

@@ -36,7 +36,8 @@ import grpc
 
 from . import _codec, _requests, _retry
 from ._dispatcher import Dispatcher, Request
-from ._errors import Closed, LeaseLost, SpanqError, from_rpc_error
+from ._connect import CONNECT_TIMEOUT
+from ._errors import Closed, LeaseLost, SpanqError, Unavailable, from_rpc_error
 from ._leaser import Leaser
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2
@@ -59,6 +60,10 @@ NARROW_STREAM_DURATION = timedelta(seconds=1)
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+class _Stopped(Exception):
+    """The subscription stopped while it was connecting (nothing was in flight)."""
 
 
 class _Skipped(Exception):
@@ -123,6 +128,8 @@ class Subscriber:
         self._stream_delivered = 0  # messages the current stream delivered
         self._stream_silent = 0  # of those, released after spanq.sql acked them: the server was not told
         self._error: BaseException | None = None
+        self._connecting: asyncio.Task[None] | None = None  # cancelled by stop: nothing is in flight then
+        self._connect_failures = 0
         self.task = self._loop.create_task(self._run(), name=f"spanq-subscriber-{queue}")
 
     # -- lifecycle --------------------------------------------------------------
@@ -135,6 +142,8 @@ class Subscriber:
         self._stopping = True
         self._restart.set()
         self._room.set()
+        if self._connecting is not None:
+            self._connecting.cancel()
 
     @property
     def error(self) -> BaseException | None:
@@ -142,7 +151,17 @@ class Subscriber:
 
     async def _run(self) -> None:
         try:
-            self._schema = await self._client._schema(self.queue)
+            while self._schema is None:
+                if not await self._until_connected():
+                    return
+                try:
+                    self._schema = await self._connect_step(self._client._schema(self.queue))
+                except _Stopped:
+                    return
+                except Unavailable as exc:
+                    if exc.reason != CONNECT_TIMEOUT:
+                        raise
+                    self._cannot_connect(exc)  # lost again in between: wait for it again
             lease = self._lease_option or self._schema.lease_duration or DEFAULT_LEASE
             self._lease = lease
             extension = self._fc.max_lease_extension or lease
@@ -196,6 +215,46 @@ class Subscriber:
         if self._own_executor and self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
+    # -- connecting -------------------------------------------------------------
+
+    async def _connect_step(self, step: Awaitable[Any]) -> Any:
+        """Runs ``step`` as a task that stop() cancels; then raises _Stopped."""
+        self._connecting = task = self._loop.create_task(_awaited(step), name=f"spanq-connect-{self.queue}")
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and self._stopping and not (current and current.cancelling()):
+                raise _Stopped from None
+            raise
+        finally:
+            self._connecting = None
+
+    async def _until_connected(self) -> bool:
+        """Waits until the channel is connected, trying for connect_timeout each time, with a WARNING for
+        every failed attempt and one when it connects after them; False if the subscription stops first."""
+        backoffs = RECONNECT_BACKOFF.backoffs()
+        while not self._stopping:
+            try:
+                await self._connect_step(self._client._connected())
+            except _Stopped:
+                return False
+            except Unavailable as exc:
+                self._cannot_connect(exc)
+                await self._sleep(next(backoffs))
+                continue
+            if self._connect_failures:
+                logger.warning("%s: connected to %s again after %d failed attempt(s)",
+                               self.queue, self._client.target, self._connect_failures)
+                self._connect_failures = 0
+            return True
+        return False
+
+    def _cannot_connect(self, exc: Unavailable) -> None:
+        self._connect_failures += 1
+        logger.warning("%s: cannot connect to %s (attempt %d): %s", self.queue, self._client.target,
+                       self._connect_failures, exc.message)
+
     # -- receiving --------------------------------------------------------------
 
     def _load(self) -> float:
@@ -210,7 +269,7 @@ class Subscriber:
             while not self._stopping and (self._paused or len(self._in_hand) >= self._fc.max_messages):
                 self._room.clear()
                 await self._room.wait()
-            if self._stopping:
+            if self._stopping or not await self._until_connected():
                 return
             window = self._fc.max_messages - len(self._in_hand)
             duration = self._stream_duration

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from . import _codec, _requests, _retry, _slots
+from . import _codec, _connect, _requests, _retry, _slots
 from ._publisher import Publisher
 from ._errors import Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
@@ -46,7 +46,10 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
 class Client:
     """An asyncio spanq client: queue admin, send, ack, renew, nack, commit, receive and subscribe.
 
-    ``target`` is ``host:port``. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
+    ``target`` is ``host:port`` (or a gRPC target such as ``unix:/path``); one that cannot name a server
+    (``http://...``, a bad port) raises InvalidArgument at once. A call waits at most ``connect_timeout``
+    seconds for the channel to connect, then fails with Unavailable naming the target (nothing was sent, so
+    nothing committed); the retry policy's ``deadline`` bounds the rest. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
     given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
@@ -66,10 +69,14 @@ class Client:
         max_concurrent_calls: int = _slots.DEFAULT_MAX_CONCURRENT_CALLS,
         batch_settings: BatchSettings = BatchSettings(),
         publish_flow_control: PublishFlowControl = PublishFlowControl(),
+        connect_timeout: float = _connect.DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         if max_concurrent_calls < 1:
             raise ValueError(f"max_concurrent_calls must be at least 1, not {max_concurrent_calls}")
-        self.target = target
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be more than 0 seconds, not {connect_timeout!r}")
+        self.target = _connect.check_target(target)
+        self.connect_timeout = connect_timeout
         self._max_calls = max_concurrent_calls
         self._batch_settings = batch_settings
         self._publish_flow_control = publish_flow_control
@@ -102,8 +109,15 @@ class Client:
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
-            self._stub_ = _slots.bound(stub, self._max_calls)
+            self._stub_ = _slots.bound(stub, self._max_calls, self._connected)
         return self._stub_
+
+    async def _connected(self) -> None:
+        """Returns once the channel is connected; Unavailable (reason CONNECT_TIMEOUT) after
+        ``connect_timeout``."""
+        self._stub()
+        assert self._channel is not None
+        await _connect.wait_connected(self._channel, self.target, self.connect_timeout)
 
     async def aclose(self, timeout: float | None = None) -> None:
         """Shuts subscriptions down gracefully, sends what was published (``flush``), waits for pending
@@ -345,6 +359,7 @@ class Client:
         request = queue_pb2.ReceiveRequest(queue=queue, max_batch_size=max_messages, max_outstanding=max_messages)
         if lease_duration is not None:
             request.lease_duration.CopyFrom(_codec.duration(lease_duration))
+        await self._connected()
         call = self._stub().Receive(request, metadata=self._metadata)
         got: list[Message] = []
         try:
