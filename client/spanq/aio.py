@@ -18,7 +18,7 @@ import grpc
 
 from . import _codec, _connect, _requests, _retry, _slots
 from ._publisher import Publisher
-from ._errors import Closed, NotFound, SpanqError, from_rpc_error
+from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from ._requests import AckTarget, LeaseTarget
@@ -41,6 +41,22 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.max_receive_message_length": 64 * 1024 * 1024,
 }
 """Channel options the client sets unless ``options`` overrides them."""
+
+
+_DEFINING_FIELDS = ("key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff",
+                    "max_backoff", "max_delivery_attempts", "dead_letter_queue")
+
+
+def _same_definition(wanted: Queue, existing: Queue, error: AlreadyExists) -> None:
+    """For ``create_queue(exist_ok=True)``: AlreadyExists naming the fields where the stored queue differs."""
+    differ = [f"{field} is {getattr(existing, field)!r}, not {getattr(wanted, field)!r}"
+              for field in _DEFINING_FIELDS
+              if getattr(wanted, field) not in (None, ()) and getattr(wanted, field) != getattr(existing, field)]
+    if differ:
+        raise AlreadyExists(
+            f"queue {wanted.name!r} exists with another definition ({'; '.join(differ)}); drop it, or create it "
+            "under another name", code=error.code, reason=error.reason, metadata=error.metadata,
+        ) from error
 
 
 class Client:
@@ -163,11 +179,14 @@ class Client:
         parent_table: str | None = None,
         max_delivery_attempts: int | None = None,
         dead_letter_queue: str | None = None,
+        exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
 
         Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
-        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken.
+        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken, unless
+        ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
+        a field left out, or None, matches anything).
         """
         if isinstance(queue, str):
             queue = Queue(
@@ -197,7 +216,17 @@ class Client:
                     return None  # probably our own earlier attempt: check below
                 raise
 
-        created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}")
+        try:
+            created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}")
+        except AlreadyExists as exc:
+            if not exist_ok:
+                raise
+            try:
+                existing = await self.get_queue(queue.name)
+            except NotFound:
+                raise exc from None  # the name is another table's, not a queue's
+            _same_definition(queue, existing, exc)
+            return existing
         if created is None:
             return await self.get_queue(queue.name)
         result = _codec.queue_from_proto(created)
