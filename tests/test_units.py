@@ -81,3 +81,15 @@ def test_the_server_type_checks(tmp_path):
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path), "-p", "spanq_server"],
                             cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_serve_flag_has_help_and_its_default(capsys):
+    from spanq_server import cli
+
+    with pytest.raises(SystemExit):
+        cli.parse_config(["serve", "--help"], {})
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, default in [("--max-queues", "100"), ("--max-streams-per-queue", "1000"),
+                          ("--max-payload-bytes", "1048576"), ("--poll-interval", "5"), ("--log-level", "INFO")]:
+        after = text.split(f"{flag} {flag[2:].upper().replace('-', '_')} ", 1)[1].split(" --", 1)[0]
+        assert f"(default {default})" in after or f"default {default})" in after, (flag, after)
