@@ -125,3 +125,34 @@ def test_leaving_a_subscription_and_a_client_to_a_down_server_is_prompt(caplog):
     started = time.monotonic()
     client.close()
     assert time.monotonic() - started < 1
+
+
+async def test_a_subscribers_ack_waits_out_an_outage_longer_than_connect_timeout(server_config, clock, sql, caplog):
+    caplog.set_level(logging.DEBUG, logger="spanq._retry")
+    target = f"127.0.0.1:{free_port()}"
+    config = dataclasses.replace(server_config, listen=target)
+    first = await start(config, clock=clock)
+    release = asyncio.Event()
+    async with spanq.aio.Client(target, connect_timeout=0.3) as client:
+        await client.create_queue("jobs", payload_type="STRING", lease_duration=60)
+        await client.send("jobs", "hello")
+
+        async def handle(message: spanq.Message) -> None:
+            await release.wait()  # returning acks it: once the server is gone
+
+        subscription = client.subscribe("jobs", handle)
+        try:
+            await eventually(lambda: subscription.in_hand == 1)
+            await first.stop(0)
+            release.set()
+            await eventually(lambda: any("ack on jobs" in r.getMessage() and "cannot connect" in r.getMessage()
+                                         for r in caplog.records))
+            second = await start(config, clock=clock)
+            try:
+                await eventually(lambda: sql.execute("SELECT count(*) FROM jobs").fetchone() == (0,))
+            finally:
+                subscription.cancel()
+                await subscription.result()
+                await second.stop(0)
+        finally:
+            await first.stop(0)

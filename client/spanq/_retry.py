@@ -26,8 +26,8 @@ _RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
 """Retried on every call; a mutation replays its request_id. (UNKNOWN is retried only with reason
 UNKNOWN_COMMIT: a bare UNKNOWN is a server bug, not an unknown outcome.)"""
 
-_SAFE_UNAVAILABLE_REASONS = frozenset({"DATABASE_UNAVAILABLE"})
-"""UNAVAILABLE reasons by which the server says nothing was committed. Any other UNAVAILABLE (a dropped
+_SAFE_UNAVAILABLE_REASONS = frozenset({"DATABASE_UNAVAILABLE", CONNECT_TIMEOUT})
+"""UNAVAILABLE reasons by which the server (or the SDK: the call was never sent) says nothing was committed. Any other UNAVAILABLE (a dropped
 connection, a stopping server) may have come after the commit, so it leaves the outcome unknown."""
 
 STREAM_RETRYABLE_CODES = (
@@ -119,11 +119,14 @@ async def call(
     *,
     what: str,
     request_id: str | None = None,
+    patient: bool = False,
 ) -> R:
     """Runs ``attempt(timeout)`` until it succeeds, fails for good, or the deadline passes.
 
     With a request_id the call is a mutation: every attempt must carry that same request_id, and an
-    outcome that stays unknown raises CommitOutcomeUnknown instead of the last error.
+    outcome that stays unknown raises CommitOutcomeUnknown instead of the last error. An attempt that could
+    not connect within connect_timeout ends the call, unless ``patient`` (a subscriber's own acks and
+    renewals): then it is retried like UNAVAILABLE, within the deadline.
     """
     started = time.monotonic()
     give_up_at = started + policy.deadline
@@ -141,11 +144,11 @@ async def call(
         except Unavailable as exc:
             if exc.reason != CONNECT_TIMEOUT:
                 raise
-            # Not sent, so no new unknown; the wait for the connection already took connect_timeout.
-            error, cause = exc, exc
-            if unknown:
-                raise _unknown(what, request_id, attempts, started, error) from cause
-            raise
+            error, cause = exc, exc  # not sent, so it leaves no outcome unknown
+            if not patient:
+                if unknown:
+                    raise _unknown(what, request_id, attempts, started, error) from cause
+                raise
         if request_id is not None and _outcome_unknown(error):
             unknown = True
         if not _retryable(error):

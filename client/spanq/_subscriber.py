@@ -544,7 +544,8 @@ class Subscriber:
     async def _ack_rpc(self, messages: Sequence[Message]) -> list[bool]:
         assert self._schema is not None
         request = _requests.ack_request(self._schema, messages, ignore_not_found=True)
-        response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}")
+        # Patient: an ack that waits out an outage saves a redelivery (the subscriber never gives up either).
+        response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}", patient=True)
         return _requests.ack_results(response)
 
     async def _renew_rpc(self, messages: Sequence[Message], duration: timedelta) -> list[RenewedLease]:
@@ -553,7 +554,8 @@ class Subscriber:
         policy = _retry.Retry(deadline=max(1.0, 0.5 * self._lease.total_seconds())) if duration else None
         for chunk in _requests.chunks(list(messages)):
             request = _requests.renew_request(self.queue, chunk, duration)
-            response = await self._client._mutate("RenewLease", request, what=f"renew on {self.queue}", policy=policy)
+            response = await self._client._mutate("RenewLease", request, what=f"renew on {self.queue}",
+                                                  policy=policy, patient=True)
             out.extend(_requests.renew_results(response))
         return out
 

@@ -560,15 +560,17 @@ class Client:
             raise
 
     async def _mutate(
-        self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None
+        self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None,
+        patient: bool = False,
     ) -> Any:
-        """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
+        """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy
+        (``patient``: through connect timeouts too, see _retry.call)."""
         method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
         request.request_id = request_id or _requests.new_request_id()
         try:
             return await _retry.call(
                 lambda timeout: method(request, timeout=timeout, metadata=self._metadata),
-                policy or self._retry, what=what, request_id=request.request_id,
+                policy or self._retry, what=what, request_id=request.request_id, patient=patient,
             )
         except SpanqError:
             if self._closed:
