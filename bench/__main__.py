@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--only 1,3] [--plots DIR] [--json PATH] [--in-process]``"""
+"""``python -m bench [--quick] [--only 1,3] [--workers 1,2] [--plots DIR] [--json PATH] [--in-process]``"""
 
 import argparse
 import asyncio
@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from . import env
-from .cells import CELLS, FULL, QUICK, Context, Row
+from .cells import CELLS, FULL, OWN_SERVER, QUICK, Context, Row
 
 
 def fmt(value: float, unit: str) -> str:
@@ -57,9 +57,18 @@ def table(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+async def run_cell(key: str, ctx: Context) -> list[Row]:
+    t0 = time.monotonic()
+    print(f"cell {key}: {CELLS[key].__name__.removeprefix('cell_')}", flush=True)
+    rows = await CELLS[key](ctx)
+    print(f"  ({time.monotonic() - t0:.1f}s)", flush=True)
+    return rows
+
+
 async def run(args: argparse.Namespace) -> int:
     sizes = QUICK if args.quick else FULL
     only = [c.strip() for c in args.only.split(",")] if args.only else list(CELLS)
+    workers = tuple(int(n) for n in args.workers.split(","))
     started = time.monotonic()
     print(f"spanq bench ({'quick' if args.quick else 'full'}): cells {', '.join(only)}", flush=True)
     server_url = env.pg_server_url()
@@ -72,19 +81,14 @@ async def run(args: argparse.Namespace) -> int:
 
         async with env.spanq_server(db_url, in_process=args.in_process) as server:
             ctx = Context(target=server.target, db_url=db_url, sizes=sizes, server=server,
-                          in_process=args.in_process, log=lambda s: print(s, flush=True))
+                          in_process=args.in_process, log=lambda s: print(s, flush=True), workers=workers)
             for key, cell in CELLS.items():
-                if key not in only or key == "7":
+                if key not in only or key in OWN_SERVER:
                     continue
-                t0 = time.monotonic()
-                print(f"cell {key}: {cell.__name__.removeprefix('cell_')}", flush=True)
-                rows += await cell(ctx)
-                print(f"  ({time.monotonic() - t0:.1f}s)", flush=True)
-        if "7" in only:
-            t0 = time.monotonic()
-            print("cell 7: fanin", flush=True)
-            rows += await CELLS["7"](ctx)
-            print(f"  ({time.monotonic() - t0:.1f}s)", flush=True)
+                rows += await run_cell(key, ctx)
+        for key in OWN_SERVER:
+            if key in only:
+                rows += await run_cell(key, ctx)
     elapsed = time.monotonic() - started
     rows.sort(key=lambda r: r.cell.split()[0])
     print()
@@ -112,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="where to write the results (default .spanq/bench/results-<mode>.json)")
     parser.add_argument("--plots", metavar="DIR", help="also write bench-latency.png and bench-depth.png there "
                                                        "(needs matplotlib)")
+    parser.add_argument("--workers", default="1,2", help="the spanq serve --workers counts cell 9 runs each "
+                                                          "workload against, comma-separated (default 1,2)")
     parser.add_argument("--in-process", action="store_true",
                         help="run the server in the bench's event loop (debugging; figures are not comparable)")
     args = parser.parse_args(argv)

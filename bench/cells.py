@@ -3,6 +3,7 @@ next to the same workload in plain SQL, each a median of several runs, spanq
 and baseline runs interleaved so that a noisy neighbour hurts both alike."""
 
 import asyncio
+import contextlib
 import dataclasses
 import math
 from collections.abc import Awaitable, Callable
@@ -98,6 +99,8 @@ class Context:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Data for the plots and docs: percentiles, depth curves."""
     log: Callable[[str], None] = print
+    workers: tuple[int, ...] = (1, 2)
+    """The --workers counts cell 9 compares."""
 
     def queues(self, name: str) -> tuple[SpanqQueue, SqlQueue]:
         return SpanqQueue(self.target, self.db_url, f"bq_{name}"), SqlQueue(self.db_url, f"bt_{name}")
@@ -516,6 +519,90 @@ async def cell_notify(ctx: Context) -> list[Row]:
     return rows
 
 
+# -- 9. --workers N ----------------------------------------------------------------------
+
+WORKERS_APP_NAME = "spanq-server-workers"
+WORKERS_TARGET = 1.4
+"""Issue 11: 1 message per call, 4 producers, --workers 2 blocking sends >= 1.4x --workers 1."""
+
+
+async def cell_workers(ctx: Context) -> list[Row]:
+    """Cells 1-3's core workloads against a server of its own for each --workers N
+    (ctx.workers), all started at once and their runs interleaved with the plain-SQL
+    baseline's, so that a noisy neighbour hurts every column alike."""
+    s = ctx.sizes
+    if ctx.in_process:
+        return [Row("9 workers", "skipped: --in-process has one process", "msgs/s", Figure())]
+    counts = ctx.workers
+    async with contextlib.AsyncExitStack() as stack:
+        servers = {n: await stack.enter_async_context(env.spanq_server(
+            ctx.db_url, log_name=f"server-workers-{n}.log", app_name=WORKERS_APP_NAME, workers=n)) for n in counts}
+        queues = {n: SpanqQueue(servers[n].target, ctx.db_url, f"bq_workers{n}") for n in counts}
+        sql = SqlQueue(ctx.db_url, "bt_workers")
+        for q in queues.values():
+            await q.create()
+        await sql.create()
+        sends = {n: Figure() for n in counts}
+        drains = {n: Figure() for n in counts}
+        latencies: dict[int, list[list[float]]] = {n: [] for n in counts}
+        cpu = {n: 0.0 for n in counts}
+        base_send, base_drain, base_latency = Figure(), Figure(), []
+        try:
+            for _ in range(s.runs):
+                for n in counts:
+                    await queues[n].truncate()
+                    sends[n].add(await queues[n].send_throughput(4, 1, s.send_seconds))
+                await sql.truncate()
+                base_send.add(await sql.send_throughput(4, 1, s.send_seconds))
+            for _ in range(s.drain_runs):
+                for n in counts:
+                    await queues[n].truncate()
+                    await queues[n].preload(s.drain_n)
+                    await queues[n].vacuum()
+                    drains[n].add(await queues[n].drain(s.drain_n, 4))
+                await sql.truncate()
+                await sql.preload(s.drain_n)
+                await sql.vacuum()
+                base_drain.add(await sql.drain(s.drain_n, 4))
+            await sql.set_notify(True)
+            for _ in range(s.latency_runs):
+                for n in counts:
+                    await queues[n].truncate()
+                    cpu0 = servers[n].cpu_seconds()
+                    latencies[n].append((await queues[n].latency(s.latency_rate, s.latency_seconds))[0])
+                    cpu[n] += servers[n].cpu_seconds() - cpu0
+                await sql.truncate()
+                base_latency.append((await sql.latency(s.latency_rate, s.latency_seconds))[0])
+        finally:
+            for q in queues.values():
+                await q.drop()
+                await q.close()
+            await sql.drop()
+    rows: list[Row] = []
+    for n in counts:
+        rows.append(Row("9 workers", f"--workers {n}: send 1 msg/call, 4 clients", "msgs/s", sends[n], base_send))
+        rows.append(Row("9 workers", f"--workers {n}: drain {s.drain_n:,}, 4 Receive streams + Ack", "msgs/s",
+                        drains[n], base_drain))
+        latency = [r for r in _latency_rows("9 workers", f"--workers {n}: send->stream @{s.latency_rate:g}/s",
+                                            latencies[n], base_latency, 10) if not r.label.endswith("max")]
+        per_message = cpu[n] / max(1, sum(len(r) for r in latencies[n]))
+        latency[0].note = f"server CPU, all its processes: {per_message * 1000:.2f} ms per message"
+        rows += latency
+        ctx.log(f"  --workers {n}: send x4 {sends[n].median:,.0f} (sql {base_send.median:,.0f}); drain x4 "
+                f"{drains[n].median:,.0f} (sql {base_drain.median:,.0f}); p99 {latency[1].spanq.median:.2f} ms")
+    if 1 in counts:
+        for n in counts:
+            if n == 1:
+                continue
+            quotients = Figure([x / y for x, y in zip(sends[n].runs, sends[1].runs)])
+            row = Row("9 workers", f"send 1 msg/call, 4 clients: --workers {n} / --workers 1", "x", quotients,
+                      compare=False, note="each run's quotient (the two servers' runs are neighbours)")
+            if n == 2:
+                row.target, row.met = f">= {WORKERS_TARGET:g}", quotients.median >= WORKERS_TARGET
+            rows.append(row)
+    return rows
+
+
 CELLS: dict[str, Callable[[Context], Awaitable[list[Row]]]] = {
     "1": cell_send,
     "2": cell_drain,
@@ -525,7 +612,10 @@ CELLS: dict[str, Callable[[Context], Awaitable[list[Row]]]] = {
     "6": cell_bloat,
     "8": cell_notify,
     "7": cell_fanin,  # last: its own server, after the main one is idle
+    "9": cell_workers,  # its own servers too
 }
+OWN_SERVER = ("7", "9")
+"""Cells that start servers of their own: run after the main server has stopped."""
 
 from .publisher import cell_publish  # noqa: E402  (it builds on this module's Context, Row and _setup)
 CELLS["pub"] = cell_publish

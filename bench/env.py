@@ -69,8 +69,9 @@ class ServerProcess:
     """``spanq serve`` on a free loopback port, in its own process."""
 
     def __init__(self, db_url: str, *, log_name: str = "server.log", extra_args: list[str] | None = None,
-                 app_name: str = SERVER_APP_NAME) -> None:
+                 app_name: str = SERVER_APP_NAME, workers: int = 1) -> None:
         self.db_url = db_url
+        self.workers = workers
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
         BENCH_DIR.mkdir(parents=True, exist_ok=True)
@@ -80,6 +81,8 @@ class ServerProcess:
         command += ["serve", "--database-url", db_url, "--listen", self.target, "--metrics-listen", "off",
                     "--log-level", "WARNING"]
         command += extra_args or []
+        if workers > 1:
+            command += ["--workers", str(workers)]
         env = dict(os.environ, PGAPPNAME=app_name)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=ROOT)
@@ -94,13 +97,28 @@ class ServerProcess:
                     raise RuntimeError(f"spanq serve exited with {self.process.returncode}; see {self.log_path}")
                 try:
                     reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    # With --workers, health answers once one worker serves: wait for them all.
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING and self._all_listen():
                         return
                 except grpc.aio.AioRpcError:
                     pass
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"spanq serve did not become ready in {timeout}s; see {self.log_path}")
                 await asyncio.sleep(0.1)
+
+    def pids(self) -> list[int]:
+        """The server's processes: with --workers, the supervisor and its workers."""
+        return [self.pid, *children_of(self.pid)]
+
+    def _all_listen(self) -> bool:
+        if self.workers == 1:
+            return True
+        workers = children_of(self.pid)
+        return len(workers) == self.workers and all(listens_on(pid, self.port) for pid in workers)
+
+    def cpu_seconds(self) -> float:
+        """CPU time of every process of the server so far."""
+        return sum(cpu_of(pid) for pid in self.pids())
 
     def rss_bytes(self) -> int:
         return rss_of(self.pid)
@@ -141,7 +159,8 @@ class InProcessServer:
 
 @contextlib.asynccontextmanager
 async def spanq_server(db_url: str, *, in_process: bool = False, log_name: str = "server.log",
-                       extra_args: list[str] | None = None, app_name: str = SERVER_APP_NAME) -> AsyncIterator[Any]:
+                       extra_args: list[str] | None = None, app_name: str = SERVER_APP_NAME,
+                       workers: int = 1) -> AsyncIterator[Any]:
     if in_process:
         server = InProcessServer(db_url)
         await server.ready()
@@ -150,7 +169,7 @@ async def spanq_server(db_url: str, *, in_process: bool = False, log_name: str =
         finally:
             await server.astop()
         return
-    process = ServerProcess(db_url, log_name=log_name, extra_args=extra_args, app_name=app_name)
+    process = ServerProcess(db_url, log_name=log_name, extra_args=extra_args, app_name=app_name, workers=workers)
     try:
         await process.ready()
         yield process
@@ -171,6 +190,40 @@ async def noop_server() -> AsyncIterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+def children_of(pid: int) -> list[int]:
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(child) for child in f.read().split()]
+    return []
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether the process has a TCP socket listening on port (Linux /proc)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and fields[9] in inodes and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return True
+    return False
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of a process (0 once it is gone)."""
+    with contextlib.suppress(OSError):
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 def rss_of(pid: int) -> int:

@@ -8,7 +8,6 @@ Preloading and churning a queue's history go straight to its table in SQL
 
 import asyncio
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from .baseline import PAYLOAD, paced
 from .env import bench_conninfo
+from .env import cpu_of as cpu_seconds  # noqa: F401  (cells.py imports it from here)
 
 LEASE_SECONDS = 60
 ACKS_IN_FLIGHT = 4
@@ -381,12 +381,6 @@ class SpanqQueue:
         return {"connections_idle": idle, "connections_peak": peak, "rss_before": rss_before, "rss": rss,
                 "idle_cpu": idle_cpu,
                 "latencies": latencies, "cpu_per_wakeup": cpu, "streams_open": open_streams}
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _wait_or_fail(done: asyncio.Event, tasks: list[asyncio.Task[Any]], timeout: float) -> None:

@@ -69,6 +69,15 @@ async def receive_some(stub: queue_pb2_grpc.QueueServiceStub, queue: str, want: 
     return got
 
 
+async def until(condition: Any, what: str, timeout: float = 10) -> None:
+    """Polls ``condition`` every 20 ms until it holds; fails the test after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
 async def outcome(call: Any) -> str:
     """"OK", or the name of the status code the call failed with."""
     try:

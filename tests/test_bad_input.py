@@ -381,6 +381,27 @@ async def test_wrong_payload_type_is_invalid(stub, stored):
     assert stored.snapshot() == before
 
 
+def nested_list(depth: int) -> struct_pb2.Value:
+    data: Any = 1
+    for _ in range(depth):
+        data = [data]
+    return value(data)
+
+
+async def test_json_no_client_could_decode_is_invalid_on_send_and_commit(stub, stored):
+    # Protobuf decoders stop at 100 nested messages: a deeper payload would be stored and then
+    # break every Receive of its queue. 30 levels are the limit, arrays or objects.
+    await create_queue(stub, "docs", payload_type=queue_pb2.JSON)
+    before = stored.snapshot()
+    ok = queue_pb2.SendMessage(key=key("ok"), payload=value({"fine": 1}))
+    deep = queue_pb2.SendMessage(key=key("deep"), payload=nested_list(31))
+    await expect(stub.Send(send_req("docs", ok, deep)), INVALID, "message 1", "nested more than 30")
+    await expect(stub.Commit(queue_pb2.CommitRequest(mutations=[queue_pb2.Mutation(send=send_req("docs", ok, deep))])),
+                 INVALID, "message 1", "nested more than 30")
+    assert stored.snapshot() == before
+    await stub.Send(send_req("docs", queue_pb2.SendMessage(key=key("at-limit"), payload=nested_list(30))))
+
+
 # -- keys ---------------------------------------------------------------------------
 
 TYPED_COLUMNS = [col("n", queue_pb2.INT64), col("s"), col("b", queue_pb2.BYTES), col("t", queue_pb2.TIMESTAMP),

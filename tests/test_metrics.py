@@ -27,7 +27,8 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 @pytest.fixture
 def server_config(server_config: Config) -> Config:
-    return dataclasses.replace(server_config, metrics_listen="127.0.0.1:0")
+    # Interval 0: every scrape renders afresh, so that each test sees its own last step.
+    return dataclasses.replace(server_config, metrics_listen="127.0.0.1:0", metrics_interval=timedelta(0))
 
 
 async def scrape(server: Running) -> Samples:
@@ -370,3 +371,40 @@ async def test_a_slow_database_leaves_out_the_queue_gauges_not_the_scrape(server
     s = await scrape(server)
     assert value(s, "spanq_queue_buffered_ready_messages", queue="tasks") == 1
     assert value(s, "spanq_metrics_queue_gauges_errors_total") == 1
+
+
+async def test_a_scrape_storm_costs_one_render_per_interval(server_config, clock):
+    """40 scrapes at once, then more: the queue gauges' statement runs once per
+    interval, and the scrapes in between get the same copy (prometheus_client's own
+    endpoint ran it for every scrape, each in a thread of its own)."""
+    interval = 3.0
+    running = await start(dataclasses.replace(server_config, metrics_interval=timedelta(seconds=interval)),
+                          clock=clock)
+    try:
+        queries = 0
+        queue_gauges = running.store.queue_gauges
+
+        async def counted(**kwargs):
+            nonlocal queries
+            queries += 1
+            return await queue_gauges(**kwargs)
+
+        running.store.queue_gauges = counted
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+            started = asyncio.get_running_loop().time()
+            storm = await asyncio.gather(*(scrape(running) for _ in range(40)))
+            await send(stub, "tasks", text_message("k", "x"))
+            after_send = await scrape(running)
+            if asyncio.get_running_loop().time() - started < interval:
+                assert queries == 1
+                assert all(s == storm[0] for s in storm)
+                assert value(after_send, "spanq_queue_buffered_ready_messages", queue="tasks") == 0  # the copy
+                assert value(after_send, "spanq_queue_messages_sent_total", queue="tasks") is None
+            fresh = await eventually(running, lambda s: value(s, "spanq_queue_buffered_ready_messages",
+                                                              queue="tasks") == 1, timeout=interval * 5)
+            assert value(fresh, "spanq_queue_messages_sent_total", queue="tasks") == 1
+            assert queries == 2
+    finally:
+        await running.stop(0)

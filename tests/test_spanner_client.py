@@ -340,6 +340,32 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
     assert retry.retry_delay.ToTimedelta() == timedelta(milliseconds=50)
 
 
+async def test_json_no_client_could_receive_is_refused_on_insert_and_send(  # type: ignore[no-untyped-def]
+        database, sql) -> None:
+    """Stored, these broke every spanq.v1 Receive of the queue: a number past a double's
+    range, and lists nested past protobuf's limit. Both write paths refuse them."""
+    await asyncio.to_thread(lambda: database.update_ddl([
+        "CREATE QUEUE Docs (Id STRING(MAX) NOT NULL, Payload JSON NOT NULL) PRIMARY KEY (Id)"]).result(timeout=30))
+    overflow = '{"n": 1' + "0" * 400 + "}"
+    nested = "[" * 300 + "]" * 300
+
+    def insert(payload: str) -> None:
+        database.run_in_transaction(
+            lambda tx: tx.execute_update(f"INSERT INTO Docs (Id, Payload) VALUES ('a', '{payload}')"))
+
+    def send(payload: str) -> None:
+        with database.batch() as batch:
+            batch.send(queue="Docs", key=["b"], payload=payload)
+
+    for payload in (overflow, nested):
+        for write in (insert, send):
+            with pytest.raises(exceptions.InvalidArgument, match="double's range|nested more than 30"):
+                await asyncio.to_thread(write, payload)
+    assert sql.execute("SELECT count(*) FROM docs").fetchone() == (0,)
+    await asyncio.to_thread(insert, '{"n": 1}')
+    assert sql.execute("SELECT payload FROM docs").fetchall() == [({"n": 1},)]
+
+
 async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
         server_config: Config, clock, spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
     # Every commit commits, then its reply is "lost". The server answers UNAVAILABLE

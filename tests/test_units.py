@@ -1,4 +1,4 @@
-"""Fast unit tests: the SQL file parser, migrations, fault specs, status table."""
+"""Fast unit tests: the SQL file parser, migrations, fault specs, status table, lapse watches."""
 
 import uuid
 
@@ -83,6 +83,55 @@ def test_the_server_type_checks(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _leased(end, tokens):  # type: ignore[no-untyped-def]
+    from spanq_server.model import LeasedMessage
+
+    return [LeasedMessage(("k",), "p", end, t, end, 1, end, False) for t in tokens]
+
+
+def test_a_lapse_watch_proves_a_client_that_settles_and_suspects_one_that_lets_all_lapse():
+    from datetime import datetime, timedelta, timezone
+
+    from spanq_server.lapses import LapseWatch
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    lease = timedelta(seconds=8)
+    watch = LapseWatch(lease)
+    watch.delivered(_leased(t0 + lease, ["a", "b"]))
+    assert watch.due_in(t0) == 2.0  # unproven: an early look, a quarter into the lease
+    early = t0 + timedelta(seconds=2)
+    assert watch.to_look_at(early) == ["a", "b"]
+    assert not watch.found(early, 2, 0, 2)  # nothing settled yet: look again at the lease's end
+    assert watch.due_in(early) == 6.0 and not watch.proven
+    end = t0 + lease
+    assert watch.found(end, 2, 2, 0)  # both lapsed
+    assert watch.suspect and not watch.proven and watch.due_in(end) is None
+
+    watch.delivered(_leased(end + lease, ["c", "d"]))
+    later = end + timedelta(seconds=2)
+    assert not watch.found(later, 2, 0, 0)  # both settled (acked, renewed or released)
+    assert watch.proven and not watch.suspect and watch.healthy(later)
+    watch.delivered(_leased(later + lease, ["e"]))
+    assert watch.due_in(later) == 8.0  # proven: looks at the lease's end only
+    assert not watch.healthy(later + lease)  # a lease ended unlooked at: not counted as settling
+    assert not watch.found(later + lease, 1, 0, 1)  # still live by the database's clock: look again soon
+    assert 0 < watch.due_in(later + lease) < 1
+    assert watch.found(later + lease, 1, 1, 0)  # one of one lapsed: suspect again
+    assert watch.suspect
+
+
+def test_a_lapse_watch_with_some_lapsed_is_neither_proven_nor_suspect():
+    from datetime import datetime, timedelta, timezone
+
+    from spanq_server.lapses import LapseWatch
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    watch = LapseWatch(timedelta(seconds=4))
+    watch.delivered(_leased(t0, ["a", "b", "c"]))
+    assert not watch.found(t0, 3, 1, 0)
+    assert not watch.proven and not watch.suspect
+
+
 def test_every_serve_flag_has_help_and_its_default(capsys):
     from spanq_server import cli
 
@@ -90,6 +139,7 @@ def test_every_serve_flag_has_help_and_its_default(capsys):
         cli.parse_config(["serve", "--help"], {})
     text = " ".join(capsys.readouterr().out.split())
     for flag, default in [("--max-queues", "100"), ("--max-streams-per-queue", "1000"),
-                          ("--max-payload-bytes", "1048576"), ("--poll-interval", "5"), ("--log-level", "INFO")]:
+                          ("--max-payload-bytes", "1048576"), ("--max-response-bytes", "4128768"),
+                          ("--poll-interval", "5"), ("--log-level", "INFO")]:
         after = text.split(f"{flag} {flag[2:].upper().replace('-', '_')} ", 1)[1].split(" --", 1)[0]
         assert f"(default {default})" in after or f"default {default})" in after, (flag, after)

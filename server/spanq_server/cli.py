@@ -13,6 +13,9 @@ from .config import Config, ConfigError, Limits
 from .metrics import parse_listen
 
 
+LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+
+
 def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     parser = argparse.ArgumentParser(prog="spanq", description="Spanner's queues on PostgreSQL, over gRPC.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -35,6 +38,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
                        help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
                             f"default {default.metrics_listen})")
+    serve.add_argument("--metrics-interval", type=float, default=default.metrics_interval.total_seconds(),
+                       help=f"seconds: /metrics is computed at most once per interval, scrapes in between get "
+                            f"that copy (default {default.metrics_interval.total_seconds():g})")
     serve.add_argument("--max-queues", type=int, default=limits.max_queues,
                        help=f"queues in the database; CreateQueue past it is RESOURCE_EXHAUSTED "
                             f"(default {limits.max_queues})")
@@ -44,9 +50,16 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes,
                        help=f"largest payload of one message; a Send with a larger one is RESOURCE_EXHAUSTED "
                             f"and stores nothing (default {limits.max_payload_bytes})")
+    serve.add_argument("--max-response-bytes", type=int, default=limits.max_response_bytes,
+                       help=f"largest response: a leased batch is split over Receive responses of at most this, "
+                            f"a mutating RPC whose response would be larger is refused before it commits "
+                            f"(default {limits.max_response_bytes})")
     serve.add_argument("--max-connections", type=int, default=default.max_connections,
                        help=f"database connections in all: one listens for wake-ups, the rest are a pool "
                             f"(default {default.max_connections}, at least 2)")
+    serve.add_argument("--workers", type=int, default=environ.get("SPANQ_WORKERS", str(default.workers)),
+                       help=f"server processes on the one port, each with its share of --max-connections "
+                            f"(env SPANQ_WORKERS; default {default.workers}); see docs/operations.md")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
                        help="seconds between an idle stream's fallback polls, which cover lost wake-ups "
                             f"(default {default.poll_interval.total_seconds():g})")
@@ -84,14 +97,23 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parser.error("--spanner-transaction-idle-timeout and --spanner-transaction-max-lifetime must be positive")
     if args.ddl_lock_timeout <= 0:
         parser.error("--ddl-lock-timeout must be more than 0 seconds")
+    if args.metrics_interval < 0:
+        parser.error("--metrics-interval must be 0 or more seconds")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    return dataclasses.replace(
+    try:
+        limits = Limits(
+            max_queues=args.max_queues,
+            max_streams_per_queue=args.max_streams_per_queue,
+            max_payload_bytes=args.max_payload_bytes,
+            max_response_bytes=args.max_response_bytes,
+        )
+    except ConfigError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
+    config = dataclasses.replace(
         default,
         database_url=args.database_url or None,
         listen=args.listen,
@@ -101,18 +123,25 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         insecure=args.insecure,
         auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
-        limits=Limits(
-            max_queues=args.max_queues,
-            max_streams_per_queue=args.max_streams_per_queue,
-            max_payload_bytes=args.max_payload_bytes,
-        ),
+        metrics_interval=timedelta(seconds=args.metrics_interval),
+        limits=limits,
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
         spanner_transaction_idle_timeout=timedelta(seconds=args.spanner_transaction_idle_timeout),
         spanner_transaction_max_lifetime=timedelta(seconds=args.spanner_transaction_max_lifetime),
         ddl_lock_timeout=timedelta(seconds=args.ddl_lock_timeout),
         inject_faults=args.inject_faults,
+        workers=args.workers,
     )
+    if config.workers > 1:
+        from .workers import connections_per_worker, supervisor_connections
+
+        if min(connections_per_worker(config)) < 2:
+            parser.error(f"--max-connections {config.max_connections} is too few for --workers {config.workers}: "
+                         f"each worker needs 2 (a wake-up listener and a pool of one), and the supervisor "
+                         f"{supervisor_connections(config)} for the queue gauges; give at least "
+                         f"{2 * config.workers + supervisor_connections(config)}")
+    return config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,8 +151,11 @@ def main(argv: list[str] | None = None) -> None:
 
         config = dataclasses.replace(config, database_url=start_embedded(config.data_dir))
     from .server import serve
+    from .workers import supervise
 
     try:
+        if config.workers > 1:
+            sys.exit(asyncio.run(supervise(config)))
         asyncio.run(serve(config))
     except KeyboardInterrupt:
         pass

@@ -21,9 +21,25 @@ class Limits:
     max_messages_per_request: int = 1000
     """Messages in one Send, acks in one Ack, tokens in one RenewLease; and all of
     them together in one Commit."""
-    max_response_bytes: int = 4 * 1024 * 1024
-    """Largest response a mutating RPC commits: a default gRPC client receives at
-    most 4 MiB, so a larger one is refused before it commits, never sent after."""
+    max_response_bytes: int = 4 * 1024 * 1024 - 64 * 1024
+    """Largest response: a leased batch goes out in as many Receive responses as it
+    needs, and a mutating RPC whose response would be larger is refused before it
+    commits, never sent after. Below gRPC's default 4 MiB receive limit, which every
+    default client keeps."""
+
+    def __post_init__(self) -> None:
+        # A message that fits no response is never delivered: a payload at the limit must fit
+        # one, in base64 (BYTES) with its key, lease token and timestamps.
+        least = self.max_payload_bytes * 4 // 3 + RESPONSE_HEADROOM
+        if self.max_response_bytes < least:
+            raise ConfigError(
+                f"--max-response-bytes {self.max_response_bytes} cannot carry a payload of --max-payload-bytes "
+                f"{self.max_payload_bytes}: give at least {least}, or lower --max-payload-bytes"
+            )
+
+
+RESPONSE_HEADROOM = 4096
+"""Bytes of a Receive response beyond a message's base64 payload: its key, lease token, timestamps."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +57,9 @@ class Config:
     metrics_listen: str = "localhost:9464"
     """host:port serving Prometheus metrics at /metrics (port 0: any free port);
     "" or "off": no metrics endpoint."""
+    metrics_interval: timedelta = timedelta(seconds=5)
+    """/metrics is rendered (the queue gauges' statement run) at most once per interval;
+    scrapes in between get that copy. 0: at every scrape."""
     data_dir: str = ".spanq"
     """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
     limits: Limits = dataclasses.field(default_factory=Limits)
@@ -67,6 +86,12 @@ class Config:
     spanner_transaction_max_lifetime: timedelta = timedelta(seconds=60)
     """A Spanner front-end read-write transaction open this long is rolled back however
     busy it is, so that no caller holds its locks (and DDL on its queues) for ever."""
+    workers: int = 1
+    """Server processes on one port (``spanq serve --workers N``, workers.py); above 1 a
+    supervisor starts them and max_connections is split among them."""
+    worker: bool = False
+    """This process is one of those: it shares its port (SO_REUSEPORT) and writes its
+    metrics to prometheus_client's multiprocess files, which the supervisor serves."""
     inject_faults: str = ""
     """Fault injection SPEC (name=probability,...); empty: off."""
 

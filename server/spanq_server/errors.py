@@ -62,6 +62,11 @@ class CommitOutcomeUnknown(QueueError):
     happened. Replay the same request_id to learn the outcome."""
 
 
+class ClientNotReading(QueueError):
+    """The stream's client did not read its responses in time; the stream ended and gave its
+    unwritten messages back. Read the stream steadily, or ask for smaller batches."""
+
+
 class TransactionAborted(QueueError):
     """The transaction conflicted with another one, or was lost or reaped; nothing of it was committed: run it again."""
 

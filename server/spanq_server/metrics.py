@@ -10,9 +10,10 @@ Every running server has its own registry (not prometheus_client's global one),
 so several servers in one process do not clash. The hooks are cheap: a counter
 increment on a child looked up once per queue; nothing on the hot path touches
 the database. What needs the database (ready messages, oldest age) is computed
-when Prometheus scrapes: prometheus_client serves /metrics from a thread, and the
-collector runs its query on the server's event loop, through the server's own
-pool (so it counts against --max-connections), with a timeout.
+when the endpoint renders: at most once per --metrics-interval, whatever the
+number of scrapes (exposition.py serves the copy in between). The endpoint's
+thread hands the query to the server's event loop, which runs it through the
+server's own pool (so it counts against --max-connections), with a timeout.
 """
 
 import asyncio
@@ -21,19 +22,21 @@ import contextlib
 import dataclasses
 import inspect
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from .config import ConfigError
+from .exposition import Endpoint
 from .interceptors import Handler, HandlerWrapper, behaviour_of
 from .model import LeasedMessage, QueueGauges
 
@@ -57,6 +60,11 @@ counts the failure."""
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    60.0, 300.0, 3600.0)
 """Seconds. Unary RPCs take milliseconds; the long ones are Receive streams (up to an hour)."""
+
+
+IN_FILES = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+"""prometheus_client keeps this process's metrics in multiprocess files (a --workers
+child's); it decides so at import, from the same variable."""
 
 
 def parse_listen(listen: str) -> tuple[str, int] | None:
@@ -91,13 +99,17 @@ class Metrics:
                                     "streams with delivery_attempt > 1: their previous lease expired or was "
                                     "released (nacked). Stands in for Spanner's lease_expiration_count.",
                                     ["queue"], registry=r)
+        self._undeliverable = Counter("spanq_queue_messages_undeliverable", "Messages leased to this server's "
+                                      "Receive streams that no client can receive (a value written by SQL that "
+                                      "spanq.v1 cannot encode): moved to the dead-letter queue, or, without one, "
+                                      "left in the queue (counted once per message and server).",
+                                      ["queue"], registry=r)
         self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                       "method and status code; for a server stream, its whole life.",
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
-        self._http: WSGIServer | None = None
-        self._http_thread: threading.Thread | None = None
+        self._endpoint: Endpoint | None = None
 
     # -- hooks (hot path: one dict lookup and one increment) -----------------------
 
@@ -123,11 +135,18 @@ class Metrics:
         if again:
             self._child(self._redelivered, queue).inc(again)
 
+    def undeliverable(self, queue: str, n: int) -> None:
+        self._child(self._undeliverable, queue).inc(n)
+
     def forget_queue(self, queue: str) -> None:
         """Removes a queue's series from every per-queue counter (it was dropped): they
-        leave the scrape, and a queue created again under the name counts from zero."""
+        leave the scrape, and a queue created again under the name counts from zero.
+        In a --workers child the files keep them (prometheus_client cannot remove a series
+        there): the supervisor leaves out the series of queues not in the catalog."""
         for counter in self._queue_counters:
             self._children.pop((counter, queue), None)
+            if IN_FILES:
+                continue
             try:
                 counter.remove(queue)
             except KeyError:
@@ -143,10 +162,12 @@ class Metrics:
 
     # -- the endpoint ----------------------------------------------------------------
 
-    def serve(self, listen: str, *, store: "Store", receiver: "Receiver", clock: "Clock") -> int | None:
+    def serve(self, listen: str, *, interval: float, store: "Store", receiver: "Receiver", clock: "Clock"
+              ) -> int | None:
         """Registers the scrape-time collector and serves /metrics on listen (from the
-        running event loop, which the collector's queries then run on). Returns the
-        bound port (listen may ask for port 0), or None when listen disables metrics."""
+        running event loop, which the collector's queries then run on), rendered at most
+        once per interval (seconds). Returns the bound port (listen may ask for port 0),
+        or None when listen disables metrics."""
         address = parse_listen(listen)
         if address is None:
             return None
@@ -155,21 +176,15 @@ class Metrics:
         for counter in self._queue_counters:
             self.registry.unregister(counter)
             self.registry.register(counter)
-        try:
-            self._http, self._http_thread = start_http_server(address[1], address[0], registry=self.registry)
-        except OSError as exc:
-            raise ConfigError(f"cannot serve metrics on {listen}: {exc.strerror or exc}; give --metrics-listen "
-                              "another HOST:PORT, or 'off'") from exc
-        return int(self._http.server_port)
+        self._endpoint = _endpoint(self.registry, listen, address, interval)
+        return self._endpoint.port
 
     async def stop(self) -> None:
-        """Stops the endpoint (idempotent). shutdown() waits for the serving thread's next
-        poll (up to half a second), so it runs off the event loop."""
-        http, self._http = self._http, None
-        if http is None:
-            return
-        await asyncio.to_thread(http.shutdown)
-        http.server_close()
+        """Stops the endpoint (idempotent), off the event loop: it waits for the serving
+        thread, which may be waiting for the loop (a scrape's queries)."""
+        endpoint, self._endpoint = self._endpoint, None
+        if endpoint is not None:
+            await asyncio.to_thread(endpoint.stop)
 
 
 # -- RPC latency ---------------------------------------------------------------------
@@ -262,22 +277,19 @@ class _Snapshot:
     queues: list[QueueGauges] | None = None
 
 
-class _Collector(Collector):
-    """Builds the gauges at scrape time, in prometheus_client's HTTP thread: the
-    snapshot is taken on the server's event loop (the pool and the stream counts
-    belong to it, and the query runs through the pool)."""
+class _OnLoop(Collector):
+    """Builds gauges when the endpoint renders, in its thread: the snapshot is taken on
+    an event loop (the server's: the pool and the stream counts belong to it, and the
+    query runs through its pool). Subclasses say what the snapshot holds."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock",
-                 metrics: Metrics) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", clock: "Clock") -> None:
         self._loop = loop
-        self._metrics = metrics
         self._store = store
-        self._receiver = receiver
         self._clock = clock
         self._errors = 0
-        """Scrapes that answered without the queue gauges (reported by this collector, so
+        """Renders that answered without the queue gauges (reported by this collector, so
         that a scrape counts its own failure)."""
-        self._lock = threading.Lock()  # scrapes may run at once, each in its own thread
+        self._lock = threading.Lock()
 
     def _count_failure(self) -> None:
         with self._lock:
@@ -286,24 +298,23 @@ class _Collector(Collector):
     def describe(self) -> Iterable[Metric]:
         return []  # do not run collect() (a query) at registration
 
-    async def _snapshot(self) -> _Snapshot:
-        snapshot = _Snapshot(self._store.pool_stats(), self._receiver.streams_by_queue())
-        counted = self._metrics.counted_queues()  # before the catalog is read: see below
+    async def _queue_gauges(self) -> list[QueueGauges] | None:
+        """Every queue's gauges, or None (logged, counted) when the database did not answer in time."""
         try:
-            snapshot.queues = await asyncio.wait_for(
+            return await asyncio.wait_for(
                 self._store.queue_gauges(now=self._clock.now(), cap=COUNT_CAP, timeout=QUERY_TIMEOUT),
                 QUERY_TIMEOUT + 1,  # the statement's own timeout ends it first, cleanly
             )
         except Exception as exc:  # the scrape still answers: counters, pool, streams
             logger.warning("metrics: no queue gauges in this scrape: %s: %s", type(exc).__name__, exc)
             self._count_failure()
-            return snapshot
-        # Queues dropped by another server, which this one has not touched since: their
-        # counters go now. Only those counted before the catalog was read: a queue created
-        # after the read is missing from it, but is not gone.
-        for gone in counted - {q.queue for q in snapshot.queues}:
-            self._metrics.forget_queue(gone)
-        return snapshot
+            return None
+
+    async def _snapshot(self) -> Any:
+        raise NotImplementedError
+
+    def _families(self, snapshot: Any) -> Iterable[Metric]:
+        raise NotImplementedError
 
     def collect(self) -> Iterable[Metric]:
         try:
@@ -321,7 +332,7 @@ class _Collector(Collector):
             self._count_failure()
             return self._errors_family()
         try:
-            families = list(_families(future.result(QUERY_TIMEOUT + 2)))
+            families = list(self._families(future.result(QUERY_TIMEOUT + 2)))
         except (concurrent.futures.TimeoutError, concurrent.futures.CancelledError):  # the loop is stuck or stopping
             future.cancel()
             self._count_failure()
@@ -334,41 +345,188 @@ class _Collector(Collector):
                                     value=self._errors)]
 
 
+class _Collector(_OnLoop):
+    """One server's scrape-time gauges: the queues', its streams', its pool's."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock",
+                 metrics: Metrics) -> None:
+        super().__init__(loop, store, clock)
+        self._metrics = metrics
+        self._receiver = receiver
+
+    async def _snapshot(self) -> _Snapshot:
+        snapshot = _Snapshot(self._store.pool_stats(), self._receiver.streams_by_queue())
+        counted = self._metrics.counted_queues()  # before the catalog is read: see below
+        snapshot.queues = await self._queue_gauges()
+        if snapshot.queues is None:
+            return snapshot
+        # Queues dropped by another server, which this one has not touched since: their
+        # counters go now. Only those counted before the catalog was read: a queue created
+        # after the read is missing from it, but is not gone.
+        for gone in counted - {q.queue for q in snapshot.queues}:
+            self._metrics.forget_queue(gone)
+        return snapshot
+
+    def _families(self, snapshot: _Snapshot) -> Iterable[Metric]:
+        return _families(snapshot)
+
+
 def _families(snapshot: _Snapshot) -> Iterable[Metric]:
     if snapshot.queues is not None:
-        ready = GaugeMetricFamily("spanq_queue_buffered_ready_messages", "Messages ready to be delivered (due and "
-                                  f"not leased), counted up to {COUNT_CAP}; Spanner's buffered_ready_messages.",
-                                  labels=["queue"])
-        stored = GaugeMetricFamily("spanq_queue_unacked_messages", "Messages not yet acknowledged (ready, scheduled "
-                                   f"or leased), counted up to {COUNT_CAP}.", labels=["queue"])
-        oldest = GaugeMetricFamily("spanq_queue_oldest_unacked_message_age_seconds", "Seconds since the oldest "
-                                   "unacknowledged message was sent (0: the queue is empty); a lower bound past "
-                                   f"{COUNT_CAP} messages. Spanner's oldest_unacked_message_age.", labels=["queue"])
-        for q in snapshot.queues:
-            ready.add_metric([q.queue], q.ready)
-            stored.add_metric([q.queue], q.stored)
-            oldest.add_metric([q.queue], q.oldest_age)
-        yield from (ready, stored, oldest)
-    streams = GaugeMetricFamily("spanq_receive_streams_open", "Receive streams open on this server.",
-                                labels=["queue"])
+        yield from _queue_families(snapshot.queues)
+    streams = GaugeMetricFamily("spanq_receive_streams_open", STREAMS_HELP, labels=["queue"])
     names = {q.queue for q in snapshot.queues or []} | set(snapshot.streams)
     for name in sorted(names):
         streams.add_metric([name], snapshot.streams.get(name, 0))
     yield streams
     pool = snapshot.pool
-    yield GaugeMetricFamily("spanq_db_pool_max_connections", "The database pool's maximum size "
-                            "(--max-connections less the wake-up listener's one).", value=pool.get("pool_max", 0))
-    yield GaugeMetricFamily("spanq_db_pool_connections", "Connections the pool holds open, in use or idle.",
-                            value=pool.get("pool_size", 0))
-    yield GaugeMetricFamily("spanq_db_pool_connections_idle", "Pool connections idle, ready to be handed out.",
-                            value=pool.get("pool_available", 0))
-    yield GaugeMetricFamily("spanq_db_pool_requests_waiting", "Requests waiting for a pool connection now.",
-                            value=pool.get("requests_waiting", 0))
-    yield CounterMetricFamily("spanq_db_pool_requests", "Requests for a pool connection.",
-                              value=pool.get("requests_num", 0))
-    yield CounterMetricFamily("spanq_db_pool_requests_queued", "Requests that had to wait for a pool connection.",
-                              value=pool.get("requests_queued", 0))
-    yield CounterMetricFamily("spanq_db_pool_wait_seconds", "Time requests spent waiting for a pool connection.",
-                              value=pool.get("requests_wait_ms", 0) / 1000)
-    yield CounterMetricFamily("spanq_db_pool_request_errors", "Requests for a pool connection that failed "
-                              "(timed out or cancelled).", value=pool.get("requests_errors", 0))
+    for name, (kind, help, stat, scale) in POOL_FIGURES.items():
+        family = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+        yield family(name, help, value=pool.get(stat, 0) / scale)
+
+
+def _queue_families(queues: list[QueueGauges]) -> Iterable[Metric]:
+    ready = GaugeMetricFamily("spanq_queue_buffered_ready_messages", "Messages ready to be delivered (due and "
+                              f"not leased), counted up to {COUNT_CAP}; Spanner's buffered_ready_messages.",
+                              labels=["queue"])
+    stored = GaugeMetricFamily("spanq_queue_unacked_messages", "Messages not yet acknowledged (ready, scheduled "
+                               f"or leased), counted up to {COUNT_CAP}.", labels=["queue"])
+    oldest = GaugeMetricFamily("spanq_queue_oldest_unacked_message_age_seconds", "Seconds since the oldest "
+                               "unacknowledged message was sent (0: the queue is empty); a lower bound past "
+                               f"{COUNT_CAP} messages. Spanner's oldest_unacked_message_age.", labels=["queue"])
+    for q in queues:
+        ready.add_metric([q.queue], q.ready)
+        stored.add_metric([q.queue], q.stored)
+        oldest.add_metric([q.queue], q.oldest_age)
+    yield from (ready, stored, oldest)
+
+
+STREAMS_HELP = "Receive streams open on this server."
+POOL_FIGURES: dict[str, tuple[str, str, str, int]] = {
+    # name: (gauge or counter, help, psycopg_pool's statistic, its unit in the metric's)
+    "spanq_db_pool_max_connections": ("gauge", "The database pool's maximum size (--max-connections less the "
+                                      "wake-up listener's one).", "pool_max", 1),
+    "spanq_db_pool_connections": ("gauge", "Connections the pool holds open, in use or idle.", "pool_size", 1),
+    "spanq_db_pool_connections_idle": ("gauge", "Pool connections idle, ready to be handed out.", "pool_available",
+                                       1),
+    "spanq_db_pool_requests_waiting": ("gauge", "Requests waiting for a pool connection now.", "requests_waiting", 1),
+    "spanq_db_pool_requests": ("counter", "Requests for a pool connection.", "requests_num", 1),
+    "spanq_db_pool_requests_queued": ("counter", "Requests that had to wait for a pool connection.",
+                                      "requests_queued", 1),
+    "spanq_db_pool_wait_seconds": ("counter", "Time requests spent waiting for a pool connection.",
+                                   "requests_wait_ms", 1000),
+    "spanq_db_pool_request_errors": ("counter", "Requests for a pool connection that failed (timed out or "
+                                     "cancelled).", "requests_errors", 1),
+}
+"""The pool's figures, from psycopg_pool's get_stats(): one table for the scrape-time
+families of one server and the sampled metrics of a --workers child."""
+
+
+# -- --workers: the children write files, the supervisor serves them ---------------------
+
+SAMPLE_INTERVAL = 1.0
+"""Seconds between a --workers child's samples of its pool and streams into the shared files."""
+
+
+class _Sampler:
+    """A --workers child's pool and stream figures, written to prometheus_client's
+    multiprocess files every SAMPLE_INTERVAL: in that mode no collector of the child runs
+    at scrape time (the supervisor reads the files), and these figures live in the child."""
+
+    def __init__(self, registry: CollectorRegistry, store: "Store", receiver: "Receiver") -> None:
+        self._store = store
+        self._receiver = receiver
+        self._pool: dict[str, Any] = {
+            name: (Gauge(name, help, multiprocess_mode="livesum", registry=registry) if kind == "gauge"
+                   else Counter(name, help, registry=registry))
+            for name, (kind, help, _, _) in POOL_FIGURES.items()
+        }
+        self._streams = Gauge("spanq_receive_streams_open", STREAMS_HELP, ["queue"], multiprocess_mode="livesum",
+                              registry=registry)
+        self._counted: dict[str, float] = {}
+        """Each pool counter's last sample: the files' counters grow by the difference."""
+        self._queues: set[str] = set()
+
+    def sample(self) -> None:
+        stats = self._store.pool_stats()
+        for name, (kind, _, stat, scale) in POOL_FIGURES.items():
+            figure = stats.get(stat, 0) / scale
+            if kind == "gauge":
+                self._pool[name].set(figure)
+            else:
+                self._pool[name].inc(max(0.0, figure - self._counted.get(name, 0.0)))
+                self._counted[name] = figure
+        streams = self._receiver.streams_by_queue()
+        for queue in self._queues - set(streams):
+            self._streams.labels(queue).set(0)
+        for queue, n in streams.items():
+            self._streams.labels(queue).set(n)
+        self._queues |= set(streams)
+
+    async def run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(SAMPLE_INTERVAL)
+
+
+class _Gathered(_OnLoop):
+    """The --workers supervisor's collector: its children's metrics, summed from
+    prometheus_client's multiprocess files (a dead child's counters included, so that
+    the sums never go down), and the queue gauges, computed here once for all."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", clock: "Clock", path: str) -> None:
+        super().__init__(loop, store, clock)
+        self._files = MultiProcessCollector(None, path)
+
+    async def _snapshot(self) -> list[QueueGauges] | None:
+        return await self._queue_gauges()
+
+    def _families(self, queues: list[QueueGauges] | None) -> Iterable[Metric]:
+        known = None if queues is None else {q.queue for q in queues}
+        if queues is not None:
+            yield from _queue_families(queues)
+        streams: Metric | None = None
+        for family in self._files.collect():
+            if known is not None:  # the files keep a dropped queue's series: leave them out
+                family.samples = [s for s in family.samples if s.labels.get("queue", "") in known
+                                  or "queue" not in s.labels]
+            if family.name == "spanq_receive_streams_open":
+                streams = family
+            else:
+                yield family
+        # Every queue has a streams series, 0 where no child has a stream open (as for one server).
+        if streams is None:
+            streams = GaugeMetricFamily("spanq_receive_streams_open", STREAMS_HELP, labels=["queue"])
+        present = {s.labels["queue"] for s in streams.samples}
+        for name in sorted((known or set()) - present):
+            streams.add_sample("spanq_receive_streams_open", {"queue": name}, 0)
+        yield streams
+
+
+def sample_to_files(metrics: Metrics, store: "Store", receiver: "Receiver") -> "asyncio.Task[None]":
+    """In a --workers child: keeps its pool and stream figures in the multiprocess files
+    (its counters and histogram go there by themselves). Cancel the task to stop."""
+    return asyncio.create_task(_Sampler(metrics.registry, store, receiver).run(), name="metrics-sampler")
+
+
+def serve_files(listen: str, *, interval: float, store: "Store", clock: "Clock", path: str) -> Endpoint | None:
+    """In the --workers supervisor: serves every child's metrics and the queue gauges at
+    /metrics on listen (None when listen disables metrics). The endpoint's port is
+    ``endpoint.port``."""
+    address = parse_listen(listen)
+    if address is None:
+        return None
+    registry = CollectorRegistry()
+    registry.register(_Gathered(asyncio.get_running_loop(), store, clock, path))
+    return _endpoint(registry, listen, address, interval)
+
+
+def _endpoint(registry: CollectorRegistry, listen: str, address: tuple[str, int], interval: float) -> Endpoint:
+    """The started endpoint; a bind that fails is a ConfigError that says what to do."""
+    endpoint = Endpoint(registry, interval)
+    try:
+        endpoint.start(*address)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {listen}: {exc.strerror or exc}; give --metrics-listen "
+                          "another HOST:PORT, or 'off'") from exc
+    return endpoint

@@ -107,6 +107,15 @@ class QueueGauges:
 # (a hundred of them per batch).
 
 
+class Unreadable(NamedTuple):
+    """A stored value Python cannot hold, in place of it: a TIMESTAMP of 'infinity' or
+    beyond year 9999, JSON nested past Python's recursion limit. Only SQL can store one
+    (every spanq write path refuses it); its message cannot reach a client."""
+
+    type: str
+    text: str
+
+
 class LeasedMessage(NamedTuple):
     key: Key
     payload: Any

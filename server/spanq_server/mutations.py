@@ -11,14 +11,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
-from . import errors
+from . import codec, errors
 from .clock import Clock
 from .config import Limits
 from .group_commit import ACKS, SENDS, GroupCommitter
 from .ledger import Ledger
 from .metrics import Metrics
 from .queues import MAX_LEASE
-from .model import AckItem, AckResult, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef, RenewResult
+from .model import (AckItem, AckResult, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef,
+                    RenewResult)
 from .store import Connection, HeldTransaction, Store
 from .wakeups import Wakeups
 
@@ -127,8 +128,11 @@ class Mutator:
         # only bounds how far ahead a message may be scheduled.
         horizon = (self._clock.now() or datetime.now(timezone.utc)) + MAX_SCHEDULE_AHEAD
         keyless = 0
+        json_payloads = op.queue.payload_type is ColumnType.JSON
         for i, message in enumerate(op.messages):
             payload = message.payload
+            if json_payloads:
+                codec.check_json(payload, f"message {i}: payload")
             # A string of n characters takes at most 4n bytes: most need no encoding to be measured.
             size = len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit else message.payload_size()
             if size > limit:

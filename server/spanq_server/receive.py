@@ -6,21 +6,35 @@ it, and when nothing is deliverable sleep until the earliest of: a wake-up
 (send, nack), the queue's next deliver_time (scheduled messages, expired
 leases), the poll fallback, the stream's end. Streams hold no database
 connection while they wait.
+
+A stream whose client lets every lease it was sent lapse ends while another
+stream of the queue on this server settles its own (lapses.py), rather than
+take messages again at each expiry until they are dead-lettered.
+
+A stream that writes its own responses (``serve``, spanq.v1's Receive) leases
+its next batch only once the last one is written: gRPC's write waits while
+HTTP/2 flow control says the client is not reading. A write blocked for
+WRITE_BOUND of the lease ends the stream, and the responses of the batch it had
+not started to write are given back (deliver_time and attempt as before: they
+were never delivered). A message that cannot be encoded for any client goes to
+the dead-letter queue, or stays.
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import secrets
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from datetime import timedelta
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any, Generic, Protocol, TypeVar
 
 from . import errors
 from .clock import Clock
 from .config import Limits
+from .lapses import LapseWatch
 from .metrics import Metrics
 from .model import LeasedMessage, QueueDef
 from .store import Store
@@ -37,6 +51,22 @@ MIN_WAIT = 0.005
 """Seconds: the shortest sleep, for due messages that another receiver holds locked for a moment."""
 IDLE_POLLS = 10
 """A stream that does not keep its queue's timers looks on its own every this many poll intervals."""
+WRITE_BOUND = 0.5
+"""The fraction of its lease a response's write may stay blocked (the client is not
+reading) before the stream ends and gives back what it had not written."""
+REMEMBERED_UNDELIVERABLE = 10_000
+"""Undeliverable messages left in their queue that are logged once; past this many the memory starts over."""
+
+Response = TypeVar("Response")
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded(Generic[Response]):
+    """A leased batch as responses (each with the messages it carries, in order), and the
+    messages that no client could receive, each with why."""
+
+    responses: list[tuple[Response, list[LeasedMessage]]]
+    undeliverable: list[tuple[LeasedMessage, str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +104,10 @@ class Receiver:
         self._limits = limits
         self._poll = poll_interval.total_seconds()
         self._streams: Counter[str] = Counter()
+        self._watches: dict[str, set[LapseWatch]] = {}  # each open stream's, by queue
         self._closing = asyncio.Event()
         self._giving_back: set[asyncio.Task[int]] = set()  # strong references until done
+        self._undeliverable_logged: set[tuple[str, str]] = set()
         clock.on_advance(wakeups.wake_all)
 
     def open_streams(self) -> int:
@@ -99,7 +131,7 @@ class Receiver:
         if self._giving_back:
             await asyncio.wait(set(self._giving_back), timeout=timeout)
 
-    async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
+    async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncGenerator[list[LeasedMessage], None]:
         options = options.checked()
         if self._streams[queue.name] >= self._limits.max_streams_per_queue:
             raise errors.LimitExceeded(
@@ -107,52 +139,165 @@ class Receiver:
                 "configured maximum; close some or spread them over more servers"
             )
         self._streams[queue.name] += 1
+        watch = LapseWatch(options.lease_duration or queue.lease_duration)
+        watches = self._watches.setdefault(queue.name, set())
+        watches.add(watch)
         try:
-            async for batch in self._run(queue, options):
+            async for batch in self._run(queue, options, watch):
                 yield batch
         finally:
             self._wakeups.signal(queue.name).ready.vacate()
             self._streams[queue.name] -= 1
             if not self._streams[queue.name]:
                 del self._streams[queue.name]
+            watches.discard(watch)
+            if not watches and self._watches.get(queue.name) is watches:
+                del self._watches[queue.name]
 
-    async def _run(self, queue: QueueDef, options: ReceiveOptions) -> AsyncIterator[list[LeasedMessage]]:
+    def _healthy_peer(self, queue: str, watch: LapseWatch, now: datetime) -> bool:
+        return any(w is not watch and w.healthy(now) for w in self._watches[queue])
+
+    async def _look_at_lapses(self, queue: QueueDef, watch: LapseWatch, now: datetime) -> None:
+        """Looks at the leases the stream delivered (lapses.py); ends the stream if its
+        client is suspect while another stream of the queue here is proven."""
+        tokens = watch.to_look_at(now)
+        lapsed, live = await self._store.leases_lapsed(queue, tokens, self._clock.now())
+        _honour_cancellation()
+        if watch.found(now, len(tokens), lapsed, live):
+            self._end_if_others_process(queue, watch, now)
+
+    def _end_if_others_process(self, queue: QueueDef, watch: LapseWatch, now: datetime) -> None:
+        if self._healthy_peer(queue.name, watch, now):
+            raise errors.ClientNotReading(
+                "this stream's client let every lease of the messages it was sent lapse (none acked, renewed "
+                "or released) while other streams of the queue process theirs: the stream ended so that its "
+                "messages go to them instead of being leased here again until they are dead-lettered. Ack, "
+                "renew or release (nack) each message within its lease, and read the stream steadily"
+            )
+
+    async def serve(self, queue: QueueDef, options: ReceiveOptions,
+                    encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
+                    write: Callable[[Response], Awaitable[Any]]) -> None:
+        """Runs a stream that writes its own responses: ``encode`` turns a batch into
+        responses of at most the configured bytes, ``write`` sends one (and waits while
+        the client is not reading). The stream leases its next batch only after writing
+        the last."""
+        bound = (options.lease_duration or queue.lease_duration).total_seconds() * WRITE_BOUND
+        async with contextlib.aclosing(self.stream(queue, options)) as batches:
+            async for batch in batches:
+                await self._deliver(queue, batch, encode, write, bound)
+
+    async def _deliver(self, queue: QueueDef, batch: list[LeasedMessage],
+                       encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
+                       write: Callable[[Response], Awaitable[Any]], bound: float) -> None:
+        encoded = encode(batch, self._limits.max_response_bytes)
+        if encoded.undeliverable:
+            await self._undeliverable(queue, encoded.undeliverable)
+        for i, (response, _) in enumerate(encoded.responses):
+            try:
+                await asyncio.wait_for(write(response), bound)
+            except asyncio.TimeoutError:
+                # gRPC still sends the blocked response if the client reads on (a write cannot be
+                # taken back): its messages keep their leases. The ones after it were never written.
+                unwritten = [m for _, carried in encoded.responses[i + 1:] for m in carried]
+                await self._return_now(queue, unwritten)
+                raise errors.ClientNotReading(
+                    f"this stream's client read none of a response for {bound:g} s (half its lease): the "
+                    f"stream ended, and gave back the {len(unwritten)} messages it had not written yet. Read "
+                    "the stream steadily (or ask for smaller batches)"
+                ) from None
+            except BaseException:  # cancelled (the client went away), or the call broke
+                self._return_later(queue, [m for _, carried in encoded.responses[i:] for m in carried])
+                raise
+
+    async def _undeliverable(self, queue: QueueDef, bad: list[tuple[LeasedMessage, str]]) -> None:
+        """Messages no client can receive: to the dead-letter queue when there is one; else
+        they stay (leased now, redelivered after their backoff), logged once per server."""
+        if queue.dead_letter_queue:
+            moved = await self._store.messages_dead_letter(queue, [m.lease_token for m, _ in bad])
+            for m, why in bad:
+                logger.warning("queue %s: message %r cannot be delivered to any client (%s); moved to the "
+                               "dead-letter queue %s", queue.name, m.key, why, queue.dead_letter_queue)
+            self._metrics.undeliverable(queue.name, moved)
+            return
+        for m, why in bad:
+            seen = (queue.name, repr(m.key))
+            if seen in self._undeliverable_logged:
+                continue
+            if len(self._undeliverable_logged) >= REMEMBERED_UNDELIVERABLE:
+                self._undeliverable_logged.clear()
+            self._undeliverable_logged.add(seen)
+            logger.error("queue %s: message %r cannot be delivered to any client (%s); it stays in the queue "
+                         "(redelivered after its backoff, skipped again): fix or delete it in SQL, or give the "
+                         "queue a dead-letter queue", queue.name, m.key, why)
+            self._metrics.undeliverable(queue.name, 1)
+
+    async def _return_now(self, queue: QueueDef, unwritten: list[LeasedMessage]) -> None:
+        if not unwritten:
+            return
+        try:
+            await self._store.leases_return(queue, unwritten)
+        except errors.QueueError as exc:
+            # The leases expire by themselves; only the redelivery is later.
+            logger.warning("could not give back the unwritten leases of a stream: %s", exc)
+
+    def _return_later(self, queue: QueueDef, unwritten: list[LeasedMessage]) -> None:
+        """Gives back leases from a task that is being cancelled (it cannot await)."""
+        if unwritten:
+            self._track(asyncio.create_task(self._store.leases_return(queue, unwritten)))
+
+    async def _run(self, queue: QueueDef, options: ReceiveOptions, watch: LapseWatch
+                   ) -> AsyncIterator[list[LeasedMessage]]:
         lease = options.lease_duration or queue.lease_duration
         prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
         signal = self._wakeups.signal(queue.name)
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
         held = 0  # an upper bound on this stream's live leases, recounted when it reaches the limit
         drained = False  # the last lease got fewer than it asked for: nothing more was deliverable
+        turn_over = False  # it got a full batch, but waits for a wake-up (not proven yet)
         while not self._closing.is_set():
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return
             ready, room = signal.ready.current(), signal.room.current()
+            now = self._clock.now() or datetime.now(timezone.utc)
+            probe = watch.due_in(now)
+            if probe is not None and probe <= 0:
+                await self._look_at_lapses(queue, watch, now)
+                continue
             if held >= options.max_outstanding:
                 held = await self._store.leases_count_held(queue, prefix, self._clock.now())
                 _honour_cancellation()
             if held < options.max_outstanding:
                 if not drained:
+                    if watch.suspect:
+                        self._end_if_others_process(queue, watch, now)
                     asked = min(options.max_batch_size, options.max_outstanding - held)
                     batch = await self._lease(queue, max_batch_size=asked, lease_duration=lease,
                                               lease_prefix=prefix)
                     if batch:
+                        watch.delivered(batch)
                         held += len(batch)
                         self._metrics.delivered(queue.name, batch)
                         if len(batch) == asked:
                             signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
                         # A partial batch took all there was: wait next rather than lease again at
-                        # once for nothing (a wake that comes meanwhile is kept for the wait).
+                        # once for nothing (a wake that comes meanwhile is kept for the wait). A
+                        # stream not yet proven to settle its messages (lapses.py) takes one
+                        # batch per wake: streams that never read cannot take a burst whole.
                         drained = len(batch) < asked
+                        turn_over = not drained and not watch.proven
+                        drained = drained or turn_over
                         yield batch
                         continue
                 drained = False
                 # One waiting stream per queue keeps the timers (poll, next deliver_time) and
                 # wakes the others through full batches, as a send does; the others look on
                 # their own only every IDLE_POLLS polls, in case the timekeeper is stuck.
-                keeper = signal.ready.keep_time()
+                keeper = not turn_over and signal.ready.keep_time()  # a turn over waits for a wake only
+                turn_over = False
                 try:
-                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS)]
+                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS), probe]
                     if keeper:
                         due = await self._store.next_delivery_in(queue, self._clock.now())
                         _honour_cancellation()
@@ -162,7 +307,7 @@ class Receiver:
                     if keeper:
                         signal.ready.release_time()
             else:
-                waits = [self._poll, remaining]
+                waits = [self._poll, remaining, probe]
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 
@@ -185,7 +330,9 @@ class Receiver:
     def _give_back(self, queue: QueueDef, leasing: "asyncio.Future[list[LeasedMessage]]") -> None:
         if leasing.cancelled() or leasing.exception() is not None or not leasing.result():
             return
-        task = asyncio.create_task(self._store.leases_return(queue, leasing.result()))
+        self._track(asyncio.create_task(self._store.leases_return(queue, leasing.result())))
+
+    def _track(self, task: "asyncio.Task[int]") -> None:
         self._giving_back.add(task)
         task.add_done_callback(self._gave_back)
 

@@ -7,6 +7,7 @@ import dataclasses
 import ipaddress
 import logging
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -21,7 +22,7 @@ from .config import Config, ConfigError
 from .decoding import DecodeGuard
 from .faults import FaultInjector
 from .ledger import Ledger
-from .metrics import Metrics, parse_listen
+from .metrics import Metrics, parse_listen, sample_to_files
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
@@ -53,6 +54,8 @@ class Running:
     """Where /metrics is served (None: metrics_listen turned it off)."""
     spanner: Any = None
     """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
+    sampler: "asyncio.Task[None] | None" = None
+    """A --workers child's metrics sampler (metrics.sample_to_files), or None."""
     _stopped: bool = False
 
     @property
@@ -64,6 +67,8 @@ class Running:
         if self._stopped:
             return
         self._stopped = True
+        if self.sampler is not None:
+            self.sampler.cancel()
         await self.metrics.stop()
         await self.health.enter_graceful_shutdown()
         self.receiver.close()
@@ -88,10 +93,9 @@ def is_loopback(listen: str) -> bool:
         return False
 
 
-async def start(config: Config, *, clock: Clock | None = None) -> Running:
-    """Opens the store, applies migrations, and serves on config.listen (port 0: any free port)."""
-    if config.database_url is None:
-        raise ValueError("start() needs a database_url; the CLI starts the embedded PostgreSQL")
+def check(config: Config) -> None:
+    """Refuses (ConfigError) what start() would refuse before touching anything: plaintext
+    off loopback, metrics off loopback. The --workers supervisor checks before its children start."""
     if not (config.tls_cert and config.tls_key) and not is_loopback(config.listen) and not config.insecure:
         raise ConfigError(
             f"refusing to serve plaintext on {config.listen}: give --tls-cert and --tls-key, "
@@ -103,6 +107,13 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             f"refusing to serve metrics (plain HTTP) on {config.metrics_listen}: serve them on a loopback "
             "address, or give --insecure to accept that"
         )
+
+
+async def start(config: Config, *, clock: Clock | None = None) -> Running:
+    """Opens the store, applies migrations, and serves on config.listen (port 0: any free port)."""
+    if config.database_url is None:
+        raise ValueError("start() needs a database_url; the CLI starts the embedded PostgreSQL")
+    check(config)
     tokens = auth.load(config.auth_file) if config.auth_file else None
     clock = clock or Clock()
     metrics = Metrics()
@@ -111,6 +122,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     wakeups = Wakeups(store)
     ledger = Ledger(store, clock, config.ledger_retention)
     spanner = None
+    sampler: asyncio.Task[None] | None = None
     await store.open()
     try:
         applied = await store.migrate()
@@ -134,7 +146,10 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         interceptors = [metrics.interceptor(), DecodeGuard()]
         if tokens is not None:
             interceptors.append(auth.Authorizer(tokens, clock))
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
+        # SO_REUSEPORT (gRPC's default) only for --workers children, which share their port: a
+        # plain server refuses a port another process listens on instead of silently sharing it.
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
+                                          ("grpc.so_reuseport", 1 if config.worker else 0)],
                                  interceptors=interceptors)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(catalog, mutator, receiver, ledger), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
@@ -161,9 +176,14 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                 port = server.add_insecure_port(config.listen)
         except RuntimeError as exc:  # grpc's "Failed to bind": in use, or not an address of this host
             raise ConfigError(f"cannot serve on {config.listen}: {exc}; give --listen another HOST:PORT") from exc
-        metrics_port = metrics.serve(config.metrics_listen, store=store, receiver=receiver, clock=clock)
+        metrics_port = metrics.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
+                                     store=store, receiver=receiver, clock=clock)
+        if config.worker:
+            sampler = sample_to_files(metrics, store, receiver)
         await server.start()
     except BaseException:  # undo what started, in reverse, so nothing runs on a closed pool
+        if sampler is not None:
+            sampler.cancel()
         await metrics.stop()
         if spanner is not None:
             await spanner.stop()
@@ -179,17 +199,21 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     if metrics_port is not None:
         logger.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, metrics_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
-                   metrics_port, spanner=spanner)
+                   metrics_port, spanner=spanner, sampler=sampler)
 
 
-async def serve(config: Config) -> None:
-    """Serves until SIGINT or SIGTERM, then shuts down gracefully."""
+async def serve(config: Config, *, stop: asyncio.Event | None = None,
+                started: Callable[[Running], None] | None = None) -> None:
+    """Serves until SIGINT or SIGTERM (or ``stop`` is set), then shuts down gracefully.
+    ``started`` is called once serving."""
     running = await start(config)
+    if started is not None:
+        started(running)
     # What start() built lives as long as the process: keep it out of the cyclic GC's
     # full collections, which otherwise scan it every ~15 s under load, for 15-40 ms
     # (the largest stalls of the 500 msgs/s latency bench; its max fell from ~40 to ~20 ms).
     gc.freeze()
-    stop = asyncio.Event()
+    stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

@@ -4,7 +4,7 @@
 import functools
 import logging
 from datetime import timedelta
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -15,10 +15,11 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from . import codec, errors, ledger, queues, status
 from .ledger import Ledger
-from .model import AckItem, AckResult, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
+from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef,
+                    RenewResult)
 from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
-from .receive import MAX_STREAM_DURATION, Receiver, ReceiveOptions
+from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +187,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     # -- receive ----------------------------------------------------------------
 
-    async def Receive(self, request: queue_pb2.ReceiveRequest, context: grpc.aio.ServicerContext
-                      ) -> AsyncIterator[queue_pb2.ReceiveResponse]:
+    async def Receive(self, request: queue_pb2.ReceiveRequest, context: grpc.aio.ServicerContext) -> None:
+        # Writes its responses itself (not a generator): the receiver times each write,
+        # so that a client that does not read ends its stream (receive.py).
         try:
             options = ReceiveOptions(
                 max_batch_size=request.max_batch_size,
@@ -202,8 +204,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                 max_outstanding=request.max_outstanding,
             )
             queue = await self._catalog.get(request.queue)
-            async for batch in self._receiver.stream(queue, options):
-                yield receive_response(queue, batch)
+            await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write)
         except errors.QueueError as exc:
             await abort(context, exc)
         except Exception:
@@ -314,6 +315,71 @@ def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.R
         stamp(r.lease_expiration_time, m.lease_expiration_time)
         stamp(r.enqueue_time, m.enqueue_time)
     return out
+
+
+RESPONSE_FIELD_OVERHEAD = 6
+"""Bytes a message costs in its response beyond its own: the field tag and a length of up to 5 bytes."""
+
+
+def receive_responses(queue: QueueDef, batch: list[LeasedMessage], max_bytes: int
+                      ) -> Encoded[queue_pb2.ReceiveResponse]:
+    """A leased batch as Receive responses of at most ``max_bytes`` each, and the messages
+    no client can receive (a value that SQL stored and no encoding carries, or larger
+    than a response). The common case is one response, checked by one ByteSize."""
+    bad: list[tuple[LeasedMessage, str]] = []
+    if queue.payload_type is ColumnType.JSON and not all(codec.json_fits(m.payload) for m in batch):
+        good = []
+        for m in batch:
+            try:
+                codec.check_json(m.payload, "its JSON payload")
+                good.append(m)
+            except errors.InvalidArgument as exc:
+                bad.append((m, exc.message))
+        if good:
+            good[-1] = good[-1]._replace(last_batch_message=True)
+        batch = good
+    if not batch:
+        return Encoded([], bad)
+    try:
+        out = receive_response(queue, batch)
+    except Exception:  # a value one of them cannot hold: find which, one by one
+        out = None
+    if out is not None and out.ByteSize() <= max_bytes:
+        return Encoded([(out, batch)], bad)
+    return _split(queue, batch, max_bytes, bad)
+
+
+def _split(queue: QueueDef, batch: list[LeasedMessage], max_bytes: int,
+           bad: list[tuple[LeasedMessage, str]]) -> Encoded[queue_pb2.ReceiveResponse]:
+    """The slow path of receive_responses: each message encoded and measured alone."""
+    sized: list[tuple[LeasedMessage, queue_pb2.ReceivedMessage, int]] = []
+    for m in batch:
+        try:
+            one = receive_response(queue, [m]).messages[0]
+            size = one.ByteSize() + RESPONSE_FIELD_OVERHEAD
+        except Exception as exc:
+            bad.append((m, f"cannot be encoded: {exc}"))
+            continue
+        if size > max_bytes:
+            bad.append((m, f"takes {size} bytes, more than a Receive response may ({max_bytes})"))
+            continue
+        sized.append((m, one, size))
+    responses: list[tuple[queue_pb2.ReceiveResponse, list[LeasedMessage]]] = []
+    total = max_bytes + 1  # start a response at the first message
+    for m, one, size in sized:
+        if total + size > max_bytes:
+            responses.append((queue_pb2.ReceiveResponse(), []))
+            total = 0
+        response, carried = responses[-1]
+        response.messages.append(one)
+        carried.append(m)
+        total += size
+    if responses:  # the batch's last message, whichever responses it took
+        for response, _ in responses:
+            for r in response.messages:
+                r.last_batch_message = False
+        responses[-1][0].messages[-1].last_batch_message = True
+    return Encoded(responses, bad)
 
 
 def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:

@@ -24,6 +24,7 @@ STATUS_TABLE: dict[type[errors.QueueError], tuple[grpc.StatusCode, str]] = {
     errors.CommitOutcomeUnknown: (grpc.StatusCode.UNKNOWN, "UNKNOWN_COMMIT"),
     errors.Unimplemented: (grpc.StatusCode.UNIMPLEMENTED, "UNIMPLEMENTED"),
     errors.TransactionAborted: (grpc.StatusCode.ABORTED, "ABORTED"),
+    errors.ClientNotReading: (grpc.StatusCode.ABORTED, "CLIENT_NOT_READING"),
     errors.Unauthenticated: (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED"),
     errors.PermissionDenied: (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED"),
     errors.QueueError: (grpc.StatusCode.INTERNAL, "INTERNAL"),

@@ -21,12 +21,13 @@ import psycopg
 import psycopg_pool
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.types.json import Jsonb
+from psycopg.types.datetime import TimestamptzLoader
+from psycopg.types.json import Jsonb, JsonbLoader
 
 from . import errors
 from .faults import FaultInjector
 from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, LedgeredAck, LedgeredSend,
-                    OutgoingMessage, QueueDef, QueueGauges, RenewResult)
+                    OutgoingMessage, QueueDef, QueueGauges, RenewResult, Unreadable)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
@@ -460,12 +461,26 @@ class Store:
         statements = _queue_sql(queue)
         width = len(queue.key_columns)
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(
-                statements.lease,
-                {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
-                 "lease_prefix": lease_prefix, "now": now},
-            )
-            rows = await cur.fetchall()
+            try:
+                cur = await conn.execute(
+                    statements.lease,
+                    {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
+                     "lease_prefix": lease_prefix, "now": now, "queue_name": queue.name,
+                     "create_time": queue.create_time},
+                )
+            except pg_errors.InvalidTextRepresentation as exc:
+                if "was dropped and created again" not in (exc.diag.message_primary or ""):
+                    raise
+                raise errors.QueueNotFound(
+                    f"queue {queue.name!r} was dropped (and a queue of that name created again); "
+                    "open a new stream to receive from the new queue"
+                ) from exc
+            try:
+                rows = await cur.fetchall()
+            except (psycopg.DataError, ValueError, RecursionError):
+                # A value written by SQL that Python cannot hold: the rows are leased
+                # already, so read them again with Unreadable in place of such values.
+                rows = _rows_leniently(cur)
         # The row is the key columns, then LeasedMessage's other fields in order.
         if width == 1:
             return [LeasedMessage((row[0],), *row[1:]) for row in rows]
@@ -570,6 +585,27 @@ class Store:
             )
             row = await cur.fetchone()
         return int(row[0]) if row else 0
+
+    async def messages_dead_letter(self, queue: QueueDef, lease_tokens: Sequence[str]) -> int:
+        """Moves leased messages to the queue's dead-letter queue as stored; how many moved."""
+        assert queue.dead_letter_queue
+        names = QueueStatements(queue)
+        statement = query("message_dead_letter", queue=names.table, m_key_columns=names.qualified_keys("m"),
+                          key_columns=names.keys,
+                          dead_letter_queue=sql.Identifier("public", queue.dead_letter_queue))
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens)})
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def leases_lapsed(self, queue: QueueDef, lease_tokens: Sequence[str], now: datetime | None
+                            ) -> tuple[int, int]:
+        """Of these tokens: how many still hold their message past the lease's end (lapsed),
+        and how many are still live."""
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(_queue_sql(queue).lapsed, {"lease_tokens": list(lease_tokens), "now": now})
+            row = await cur.fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
         async with self.read(queue.name) as conn:
@@ -760,6 +796,7 @@ class _QueueSql:
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
         self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
         self.count_held = query("lease_count_held", queue=names.table).as_bytes(None)
+        self.lapsed = query("lease_lapsed", queue=names.table).as_bytes(None)
         acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
                     m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))
         self.ack = query("message_ack", **acks).as_bytes(None)
@@ -863,6 +900,41 @@ async def _refuse_if_depended_on(conn: Connection, name: str) -> None:
             "those queues first",
             queue=name,
         )
+
+
+class _LenientTimestamptzLoader(TimestamptzLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except (psycopg.DataError, ValueError, OverflowError):  # 'infinity', beyond year 9999
+            return Unreadable("timestamptz", bytes(data).decode(errors="replace"))
+
+
+class _LenientJsonbLoader(JsonbLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except (ValueError, RecursionError):  # nested past Python's recursion limit
+            return Unreadable("jsonb", bytes(data[:40]).decode(errors="replace") + "...")
+
+
+@dataclasses.dataclass
+class _LenientContext:
+    adapters: psycopg.adapt.AdaptersMap
+    connection: Any
+
+
+def _rows_leniently(cur: psycopg.AsyncCursor[Any]) -> list[Any]:
+    """The rows of a cursor's result again, with Unreadable for each value its loader
+    refused (the slow path: only for a result whose plain fetch failed)."""
+    result = cur.pgresult
+    assert result is not None
+    adapters = psycopg.adapt.AdaptersMap(cur.adapters)
+    adapters.register_loader("timestamptz", _LenientTimestamptzLoader)
+    adapters.register_loader("jsonb", _LenientJsonbLoader)
+    transformer = psycopg.adapt.Transformer(_LenientContext(adapters, cur.connection))
+    transformer.set_pgresult(result)
+    return transformer.load_rows(0, result.ntuples, tuple)
 
 
 async def _scalar(conn: Connection, statement: str, /, **params: Any) -> Any:

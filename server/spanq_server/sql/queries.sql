@@ -314,8 +314,16 @@ WITH claimed AS (
 SELECT request_id FROM claimed
 
 -- message_lease_batch --
--- Leases up to max_batch_size deliverable messages for one stream.
+-- Leases up to max_batch_size deliverable messages for one stream, while the
+-- queue is still the one the stream opened: a queue dropped and created again
+-- under its name (on any server) has another create_time, and the statement
+-- fails before the function leases anything (an uncorrelated condition is a
+-- one-time filter, checked before the function scan runs). No catalog row
+-- (dropped meanwhile): nothing leased.
 SELECT * FROM spanq.{receive_function}(%(max_batch_size)s, %(lease_duration)s, %(lease_prefix)s, %(now)s)
+WHERE (SELECT CASE WHEN %(create_time)s::timestamptz IS NULL OR q.create_time = %(create_time)s THEN true
+                   ELSE ('spanq: queue ' || q.name || ' was dropped and created again')::boolean END
+       FROM spanq.queues AS q WHERE q.name = %(queue_name)s)
 
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
@@ -445,6 +453,32 @@ WITH returned AS (
     RETURNING 1
 )
 SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned HAVING count(*) > 0
+
+-- message_dead_letter --
+-- Moves leased messages that no client can receive (a value written by SQL
+-- that the receive path cannot encode) to the queue's dead-letter queue, by
+-- lease token, as stored: the database copies what spanq could not read. A
+-- key already in the dead-letter queue keeps its older copy there, as in the
+-- receive function. Returns how many left the queue.
+WITH dead AS (
+    DELETE FROM {queue} AS m
+    WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time
+), buried AS (
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time)
+    SELECT * FROM dead
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) FROM dead
+
+-- lease_lapsed --
+-- Of a batch of one stream's lease tokens (checked when their leases end):
+-- how many still hold their message with the lease over, neither acked,
+-- renewed, released nor leased again (lapsed), and how many are still live.
+SELECT count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp <= clock.now),
+       count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp > clock.now)
+FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
 
 -- lease_count_held --
 -- Unexpired leases held under one stream's token prefix (for max_outstanding):
