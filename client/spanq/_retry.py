@@ -27,8 +27,9 @@ _RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
 UNKNOWN_COMMIT: a bare UNKNOWN is a server bug, not an unknown outcome.)"""
 
 _SAFE_UNAVAILABLE_REASONS = frozenset({"DATABASE_UNAVAILABLE", CONNECT_TIMEOUT})
-"""UNAVAILABLE reasons by which the server (or the SDK: the call was never sent) says nothing was committed. Any other UNAVAILABLE (a dropped
-connection, a stopping server) may have come after the commit, so it leaves the outcome unknown."""
+"""UNAVAILABLE reasons by which the server (or the SDK: CONNECT_TIMEOUT, the call was never sent) says nothing
+was committed. Any other UNAVAILABLE (a dropped connection, a stopping server) may have come after the commit,
+so it leaves the outcome unknown."""
 
 STREAM_RETRYABLE_CODES = (
     grpc.StatusCode.UNAVAILABLE,
@@ -97,7 +98,8 @@ def _outcome_unknown(error: SpanqError) -> bool:
     return error.code == grpc.StatusCode.UNAVAILABLE and error.reason not in _SAFE_UNAVAILABLE_REASONS
 
 
-def _unknown(what: str, request_id: str | None, attempts: int, since: float, error: SpanqError) -> CommitOutcomeUnknown:
+def _unknown(what: str, request_id: str | None, attempts: int, since: float,
+             error: SpanqError) -> CommitOutcomeUnknown:
     return CommitOutcomeUnknown(
         f"{what}: the outcome of request {request_id} is unknown after {attempts} attempt(s) in "
         f"{time.monotonic() - since:.1f}s (last: {error.code.name if error.code else '?'} {error.message}); "

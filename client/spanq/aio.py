@@ -65,8 +65,8 @@ class Client:
     ``target`` is ``host:port`` (or a gRPC target such as ``unix:/path``); one that cannot name a server
     (``http://...``, a bad port) raises InvalidArgument at once. A call waits at most ``connect_timeout``
     seconds for the channel to connect, then fails with Unavailable naming the target (nothing was sent, so
-    nothing committed); the retry policy's ``deadline`` bounds the rest. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
-    given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
+    nothing committed); the retry policy's ``deadline`` bounds the rest. Plaintext unless ``credentials``
+    (``grpc.ssl_channel_credentials(...)``) are given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
     UNKNOWN_COMMIT per ``retry``, so a retry never duplicates; pass ``request_id=`` to choose it yourself
