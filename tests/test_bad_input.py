@@ -605,7 +605,8 @@ async def test_a_response_a_client_cannot_receive_is_refused_before_it_commits(s
     before = stored.snapshot()
     big = [text_message(f"{i:04d}" + "k" * 11_000, "x") for i in range(400)]
     _, info = await expect(stub.Send(queue_pb2.SendRequest(queue="tasks", request_id="big-keys", messages=big)),
-                           EXHAUSTED, "response", "4194304-byte limit", "nothing was committed")
+                           EXHAUSTED, "response", f"{Limits().max_response_bytes}-byte limit",
+                           "nothing was committed")
     assert info["reason"] == "LIMIT_EXCEEDED"
     await expect(stub.Commit(queue_pb2.CommitRequest(mutations=[queue_pb2.Mutation(send=send_req("tasks", *big))])),
                  EXHAUSTED, "nothing was committed")

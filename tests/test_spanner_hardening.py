@@ -268,8 +268,12 @@ async def test_out_of_range_literals_are_invalid_and_store_nothing(stub, raw, sq
         assert code == INVALID and fragment in message, (text[:80], code, message)
     code, message, _ = await error_of(raw.stream("SELECT * FROM RECEIVE_jobs(max_duration => '9999999999999999h')"))
     assert code == INVALID and "max_duration" in message, message
-    # 80 levels are Spanner's limit, and work; the transaction is still usable.
-    await raw.sql(f"INSERT INTO docs (id, Payload) VALUES ('ok', '{'[' * 80 + ']' * 80}')", txn)
+    # A queue's JSON payload nests at most 30 levels (what a spanq.v1 receiver's protobuf decodes,
+    # below Spanner's 80): 31 is refused, 30 works, and the transaction is still usable.
+    code, message, _ = await error_of(raw.sql(f"INSERT INTO docs (id, Payload) VALUES ('d', '{'[' * 31 + ']' * 31}')",
+                                              txn))
+    assert code == INVALID and "nested more than 30" in message, message
+    await raw.sql(f"INSERT INTO docs (id, Payload) VALUES ('ok', '{'[' * 30 + ']' * 30}')", txn)
     await raw.commit(txn=txn)
     assert sql.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
     assert sql.execute("SELECT id FROM docs").fetchall() == [("ok",)]
