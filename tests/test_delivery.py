@@ -9,6 +9,7 @@ with ``clock.advance``, which also wakes the streams, never with sleeps.
 
 import asyncio
 import dataclasses
+import random
 import time
 from datetime import timedelta
 
@@ -545,6 +546,33 @@ async def test_one_send_arrives_as_one_batch_with_last_batch_message(stub):
     assert [m.last_batch_message for m in first.messages] == [False, False, True]
     assert [m.last_batch_message for m in second.messages] == [False, True]
     assert len({plain(m.key)[0] for m in [*first.messages, *second.messages]}) == 5
+
+
+async def test_the_messages_of_one_send_are_delivered_in_the_order_sent(stub, clock):
+    await create_queue(stub, "ordered", payload_type=queue_pb2.STRING)
+    keys = [f"m{i:03d}" for i in random.Random(14).sample(range(100), 100)]  # not the keys' own order
+    await send(stub, "ordered", *[text_message(k, k) for k in keys])
+    later = [f"d{i:03d}" for i in random.Random(15).sample(range(20), 20)]
+    await send(stub, "ordered", *[text_message(k, k, delay=duration(60)) for k in later])
+    got = await receive_some(stub, "ordered", 100, max_batch_size=100)
+    assert [plain(m.key)[0] for m in got] == keys
+    assert stamp(got[0].deliver_time) == stamp(got[0].enqueue_time)
+    await ack(stub, "ordered", *got)
+    clock.advance(timedelta(seconds=61))
+    got = await receive_some(stub, "ordered", 20, max_batch_size=7)  # across batches too
+    assert [plain(m.key)[0] for m in got] == later
+
+
+async def test_one_sends_messages_do_not_tie_on_deliver_time(stub, sql):
+    # Receive takes messages by deliver_time; ties would come out in whatever order the plan reads them
+    # (the deliver_time index's heap order, or a sort's), so the order sent must be in deliver_time itself.
+    await create_queue(stub, "ordered", payload_type=queue_pb2.STRING)
+    keys = [f"m{i:03d}" for i in random.Random(14).sample(range(100), 100)]
+    await send(stub, "ordered", *[text_message(k, k) for k in keys[:50]],
+               *[text_message(k, k, delay=duration(0)) for k in keys[50:]])
+    rows = sql.execute("SELECT id, deliver_time - spanq_enqueue_time FROM ordered ORDER BY deliver_time").fetchall()
+    assert [row[0] for row in rows] == keys
+    assert [row[1] for row in rows] == [timedelta(microseconds=i) for i in range(100)]
 
 
 async def test_cancelled_streams_are_released(stub, server):

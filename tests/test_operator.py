@@ -192,7 +192,8 @@ async def test_peek_pages_through_composite_keys_that_share_a_deliver_time(serve
                                   payload_type="BYTES")
         at = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
         sent = [(at, bytes([b]), n) for b in (0, 255) for n in (2**62, -1)]
-        await client.send_many("events", [spanq.OutgoingMessage(b"x", k) for k in sent])  # one deliver_time
+        later = datetime.now(timezone.utc) + timedelta(hours=1)  # one deliver_time, given (so not staggered)
+        await client.send_many("events", [spanq.OutgoingMessage(b"x", k, deliver_time=later) for k in sent])
         seen = []
         token = ""
         for _ in range(10):

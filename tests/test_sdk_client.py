@@ -238,3 +238,34 @@ def test_status_codes_map_to_error_classes():
         assert type(from_rpc_error(rpc_error(code, "x"))) is cls, code
     unknown = from_rpc_error(rpc_error(grpc.StatusCode.UNKNOWN, "x", reason="UNKNOWN_COMMIT", request_id="r"))
     assert isinstance(unknown, spanq.CommitOutcomeUnknown) and unknown.request_id == "r"
+
+
+async def test_create_queue_exist_ok_returns_the_queue_there_when_it_matches(server):
+    async with spanq.aio.Client(server.target) as client:
+        made = await client.create_queue("emails", key_columns=[("id", "STRING")], payload_type="JSON",
+                                         lease_duration=30)
+        again = await client.create_queue("emails", key_columns=[("id", "STRING")], payload_type="JSON",
+                                          lease_duration=30, exist_ok=True)
+        assert again == made
+        assert await client.create_queue("emails", payload_type="JSON", exist_ok=True) == made  # fields left out match
+        with pytest.raises(spanq.AlreadyExists, match="named 'emails' already exists"):
+            await client.create_queue("emails", payload_type="JSON")  # without exist_ok: as before
+        with pytest.raises(spanq.AlreadyExists) as raised:
+            await client.create_queue("emails", key_columns=[("id", "INT64")], payload_type="STRING", exist_ok=True)
+        assert "exists with another definition" in str(raised.value)
+        assert "payload_type is <TypeCode.JSON: 'JSON'>, not <TypeCode.STRING: 'STRING'>" in str(raised.value)
+        assert await client.get_queue("emails") == made  # nothing changed
+
+
+async def test_create_queue_exist_ok_does_not_take_a_table_for_a_queue(server, sql):
+    sql.execute("CREATE TABLE orders (id bigint PRIMARY KEY)")
+    async with spanq.aio.Client(server.target) as client:
+        with pytest.raises(spanq.AlreadyExists, match="orders"):
+            await client.create_queue("orders", exist_ok=True)
+
+
+def test_a_type_name_is_case_insensitive_and_a_wrong_one_lists_the_names():
+    assert spanq.TypeCode("json") is spanq.TypeCode.JSON
+    assert spanq.Queue("q", payload_type="string").payload_type is spanq.TypeCode.STRING
+    with pytest.raises(ValueError, match="'jsonb' is not a type: use one of BOOL, INT64, STRING, BYTES, TIMESTAMP, JSON"):
+        spanq.Queue("q", payload_type="jsonb")

@@ -130,3 +130,16 @@ def test_a_lapse_watch_with_some_lapsed_is_neither_proven_nor_suspect():
     watch.delivered(_leased(t0, ["a", "b", "c"]))
     assert not watch.found(t0, 3, 1, 0)
     assert not watch.proven and not watch.suspect
+
+
+def test_every_serve_flag_has_help_and_its_default(capsys):
+    from spanq_server import cli
+
+    with pytest.raises(SystemExit):
+        cli.parse_config(["serve", "--help"], {})
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, default in [("--max-queues", "100"), ("--max-streams-per-queue", "1000"),
+                          ("--max-payload-bytes", "1048576"), ("--max-response-bytes", "4128768"),
+                          ("--poll-interval", "5"), ("--log-level", "INFO")]:
+        after = text.split(f"{flag} {flag[2:].upper().replace('-', '_')} ", 1)[1].split(" --", 1)[0]
+        assert f"(default {default})" in after or f"default {default})" in after, (flag, after)

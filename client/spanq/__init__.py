@@ -3,11 +3,14 @@
 - ``spanq.Client(target)``: blocking and thread-safe; ``spanq.aio.Client(target)``: asyncio. Both offer
   queue admin, ``send``, ``ack``, ``renew_lease``, ``nack``, ``receive``, ``commit``/``transaction`` and
   ``subscribe``, with automatic request ids and idempotent replay, and a batching ``publish``.
-- ``spanq.sql``: send and ack inside your own psycopg transaction.
+- ``spanq.sql``: send and ack inside your own psycopg transaction (imported on first use: it needs
+  psycopg, ``pip install 'spanq[sql]'``, which the rest of the SDK does not).
 - Errors derive from ``spanq.SpanqError``.
 """
 
-from . import aio, sql
+from typing import TYPE_CHECKING, Any
+
+from . import aio
 from ._client import Client, Subscription
 from ._errors import (
     Aborted,
@@ -47,6 +50,18 @@ from ._types import (
     RenewedLease,
     TypeCode,
 )
+
+if TYPE_CHECKING:
+    from . import sql
+
+
+def __getattr__(name: str) -> Any:
+    if name == "sql":  # psycopg is the application's: load it only for an application that uses spanq.sql
+        import importlib  # noqa: PLC0415
+
+        return importlib.import_module(".sql", __name__)
+    raise AttributeError(f"module 'spanq' has no attribute {name!r}")
+
 
 __all__ = [
     "aio",

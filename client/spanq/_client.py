@@ -15,6 +15,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import grpc
 
 from . import aio
+from ._connect import DEFAULT_CONNECT_TIMEOUT
 from ._loop import LoopThread
 from ._codec import as_timedelta
 from ._retry import DEFAULT_RETRY, Retry
@@ -130,7 +131,7 @@ class Client:
         max_concurrent_calls: int = DEFAULT_MAX_CONCURRENT_CALLS,
         batch_settings: BatchSettings = BatchSettings(),
         publish_flow_control: PublishFlowControl = PublishFlowControl(),
-        connect_timeout: float = aio.DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
         self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options,

@@ -15,7 +15,8 @@ from typing import TypeVar
 
 import grpc
 
-from ._errors import UNKNOWN_COMMIT, CommitOutcomeUnknown, SpanqError, from_rpc_error
+from ._connect import CONNECT_TIMEOUT
+from ._errors import UNKNOWN_COMMIT, CommitOutcomeUnknown, SpanqError, Unavailable, from_rpc_error
 
 logger = logging.getLogger(__name__)
 
@@ -25,9 +26,10 @@ _RETRYABLE_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEED
 """Retried on every call; a mutation replays its request_id. (UNKNOWN is retried only with reason
 UNKNOWN_COMMIT: a bare UNKNOWN is a server bug, not an unknown outcome.)"""
 
-_SAFE_UNAVAILABLE_REASONS = frozenset({"DATABASE_UNAVAILABLE"})
-"""UNAVAILABLE reasons by which the server says nothing was committed. Any other UNAVAILABLE (a dropped
-connection, a stopping server) may have come after the commit, so it leaves the outcome unknown."""
+_SAFE_UNAVAILABLE_REASONS = frozenset({"DATABASE_UNAVAILABLE", CONNECT_TIMEOUT})
+"""UNAVAILABLE reasons by which the server (or the SDK: CONNECT_TIMEOUT, the call was never sent) says nothing
+was committed. Any other UNAVAILABLE (a dropped connection, a stopping server) may have come after the commit,
+so it leaves the outcome unknown."""
 
 STREAM_RETRYABLE_CODES = (
     grpc.StatusCode.UNAVAILABLE,
@@ -96,6 +98,19 @@ def _outcome_unknown(error: SpanqError) -> bool:
     return error.code == grpc.StatusCode.UNAVAILABLE and error.reason not in _SAFE_UNAVAILABLE_REASONS
 
 
+def _unknown(what: str, request_id: str | None, attempts: int, since: float,
+             error: SpanqError) -> CommitOutcomeUnknown:
+    return CommitOutcomeUnknown(
+        f"{what}: the outcome of request {request_id} is unknown after {attempts} attempt(s) in "
+        f"{time.monotonic() - since:.1f}s (last: {error.code.name if error.code else '?'} {error.message}); "
+        "replay it with the same request_id to learn whether it committed",
+        request_id=request_id or "",
+        code=error.code,
+        reason=error.reason,
+        metadata=error.metadata,
+    )
+
+
 def _retryable(error: SpanqError) -> bool:
     return error.reason == UNKNOWN_COMMIT or error.code in _RETRYABLE_CODES
 
@@ -106,13 +121,17 @@ async def call(
     *,
     what: str,
     request_id: str | None = None,
+    patient: bool = False,
 ) -> R:
     """Runs ``attempt(timeout)`` until it succeeds, fails for good, or the deadline passes.
 
     With a request_id the call is a mutation: every attempt must carry that same request_id, and an
-    outcome that stays unknown raises CommitOutcomeUnknown instead of the last error.
+    outcome that stays unknown raises CommitOutcomeUnknown instead of the last error. An attempt that could
+    not connect within connect_timeout ends the call, unless ``patient`` (a subscriber's own acks and
+    renewals): then it is retried like UNAVAILABLE, within the deadline.
     """
-    give_up_at = time.monotonic() + policy.deadline
+    started = time.monotonic()
+    give_up_at = started + policy.deadline
     backoffs = policy.backoffs()
     unknown = False
     attempts = 0
@@ -124,6 +143,14 @@ async def call(
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             cause: BaseException = exc
+        except Unavailable as exc:
+            if exc.reason != CONNECT_TIMEOUT:
+                raise
+            error, cause = exc, exc  # not sent, so it leaves no outcome unknown
+            if not patient:
+                if unknown:
+                    raise _unknown(what, request_id, attempts, started, error) from cause
+                raise
         if request_id is not None and _outcome_unknown(error):
             unknown = True
         if not _retryable(error):
@@ -131,15 +158,7 @@ async def call(
         wait = next(backoffs)
         if time.monotonic() + wait >= give_up_at:
             if unknown:
-                raise CommitOutcomeUnknown(
-                    f"{what}: the outcome of request {request_id} is unknown after {attempts} attempt(s) in "
-                    f"{policy.deadline:g}s (last: {error.code.name if error.code else '?'} {error.message}); "
-                    "replay it with the same request_id to learn whether it committed",
-                    request_id=request_id or "",
-                    code=error.code,
-                    reason=error.reason,
-                    metadata=error.metadata,
-                ) from cause
+                raise _unknown(what, request_id, attempts, started, error) from cause
             raise error from cause
         logger.debug("%s: %s (%s), retrying in %.3fs%s", what, error.code, error.message, wait,
                      f" with request_id {request_id}" if request_id else "")

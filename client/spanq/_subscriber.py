@@ -36,7 +36,8 @@ import grpc
 
 from . import _codec, _requests, _retry
 from ._dispatcher import Dispatcher, Request
-from ._errors import Closed, DeadlineExceeded, LeaseLost, SpanqError, Unavailable, from_rpc_error
+from ._connect import CONNECT_TIMEOUT
+from ._errors import Closed, LeaseLost, SpanqError, Unavailable, from_rpc_error
 from ._leaser import Leaser
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2
@@ -59,6 +60,10 @@ NARROW_STREAM_DURATION = timedelta(seconds=1)
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+class _Stopped(Exception):
+    """The subscription stopped while it was connecting (nothing was in flight)."""
 
 
 class _Skipped(Exception):
@@ -123,8 +128,8 @@ class Subscriber:
         self._stream_delivered = 0  # messages the current stream delivered
         self._stream_silent = 0  # of those, released after spanq.sql acked them: the server was not told
         self._error: BaseException | None = None
-        self._watches: set[asyncio.Task[None]] = set()
-        self._failed_connects = 0  # Receive streams that failed while the channel was not connected
+        self._connecting: asyncio.Task[None] | None = None  # cancelled by stop: nothing is in flight then
+        self._connect_failures = 0
         self.task = self._loop.create_task(self._run(), name=f"spanq-subscriber-{queue}")
 
     # -- lifecycle --------------------------------------------------------------
@@ -137,6 +142,8 @@ class Subscriber:
         self._stopping = True
         self._restart.set()
         self._room.set()
+        if self._connecting is not None:
+            self._connecting.cancel()
 
     @property
     def error(self) -> BaseException | None:
@@ -144,10 +151,17 @@ class Subscriber:
 
     async def _run(self) -> None:
         try:
-            schema = await self._reach()
-            if schema is None:
-                return  # stopped before the server was reached
-            self._schema = schema
+            while self._schema is None:
+                if not await self._until_connected():
+                    return
+                try:
+                    self._schema = await self._connect_step(self._client._schema(self.queue))
+                except _Stopped:
+                    return
+                except Unavailable as exc:
+                    if exc.reason != CONNECT_TIMEOUT:
+                        raise
+                    self._cannot_connect(exc)  # lost again in between: wait for it again
             lease = self._lease_option or self._schema.lease_duration or DEFAULT_LEASE
             self._lease = lease
             extension = self._fc.max_lease_extension or lease
@@ -172,62 +186,8 @@ class Subscriber:
             self._stopping = True
             await self._shutdown()
 
-    async def _reach(self) -> Queue | None:
-        """The queue's definition. While the server cannot be reached, tries again until stopped, with a
-        WARNING (attempt 1, 2, 4, 8, ...), and a WARNING once it is reached; None if stopped first."""
-        backoffs = RECONNECT_BACKOFF.backoffs()
-        failures = 0
-        while not self._stopping:
-            fetch = self._loop.create_task(self._client._schema(self.queue), name=f"spanq-schema-{self.queue}")
-            while not fetch.done() and not self._stopping:
-                self._restart.clear()  # a stop sets _stopping too
-                await self._until_stop_or(fetch)
-            if not fetch.done():  # stopped: do not wait out the connect timeout
-                fetch.cancel()
-                await asyncio.gather(fetch, return_exceptions=True)
-                return None
-            error = fetch.exception()
-            if error is None:
-                if failures:
-                    logger.warning("%s: reached the spanq server at %s after %d failed attempt(s)", self.queue,
-                                   self._client.target, failures)
-                return fetch.result()
-            if not isinstance(error, (Unavailable, DeadlineExceeded)):
-                raise error
-            failures += 1
-            wait = next(backoffs)
-            self._unreachable(failures, error, wait)
-            await self._sleep(wait)
-        return None
-
-    def _unreachable(self, failures: int, error: BaseException, wait: float) -> None:
-        log = logger.warning if failures & (failures - 1) == 0 else logger.debug  # 1, 2, 4, 8, ...
-        log("%s: cannot reach the spanq server at %s (attempt %d: %s); reconnecting in %.2fs", self.queue,
-            self._client.target, failures, str(error).splitlines()[0] if str(error) else type(error).__name__, wait)
-
-    async def _until_stop_or(self, task: asyncio.Task[Any]) -> None:
-        stop = self._loop.create_task(self._restart.wait())
-        try:
-            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop.cancel()
-            await asyncio.gather(stop, return_exceptions=True)
-
-    async def _watch_reconnect(self) -> None:
-        """After streams that could not connect: one WARNING once the channel connects again (the new stream
-        may stay quiet a long time), with the failed attempts counted until then."""
-        channel = self._client._channel
-        if channel is None:
-            return
-        await channel.channel_ready()
-        logger.warning("%s: reconnected to the spanq server at %s after %d failed attempt(s)", self.queue,
-                       self._client.target, self._failed_connects)
-        self._failed_connects = 0
-
     async def _shutdown(self) -> None:
         self._draining = True
-        for watch in list(self._watches):
-            watch.cancel()
         running = {t for t in self._callbacks if not t.done()}
         if running:
             _, running = await asyncio.wait(running, timeout=self._grace)
@@ -255,6 +215,46 @@ class Subscriber:
         if self._own_executor and self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
 
+    # -- connecting -------------------------------------------------------------
+
+    async def _connect_step(self, step: Awaitable[Any]) -> Any:
+        """Runs ``step`` as a task that stop() cancels; then raises _Stopped."""
+        self._connecting = task = self._loop.create_task(_awaited(step), name=f"spanq-connect-{self.queue}")
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and self._stopping and not (current and current.cancelling()):
+                raise _Stopped from None
+            raise
+        finally:
+            self._connecting = None
+
+    async def _until_connected(self) -> bool:
+        """Waits until the channel is connected, trying for connect_timeout each time, with a WARNING for
+        every failed attempt and one when it connects after them; False if the subscription stops first."""
+        backoffs = RECONNECT_BACKOFF.backoffs()
+        while not self._stopping:
+            try:
+                await self._connect_step(self._client._connected())
+            except _Stopped:
+                return False
+            except Unavailable as exc:
+                self._cannot_connect(exc)
+                await self._sleep(next(backoffs))
+                continue
+            if self._connect_failures:
+                logger.warning("%s: connected to %s again after %d failed attempt(s)",
+                               self.queue, self._client.target, self._connect_failures)
+                self._connect_failures = 0
+            return True
+        return False
+
+    def _cannot_connect(self, exc: Unavailable) -> None:
+        self._connect_failures += 1
+        logger.warning("%s: cannot connect to %s (attempt %d): %s", self.queue, self._client.target,
+                       self._connect_failures, exc.message)
+
     # -- receiving --------------------------------------------------------------
 
     def _load(self) -> float:
@@ -269,7 +269,7 @@ class Subscriber:
             while not self._stopping and (self._paused or len(self._in_hand) >= self._fc.max_messages):
                 self._room.clear()
                 await self._room.wait()
-            if self._stopping:
+            if self._stopping or not await self._until_connected():
                 return
             window = self._fc.max_messages - len(self._in_hand)
             duration = self._stream_duration
@@ -291,10 +291,6 @@ class Subscriber:
                 request.max_duration.CopyFrom(_codec.duration(duration))
             call = self._client._stub().Receive(request, metadata=self._client._metadata)
             reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
-            if self._failed_connects and not self._watches:
-                watch = self._loop.create_task(self._watch_reconnect(), name=f"spanq-reconnect-{self.queue}")
-                watch.add_done_callback(self._watches.discard)
-                self._watches.add(watch)
             opened = time.monotonic()
             try:
                 while not await self._stream_ended(reader, call):
@@ -327,14 +323,9 @@ class Subscriber:
                 failures, backoffs = 0, RECONNECT_BACKOFF.backoffs()
             failures += 1
             wait = next(backoffs)
-            if exc.code() == grpc.StatusCode.UNAVAILABLE and self._client._channel is not None and \
-                    self._client._channel.get_state() != grpc.ChannelConnectivity.READY:
-                self._failed_connects += 1
-                self._unreachable(self._failed_connects, from_rpc_error(exc), wait)
-            else:
-                log = logger.info if failures == 1 else logger.debug
-                log("%s: Receive stream failed (%s: %s); reconnecting in %.2fs",
-                    self.queue, exc.code().name, exc.details(), wait)
+            log = logger.info if failures == 1 else logger.debug
+            log("%s: Receive stream failed (%s: %s); reconnecting in %.2fs",
+                self.queue, exc.code().name, exc.details(), wait)
             await self._sleep(wait)
 
     async def _sleep(self, seconds: float) -> None:
@@ -553,7 +544,8 @@ class Subscriber:
     async def _ack_rpc(self, messages: Sequence[Message]) -> list[bool]:
         assert self._schema is not None
         request = _requests.ack_request(self._schema, messages, ignore_not_found=True)
-        response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}")
+        # Patient: an ack that waits out an outage saves a redelivery (the subscriber never gives up either).
+        response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}", patient=True)
         return _requests.ack_results(response)
 
     async def _renew_rpc(self, messages: Sequence[Message], duration: timedelta) -> list[RenewedLease]:
@@ -562,7 +554,8 @@ class Subscriber:
         policy = _retry.Retry(deadline=max(1.0, 0.5 * self._lease.total_seconds())) if duration else None
         for chunk in _requests.chunks(list(messages)):
             request = _requests.renew_request(self.queue, chunk, duration)
-            response = await self._client._mutate("RenewLease", request, what=f"renew on {self.queue}", policy=policy)
+            response = await self._client._mutate("RenewLease", request, what=f"renew on {self.queue}",
+                                                  policy=policy, patient=True)
             out.extend(_requests.renew_results(response))
         return out
 

@@ -52,6 +52,12 @@ class TypeCode(str, enum.Enum):
     TIMESTAMP = "TIMESTAMP"
     JSON = "JSON"
 
+    @classmethod
+    def _missing_(cls, value: object) -> TypeCode:
+        if isinstance(value, str) and value.upper() in cls.__members__:
+            return cls[value.upper()]  # "json" is JSON: the names are case-insensitive
+        raise ValueError(f"{value!r} is not a type: use one of {', '.join(cls.__members__)}")
+
 
 @dataclasses.dataclass(frozen=True)
 class KeyColumn:

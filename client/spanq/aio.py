@@ -16,15 +16,14 @@ from typing import Any
 
 import grpc
 
-from . import _admin, _codec, _requests, _retry, _slots
+from . import _admin, _codec, _connect, _requests, _retry, _slots
 from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
 from ._publisher import Publisher
-from ._errors import Closed, InvalidArgument, NotFound, SpanqError, Unavailable, from_rpc_error
+from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
 from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from ._requests import AckTarget, LeaseTarget
 from ._retry import DEFAULT_RETRY, Retry
-from ._target import check_target
 from ._subscriber import Callback, Subscriber, Subscription
 from ._transaction import AckOp, RenewOp, SendOp, Transaction
 from ._types import (
@@ -43,17 +42,32 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.max_receive_message_length": 64 * 1024 * 1024,
 }
 """Channel options the client sets unless ``options`` overrides them."""
-DEFAULT_CONNECT_TIMEOUT = 5.0
-"""Seconds a client waits to reach its server for the first time before a call fails Unavailable."""
+
+
+_DEFINING_FIELDS = ("key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff",
+                    "max_backoff", "max_delivery_attempts", "dead_letter_queue")
+
+
+def _same_definition(wanted: Queue, existing: Queue, error: AlreadyExists) -> None:
+    """For ``create_queue(exist_ok=True)``: AlreadyExists naming the fields where the stored queue differs."""
+    differ = [f"{field} is {getattr(existing, field)!r}, not {getattr(wanted, field)!r}"
+              for field in _DEFINING_FIELDS
+              if getattr(wanted, field) not in (None, ()) and getattr(wanted, field) != getattr(existing, field)]
+    if differ:
+        raise AlreadyExists(
+            f"queue {wanted.name!r} exists with another definition ({'; '.join(differ)}); drop it, or create it "
+            "under another name", code=error.code, reason=error.reason, metadata=error.metadata,
+        ) from error
 
 
 class Client:
     """An asyncio spanq client: queue admin, send, ack, renew, nack, commit, receive and subscribe.
 
-    ``target`` is ``host:port`` (or a gRPC target such as ``dns:///host:port``); one that cannot be a server
-    (a URL, no port) raises InvalidArgument at once. Until the client first reaches its server, a call waits
-    at most ``connect_timeout`` seconds for it, then raises Unavailable naming the target. Plaintext unless ``credentials`` (``grpc.ssl_channel_credentials(...)``) are
-    given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
+    ``target`` is ``host:port`` (or a gRPC target such as ``unix:/path``); one that cannot name a server
+    (``http://...``, a bad port) raises InvalidArgument at once. A call waits at most ``connect_timeout``
+    seconds for the channel to connect, then fails with Unavailable naming the target (nothing was sent, so
+    nothing committed); the retry policy's ``deadline`` bounds the rest. Plaintext unless ``credentials``
+    (``grpc.ssl_channel_credentials(...)``) are given; ``token`` is sent as a bearer token with every call. Use ``async with spanq.aio.Client(...)``,
     or call ``aclose()`` when done; the channel opens on first use (or ``open()``), on the running loop.
     Every mutating call picks one request_id and replays it on UNAVAILABLE, DEADLINE_EXCEEDED and
     UNKNOWN_COMMIT per ``retry``, so a retry never duplicates; pass ``request_id=`` to choose it yourself
@@ -72,15 +86,14 @@ class Client:
         max_concurrent_calls: int = _slots.DEFAULT_MAX_CONCURRENT_CALLS,
         batch_settings: BatchSettings = BatchSettings(),
         publish_flow_control: PublishFlowControl = PublishFlowControl(),
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        connect_timeout: float = _connect.DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         if max_concurrent_calls < 1:
             raise ValueError(f"max_concurrent_calls must be at least 1, not {max_concurrent_calls}")
         if not connect_timeout > 0:
-            raise InvalidArgument(f"connect_timeout must be a positive number of seconds, got {connect_timeout!r}")
-        self.target = check_target(target)
+            raise ValueError(f"connect_timeout must be more than 0 seconds, not {connect_timeout!r}")
+        self.target = _connect.check_target(target)
         self.connect_timeout = connect_timeout
-        self._reached = False
         self._max_calls = max_concurrent_calls
         self._batch_settings = batch_settings
         self._publish_flow_control = publish_flow_control
@@ -113,27 +126,15 @@ class Client:
             else:
                 self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             stub = queue_pb2_grpc.QueueServiceStub(self._channel)  # type: ignore[no-untyped-call]
-            self._stub_ = _slots.bound(stub, self._max_calls)
+            self._stub_ = _slots.bound(stub, self._max_calls, self._connected)
         return self._stub_
 
-    async def _ready(self) -> queue_pb2_grpc.QueueServiceStub:
-        """The stub, once the server has been reached. Until this client first reaches it, a call waits at most
-        ``connect_timeout`` for the channel to connect, then fails Unavailable naming the target (instead of
-        retrying for ``retry.deadline``). Once reached, a lost server is retried per ``retry``: it may be
-        restarting."""
-        stub = self._stub()
-        if not self._reached:
-            assert self._channel is not None
-            try:
-                await asyncio.wait_for(self._channel.channel_ready(), self.connect_timeout)
-            except TimeoutError:
-                raise Unavailable(
-                    f"cannot connect to the spanq server at {self.target} within {self.connect_timeout:g}s "
-                    "(connect_timeout): check that it is running and that the target (and TLS) are right",
-                    code=grpc.StatusCode.UNAVAILABLE,
-                ) from None
-            self._reached = True
-        return stub
+    async def _connected(self) -> None:
+        """Returns once the channel is connected; Unavailable (reason CONNECT_TIMEOUT) after
+        ``connect_timeout``."""
+        self._stub()
+        assert self._channel is not None
+        await _connect.wait_connected(self._channel, self.target, self.connect_timeout)
 
     async def aclose(self, timeout: float | None = None) -> None:
         """Shuts subscriptions down gracefully, sends what was published (``flush``), waits for pending
@@ -179,11 +180,14 @@ class Client:
         parent_table: str | None = None,
         max_delivery_attempts: int | None = None,
         dead_letter_queue: str | None = None,
+        exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
 
         Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
-        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken.
+        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken, unless
+        ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
+        a field left out, or None, matches anything).
         """
         if isinstance(queue, str):
             queue = Queue(
@@ -198,7 +202,7 @@ class Client:
                 dead_letter_queue=dead_letter_queue,
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
-        stub = await self._ready()
+        stub = self._stub()
         maybe_created = False
 
         async def attempt(timeout: float) -> queue_pb2.Queue | None:
@@ -213,7 +217,17 @@ class Client:
                     return None  # probably our own earlier attempt: check below
                 raise
 
-        created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}")
+        try:
+            created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}")
+        except AlreadyExists as exc:
+            if not exist_ok:
+                raise
+            try:
+                existing = await self.get_queue(queue.name)
+            except NotFound:
+                raise exc from None  # the name is another table's, not a queue's
+            _same_definition(queue, existing, exc)
+            return existing
         if created is None:
             return await self.get_queue(queue.name)
         result = _codec.queue_from_proto(created)
@@ -222,7 +236,7 @@ class Client:
 
     async def get_queue(self, name: str) -> Queue:
         """Returns a queue's definition; raises NotFound if there is none."""
-        stub = await self._ready()
+        stub = self._stub()
         request = queue_pb2.GetQueueRequest(name=name)
         try:
             found = await _retry.call(
@@ -238,7 +252,7 @@ class Client:
 
     async def list_queues(self, *, page_size: int = 0) -> list[Queue]:
         """Returns every queue, in name order (fetched ``page_size`` at a time; 0: the server's default)."""
-        stub = await self._ready()
+        stub = self._stub()
         out: list[Queue] = []
         token = ""
         while True:
@@ -254,7 +268,7 @@ class Client:
 
     async def drop_queue(self, name: str) -> None:
         """Drops a queue with all its messages; raises NotFound if there is none."""
-        stub = await self._ready()
+        stub = self._stub()
         request = queue_pb2.DropQueueRequest(name=name)
         maybe_dropped = False
 
@@ -375,7 +389,8 @@ class Client:
         request = queue_pb2.ReceiveRequest(queue=queue, max_batch_size=max_messages, max_outstanding=max_messages)
         if lease_duration is not None:
             request.lease_duration.CopyFrom(_codec.duration(lease_duration))
-        call = (await self._ready()).Receive(request, metadata=self._metadata)
+        await self._connected()
+        call = self._stub().Receive(request, metadata=self._metadata)
         got: list[Message] = []
         try:
             async with asyncio.timeout(timeout):
@@ -529,7 +544,7 @@ class Client:
     async def stats(self, queue: str) -> QueueStats:
         """The queue's message counts by state (ready, scheduled, leased, dead-lettered), the oldest ready
         message's age, and the send and ack rates; needs ``select``. Reads the whole queue."""
-        stub = await self._ready()
+        stub = self._stub()
         request = queue_pb2.GetQueueStatsRequest(name=queue)
         found = await _retry.call(lambda t: stub.GetQueueStats(request, timeout=t, metadata=self._metadata),
                                   self._retry, what=f"stats of queue {queue}")
@@ -539,7 +554,7 @@ class Client:
         """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
         ``select``. Pass the page's ``next_page_token`` for the next one."""
         schema = await self._schema(queue)
-        stub = await self._ready()
+        stub = self._stub()
         request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
         page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
                                  what=f"peek at queue {queue}")
@@ -552,7 +567,7 @@ class Client:
         if sent_before is not None:
             request.sent_before.CopyFrom(_codec.timestamp(sent_before))
         try:
-            response = await (await self._ready()).Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
+            response = await self._stub().Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
         except grpc.aio.AioRpcError as exc:
             raise from_rpc_error(exc) from exc
         return int(response.purged)
@@ -566,7 +581,8 @@ class Client:
         exactly one of the two queues; call it again to continue."""
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)
-        call = (await self._ready()).Redrive(request, metadata=self._metadata)
+        await self._connected()
+        call = self._stub().Redrive(request, metadata=self._metadata)
         last: RedriveProgress | None = None
         try:
             async for p in call:
@@ -603,15 +619,17 @@ class Client:
             raise
 
     async def _mutate(
-        self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None
+        self, rpc: str, request: Any, *, what: str, request_id: str | None = None, policy: Retry | None = None,
+        patient: bool = False,
     ) -> Any:
-        """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy."""
-        method: Callable[..., Awaitable[Any]] = getattr(await self._ready(), rpc)
+        """Runs a mutating RPC with ONE request_id on every attempt, replaying it per the retry policy
+        (``patient``: through connect timeouts too, see _retry.call)."""
+        method: Callable[..., Awaitable[Any]] = getattr(self._stub(), rpc)
         request.request_id = request_id or _requests.new_request_id()
         try:
             return await _retry.call(
                 lambda timeout: method(request, timeout=timeout, metadata=self._metadata),
-                policy or self._retry, what=what, request_id=request.request_id,
+                policy or self._retry, what=what, request_id=request.request_id, patient=patient,
             )
         except SpanqError:
             if self._closed:

@@ -27,7 +27,13 @@ from collections.abc import Coroutine, Generator, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Union, overload
 
-import psycopg
+try:
+    import psycopg
+except ModuleNotFoundError as exc:  # the SDK alone does not bring psycopg
+    raise ModuleNotFoundError(
+        "spanq.sql needs psycopg 3, the driver of your own transactions: pip install 'spanq[sql]' "
+        "(or psycopg[binary])", name=exc.name
+    ) from exc
 from psycopg import errors as pg_errors
 from psycopg import pq
 from psycopg import sql as pgsql

@@ -43,10 +43,19 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--metrics-interval", type=float, default=default.metrics_interval.total_seconds(),
                        help=f"seconds: /metrics is computed at most once per interval, scrapes in between get "
                             f"that copy (default {default.metrics_interval.total_seconds():g})")
-    serve.add_argument("--max-queues", type=int, default=limits.max_queues)
-    serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue)
-    serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes)
-    serve.add_argument("--max-response-bytes", type=int, default=limits.max_response_bytes)
+    serve.add_argument("--max-queues", type=int, default=limits.max_queues,
+                       help=f"queues in the database; CreateQueue past it is RESOURCE_EXHAUSTED "
+                            f"(default {limits.max_queues})")
+    serve.add_argument("--max-streams-per-queue", type=int, default=limits.max_streams_per_queue,
+                       help=f"open Receive streams on one queue, counted per server; one more is "
+                            f"RESOURCE_EXHAUSTED (default {limits.max_streams_per_queue})")
+    serve.add_argument("--max-payload-bytes", type=int, default=limits.max_payload_bytes,
+                       help=f"largest payload of one message; a Send with a larger one is RESOURCE_EXHAUSTED "
+                            f"and stores nothing (default {limits.max_payload_bytes})")
+    serve.add_argument("--max-response-bytes", type=int, default=limits.max_response_bytes,
+                       help=f"largest response: a leased batch is split over Receive responses of at most this, "
+                            f"a mutating RPC whose response would be larger is refused before it commits "
+                            f"(default {limits.max_response_bytes})")
     serve.add_argument("--max-connections", type=int, default=default.max_connections,
                        help=f"database connections in all: one listens for wake-ups, the rest are a pool "
                             f"(default {default.max_connections}, at least 2)")
@@ -54,7 +63,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                        help=f"server processes on the one port, each with its share of --max-connections "
                             f"(env SPANQ_WORKERS; default {default.workers}); see docs/operations.md")
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
-                       help="seconds between an idle stream's fallback polls")
+                       help="seconds between an idle stream's fallback polls, which cover lost wake-ups "
+                            f"(default {default.poll_interval.total_seconds():g})")
     serve.add_argument("--spanner-transaction-idle-timeout", type=float,
                        default=default.spanner_transaction_idle_timeout.total_seconds(),
                        help="seconds a Spanner front-end read-write transaction may sit idle before it is rolled "
@@ -68,7 +78,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                             f"fails ABORTED (default {default.ddl_lock_timeout.total_seconds():g})")
     serve.add_argument("--inject-faults", default=environ.get("SPANQ_INJECT_FAULTS", ""),
                        help="fault injection SPEC name=probability,... (env SPANQ_INJECT_FAULTS); off by default")
-    serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"))
+    serve.add_argument("--log-level", default=environ.get("SPANQ_LOG_LEVEL", "INFO"),
+                       help="DEBUG, INFO, WARNING or ERROR (env SPANQ_LOG_LEVEL; default INFO)")
     token = commands.add_parser("token", help="print a fresh random bearer token and its entry for --auth-file")
     token.add_argument("name", nargs="?", default="NAME", help="the token's name in the file (default NAME)")
     args = parser.parse_args(argv)

@@ -267,21 +267,26 @@ DROP TABLE IF EXISTS {queue}
 -- message_insert --
 -- Stores a batch of messages: one row per element of the parallel arrays
 -- (the arrays go in binary format: psycopg dumps them 4-5x faster so).
--- A deliver_time in the past means now, as in Spanner.
+-- A deliver_time in the past means now, as in Spanner. Messages without a
+-- deliver_time are a microsecond apart in the order sent (now, now + 1 us, ...):
+-- receive takes them by deliver_time, so one Send's messages are delivered in
+-- the order sent; with a shared deliver_time their order would be the plan's.
 INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
 SELECT {s_key_columns}, s.spanq_payload,
-       greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')), clock.now),
+       greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')
+                                               + (s.spanq_ordinal - 1) * interval '1 microsecond'), clock.now),
        clock.now
 FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
-            %(delays)b::interval[])
-         AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay),
+            %(delays)b::interval[]) WITH ORDINALITY
+         AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_ordinal),
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 
 -- message_insert_claimed --
 -- A commit group's sends to one queue, in one statement: claims each
 -- request_id in the commit ledger with its response (a send's response, its
 -- keys, is known before it runs), then stores the messages of the requests
--- this transaction now owns. Returns the request_ids it claimed; one not
+-- this transaction now owns (a microsecond apart, as in message_insert: the
+-- group's sends in order, each one's messages in order). Returns the request_ids it claimed; one not
 -- returned was committed before (a replay) and stores nothing. Claims go in
 -- request_id order so that two groups claiming the same ids cannot deadlock.
 -- A claim of an id another transaction holds waits for it, as ledger_claim.
@@ -297,11 +302,12 @@ WITH claimed AS (
 ), stored AS (
     INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
     SELECT {s_key_columns}, s.spanq_payload,
-           greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')), clock.now),
+           greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')
+                                                   + (s.spanq_ordinal - 1) * interval '1 microsecond'), clock.now),
            clock.now
     FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
-                %(delays)b::interval[], %(owners)b::text[])
-             AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner),
+                %(delays)b::interval[], %(owners)b::text[]) WITH ORDINALITY
+             AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner, spanq_ordinal),
          (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
     WHERE s.spanq_owner IN (SELECT request_id FROM claimed)
 )

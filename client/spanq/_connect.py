@@ -1,0 +1,80 @@
+"""Failing fast: a target that cannot be a server is refused when the client is
+made, and a call waits at most ``connect_timeout`` for the channel to connect.
+
+grpcio alone retries a target such as ``http://localhost:50051`` (an unknown
+resolver scheme, read as a host name) for the whole retry deadline, and a
+call to a stopped server fails only at that deadline with "failed to connect
+to all addresses". Waiting for the channel before a call is sent bounds the
+wait and lets the error name the target; a call that was never sent cannot
+have committed, so no outcome is left unknown by it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import grpc
+
+from ._errors import InvalidArgument, Unavailable
+
+CONNECT_TIMEOUT = "CONNECT_TIMEOUT"
+"""The reason of the Unavailable raised when the channel did not connect within ``connect_timeout``."""
+
+DEFAULT_CONNECT_TIMEOUT = 5.0
+"""Seconds a call waits for the channel to connect before it fails with Unavailable."""
+
+_GRPC_SCHEMES = frozenset({"dns", "unix", "unix-abstract", "ipv4", "ipv6", "vsock", "xds", "google-c2p"})
+"""gRPC's own name-resolver schemes: such targets are gRPC's to parse."""
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_HOST_PORT = re.compile(r"^(?P<host>\[[0-9A-Fa-f:.%\w]+\]|[^:\[\]]+)(?::(?P<port>[^:]*))?$")
+
+
+def check_target(target: str) -> str:
+    """``target`` if it can name a gRPC server; InvalidArgument (a ValueError) saying why not otherwise."""
+    example = "give host:port, as in 'localhost:50051'"
+    if not isinstance(target, str) or not target.strip() or target != target.strip():
+        raise InvalidArgument(f"the target {target!r} is empty or has surrounding spaces: {example}")
+    scheme = _SCHEME.match(target)
+    if scheme:
+        if scheme.group(1).lower() in _GRPC_SCHEMES:
+            return target
+        rest = target[scheme.end():].split("/", 1)[0]
+        instead = f"give {rest!r}" if ":" in rest and _HOST_PORT.match(rest) else example
+        raise InvalidArgument(
+            f"the target {target!r} is a URL, not a gRPC target: {instead}, without {scheme.group(1)}:// "
+            "(for TLS pass credentials=grpc.ssl_channel_credentials())"
+        )
+    if target.split(":", 1)[0].lower() in _GRPC_SCHEMES:
+        return target  # dns:host:port, unix:path, ipv4:addr:port
+    found = _HOST_PORT.match(target)
+    if found is None:
+        if target.count(":") > 1 and "[" not in target:
+            return target  # a bare IPv6 address: gRPC's to parse
+        raise InvalidArgument(f"the target {target!r} is not host:port: {example}")
+    port = found.group("port")
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        raise InvalidArgument(
+            f"the target {target!r} has no valid port ({port!r}): a port is a number from 1 to 65535; {example}"
+        )
+    return target
+
+
+async def wait_connected(channel: grpc.aio.Channel, target: str, timeout: float) -> None:
+    """Returns once ``channel`` is connected (at once if it is); Unavailable naming the target after
+    ``timeout`` seconds otherwise. Cancellable."""
+    state = channel.get_state(try_to_connect=True)
+    if state == grpc.ChannelConnectivity.READY:
+        return
+    try:
+        async with asyncio.timeout(timeout):
+            await channel.channel_ready()
+    except TimeoutError:
+        state = channel.get_state()
+        raise Unavailable(
+            f"cannot connect to {target} within {timeout:g}s (connect_timeout; the channel is "
+            f"{state.name}): check that a spanq server is serving there and that the target, and TLS "
+            "credentials if any, are right; nothing was sent",
+            code=grpc.StatusCode.UNAVAILABLE, reason=CONNECT_TIMEOUT, metadata={"target": target},
+        ) from None
