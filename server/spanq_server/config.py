@@ -51,6 +51,17 @@ class Config:
     poll_interval: timedelta = timedelta(seconds=5)
     """How often an idle stream checks its queue when no wake-up arrives: the
     fallback for lost notifications, and the only wake-up where LISTEN is unavailable."""
+    deaf_poll_interval: timedelta = timedelta(seconds=0.25)
+    """How often one waiting stream of each queue looks for messages while the wake-up
+    listener cannot hear notifications (a transaction-mode pooler): the longest a message
+    sent through another server, or by SQL, then waits for a stream already waiting."""
+    reconnect_max_delay: timedelta = timedelta(seconds=0.5)
+    """The longest wait between attempts to replace a lost database connection (the pool's and
+    the listener's): after an outage of any length, spanq serves again within about this
+    long of the database accepting writes."""
+    pooler: str = "auto"
+    """What sits between spanq and PostgreSQL: "auto" (a pooler found is taken for a
+    transaction-mode one: no server-side prepared statements), "session", or "transaction"."""
     shutdown_grace: timedelta = timedelta(seconds=5)
     ledger_retention: timedelta = timedelta(hours=24)
     """How long the commit ledger remembers a request_id."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
@@ -94,6 +94,10 @@ class Metrics:
         self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                       "method and status code; for a server stream, its whole life.",
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
+        self._listening = Gauge("spanq_wakeup_listener_listening", "1 while this server's wake-up listener has "
+                                "proved (by hearing its own probe notification) that it hears sends made elsewhere; "
+                                "0 while it cannot, as behind a transaction-mode pooler: streams then poll every "
+                                "--deaf-poll-interval.", registry=r)
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
         self._http: WSGIServer | None = None
@@ -122,6 +126,9 @@ class Metrics:
         again = sum(1 for m in batch if m.delivery_attempt > 1)
         if again:
             self._child(self._redelivered, queue).inc(again)
+
+    def listener_listening(self, listening: bool) -> None:
+        self._listening.set(1 if listening else 0)
 
     def forget_queue(self, queue: str) -> None:
         """Removes a queue's series from every per-queue counter (it was dropped): they
