@@ -149,6 +149,7 @@ async def test_a_longer_outage_is_not_followed_by_a_longer_recovery(pair):
 
 @pytest.mark.skipif(SCALE == 1, reason="`make chaos` (SPANQ_CHAOS_SCALE > 1) measures the long outages")
 @pytest.mark.parametrize("gap_s", [3, 20, 70])
+@pytest.mark.timeout(900)
 async def test_outage_figures(pair, gap_s):
     outage = await fail_over(pair, gap_s=gap_s, lease_s=gap_s + 10, messages=600)
     assert outage.after_promotion_s < SERVING_AGAIN_S, outage
