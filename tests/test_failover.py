@@ -208,3 +208,62 @@ async def test_a_standby_taken_for_the_primary_answers_unavailable_not_internal(
             assert time.monotonic() - promoted < SERVING_AGAIN_S
     finally:
         await running.stop(0)
+
+
+# -- units: no database --------------------------------------------------------------
+
+
+def test_a_multi_host_url_without_target_session_attrs_is_warned_about(monkeypatch):
+    from spanq_server.store import url_warnings
+
+    monkeypatch.delenv("PGTARGETSESSIONATTRS", raising=False)
+    [warning] = url_warnings("postgresql://u@db1:5432,db2:5432/app?connect_timeout=3")
+    assert "target_session_attrs=read-write" in warning and "db1,db2" in warning
+    assert url_warnings("postgresql://u@db1,db2/app?target_session_attrs=read-write") == []
+    assert url_warnings("host=db1,db2 dbname=app target_session_attrs=primary") == []
+    assert url_warnings("postgresql://u@db1:5432/app") == []
+    monkeypatch.setenv("PGTARGETSESSIONATTRS", "read-write")
+    assert url_warnings("postgresql://u@db1,db2/app") == []
+
+
+def test_the_pools_reconnect_backoff_is_capped_and_never_gives_up():
+    import math
+
+    from spanq_server.store import _Backoff
+
+    attempt = _Backoff(timeout=math.inf, max_delay=0.5)
+    delays = []
+    for step in range(40):
+        attempt.update_delay(now=step * 1000.0)
+        delays.append(attempt.delay)
+        assert not attempt.time_to_give_up(step * 1000.0)
+    assert 0.05 < delays[0] <= 0.11 and max(delays) <= 0.5 and min(delays[5:]) >= 0.4, delays
+
+
+def test_read_only_refusals_are_told_from_other_errors():
+    from psycopg import errors as pg_errors
+
+    from spanq_server import errors, status
+    from spanq_server.store import refused_as_read_only
+
+    assert refused_as_read_only(pg_errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"))
+    assert refused_as_read_only(errors.DatabaseReadOnly("x"))
+    assert not refused_as_read_only(pg_errors.UniqueViolation("duplicate key"))
+    assert not refused_as_read_only(errors.StoreUnavailable("x"))
+    assert status.code_and_reason(errors.DatabaseReadOnly("x")) == (grpc.StatusCode.UNAVAILABLE,
+                                                                    "DATABASE_UNAVAILABLE")
+
+
+def test_failover_and_pooler_flags():
+    from datetime import timedelta
+
+    from spanq_server.cli import parse_config
+
+    config = parse_config(["serve", "--pooler", "transaction", "--deaf-poll-interval", "0.1",
+                           "--reconnect-max-delay", "0.2"], {})
+    assert config.pooler == "transaction" and config.deaf_poll_interval == timedelta(seconds=0.1)
+    assert config.reconnect_max_delay == timedelta(seconds=0.2)
+    assert parse_config(["serve"], {"SPANQ_POOLER": "session"}).pooler == "session"
+    for bad in (["--pooler", "statement"], ["--deaf-poll-interval", "0"], ["--reconnect-max-delay", "-1"]):
+        with pytest.raises(SystemExit):
+            parse_config(["serve", *bad], {})
