@@ -24,9 +24,9 @@ from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
-RECONNECT_BACKOFF = (0.1, 0.5)
-"""Seconds: first and largest wait between attempts to re-open the listener (largest: as the
-pool's, store.RECONNECT_MAX_DELAY, so wake-ups are back as soon as the database is)."""
+RECONNECT_FIRST_DELAY = 0.1
+"""Seconds: the first wait before re-opening a lost listener; it doubles up to the store's
+reconnect_max_delay, as the pool's does, so wake-ups are back as soon as the database is."""
 PROBE_TIMEOUT = 2.0
 """Seconds the listener waits to hear its own probe notification before it calls itself deaf."""
 PROBE_INTERVAL = 60.0
@@ -148,7 +148,7 @@ class Wakeups:
         self._probe_payload = ""
         self._heard = asyncio.Event()
         self.listening = False
-        """True while the listener has proved it hears notifications; streams poll either way, as a fallback."""
+        """True while the listener is connected and no probe found it deaf; streams poll either way, as a fallback."""
         self.connected = asyncio.Event()
         """Set while the listening connection is open (heard or not)."""
         self.probed = asyncio.Event()
@@ -190,13 +190,13 @@ class Wakeups:
             self._on_listening(listening)
 
     async def _listen_forever(self) -> None:
-        delay = RECONNECT_BACKOFF[0]
+        delay = RECONNECT_FIRST_DELAY
         while True:
             conn = None
             try:
                 conn = await self._store.listen()
                 self.connected.set()
-                delay = RECONNECT_BACKOFF[0]
+                delay = RECONNECT_FIRST_DELAY
                 # Notifications sent while we were not listening are lost: look again.
                 self.wake_all()
                 await self._hear(conn)
@@ -209,7 +209,7 @@ class Wakeups:
                     with contextlib.suppress(Exception):
                         await conn.close()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_BACKOFF[1])
+            delay = min(delay * 2, self._store.reconnect_max_delay)
 
     async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Fans notifications out until the connection fails; probes it, and polls while deaf."""
@@ -267,10 +267,12 @@ class Wakeups:
 
     async def _dispatch(self, conn: psycopg.AsyncConnection[Any], timeout: float) -> None:
         """Fans out the notifications that arrive within timeout seconds; returns early once the probe is heard."""
-        async for notify in conn.notifies(timeout=timeout):
-            if notify.payload.startswith(PROBE_PREFIX):
-                if notify.payload == self._probe_payload:
-                    self._heard.set()
-                    return
-                continue  # another server's probe
-            self.wake(notify.payload)
+        # Closed at once on return: the generator holds the connection's lock.
+        async with contextlib.aclosing(conn.notifies(timeout=timeout)) as notifies:
+            async for notify in notifies:
+                if notify.payload.startswith(PROBE_PREFIX):
+                    if notify.payload == self._probe_payload:
+                        self._heard.set()
+                        return
+                    continue  # another server's probe
+                self.wake(notify.payload)
