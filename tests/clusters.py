@@ -77,8 +77,8 @@ class Cluster:
 
     def stop(self) -> None:
         if self.running:
-            self.running = False
             run_as([_bin("pg_ctl"), "-D", str(self.pgdata), "-w", "-m", "fast", "stop"])
+            self.running = False
 
     def promote(self) -> None:
         """Ends recovery; returns once the node accepts writes."""
@@ -136,6 +136,5 @@ class ReplicatedPair:
             try:
                 cluster.stop()
             except Exception:
-                if cluster.running:
-                    run_as([_bin("pg_ctl"), "-D", str(cluster.pgdata), "-m", "immediate", "stop"])
+                cluster.kill()
         shutil.rmtree(self.folder, ignore_errors=True)
