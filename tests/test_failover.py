@@ -18,6 +18,9 @@ import grpc
 import psycopg
 import pytest
 
+import spanq
+import spanq.aio
+
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Config
 from spanq_server.server import start
@@ -88,6 +91,23 @@ class Prober:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
+async def send_with_the_sdk(target: str, failover: "asyncio.Future[None]", *, deadline_s: float) -> list[str]:
+    """Sends keyed messages with the SDK, one at a time, until the failover is over and
+    10 more went through; returns the keys confirmed (none may raise)."""
+    keys: list[str] = []
+    async with spanq.aio.Client(target, retry=spanq.Retry(deadline=deadline_s)) as client:
+        await client.create_queue("sdk", key_columns=[("id", "STRING")], payload_type="STRING")
+        after = 0
+        while after < 10:
+            if failover.done():
+                after += 1
+            key = f"k{len(keys)}"
+            await client.send("sdk", "x", key=key)
+            keys.append(key)
+            await asyncio.sleep(0.02)
+    return keys
+
+
 async def fail_over(pair: ReplicatedPair, *, gap_s: float, lease_s: float, messages: int) -> Outage:
     """Runs the workload on the pair, kills the primary once a third of the sends are
     confirmed, promotes the standby gap_s later; checks the history; returns the outage."""
@@ -96,6 +116,7 @@ async def fail_over(pair: ReplicatedPair, *, gap_s: float, lease_s: float, messa
     work = Workload([running.target], "work", lease_s=lease_s, deadline_s=gap_s + 60)
     prober = Prober(work.stubs[0])
     outage: Outage | None = None
+    sdk: "asyncio.Future[list[str]] | None" = None
     try:
         await create_queue(work.stubs[0], "work", payload_type=queue_pb2.JSON, lease_duration=duration(lease_s))
         await create_queue(work.stubs[0], "probe", payload_type=queue_pb2.STRING)
@@ -116,9 +137,16 @@ async def fail_over(pair: ReplicatedPair, *, gap_s: float, lease_s: float, messa
                     await asyncio.sleep(0.01)
             outage = Outage(promoted - killed, first - killed, first - promoted)
 
+        failover = asyncio.ensure_future(kill_then_promote())
+        sdk = asyncio.ensure_future(send_with_the_sdk(running.target, failover, deadline_s=gap_s + 30))
         await work.run(producers=2, per_producer=messages // 2, consumers=2, pace_s=0.005,
-                       during=asyncio.ensure_future(kill_then_promote()), timeout_s=gap_s + 2 * lease_s + 90)
+                       during=failover, timeout_s=gap_s + 2 * lease_s + 90)
         assert outage is not None
+        # The SDK rode through it within its deadline: every send confirmed, stored once.
+        sdk_keys = await sdk
+        with psycopg.connect(pair.standby.url(), autocommit=True) as sql:
+            stored = [row[0] for row in sql.execute("SELECT id FROM sdk")]
+        assert sorted(stored) == sorted(sdk_keys) and len(sdk_keys) > 20
         print(outage)
         assert work.history.faults_seen > 0  # the failover was felt
         with psycopg.connect(pair.standby.url(), autocommit=True) as sql:
@@ -130,6 +158,9 @@ async def fail_over(pair: ReplicatedPair, *, gap_s: float, lease_s: float, messa
         assert not twice, f"delivered twice: {twice}"
         return outage
     finally:
+        if sdk is not None and not sdk.done():
+            sdk.cancel()
+            await asyncio.gather(sdk, return_exceptions=True)
         await prober.stop()
         await work.close()
         await running.stop(0)
