@@ -291,7 +291,8 @@ def test_failover_and_pooler_flags():
     from spanq_server.cli import parse_config
 
     config = parse_config(["serve", "--pooler", "transaction", "--deaf-poll-interval", "0.1",
-                           "--reconnect-max-delay", "0.2"], {})
+                           "--reconnect-max-delay", "0.2"], {"SPANQ_LISTENER_URL": "postgresql://db/app"})
+    assert config.listener_url == "postgresql://db/app"
     assert config.pooler == "transaction" and config.deaf_poll_interval == timedelta(seconds=0.1)
     assert config.reconnect_max_delay == timedelta(seconds=0.2)
     assert parse_config(["serve"], {"SPANQ_POOLER": "session"}).pooler == "session"

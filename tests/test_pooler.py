@@ -10,9 +10,10 @@ import logging
 import time
 from datetime import timedelta
 
+import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import ack, create_queue, open_stream, send, text_message
@@ -76,6 +77,27 @@ async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicate
         assert max(delays) < POLL_S + 0.25, delays
     finally:
         await work.close()
+        await running.stop(0)
+
+
+async def test_behind_pgbouncer_a_direct_listener_url_hears_and_streams_need_not_poll(
+        pgbouncer, database_url, server_config, clock, sql):
+    running = await start(dataclasses.replace(server_config, database_url=pgbouncer.url, listener_url=database_url,
+                                              deaf_poll_interval=timedelta(seconds=5)), clock=clock)
+    try:
+        assert running.store.transaction_pooled
+        await asyncio.wait_for(running.wakeups.probed.wait(), 10)
+        assert running.wakeups.listening
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+            async with open_stream(stub, "tasks") as stream:
+                await asyncio.sleep(0.3)  # the stream waits
+                started = time.monotonic()
+                await asyncio.to_thread(sql.execute, "INSERT INTO tasks (id, payload) VALUES ('sql', 'hi')")
+                await stream.next(timeout=5)
+                assert time.monotonic() - started < 1.0  # a notification, not the 5 s poll
+    finally:
         await running.stop(0)
 
 

@@ -55,6 +55,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                        default=environ.get("SPANQ_POOLER", default.pooler),
                        help="the connection pooler between spanq and PostgreSQL, if any (env SPANQ_POOLER; default "
                             "auto: one found is taken for transaction mode, without server-side prepared statements)")
+    serve.add_argument("--listener-url", default=environ.get("SPANQ_LISTENER_URL") or None,
+                       help="PostgreSQL URL for the wake-up listener alone (env SPANQ_LISTENER_URL; default "
+                            "--database-url): behind a transaction-mode pooler, a direct URL lets it LISTEN")
     serve.add_argument("--spanner-transaction-idle-timeout", type=float,
                        default=default.spanner_transaction_idle_timeout.total_seconds(),
                        help="seconds a Spanner front-end read-write transaction may sit idle before it is rolled "
@@ -112,6 +115,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         deaf_poll_interval=timedelta(seconds=args.deaf_poll_interval),
         reconnect_max_delay=timedelta(seconds=args.reconnect_max_delay),
         pooler=args.pooler,
+        listener_url=args.listener_url,
         spanner_transaction_idle_timeout=timedelta(seconds=args.spanner_transaction_idle_timeout),
         spanner_transaction_max_lifetime=timedelta(seconds=args.spanner_transaction_max_lifetime),
         inject_faults=args.inject_faults,

@@ -59,6 +59,9 @@ class Config:
     """The longest wait between attempts to replace a lost database connection (the pool's and
     the listener's): after an outage of any length, spanq serves again within about this
     long of the database accepting writes."""
+    listener_url: str | None = None
+    """A PostgreSQL URL for the one wake-up listener alone (None: database_url): behind a
+    transaction-mode pooler, a direct URL lets it LISTEN, so streams need not poll."""
     pooler: str = "auto"
     """What sits between spanq and PostgreSQL: "auto" (a pooler found is taken for a
     transaction-mode one: no server-side prepared statements), "session", or "transaction"."""

@@ -108,7 +108,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
                   faults=FaultInjector.parse(config.inject_faults),
-                  reconnect_max_delay=config.reconnect_max_delay.total_seconds(), pooler=config.pooler)
+                  reconnect_max_delay=config.reconnect_max_delay.total_seconds(), pooler=config.pooler,
+                  listen_dsn=config.listener_url)
     wakeups = Wakeups(store, deaf_poll_interval=config.deaf_poll_interval.total_seconds(),
                       on_listening=metrics.listener_listening)
     ledger = Ledger(store, clock, config.ledger_retention)

@@ -164,10 +164,12 @@ class Store:
 
     def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0,
                  faults: FaultInjector | None = None, reconnect_max_delay: float = RECONNECT_MAX_DELAY,
-                 pooler: str = "auto") -> None:
+                 pooler: str = "auto", listen_dsn: str | None = None) -> None:
         if pooler not in POOLERS:
             raise ValueError(f"pooler must be one of {', '.join(POOLERS)}, not {pooler!r}")
         self.dsn = dsn
+        self.listen_dsn = listen_dsn or dsn
+        """Where the wake-up listener connects (a direct URL when dsn is a transaction pooler's)."""
         self.faults = faults or FaultInjector()
         self.pooler = pooler
         self.reconnect_max_delay = reconnect_max_delay
@@ -213,7 +215,7 @@ class Store:
         await conn.commit()
 
     async def open(self) -> None:
-        for warning in url_warnings(self.dsn):
+        for warning in url_warnings(self.dsn) + (url_warnings(self.listen_dsn) if self.listen_dsn != self.dsn else []):
             logger.warning("%s", warning)
         if self.pooler == "auto" and self._pool.closed:
             with wrap_errors():
@@ -754,7 +756,7 @@ class Store:
     async def listen(self) -> psycopg.AsyncConnection[Any]:
         """A dedicated autocommit connection, outside the pool, listening for wake-ups."""
         with wrap_errors():
-            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, prepare_threshold=None)
+            conn = await psycopg.AsyncConnection.connect(self.listen_dsn, autocommit=True, prepare_threshold=None)
             try:
                 await conn.execute(query("wakeup_listen"))
             except BaseException:  # also cancellation by a stop() right after start(): close, do not leak
