@@ -74,7 +74,7 @@ async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicate
                 await ack(work.stubs[0], "tasks", await stream.next(timeout=5))
                 delays.append(time.monotonic() - started)
         print("wake-up delays behind PgBouncer:", " ".join(f"{d:.3f}" for d in delays))
-        assert max(delays) < POLL_S + 0.25, delays
+        assert max(delays) < POLL_S + 0.5, delays  # the interval, and a loaded machine's slack
     finally:
         await work.close()
         await running.stop(0)

@@ -126,6 +126,31 @@ def url_warnings(dsn: str) -> list[str]:
     return []
 
 
+class _QuietRetries(logging.Filter):
+    """Lets the spanq pool's "error connecting" warning through once per RETRY_LOG_INTERVAL:
+    with attempts every half second for each lost connection, an outage would log
+    twenty a second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if not (str(record.msg).startswith("error connecting in") and args[:1] == ("spanq",)):
+            return True  # another pool's, or another message
+        now = time.monotonic()
+        if now - self._last < RETRY_LOG_INTERVAL:
+            return False
+        self._last = now
+        return True
+
+
+RETRY_LOG_INTERVAL = 10.0
+"""Seconds between two logged failures to reconnect (see _QuietRetries)."""
+logging.getLogger("psycopg.pool").addFilter(_QuietRetries())
+
+
 class _Backoff(AttemptWithBackoff):
     """psycopg_pool's reconnection backoff, capped: uncapped it doubles (+1, +3, +7, +15,
     +31 s...), so after a failover spanq served again only at the next attempt after the

@@ -191,17 +191,26 @@ class Wakeups:
 
     async def _listen_forever(self) -> None:
         delay = RECONNECT_FIRST_DELAY
+        lost_at: float | None = None  # while reconnecting: when the connection was lost
+        loop = asyncio.get_running_loop()
         while True:
             conn = None
             try:
                 conn = await self._store.listen()
                 self.connected.set()
                 delay = RECONNECT_FIRST_DELAY
+                if lost_at is not None:
+                    logger.info("wake-up listener reconnected after %.1fs", loop.time() - lost_at)
+                    lost_at = None
                 # Notifications sent while we were not listening are lost: look again.
                 self.wake_all()
                 await self._hear(conn)
             except (psycopg.Error, errors.StoreUnavailable) as exc:
-                logger.warning("wake-up listener lost its connection (%s); polling until it is back", exc)
+                if lost_at is None:  # once per outage, not once per attempt
+                    lost_at = loop.time()
+                    logger.warning("wake-up listener lost its connection (%s); polling until it is back", exc)
+                else:
+                    logger.debug("wake-up listener still cannot connect: %s", exc)
             finally:
                 self._set_listening(False)
                 self.connected.clear()
