@@ -299,3 +299,35 @@ def test_failover_and_pooler_flags():
     for bad in (["--pooler", "statement"], ["--deaf-poll-interval", "0"], ["--reconnect-max-delay", "-1"]):
         with pytest.raises(SystemExit):
             parse_config(["serve", *bad], {})
+
+
+# -- a listener gone deaf without an error ---------------------------------------------
+
+
+async def test_a_listener_that_stops_hearing_without_an_error_reconnects(database_url, server_config, clock,
+                                                                          monkeypatch):
+    """A network that drops what PostgreSQL sends, with no error on either side: the
+    listener would believe it listens for ever. Its next probe goes unheard, and it
+    reconnects."""
+    from spanq_server import wakeups
+
+    from .pgproxy import PgProxy
+
+    monkeypatch.setattr(wakeups, "PROBE_INTERVAL", 0.5)
+    proxy = PgProxy(database_url)
+    await proxy.start()
+    running = await start(dataclasses.replace(server_config, listener_url=proxy.url), clock=clock)
+    try:
+        await asyncio.wait_for(running.wakeups.probed.wait(), 10)
+        assert running.wakeups.listening
+        proxy.mute_all()
+        async with asyncio.timeout(10):
+            while running.wakeups.connected.is_set():  # the unheard probe ends the connection
+                await asyncio.sleep(0.01)
+            await running.wakeups.connected.wait()  # a new one, through the proxy again
+            running.wakeups.probed.clear()
+            await running.wakeups.probed.wait()
+        assert running.wakeups.listening
+    finally:
+        await running.stop(0)
+        await proxy.stop()
