@@ -46,9 +46,9 @@ test: $(STAMP) ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL
 	$(PY) tools/genproto.py --check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-chaos: $(STAMP) ## the fault and history soaks, ten times longer (SPANQ_CHAOS_SCALE)
+chaos: $(STAMP) ## the fault and history soaks, ten times longer, and the failover figures (SPANQ_CHAOS_SCALE)
 	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
-		tests/test_faults.py tests/test_history.py
+		tests/test_faults.py tests/test_history.py tests/test_failover.py
 
 typecheck: $(STAMP) ## mypy: the SDK (--strict) and the server (also part of make test)
 	$(PY) -m mypy --strict -p spanq

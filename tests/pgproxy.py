@@ -32,6 +32,7 @@ class PgProxy:
         self._port = int(params.get("port") or 5432)
         self._server: asyncio.base_events.Server | None = None
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._muting: dict[tuple[asyncio.StreamWriter, asyncio.StreamWriter], asyncio.Event] = {}
         self._armed: Mode | None = None
         self._marker = COMMIT_QUERY
         self.commits_cut = 0
@@ -59,6 +60,12 @@ class PgProxy:
             upstream.transport.abort()
         self._links.clear()
 
+    def mute_all(self) -> None:
+        """From now on, what PostgreSQL sends on the open connections is dropped, silently:
+        a network that loses packets, without an error on either side."""
+        for muted in self._muting.values():
+            muted.set()
+
     def cut_at_commit(self, mode: Mode, marker: bytes = COMMIT_QUERY) -> None:
         """Arms the cut for the next client message that contains marker."""
         self._armed, self._marker = mode, marker
@@ -77,8 +84,9 @@ class PgProxy:
         link = (client_writer, up_writer)
         self._links.add(link)
         cut = asyncio.Event()
+        muted = self._muting[link] = asyncio.Event()
         upward = asyncio.create_task(self._pump(client_reader, up_writer, cut, inspect=True))
-        downward = asyncio.create_task(self._pump(up_reader, client_writer, cut, inspect=False))
+        downward = asyncio.create_task(self._pump(up_reader, client_writer, cut, inspect=False, muted=muted))
         try:
             await asyncio.wait([upward, downward], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -89,14 +97,17 @@ class PgProxy:
             client_writer.transport.abort()
             up_writer.transport.abort()
             self._links.discard(link)
+            self._muting.pop(link, None)
 
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cut: asyncio.Event,
-                    inspect: bool) -> None:
+                    inspect: bool, muted: asyncio.Event | None = None) -> None:
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while not cut.is_set():
                 data = await reader.read(65536)
                 if not data or cut.is_set():
                     return  # once cut, nothing more crosses: PostgreSQL's answer is lost
+                if muted is not None and muted.is_set():
+                    continue
                 if inspect and self._armed and self._marker in data:
                     mode, self._armed = self._armed, None
                     self.commits_cut += 1

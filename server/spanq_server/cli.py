@@ -65,6 +65,21 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--poll-interval", type=float, default=default.poll_interval.total_seconds(),
                        help="seconds between an idle stream's fallback polls, which cover lost wake-ups "
                             f"(default {default.poll_interval.total_seconds():g})")
+    serve.add_argument("--deaf-poll-interval", type=float, default=default.deaf_poll_interval.total_seconds(),
+                       help="seconds between polls of each queue with waiting streams while the wake-up listener "
+                            "cannot hear notifications, as behind a transaction-mode pooler (default "
+                            f"{default.deaf_poll_interval.total_seconds():g})")
+    serve.add_argument("--reconnect-max-delay", type=float, default=default.reconnect_max_delay.total_seconds(),
+                       help="seconds: the longest wait between attempts to replace a lost database connection "
+                            f"(default {default.reconnect_max_delay.total_seconds():g}); see docs/operations.md, "
+                            "High availability")
+    serve.add_argument("--pooler", choices=("auto", "session", "transaction"),
+                       default=environ.get("SPANQ_POOLER", default.pooler),
+                       help="the connection pooler between spanq and PostgreSQL, if any (env SPANQ_POOLER; default "
+                            "auto: one found is taken for transaction mode, without server-side prepared statements)")
+    serve.add_argument("--listener-url", default=environ.get("SPANQ_LISTENER_URL") or None,
+                       help="PostgreSQL URL for the wake-up listener alone (env SPANQ_LISTENER_URL; default "
+                            "--database-url): behind a transaction-mode pooler, a direct URL lets it LISTEN")
     serve.add_argument("--spanner-transaction-idle-timeout", type=float,
                        default=default.spanner_transaction_idle_timeout.total_seconds(),
                        help="seconds a Spanner front-end read-write transaction may sit idle before it is rolled "
@@ -103,6 +118,8 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parser.error("--metrics-interval must be 0 or more seconds")
     if args.workers < 1:
         parser.error("--workers must be at least 1")
+    if min(args.deaf_poll_interval, args.reconnect_max_delay) <= 0:
+        parser.error("--deaf-poll-interval and --reconnect-max-delay must be positive")
     if args.max_connections < 2:
         parser.error("--max-connections must be at least 2: one to listen for wake-ups, one for the pool")
     try:
@@ -129,6 +146,10 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         limits=limits,
         max_connections=args.max_connections,
         poll_interval=timedelta(seconds=args.poll_interval),
+        deaf_poll_interval=timedelta(seconds=args.deaf_poll_interval),
+        reconnect_max_delay=timedelta(seconds=args.reconnect_max_delay),
+        pooler=args.pooler,
+        listener_url=args.listener_url,
         spanner_transaction_idle_timeout=timedelta(seconds=args.spanner_transaction_idle_timeout),
         spanner_transaction_max_lifetime=timedelta(seconds=args.spanner_transaction_max_lifetime),
         ddl_lock_timeout=timedelta(seconds=args.ddl_lock_timeout),

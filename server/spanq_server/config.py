@@ -70,6 +70,20 @@ class Config:
     poll_interval: timedelta = timedelta(seconds=5)
     """How often an idle stream checks its queue when no wake-up arrives: the
     fallback for lost notifications, and the only wake-up where LISTEN is unavailable."""
+    deaf_poll_interval: timedelta = timedelta(seconds=0.25)
+    """How often one waiting stream of each queue looks for messages while the wake-up
+    listener cannot hear notifications (a transaction-mode pooler): the longest a message
+    sent through another server, or by SQL, then waits for a stream already waiting."""
+    reconnect_max_delay: timedelta = timedelta(seconds=0.5)
+    """The longest wait between attempts to replace a lost database connection (the pool's and
+    the listener's): after an outage of any length, spanq serves again within about this
+    long of the database accepting writes."""
+    listener_url: str | None = None
+    """A PostgreSQL URL for the one wake-up listener alone (None: database_url): behind a
+    transaction-mode pooler, a direct URL lets it LISTEN, so streams need not poll."""
+    pooler: str = "auto"
+    """What sits between spanq and PostgreSQL: "auto" (a pooler found is taken for a
+    transaction-mode one: no server-side prepared statements), "session", or "transaction"."""
     shutdown_grace: timedelta = timedelta(seconds=5)
     ddl_lock_timeout: timedelta = timedelta(seconds=5)
     """The longest queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE) waits for the

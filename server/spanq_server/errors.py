@@ -57,6 +57,10 @@ class StoreUnavailable(QueueError):
     """The database is unreachable; nothing was committed, so retrying is safe."""
 
 
+class DatabaseReadOnly(StoreUnavailable):
+    """The database refused to write: it is a standby (or read-only); nothing was committed, so retrying is safe."""
+
+
 class CommitOutcomeUnknown(QueueError):
     """The database connection failed while COMMIT was in flight: the write may or may not have
     happened. Replay the same request_id to learn the outcome."""

@@ -108,6 +108,11 @@ class Metrics:
         self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                       "method and status code; for a server stream, its whole life.",
                                       ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
+        self._listening = Gauge("spanq_wakeup_listener_listening", "1 while this server's wake-up listener has "
+                                "proved (by hearing its own probe notification) that it hears sends made elsewhere; "
+                                "0 while it cannot, as behind a transaction-mode pooler: streams then poll every "
+                                "--deaf-poll-interval. With --workers, the lowest of the live workers'.",
+                                multiprocess_mode="livemin", registry=r)
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
         self._children: dict[tuple[Counter, str], Any] = {}
         self._endpoint: Endpoint | None = None
@@ -142,6 +147,9 @@ class Metrics:
 
     def undeliverable(self, queue: str, n: int) -> None:
         self._child(self._undeliverable, queue).inc(n)
+
+    def listener_listening(self, listening: bool) -> None:
+        self._listening.set(1 if listening else 0)
 
     def forget_queue(self, queue: str) -> None:
         """Removes a queue's series from every per-queue counter (it was dropped): they

@@ -119,8 +119,11 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     clock = clock or Clock()
     metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
-                  faults=FaultInjector.parse(config.inject_faults))
-    wakeups = Wakeups(store)
+                  faults=FaultInjector.parse(config.inject_faults),
+                  reconnect_max_delay=config.reconnect_max_delay.total_seconds(), pooler=config.pooler,
+                  listen_dsn=config.listener_url)
+    wakeups = Wakeups(store, deaf_poll_interval=config.deaf_poll_interval.total_seconds(),
+                      on_listening=metrics.listener_listening)
     ledger = Ledger(store, clock, config.ledger_retention)
     spanner = None
     sampler: asyncio.Task[None] | None = None

@@ -11,6 +11,9 @@ import dataclasses
 import functools
 import json
 import logging
+import math
+import os
+import random
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -19,8 +22,10 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
+from psycopg_pool.base import AttemptWithBackoff
 from psycopg import errors as pg_errors
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb, JsonbLoader
 
@@ -39,6 +44,11 @@ CATALOG_LOCK_ID = 0x5350_414E_5100_0002
 """pg_advisory_xact_lock key for queue DDL, so the queue limit holds across servers."""
 RECENTLY_USED = 1.0
 """Seconds: a pooled connection returned in good order this recently is handed out unchecked."""
+RECONNECT_MAX_DELAY = 0.5
+"""Seconds: the longest wait between attempts to replace a lost connection (see _Pool)."""
+POOLERS = ("auto", "session", "transaction")
+"""What sits between spanq and PostgreSQL (Store's ``pooler``): "auto" finds out (a pooler
+found is taken for a transaction-mode one), or the operator says which pooling mode it is."""
 
 
 Connection = psycopg.AsyncConnection[Any]
@@ -79,18 +89,128 @@ def wrap_errors(queue: str | None = None) -> Iterator[None]:
             f"the transaction conflicted with another one ({exc.diag.message_primary}); nothing of it was "
             "committed: run it again"
         ) from exc
-    except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as exc:
+    except psycopg.Error as exc:
+        if refused_as_read_only(exc):
+            raise errors.DatabaseReadOnly(
+                f"the database refused to write ({exc.diag.message_primary}): spanq is connected to a standby "
+                "or a read-only server; nothing was committed. Retry: the server reconnects, and with "
+                "target_session_attrs=read-write in the database URL it reaches the primary"
+            ) from exc
+        if isinstance(exc, psycopg.OperationalError):
+            raise errors.StoreUnavailable(f"the database is unavailable: {exc}; nothing was committed, retry") from exc
+        raise
+    except psycopg_pool.PoolTimeout as exc:
         raise errors.StoreUnavailable(f"the database is unavailable: {exc}; nothing was committed, retry") from exc
+
+
+def refused_as_read_only(exc: BaseException) -> bool:
+    """Whether the database refused a statement for being read-only: a hot standby (still in
+    recovery, or a primary taken for one) or default_transaction_read_only. Such a refusal
+    changed nothing, and the connection is of no use for writing."""
+    if isinstance(exc, errors.DatabaseReadOnly):
+        return True
+    if not isinstance(exc, psycopg.Error):
+        return False
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):  # 25006: "cannot execute ... in a read-only transaction"
+        return True
+    # "cannot assign TransactionIds during recovery" (XX000), "cannot acquire lock mode ... while
+    # recovery is in progress" (55000), "recovery is in progress" (55000).
+    message = (exc.diag.message_primary or "").lower()
+    return exc.sqlstate in ("XX000", "55000") and ("during recovery" in message or "recovery is in progress" in message)
+
+
+def url_warnings(dsn: str) -> list[str]:
+    """What an operator should hear about a database URL before it bites (logged at start)."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return []
+    hosts = str(params.get("host") or params.get("hostaddr") or "")
+    attrs = str(params.get("target_session_attrs") or os.environ.get("PGTARGETSESSIONATTRS") or "any")
+    if "," in hosts and attrs not in ("read-write", "primary"):
+        return [f"the database URL names several hosts ({hosts}) without target_session_attrs=read-write: "
+                "spanq may connect to a standby, where every write fails (UNAVAILABLE) until it reconnects "
+                "elsewhere. Add target_session_attrs=read-write to the URL (docs/operations.md, High availability)"]
+    return []
+
+
+class _QuietRetries(logging.Filter):
+    """Lets the spanq pool's "error connecting" warning through once per RETRY_LOG_INTERVAL:
+    with attempts every half second for each lost connection, an outage would log
+    twenty a second."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = -math.inf
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if not (str(record.msg).startswith("error connecting in") and args[:1] == ("spanq",)):
+            return True  # another pool's, or another message
+        now = time.monotonic()
+        if now - self._last < RETRY_LOG_INTERVAL:
+            return False
+        self._last = now
+        return True
+
+
+RETRY_LOG_INTERVAL = 10.0
+"""Seconds between two logged failures to reconnect (see _QuietRetries)."""
+logging.getLogger("psycopg.pool").addFilter(_QuietRetries())
+
+
+class _Backoff(AttemptWithBackoff):
+    """psycopg_pool's reconnection backoff, capped: uncapped it doubles (+1, +3, +7, +15,
+    +31 s...), so after a failover spanq served again only at the next attempt after the
+    database came back, an outage as long again as the database's own."""
+
+    INITIAL_DELAY = 0.1
+
+    def __init__(self, *, timeout: float, max_delay: float) -> None:
+        super().__init__(timeout=timeout)
+        self.max_delay = max_delay
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, self.max_delay * random.uniform(0.8, 1.0))
+
+
+class _Pool(psycopg_pool.AsyncConnectionPool):  # type: ignore[type-arg]
+    """An AsyncConnectionPool whose attempts to replace a lost connection back off to at
+    most ``reconnect_max_delay`` seconds, and never give up (reconnect_timeout is
+    infinite): a server never needs a restart, whatever the outage's length."""
+
+    def __init__(self, *args: Any, reconnect_max_delay: float, **kwargs: Any) -> None:
+        super().__init__(*args, reconnect_timeout=math.inf, **kwargs)
+        self.reconnect_max_delay = reconnect_max_delay
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None,
+                              growing: bool = False) -> None:
+        # The pool makes an attempt object only when given none; ours caps its delay.
+        if attempt is None:
+            attempt = _Backoff(timeout=self.reconnect_timeout, max_delay=self.reconnect_max_delay)
+        await super()._add_connection(attempt, growing=growing)
 
 
 class Store:
     """The database gateway. Created closed; ``open()`` and ``close()`` are idempotent."""
 
     def __init__(self, dsn: str, *, min_size: int = 2, max_size: int = 10, timeout: float = 10.0,
-                 faults: FaultInjector | None = None) -> None:
+                 faults: FaultInjector | None = None, reconnect_max_delay: float = RECONNECT_MAX_DELAY,
+                 pooler: str = "auto", listen_dsn: str | None = None) -> None:
+        if pooler not in POOLERS:
+            raise ValueError(f"pooler must be one of {', '.join(POOLERS)}, not {pooler!r}")
         self.dsn = dsn
+        self.listen_dsn = listen_dsn or dsn
+        """Where the wake-up listener connects (a direct URL when dsn is a transaction pooler's)."""
         self.faults = faults or FaultInjector()
-        self._pool = psycopg_pool.AsyncConnectionPool(
+        self.pooler = pooler
+        self.reconnect_max_delay = reconnect_max_delay
+        self.transaction_pooled = pooler == "transaction"
+        """Statements may reach another server connection than the last one did (a
+        transaction-mode pooler): no server-side prepared statements (set by open() in
+        "auto" mode)."""
+        self._pool = _Pool(
             dsn,
             min_size=min_size,
             max_size=max_size,
@@ -100,6 +220,7 @@ class Store:
             check=self._check,
             reset=self._returned,
             name="spanq",
+            reconnect_max_delay=reconnect_max_delay,
         )
         self._last_returned: weakref.WeakKeyDictionary[Connection, float] = weakref.WeakKeyDictionary()
 
@@ -117,14 +238,35 @@ class Store:
         if not conn.broken and conn.pgconn.status == psycopg.pq.ConnStatus.OK:
             self._last_returned[conn] = time.monotonic()
 
-    @staticmethod
-    async def _configure(conn: Connection) -> None:
+    async def _configure(self, conn: Connection) -> None:
+        if self.transaction_pooled:
+            # A statement prepared on one server connection would be run by name on another:
+            # "prepared statement _pg3_1 does not exist", or another client's statement.
+            conn.prepare_threshold = None
         # UTC on the wire so timestamps come back comparable and unambiguous.
         await conn.execute("SET TIME ZONE 'UTC'")
         await conn.commit()
 
     async def open(self) -> None:
+        for warning in url_warnings(self.dsn) + (url_warnings(self.listen_dsn) if self.listen_dsn != self.dsn else []):
+            logger.warning("%s", warning)
+        if self.pooler == "auto" and self._pool.closed:
+            with wrap_errors():
+                self.transaction_pooled = await self._behind_pooler()
+            if self.transaction_pooled:
+                logger.warning(
+                    "a connection pooler is between spanq and PostgreSQL (the backend pid a connection was "
+                    "given is not the one PostgreSQL reports): running without server-side prepared statements, "
+                    "as a transaction-mode pooler needs; give --pooler session if it pools sessions")
         await self._pool.open(wait=True, timeout=30)
+
+    async def _behind_pooler(self) -> bool:
+        """A pooler (PgBouncer, and the others we know) gives its clients a backend pid of
+        its own making; PostgreSQL, or a plain TCP proxy, the real one."""
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True, prepare_threshold=None) as conn:
+            cur = await conn.execute(query("backend_pid"))
+            row = await cur.fetchone()
+            return row is not None and row[0] != conn.info.backend_pid
 
     async def close(self) -> None:
         await self._pool.close()
@@ -146,7 +288,7 @@ class Store:
         flight is CommitOutcomeUnknown: the server cannot know, so it never guesses.
         With inject_faults, the configured FaultInjector may fake either case."""
         with wrap_errors(queue):
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 try:
                     yield conn
                 except BaseException:
@@ -154,6 +296,18 @@ class Store:
                         await conn.rollback()
                     raise
                 await self._commit(conn, inject_faults=inject_faults)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Connection]:
+        """A pool connection, discarded (the pool replaces it) when the database refused a
+        write for being read-only: it is a standby, and the next one may reach the primary."""
+        async with self._pool.connection() as conn:
+            try:
+                yield conn
+            except BaseException as exc:
+                if refused_as_read_only(exc):
+                    await conn.close()
+                raise
 
     async def _commit(self, conn: Connection, *, inject_faults: bool) -> None:
         """COMMIT, with the configured faults when inject_faults: the one place that
@@ -189,7 +343,7 @@ class Store:
     async def read(self, queue: str | None = None) -> AsyncIterator[Connection]:
         """A connection for reads and self-contained statements (autocommitted)."""
         with wrap_errors(queue):
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 await conn.set_autocommit(True)
                 try:
                     yield conn
@@ -447,8 +601,8 @@ class Store:
                 return await (await own.execute(statement, params)).fetchall()
             except psycopg.OperationalError as exc:
                 if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
-                                    pg_errors.LockNotAvailable)):
-                    raise  # the statement failed: wrap_errors makes it TransactionAborted
+                                    pg_errors.LockNotAvailable)) or refused_as_read_only(exc):
+                    raise  # the statement failed: wrap_errors makes it TransactionAborted or DatabaseReadOnly
                 raise errors.CommitOutcomeUnknown(
                     f"the database connection failed while the statement that commits was in flight ({exc}): "
                     f"{_UNKNOWN}"
@@ -787,6 +941,12 @@ class Store:
     async def notify(self, conn: Connection, queue: str) -> None:
         await conn.execute(query("wakeup_notify"), {"queue": queue})
 
+    async def notify_probe(self, payload: str) -> None:
+        """A wake-up notification with ``payload`` (no queue's name), through the pool as a
+        send's would go: the listener proves it listens by hearing it."""
+        async with self.read() as conn:
+            await self.notify(conn, payload)
+
     # -- the commit ledger ----------------------------------------------------
 
     async def ledger_claim(self, conn: Connection, request_id: str, fingerprint: bytes, now: datetime | None) -> bool:
@@ -842,7 +1002,7 @@ class Store:
     async def listen(self) -> psycopg.AsyncConnection[Any]:
         """A dedicated autocommit connection, outside the pool, listening for wake-ups."""
         with wrap_errors():
-            conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(self.listen_dsn, autocommit=True, prepare_threshold=None)
             try:
                 await conn.execute(query("wakeup_listen"))
             except BaseException:  # also cancellation by a stop() right after start(): close, do not leak
@@ -871,9 +1031,13 @@ class HeldTransaction:
         conn = self._conn
         if conn is None:
             raise errors.TransactionAborted("the transaction has already ended; run it again")
-        with wrap_errors(queue):
-            async with conn.transaction():  # a SAVEPOINT: the transaction is already in progress
-                yield conn
+        try:
+            with wrap_errors(queue):
+                async with conn.transaction():  # a SAVEPOINT: the transaction is already in progress
+                    yield conn
+        except errors.DatabaseReadOnly:
+            await conn.close()  # a standby's: useless for the transaction; rollback() gives it back
+            raise
 
     async def commit(self, *, inject_faults: bool = False) -> None:
         conn = self._conn

@@ -12,6 +12,9 @@ import asyncio
 import collections
 import contextlib
 import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -21,8 +24,16 @@ from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
-RECONNECT_BACKOFF = (0.1, 5.0)
-"""Seconds: first and largest wait between attempts to re-open the listener."""
+RECONNECT_FIRST_DELAY = 0.1
+"""Seconds: the first wait before re-opening a lost listener; it doubles up to the store's
+reconnect_max_delay, as the pool's does, so wake-ups are back as soon as the database is."""
+PROBE_TIMEOUT = 2.0
+"""Seconds the listener waits to hear its own probe notification before it calls itself deaf."""
+PROBE_INTERVAL = 60.0
+"""Seconds between probes once the first one answered (or failed): a listener gone deaf
+without an error (a silent network loss) reconnects; a deaf one that hears again says so."""
+PROBE_PREFIX = "spanq-probe "
+"""Probe payloads start with this; no queue name can (names are identifiers)."""
 
 
 class Beacon:
@@ -118,15 +129,30 @@ class QueueSignal:
 
 
 class Wakeups:
-    """The per-server listener and the per-queue signals. start()/stop() are idempotent."""
+    """The per-server listener and the per-queue signals. start()/stop() are idempotent.
 
-    def __init__(self, store: Store) -> None:
+    The listener proves it listens: after each (re)connect, and every PROBE_INTERVAL, it sends
+    a notification through the pool, as a send's goes, and waits to hear it. While it cannot
+    (a transaction-mode pooler, where LISTEN "succeeds" on a server connection that is handed
+    to another client at once), it wakes one waiting stream of every queue every
+    ``deaf_poll_interval``, as a notification would, and says so in the log and the metrics.
+    """
+
+    def __init__(self, store: Store, *, deaf_poll_interval: float = 0.25,
+                 on_listening: Callable[[bool], None] | None = None) -> None:
         self._store = store
         self._signals: dict[str, QueueSignal] = {}
         self._listener = BackgroundTask("spanq-listener", self._listen_forever)
+        self._deaf_poll = deaf_poll_interval
+        self._on_listening = on_listening
+        self._probe_payload = ""
+        self._heard = asyncio.Event()
         self.listening = False
-        """True while notifications arrive; streams poll either way, as a fallback."""
+        """True while the listener is connected and no probe found it deaf; streams poll either way, as a fallback."""
         self.connected = asyncio.Event()
+        """Set while the listening connection is open (heard or not)."""
+        self.probed = asyncio.Event()
+        """Set once a probe has answered, either way (tests wait for it)."""
 
     def signal(self, queue: str) -> QueueSignal:
         signal = self._signals.get(queue)
@@ -156,28 +182,106 @@ class Wakeups:
 
     async def stop(self) -> None:
         await self._listener.stop()
-        self.listening = False
+        self._set_listening(False)
+
+    def _set_listening(self, listening: bool) -> None:
+        self.listening = listening
+        if self._on_listening is not None:
+            self._on_listening(listening)
 
     async def _listen_forever(self) -> None:
-        delay = RECONNECT_BACKOFF[0]
+        delay = RECONNECT_FIRST_DELAY
+        lost_at: float | None = None  # while reconnecting: when the connection was lost
+        loop = asyncio.get_running_loop()
         while True:
             conn = None
             try:
                 conn = await self._store.listen()
-                self.listening = True
                 self.connected.set()
-                delay = RECONNECT_BACKOFF[0]
+                delay = RECONNECT_FIRST_DELAY
+                if lost_at is not None:
+                    logger.info("wake-up listener reconnected after %.1fs", loop.time() - lost_at)
+                    lost_at = None
                 # Notifications sent while we were not listening are lost: look again.
                 self.wake_all()
-                async for notify in conn.notifies():
-                    self.wake(notify.payload)
+                await self._hear(conn)
             except (psycopg.Error, errors.StoreUnavailable) as exc:
-                logger.warning("wake-up listener lost its connection (%s); polling until it is back", exc)
+                if lost_at is None:  # once per outage, not once per attempt
+                    lost_at = loop.time()
+                    logger.warning("wake-up listener lost its connection (%s); polling until it is back", exc)
+                else:
+                    logger.debug("wake-up listener still cannot connect: %s", exc)
             finally:
-                self.listening = False
+                self._set_listening(False)
                 self.connected.clear()
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await conn.close()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_BACKOFF[1])
+            delay = min(delay * 2, self._store.reconnect_max_delay)
+
+    async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Fans notifications out until the connection fails; probes it, and polls while deaf."""
+        loop = asyncio.get_running_loop()
+        self._set_listening(True)  # until a probe says otherwise
+        first = True
+        next_probe = loop.time()
+        while True:
+            if loop.time() >= next_probe:
+                heard = await self._probe(conn)
+                if heard is None:  # could not tell: try again soon
+                    next_probe = loop.time() + PROBE_TIMEOUT
+                elif not heard and self.listening and not first:
+                    raise errors.StoreUnavailable("the listener stopped hearing its own probe notification")
+                else:
+                    self._report(heard, first=first)
+                    first = False
+                    next_probe = loop.time() + PROBE_INTERVAL
+            wait = next_probe - loop.time() if self.listening else min(self._deaf_poll, next_probe - loop.time())
+            await self._dispatch(conn, max(wait, 0.0))
+            if not self.listening:
+                for signal in self._signals.values():
+                    signal.ready.wake()  # what a notification would do, for every queue
+
+    def _report(self, heard: bool, *, first: bool) -> None:
+        if heard and not self.listening:
+            if not first:
+                logger.info("wake-up listener hears notifications again")
+        elif not heard and (first or self.listening):
+            logger.warning(
+                "wake-up listener does not hear its own probe notification (a transaction-mode pooler such as "
+                "PgBouncer?): waiting streams poll every %gs instead (--deaf-poll-interval); "
+                "see docs/operations.md, Connection poolers", self._deaf_poll)
+        self._set_listening(heard)
+        self.probed.set()
+
+    async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> bool | None:
+        """Sends a notification as a send would (through the pool) and waits up to
+        PROBE_TIMEOUT to hear it on conn, fanning out the others meanwhile; None when
+        the notification could not be sent."""
+        self._probe_payload = f"{PROBE_PREFIX}{secrets.token_hex(8)}"
+        self._heard.clear()
+        try:
+            await asyncio.wait_for(self._store.notify_probe(self._probe_payload), PROBE_TIMEOUT)
+        except (errors.StoreUnavailable, asyncio.TimeoutError) as exc:
+            # The pool cannot tell now (the database is down or busy); the listener's own
+            # connection reports a failure by itself.
+            logger.info("could not send the listener's probe notification (%s)", exc)
+            return None
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + PROBE_TIMEOUT
+        while not self._heard.is_set() and loop.time() < give_up:
+            await self._dispatch(conn, give_up - loop.time())
+        return self._heard.is_set()
+
+    async def _dispatch(self, conn: psycopg.AsyncConnection[Any], timeout: float) -> None:
+        """Fans out the notifications that arrive within timeout seconds; returns early once the probe is heard."""
+        # Closed at once on return: the generator holds the connection's lock.
+        async with contextlib.aclosing(conn.notifies(timeout=timeout)) as notifies:
+            async for notify in notifies:
+                if notify.payload.startswith(PROBE_PREFIX):
+                    if notify.payload == self._probe_payload:
+                        self._heard.set()
+                        return
+                    continue  # another server's probe
+                self.wake(notify.payload)

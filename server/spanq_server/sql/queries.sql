@@ -506,6 +506,11 @@ SELECT pg_notify('spanq_wakeup', %(queue)s::text)
 -- The one listening connection per server.
 LISTEN spanq_wakeup
 
+-- backend_pid --
+-- The pid of the server process serving this statement (to tell a pooler, which hands
+-- its clients a pid of its own making, from PostgreSQL).
+SELECT pg_backend_pid()
+
 -- ledger_claim --
 -- Claims a request_id at the start of its transaction. When another
 -- transaction holds the same id, this waits on the unique key until that
