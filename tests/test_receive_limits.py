@@ -13,7 +13,7 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import ConfigError, Limits
 from spanq_server.server import start
 
-from .helpers import ack, create_queue, duration, key, open_stream, send, text_message, until, value
+from .helpers import ack, create_queue, duration, key, open_stream, plain, send, text_message, until, value
 
 
 async def test_a_stream_notices_its_queue_was_dropped_and_created_again_on_another_server(
@@ -39,6 +39,27 @@ async def test_a_stream_notices_its_queue_was_dropped_and_created_again_on_anoth
         # The new queue's message was not leased by the stale stream.
         assert sql.execute('SELECT n, spanq_lease_token, spanq_delivery_attempt FROM "tasks"').fetchall() == [
             (7, None, 0)]
+    finally:
+        await other.stop(0)
+
+
+async def test_a_stream_opened_after_another_server_created_the_queue_again_receives_from_the_new_one(
+        stub, server, server_config, sql):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await stub.GetQueue(queue_pb2.GetQueueRequest(name="tasks"))  # this server now holds the definition
+    other = await start(server_config)
+    try:
+        async with grpc.aio.insecure_channel(other.target) as channel:
+            b = queue_pb2_grpc.QueueServiceStub(channel)
+            await b.DropQueue(queue_pb2.DropQueueRequest(name="tasks"))
+            await create_queue(b, "tasks", key_columns=[queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64)],
+                               payload_type=queue_pb2.BYTES)
+            await b.Send(queue_pb2.SendRequest(queue="tasks", messages=[
+                queue_pb2.SendMessage(key=key(7), payload=value("AAE="))]))
+        # Opened after the re-create, on the server that held the old definition: the new queue's.
+        async with open_stream(stub, "tasks") as s:
+            got = await s.next()
+        assert plain(got.key) == ["7"]
     finally:
         await other.stop(0)
 

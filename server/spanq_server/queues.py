@@ -139,10 +139,14 @@ class Catalog:
         self._gone(created.name)
         return created
 
-    async def get(self, name: str) -> QueueDef:
+    async def get(self, name: str, *, fresh: bool = False) -> QueueDef:
+        """The queue's definition, cached for CACHE_SECONDS; ``fresh`` reads it from the catalog
+        whatever the cache holds. A Receive stream opens on a fresh one: it checks, at every
+        lease, that the queue is still the one it opened, so a cached definition of a queue
+        another server dropped and created again would end it NOT_FOUND at once."""
         check_queue_name(name)
         cached = self._cache.get(name)
-        if cached and time.monotonic() - cached[0] < CACHE_SECONDS:
+        if cached and not fresh and time.monotonic() - cached[0] < CACHE_SECONDS:
             return cached[1]
         queue = await self._store.queue_get(name)
         if cached and (queue is None or queue.create_time != cached[1].create_time):

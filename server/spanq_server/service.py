@@ -205,7 +205,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                 ),
                 max_outstanding=request.max_outstanding,
             )
-            queue = await self._catalog.get(request.queue)
+            queue = await self._catalog.get(request.queue, fresh=True)
             await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write)
         except errors.QueueError as exc:
             await abort(context, exc)

@@ -99,12 +99,13 @@ class Executor:
 
     # -- queries and DML ----------------------------------------------------------
 
-    async def queue(self, ns: Scope, name: str) -> QueueDef:
-        """A queue by its (folded) Spanner name, in the namespace of a database (see admin.scope)."""
+    async def queue(self, ns: Scope, name: str, *, fresh: bool = False) -> QueueDef:
+        """A queue by its (folded) Spanner name, in the namespace of a database (see admin.scope);
+        ``fresh`` as Catalog.get's."""
         if ns.prefix:
             queues.check_name(name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
         try:
-            return await self._catalog.get(ns.prefix + name)
+            return await self._catalog.get(ns.prefix + name, fresh=fresh)
         except errors.QueueNotFound:
             if not ns.prefix:
                 raise
@@ -341,7 +342,7 @@ class Executor:
     # -- RECEIVE --------------------------------------------------------------------
 
     async def receive(self, s: st.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
-        queue = await self.queue(ns, s.queue)
+        queue = await self.queue(ns, s.queue, fresh=True)
         duration = DEFAULT_RECEIVE_DURATION
         if s.args.get("max_duration", st.Literal(None)) != st.Literal(None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
