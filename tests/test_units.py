@@ -1,5 +1,6 @@
 """Fast unit tests: the SQL file parser, migrations, fault specs, status table, lapse watches."""
 
+import asyncio
 import uuid
 
 import grpc
@@ -9,6 +10,7 @@ from spanq_server import errors, status
 from spanq_server.faults import FaultInjector
 from spanq_server.mutations import new_uuids
 from spanq_server.sql import MIGRATIONS, QUERIES, parse_queries
+from spanq_server.tasks import BackgroundTask
 
 
 def test_parse_queries_splits_named_blocks_and_drops_descriptions():
@@ -143,3 +145,28 @@ def test_every_serve_flag_has_help_and_its_default(capsys):
                           ("--poll-interval", "5"), ("--log-level", "INFO")]:
         after = text.split(f"{flag} {flag[2:].upper().replace('-', '_')} ", 1)[1].split(" --", 1)[0]
         assert f"(default {default})" in after or f"default {default})" in after, (flag, after)
+
+
+async def test_a_background_task_that_swallows_a_cancellation_is_still_stopped():
+    # What asyncio.wait_for does on Python 3.11 when the cancel races its inner call (gh-86296).
+    swallowed = 0
+
+    async def run() -> None:
+        nonlocal swallowed
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if swallowed:
+                    raise
+                swallowed += 1
+
+    task = BackgroundTask("swallower", run)
+    task.start()
+    await asyncio.sleep(0.02)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    stopping = asyncio.ensure_future(task.stop())
+    done, _ = await asyncio.wait({stopping}, timeout=5)
+    assert done and swallowed == 1, "stop() waited on a task that swallowed its cancellation"
+    assert loop.time() - started < 3

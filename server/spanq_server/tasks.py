@@ -21,7 +21,13 @@ class BackgroundTask:
     async def stop(self) -> None:
         """Cancels the task and waits for it to end."""
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # On Python 3.11 asyncio.wait_for can swallow a cancellation that races with its
+        # inner call finishing (CPython gh-86296): cancel again until the task has ended,
+        # or stop() would wait for ever on a task that carries on.
+        while not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=1)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
