@@ -7,6 +7,7 @@ Each server here polls every 30 s unless the test says otherwise, so a message t
 comes within seconds came from what the server knew, not from a poll.
 """
 
+import asyncio
 import contextlib
 import dataclasses
 from collections import Counter
@@ -101,23 +102,47 @@ async def test_an_ack_by_key_alone_frees_the_slot_at_once(stub, server):
     assert plain(other.key) != plain(m.key)
 
 
-async def test_an_ack_in_sql_frees_the_slot_at_the_poll(server_config, sql):
-    """Acks the server never sees free room when it recounts, at its poll."""
-    config = dataclasses.replace(server_config, poll_interval=timedelta(seconds=0.5))
-    running = await start(config)
+@contextlib.asynccontextmanager
+async def polling_every(server_config: Config, seconds: float) -> AsyncIterator[queue_pb2_grpc.QueueServiceStub]:
+    """A server of its own that polls every ``seconds``; yields a stub to it."""
+    running = await start(dataclasses.replace(server_config, poll_interval=timedelta(seconds=seconds)))
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
-            stub = queue_pb2_grpc.QueueServiceStub(channel)
-            await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
-            await send(stub, "tasks", text_message("a", "x"), text_message("b", "y"))
-            async with open_stream(stub, "tasks", lease_duration=duration(60), max_outstanding=1) as s:
-                m = await s.next()
-                sql.execute("DELETE FROM tasks WHERE spanq_lease_token = %s", (m.lease_token,))
-                sql.commit()
-                other = await s.next(timeout=5)
+            yield queue_pb2_grpc.QueueServiceStub(channel)
     finally:
         await running.stop(0)
+
+
+async def test_an_ack_in_sql_frees_the_slot_at_the_poll(server_config, sql):
+    """Acks the server never sees free room when it recounts, at its poll."""
+    async with polling_every(server_config, 0.5) as stub:
+        await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+        await send(stub, "tasks", text_message("a", "x"), text_message("b", "y"))
+        async with open_stream(stub, "tasks", lease_duration=duration(60), max_outstanding=1) as s:
+            m = await s.next()
+            sql.execute("DELETE FROM tasks WHERE spanq_lease_token = %s", (m.lease_token,))
+            sql.commit()
+            other = await s.next(timeout=5)
     assert plain(other.key) != plain(m.key)
+
+
+async def test_an_ack_in_sql_frees_the_slot_at_the_poll_while_other_streams_ack_here(server_config, sql):
+    """Another stream's acks through the server wake every stream of the queue, more often than
+    the poll: the full stream still recounts at the poll interval, not only at its lease's end."""
+    async with polling_every(server_config, 0.5) as stub:
+        await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+        await send(stub, "tasks", *[text_message(f"m{i:03}", str(i)) for i in range(200)])
+        async with open_stream(stub, "tasks", lease_duration=duration(60), max_outstanding=1) as a:
+            m = await a.next()
+            sql.execute("DELETE FROM tasks WHERE spanq_lease_token = %s", (m.lease_token,))
+            sql.commit()
+            async with open_stream(stub, "tasks", lease_duration=duration(60), max_outstanding=1) as b:
+                for _ in range(30):  # an ack through the server every ~0.1 s, for up to 3 s
+                    await ack(stub, "tasks", await b.next())
+                    if len(a.received) > 1:
+                        break
+                    await asyncio.sleep(0.1)
+            assert len(a.received) > 1, "the stream whose message was acked in SQL got no room in 3 s"
 
 
 async def test_a_nack_frees_the_slot(stub, server):

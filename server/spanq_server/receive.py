@@ -261,6 +261,7 @@ class Receiver:
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
         drained = False  # the last lease got fewer than it asked for: nothing more was deliverable
         turn_over = False  # it got a full batch, but waits for a wake-up (not proven yet)
+        full_since: float | None = None  # since when the holding is at max_outstanding, or last recounted so
         while not self._closing.is_set():
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -271,9 +272,16 @@ class Receiver:
             if probe is not None and probe <= 0:
                 await self._look_at_lapses(queue, watch, now)
                 continue
-            if len(holding) >= options.max_outstanding and holding.needs_recount(now):
-                holding.recounted(await self._store.leases_held(queue, prefix, self._clock.now()), now)
-                _honour_cancellation()
+            if len(holding) < options.max_outstanding:
+                full_since = None
+            else:
+                # Recounted at the poll interval while it stays full: acks through SQL or
+                # another server free room that no wake-up here tells of.
+                full_since = full_since or time.monotonic()
+                if holding.needs_recount(now) or time.monotonic() - full_since >= self._poll:
+                    holding.recounted(await self._store.leases_held(queue, prefix, self._clock.now()), now)
+                    _honour_cancellation()
+                    full_since = time.monotonic()
             held = len(holding)
             if held < options.max_outstanding:
                 if not drained:
@@ -317,12 +325,10 @@ class Receiver:
                 # Room comes from an ack or renewal through this server (the holding knows
                 # whose), a lease's end, or, for acks elsewhere, the poll.
                 ends = holding.next_end()
-                waits = [self._poll, remaining, probe,
+                recount = self._poll - (time.monotonic() - (full_since or time.monotonic()))
+                waits = [max(recount, MIN_WAIT), remaining, probe,
                          None if ends is None else max((ends - now).total_seconds(), MIN_WAIT)]
-                timeout = min(w for w in waits if w is not None)
-                await _wait_any([room, self._closing], timeout)
-                if timeout == self._poll and not room.is_set():
-                    holding.uncertain = True
+                await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 
     async def _lease(self, queue: QueueDef, **lease: Any) -> list[LeasedMessage]:
