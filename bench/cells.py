@@ -619,3 +619,5 @@ OWN_SERVER = ("7", "9")
 
 from .publisher import cell_publish  # noqa: E402  (it builds on this module's Context, Row and _setup)
 CELLS["pub"] = cell_publish
+from .one_at_a_time import cell_lease  # noqa: E402  (the same)
+CELLS["lease"] = cell_lease

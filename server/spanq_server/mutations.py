@@ -15,6 +15,7 @@ from . import codec, errors
 from .clock import Clock
 from .config import Limits
 from .group_commit import ACKS, SENDS, GroupCommitter
+from .held import Holdings
 from .ledger import Ledger
 from .metrics import Metrics
 from .queues import MAX_LEASE
@@ -91,8 +92,10 @@ class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
     def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger, *,
-                 commit_groups_in_flight: int = 2, metrics: Metrics | None = None) -> None:
+                 commit_groups_in_flight: int = 2, metrics: Metrics | None = None,
+                 holdings: Holdings | None = None) -> None:
         self._store = store
+        self._holdings = holdings or Holdings()
         self._metrics = metrics or Metrics()
         self._ledger = ledger
         self._limits = limits
@@ -355,11 +358,16 @@ class Mutator:
                 continue
             if isinstance(mutation, AckOp):
                 # Without ignore_not_found an ack commits only when all its messages were acked.
-                metrics.acked(name, sum(1 for r in cast(list[AckResult], result) if r.acked)
-                              if mutation.ignore_not_found else len(result))
-            elif not mutation.lease_duration:  # a nack
-                self._wakeups.wake(name)
-                metrics.nacked(name, len(mutation.lease_tokens))
+                acks = cast(list[AckResult], result)
+                metrics.acked(name, sum(1 for r in acks if r.acked) if mutation.ignore_not_found else len(acks))
+                self._holdings.acked(name, (i.lease_token for i, r in zip(mutation.items, acks) if r.acked))
+            else:
+                renewals = cast(list[RenewResult], result)
+                self._holdings.renewed(name, ((r.old_lease_token, r.new_lease_token, r.lease_expiration_time)
+                                              for r in renewals if r.known))
+                if not mutation.lease_duration:  # a nack
+                    self._wakeups.wake(name)
+                    metrics.nacked(name, len(mutation.lease_tokens))
             # Acks and nacks free room under some stream's max_outstanding.
             self._wakeups.signal(name).room.wake()
 

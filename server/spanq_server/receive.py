@@ -34,6 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from . import errors
 from .clock import Clock
 from .config import Limits
+from .held import Holdings, StreamHolding
 from .lapses import LapseWatch
 from .metrics import Metrics
 from .model import LeasedMessage, QueueDef
@@ -96,8 +97,10 @@ class Receiver:
     """Runs Receive streams; counts them per queue for the stream limit."""
 
     def __init__(self, store: Store, wakeups: Wakeups, clock: Clock, limits: Limits,
-                 poll_interval: timedelta, metrics: Metrics | None = None) -> None:
+                 poll_interval: timedelta, metrics: Metrics | None = None,
+                 holdings: Holdings | None = None) -> None:
         self._store = store
+        self._holdings = holdings or Holdings()
         self._metrics = metrics or Metrics()
         self._wakeups = wakeups
         self._clock = clock
@@ -142,10 +145,13 @@ class Receiver:
         watch = LapseWatch(options.lease_duration or queue.lease_duration)
         watches = self._watches.setdefault(queue.name, set())
         watches.add(watch)
+        prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
+        holding = self._holdings.open(queue.name, prefix)  # an upper bound on its live leases (held.py)
         try:
-            async for batch in self._run(queue, options, watch):
+            async for batch in self._run(queue, options, watch, prefix, holding):
                 yield batch
         finally:
+            self._holdings.close(queue.name, prefix)
             self._wakeups.signal(queue.name).ready.vacate()
             self._streams[queue.name] -= 1
             if not self._streams[queue.name]:
@@ -215,6 +221,8 @@ class Receiver:
         they stay (leased now, redelivered after their backoff), logged once per server."""
         if queue.dead_letter_queue:
             moved = await self._store.messages_dead_letter(queue, [m.lease_token for m, _ in bad])
+            if moved == len(bad):  # deleted under their tokens: room under max_outstanding
+                self._holdings.acked(queue.name, [m.lease_token for m, _ in bad])
             for m, why in bad:
                 logger.warning("queue %s: message %r cannot be delivered to any client (%s); moved to the "
                                "dead-letter queue %s", queue.name, m.key, why, queue.dead_letter_queue)
@@ -246,15 +254,14 @@ class Receiver:
         if unwritten:
             self._track(asyncio.create_task(self._store.leases_return(queue, unwritten)))
 
-    async def _run(self, queue: QueueDef, options: ReceiveOptions, watch: LapseWatch
-                   ) -> AsyncIterator[list[LeasedMessage]]:
+    async def _run(self, queue: QueueDef, options: ReceiveOptions, watch: LapseWatch, prefix: str,
+                   holding: StreamHolding) -> AsyncIterator[list[LeasedMessage]]:
         lease = options.lease_duration or queue.lease_duration
-        prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
         signal = self._wakeups.signal(queue.name)
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
-        held = 0  # an upper bound on this stream's live leases, recounted when it reaches the limit
         drained = False  # the last lease got fewer than it asked for: nothing more was deliverable
         turn_over = False  # it got a full batch, but waits for a wake-up (not proven yet)
+        full_since: float | None = None  # since when the holding is at max_outstanding, or last recounted so
         while not self._closing.is_set():
             remaining = None if end is None else end - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -265,9 +272,17 @@ class Receiver:
             if probe is not None and probe <= 0:
                 await self._look_at_lapses(queue, watch, now)
                 continue
-            if held >= options.max_outstanding:
-                held = await self._store.leases_count_held(queue, prefix, self._clock.now())
-                _honour_cancellation()
+            if len(holding) < options.max_outstanding:
+                full_since = None
+            else:
+                # Recounted at the poll interval while it stays full: acks through SQL or
+                # another server free room that no wake-up here tells of.
+                full_since = full_since or time.monotonic()
+                if holding.needs_recount(now) or time.monotonic() - full_since >= self._poll:
+                    holding.recounted(await self._store.leases_held(queue, prefix, self._clock.now()), now)
+                    _honour_cancellation()
+                    full_since = time.monotonic()
+            held = len(holding)
             if held < options.max_outstanding:
                 if not drained:
                     if watch.suspect:
@@ -277,7 +292,7 @@ class Receiver:
                                               lease_prefix=prefix)
                     if batch:
                         watch.delivered(batch)
-                        held += len(batch)
+                        holding.leased(batch)
                         self._metrics.delivered(queue.name, batch)
                         if len(batch) == asked:
                             signal.ready.wake()  # a full batch: more may be deliverable; wake another stream
@@ -307,7 +322,12 @@ class Receiver:
                     if keeper:
                         signal.ready.release_time()
             else:
-                waits = [self._poll, remaining, probe]
+                # Room comes from an ack or renewal through this server (the holding knows
+                # whose), a lease's end, or, for acks elsewhere, the poll.
+                ends = holding.next_end()
+                recount = self._poll - (time.monotonic() - (full_since or time.monotonic()))
+                waits = [max(recount, MIN_WAIT), remaining, probe,
+                         None if ends is None else max((ends - now).total_seconds(), MIN_WAIT)]
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 

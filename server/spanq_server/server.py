@@ -22,6 +22,7 @@ from .clock import Clock
 from .config import Config, ConfigError
 from .decoding import DecodeGuard
 from .faults import FaultInjector
+from .held import Holdings
 from .ledger import Ledger
 from .metrics import Metrics, parse_listen, sample_to_files
 from .mutations import Mutator
@@ -135,14 +136,16 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         limits = config.limits
         wakeups.start()
         catalog = Catalog(store, limits, ddl_lock_timeout=config.ddl_lock_timeout)
-        receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics)
+        holdings = Holdings()  # which stream's leases an ack or renewal through this server settled
+        receiver = Receiver(store, wakeups, clock, limits, config.poll_interval, metrics, holdings)
         # Whichever front-end (or server) drops a queue: end its streams here at once, and
         # forget its counters, so that a queue created again under its name starts at zero.
         catalog.on_gone(receiver.queue_dropped)
         catalog.on_gone(metrics.forget_queue)
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups, ledger,
-                          commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics)
+                          commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics,
+                          holdings=holdings)
 
         # Timing outermost, so refused calls are timed too; without a token file no
         # authorization interceptor at all (nothing to pay for).

@@ -761,11 +761,11 @@ class Store:
             row = await cur.fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    async def leases_count_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> int:
+    async def leases_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> dict[str, datetime]:
+        """The live leases under one stream's token prefix: token -> lease end."""
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(_queue_sql(queue).count_held, {"lease_prefix": lease_prefix, "now": now})
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+            cur = await conn.execute(_queue_sql(queue).held, {"lease_prefix": lease_prefix, "now": now})
+            return {token: end for token, end in await cur.fetchall()}
 
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
         """Seconds until the queue's earliest deliver_time; None when the queue is empty."""
@@ -1073,7 +1073,7 @@ class _QueueSql:
         self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
         self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
-        self.count_held = query("lease_count_held", queue=names.table).as_bytes(None)
+        self.held = query("lease_held", queue=names.table).as_bytes(None)
         self.lapsed = query("lease_lapsed", queue=names.table).as_bytes(None)
         acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
                     m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))

@@ -480,12 +480,13 @@ SELECT count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp <= clock.now),
 FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
 
--- lease_count_held --
--- Unexpired leases held under one stream's token prefix (for max_outstanding):
--- an index range over the tokens that start with `<prefix>.`, less those whose
--- prefix only starts with it (`<prefix>.more.<lease end>.<random>`: a prefix
--- may hold '.', so what follows the prefix must be exactly the fixed fields).
-SELECT count(*)
+-- lease_held --
+-- Unexpired leases held under one stream's token prefix (for max_outstanding),
+-- each token with its lease's end: an index range over the tokens that start
+-- with `<prefix>.`, less those whose prefix only starts with it
+-- (`<prefix>.more.<lease end>.<random>`: a prefix may hold '.', so what follows
+-- the prefix must be exactly the fixed fields).
+SELECT m.spanq_lease_token, m.spanq_lease_expiration_timestamp
 FROM {queue} AS m
 WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %(lease_prefix)s || '/'
   AND substr(m.spanq_lease_token, length(%(lease_prefix)s) + 2) ~ '^(-?[0-9]{{1,19}}\.)?[0-9a-f]{{32}}$'

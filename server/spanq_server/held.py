@@ -1,0 +1,121 @@
+"""What this server knows of the leases its Receive streams hold, for max_outstanding
+without a count query per message.
+
+A stream's tokens share its prefix (``<prefix>.<lease end>.<random>``), so an Ack or
+RenewLease through this server names the stream whose lease it settled. A lease
+leaves a stream's holding only on positive knowledge: an ack that deleted the row
+under that very token, or a renewal that replaced it with a new token of the same
+prefix (which the holding keeps in its place). Anything this server cannot be sure
+of makes the stream recount in the database when it needs room: an ack by key
+without a token, a nack (a stale token's nack and a release answer alike), a lease
+whose end has passed (it may have been renewed through another server), and the
+poll interval (acks through other servers or SQL).
+
+So the holding is an upper bound on the stream's live leases, as the count was; a
+one-at-a-time worker's loop costs a lease and an ack, and nothing else.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from .model import LeasedMessage
+
+RECHECK = timedelta(seconds=0.25)
+"""When a recount finds leases live past their end by this host's clock (the database's is
+behind), the next recount for lapsed leases waits this long."""
+
+
+def token_prefix(token: str) -> str:
+    """The stream prefix of a token (the prefix may hold '.'; the two fixed fields follow it)."""
+    return token.rsplit(".", 2)[0]
+
+
+class StreamHolding:
+    """One stream's leases as far as this server knows: token -> lease end."""
+
+    def __init__(self) -> None:
+        self._leases: dict[str, datetime] = {}
+        self.uncertain = False
+        """Something may have freed room that this server cannot attribute: recount."""
+        self._recheck_at: datetime | None = None
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def leased(self, batch: Iterable[LeasedMessage]) -> None:
+        for m in batch:
+            self._leases[m.lease_token] = m.lease_expiration_time
+
+    def settled(self, token: str) -> None:
+        self._leases.pop(token, None)
+
+    def renewed(self, old: str, new: str, end: datetime) -> None:
+        if self._leases.pop(old, None) is not None:
+            self._leases[new] = end
+
+    def next_end(self) -> datetime | None:
+        """When the earliest lease ends (room may come then); None when none is held."""
+        ends = min(self._leases.values(), default=None)
+        if ends is not None and self._recheck_at is not None:
+            return max(ends, self._recheck_at)
+        return ends
+
+    def needs_recount(self, now: datetime) -> bool:
+        end = self.next_end()
+        return self.uncertain or (end is not None and end <= now)
+
+    def recounted(self, held: dict[str, datetime], now: datetime) -> None:
+        """Takes in the database's answer: the stream's live leases, token -> lease end."""
+        self._leases = dict(held)
+        self.uncertain = False
+        ends = min(held.values(), default=None)
+        self._recheck_at = now + RECHECK if ends is not None and ends <= now else None
+
+
+class Holdings:
+    """Every open stream's holding, by queue and token prefix."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, dict[str, StreamHolding]] = {}
+
+    def open(self, queue: str, prefix: str) -> StreamHolding:
+        holding = StreamHolding()
+        self._queues.setdefault(queue, {})[prefix] = holding
+        return holding
+
+    def close(self, queue: str, prefix: str) -> None:
+        streams = self._queues.get(queue)
+        if streams is not None:
+            streams.pop(prefix, None)
+            if not streams:
+                del self._queues[queue]
+
+    def _holding(self, queue: str, token: str) -> StreamHolding | None:
+        streams = self._queues.get(queue)
+        return None if streams is None else streams.get(token_prefix(token))
+
+    def acked(self, queue: str, tokens: Iterable[str | None]) -> None:
+        """Messages acked through this server (committed), each by the token it gave, or None."""
+        streams = self._queues.get(queue)
+        if not streams:
+            return
+        for token in tokens:
+            if token is None:  # acked by key: whose lease it was is unknown
+                for holding in streams.values():
+                    holding.uncertain = True
+                continue
+            owner = streams.get(token_prefix(token))
+            if owner is not None:
+                owner.settled(token)
+
+    def renewed(self, queue: str, renewals: Iterable[tuple[str, str | None, datetime | None]]) -> None:
+        """Renewals through this server (committed): old token, new token and lease end, or
+        None for a release or a token that holds nothing (not told apart: recount)."""
+        for old, new, end in renewals:
+            holding = self._holding(queue, old)
+            if holding is None:
+                continue
+            if new is None or end is None:
+                holding.uncertain = True
+            else:
+                holding.renewed(old, new, end)
