@@ -15,7 +15,7 @@ function el(tag, attrs, ...children) {
     if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
   return node;
 }
 
@@ -220,7 +220,9 @@ async function refresh() {
   const mine = ++generation;
   const page = document.getElementById("page");
   try {
-    await current.draw(page, ...current.args, current.state);
+    // A slow answer for a page no longer shown must not draw over the one that is.
+    const sink = {replaceChildren: (...nodes) => { if (mine === generation) page.replaceChildren(...nodes.filter(n => n !== null)); }};
+    await current.draw(sink, ...current.args, current.state);
     if (mine !== generation) return;
     page.dataset.loaded = String(Date.now());
     showError("");
