@@ -2,6 +2,7 @@
 Debian's chromium through Playwright, against a real server and PostgreSQL.
 The run also takes the screenshots of docs/ (docs/dashboard-*.png)."""
 
+import asyncio
 import dataclasses
 import os
 import pathlib
@@ -35,8 +36,10 @@ def ensure_chromium() -> str:
     if not os.path.exists(CHROMIUM):
         apt = shutil.which("apt-get")
         assert apt is not None, f"{CHROMIUM} is missing and there is no apt-get to install it: install chromium"
-        subprocess.run([apt, "install", "-y", "-qq", "chromium"], check=True, stdout=subprocess.DEVNULL,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        if subprocess.run([apt, "install", "-y", "-qq", "chromium"], stdout=subprocess.DEVNULL, env=env).returncode:
+            subprocess.run([apt, "update", "-qq"], check=True, stdout=subprocess.DEVNULL, env=env)
+            subprocess.run([apt, "install", "-y", "-qq", "chromium"], check=True, stdout=subprocess.DEVNULL, env=env)
     return CHROMIUM
 
 
@@ -214,3 +217,46 @@ async def test_pages_need_a_token_with_their_rpcs_privilege(tokens, clock, brows
         assert any("token=reader" in record.getMessage() for record in caplog.records)
     finally:
         await running.stop(0)
+
+
+async def test_actions_refuse_another_sites_requests(ui):
+    """A page of another site cannot make the browser purge: the actions take JSON (which
+    a cross-site request cannot send without CORS, never granted) from this origin only."""
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send("work", "keep me", key=1)
+    host = f"127.0.0.1:{ui.ui_port}"
+    plain = await http_post(host, "/api/queues/work/purge", "text/plain", "")
+    assert plain[0] == 400 and "application/json" in plain[1]
+    foreign = await http_post(host, "/api/queues/work/purge", "application/json", "http://evil.example")
+    assert foreign[0] == 403 and "origin" in foreign[1]
+    async with spanq.aio.Client(ui.target) as client:
+        assert (await client.stats("work")).ready == 1
+    ok = await http_post(host, "/api/queues/work/purge", "application/json", f"http://{host}")
+    assert ok == (200, '{"purged":1}')
+
+
+async def http_post(host: str, path: str, content_type: str, origin: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection(*host.split(":"))
+    writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n"
+                  + (f"Origin: {origin}\r\n" if origin else "") + "Content-Length: 2\r\n\r\n{}").encode())
+    answer = (await reader.read()).decode()
+    writer.close()
+    head, _, body = answer.partition("\r\n\r\n")
+    return int(head.split(" ")[1]), body
+
+
+def test_serve_defaults_to_a_loopback_dashboard_and_refuses_plaintext_elsewhere():
+    from spanq_server import cli
+    from spanq_server.config import Config, ConfigError
+    from spanq_server.server import check
+
+    assert cli.parse_config(["serve"], {}).ui_listen == "localhost:9465"
+    assert cli.parse_config(["serve", "--ui-listen", "off"], {}).ui_listen == "off"
+    assert cli.parse_config(["serve"], {"SPANQ_UI_LISTEN": "127.0.0.1:0"}).ui_listen == "127.0.0.1:0"
+    assert Config().ui_listen == "off"  # embedding start() serves none unless asked
+    with pytest.raises(ConfigError, match="refusing to serve the dashboard"):
+        check(Config(ui_listen="0.0.0.0:9465"))
+    with pytest.raises(ConfigError, match="dashboard address 'nope' is not HOST:PORT"):
+        check(Config(ui_listen="nope"))
+    check(Config(ui_listen="0.0.0.0:9465", insecure=True))
