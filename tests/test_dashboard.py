@@ -7,6 +7,7 @@ import dataclasses
 import os
 import pathlib
 import shutil
+import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
@@ -260,3 +261,27 @@ def test_serve_defaults_to_a_loopback_dashboard_and_refuses_plaintext_elsewhere(
     with pytest.raises(ConfigError, match="dashboard address 'nope' is not HOST:PORT"):
         check(Config(ui_listen="nope"))
     check(Config(ui_listen="0.0.0.0:9465", insecure=True))
+
+
+async def test_with_tls_the_dashboard_is_https_with_the_grpc_certificate(server_config, clock, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    running = await start(dataclasses.replace(server_config, ui_listen="127.0.0.1:0", tls_cert=str(cert),
+                                              tls_key=str(key)), clock=clock)
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.ui_port, ssl=context,
+                                                       server_hostname="localhost")
+        writer.write(b"GET /api/queues HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = (await reader.read()).decode()
+        writer.close()
+        assert answer.startswith("HTTP/1.1 200 OK") and '"queues":[]' in answer
+        # Plain HTTP gets no answer from a TLS port.
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.ui_port)
+        writer.write(b"GET /api/queues HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert b"200 OK" not in await reader.read()
+        writer.close()
+    finally:
+        await running.stop(0)
