@@ -125,7 +125,7 @@ class Dashboard:
             raise
 
     def _refused(self, request: Request, exc: errors.QueueError) -> None:
-        self._refusals(f"dashboard {request.method} {request.path}", exc, request.headers.get("host", ""))
+        self._refusals(f"dashboard {request.method} {request.path}", exc, request.peer)
 
     @staticmethod
     def _may(principal: auth.Principal | None, method: str, rpc: Any) -> bool:

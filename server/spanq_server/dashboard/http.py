@@ -40,6 +40,8 @@ class Request:
     headers: dict[str, str]
     """Lowercase names."""
     body: bytes
+    peer: str = ""
+    """The client's address, for the refusal log."""
 
     def json(self) -> Any:
         if not self.body:
@@ -102,11 +104,16 @@ class HttpServer:
         try:
             try:
                 request = await asyncio.wait_for(_read(reader), READ_TIMEOUT)
+                peer = writer.get_extra_info("peername")
+                request.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else ""
                 response = await self._handler(request)
             except HttpError as exc:
                 response = json_response({"error": str(exc)}, exc.status)
             except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
                 return
+            except Exception:
+                logger.exception("dashboard: unexpected error")
+                response = json_response({"error": "internal error; the server logged it"}, 500)
             await _write(writer, response)
         except (ConnectionError, ssl.SSLError):
             pass  # the browser went away
