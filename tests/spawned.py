@@ -23,7 +23,7 @@ def spawn_server(database_url: str, port: int, *extra: str, **popen: Any) -> sub
     """``spanq serve`` on 127.0.0.1:port; extra flags come last (so they may override these)."""
     return subprocess.Popen(
         [sys.executable, "-m", "spanq_server", "serve", "--database-url", database_url,
-         "--listen", f"127.0.0.1:{port}", "--metrics-listen", "off", "--log-level", "WARNING", *extra],
+         "--listen", f"127.0.0.1:{port}", "--metrics-listen", "off", "--ui-listen", "off", "--log-level", "WARNING", *extra],
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, **popen,
     )
 

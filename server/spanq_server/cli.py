@@ -15,6 +15,8 @@ from .config import Config, ConfigError, Limits
 from .metrics import parse_listen
 
 
+UI_LISTEN = "localhost:9465"
+"""`spanq serve` serves the dashboard here unless told otherwise (Config's own default is off)."""
 LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 
 
@@ -40,6 +42,9 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
                        help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
                             f"default {default.metrics_listen})")
+    serve.add_argument("--ui-listen", default=environ.get("SPANQ_UI_LISTEN", UI_LISTEN),
+                       help=f"host:port serving the web dashboard, or 'off' (env SPANQ_UI_LISTEN; default {UI_LISTEN}; "
+                            "TLS and tokens as for gRPC)")
     serve.add_argument("--metrics-interval", type=float, default=default.metrics_interval.total_seconds(),
                        help=f"seconds: /metrics is computed at most once per interval, scrapes in between get "
                             f"that copy (default {default.metrics_interval.total_seconds():g})")
@@ -108,6 +113,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
             parser.error(str(exc))
     try:
         parse_listen(args.metrics_listen)
+        parse_listen(args.ui_listen, "dashboard")
     except ValueError as exc:
         parser.error(str(exc))
     if min(args.spanner_transaction_idle_timeout, args.spanner_transaction_max_lifetime) <= 0:
@@ -142,6 +148,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         insecure=args.insecure,
         auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
+        ui_listen=args.ui_listen,
         metrics_interval=timedelta(seconds=args.metrics_interval),
         limits=limits,
         max_connections=args.max_connections,

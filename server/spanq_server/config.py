@@ -60,6 +60,9 @@ class Config:
     metrics_interval: timedelta = timedelta(seconds=5)
     """/metrics is rendered (the queue gauges' statement run) at most once per interval;
     scrapes in between get that copy. 0: at every scrape."""
+    ui_listen: str = "off"
+    """host:port serving the web dashboard (spanq_server.dashboard; port 0: any free port);
+    "" or "off": none. ``spanq serve`` defaults to localhost:9465."""
     data_dir: str = ".spanq"
     """Where the embedded PostgreSQL keeps its data (kept across restarts)."""
     limits: Limits = dataclasses.field(default_factory=Limits)

@@ -68,7 +68,7 @@ IN_FILES = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 child's); it decides so at import, from the same variable."""
 
 
-def parse_listen(listen: str) -> tuple[str, int] | None:
+def parse_listen(listen: str, what: str = "metrics") -> tuple[str, int] | None:
     """``host:port`` (``[v6]:port`` too) -> (host, port); None for "" or "off" (disabled)."""
     text = listen.strip()
     if text.lower() in ("", "off"):
@@ -76,7 +76,7 @@ def parse_listen(listen: str) -> tuple[str, int] | None:
     host, sep, port = text.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"metrics address {listen!r} is not HOST:PORT (or 'off' to disable metrics)")
+        raise ValueError(f"{what} address {listen!r} is not HOST:PORT (or 'off' to disable {what})")
     return host, int(port)
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import ipaddress
 import logging
 import signal
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from . import auth
 from .admin import Operator
 from .clock import Clock
 from .config import Config, ConfigError
+from .dashboard import Dashboard
 from .decoding import DecodeGuard
 from .faults import FaultInjector
 from .held import Holdings
@@ -58,6 +60,9 @@ class Running:
     """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
     sampler: "asyncio.Task[None] | None" = None
     """A --workers child's metrics sampler (metrics.sample_to_files), or None."""
+    dashboard: Dashboard | None = None
+    ui_port: int | None = None
+    """Where the dashboard is served (None: ui_listen turned it off)."""
     _stopped: bool = False
 
     @property
@@ -72,6 +77,8 @@ class Running:
         if self.sampler is not None:
             self.sampler.cancel()
         await self.metrics.stop()
+        if self.dashboard is not None:
+            await self.dashboard.stop()
         await self.health.enter_graceful_shutdown()
         self.receiver.close()
         await self.server.stop(self.config.shutdown_grace.total_seconds() if grace is None else grace)
@@ -109,6 +116,15 @@ def check(config: Config) -> None:
             f"refusing to serve metrics (plain HTTP) on {config.metrics_listen}: serve them on a loopback "
             "address, or give --insecure to accept that"
         )
+    try:
+        ui_on = parse_listen(config.ui_listen, "dashboard") is not None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if ui_on and not (config.tls_cert and config.tls_key) and not is_loopback(config.ui_listen) and not config.insecure:
+        raise ConfigError(
+            f"refusing to serve the dashboard (plain HTTP, bearer tokens in the clear) on {config.ui_listen}: "
+            "give --tls-cert and --tls-key, serve it on a loopback address, or give --insecure to accept that"
+        )
 
 
 async def start(config: Config, *, clock: Clock | None = None) -> Running:
@@ -128,6 +144,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     ledger = Ledger(store, clock, config.ledger_retention)
     spanner = None
     sampler: asyncio.Task[None] | None = None
+    dashboard: Dashboard | None = None
+    ui_port: int | None = None
     await store.open()
     try:
         applied = await store.migrate()
@@ -158,8 +176,9 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
                                           ("grpc.so_reuseport", 1 if config.worker else 0)],
                                  interceptors=interceptors)
+        operator = Operator(catalog, store, clock, metrics.rates)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(
-            catalog, mutator, receiver, ledger, Operator(catalog, store, clock, metrics.rates)), server)
+            catalog, mutator, receiver, ledger, operator), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
         spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, store, clock,
@@ -188,8 +207,18 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                                      store=store, receiver=receiver, clock=clock)
         if config.worker:
             sampler = sample_to_files(metrics, store, receiver)
+        ui_address = parse_listen(config.ui_listen, "dashboard")
+        if ui_address is not None:
+            dashboard = Dashboard(catalog, operator, store, receiver, metrics.rates, tokens, clock)
+            try:
+                ui_port = await dashboard.start(*ui_address, _tls_context(config))
+            except OSError as exc:
+                raise ConfigError(f"cannot serve the dashboard on {config.ui_listen}: {exc}; "
+                                  "give --ui-listen another HOST:PORT, or off") from exc
         await server.start()
     except BaseException:  # undo what started, in reverse, so nothing runs on a closed pool
+        if dashboard is not None:
+            await dashboard.stop()
         if sampler is not None:
             sampler.cancel()
         await metrics.stop()
@@ -206,8 +235,20 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         logger.info("authentication on: %d token(s) from %s", len(tokens.by_digest), config.auth_file)
     if metrics_port is not None:
         logger.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, metrics_port)
+    if ui_port is not None:
+        logger.info("dashboard at %s://%s/ (port %d)", "https" if config.tls_cert and config.tls_key else "http",
+                    config.ui_listen, ui_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
-                   metrics_port, spanner=spanner, sampler=sampler)
+                   metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard, ui_port=ui_port)
+
+
+def _tls_context(config: Config) -> ssl.SSLContext | None:
+    """The gRPC port's certificate and key, for the dashboard too (None: plaintext)."""
+    if not (config.tls_cert and config.tls_key):
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.tls_cert, config.tls_key)
+    return context
 
 
 async def serve(config: Config, *, stop: asyncio.Event | None = None,

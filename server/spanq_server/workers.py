@@ -114,6 +114,7 @@ class Supervisor:
     def _child_config(self, index: int) -> Config:
         share = connections_per_worker(self.config)[index]
         return dataclasses.replace(self.config, workers=1, worker=True, listen=self.listen, metrics_listen="off",
+                                   ui_listen=self.config.ui_listen if index == 0 else "off",  # one dashboard
                                    max_connections=share, pool_min_size=min(self.config.pool_min_size, share - 1))
 
     async def _start(self, index: int) -> asyncio.subprocess.Process:

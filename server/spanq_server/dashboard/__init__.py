@@ -1,0 +1,233 @@
+"""The web dashboard (``spanq serve --ui-listen``): queues, a queue's messages,
+purge and redrive, open streams. Static pages (static/, no build step) call a
+small JSON API here, which calls the domain in-process (admin.Operator, the
+catalog, the receiver).
+
+With a token file, each API call carries ``Authorization: Bearer <token>`` (the
+page keeps the token in sessionStorage, never in a URL) and is checked by
+auth.py's own rule for the RPC it stands for: a page needs what its RPC needs.
+"""
+
+import importlib.resources
+import json
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, cast
+
+from google.protobuf import json_format
+
+from spanq._proto.spanq.v1 import queue_pb2
+
+from .. import auth, errors, status
+from ..admin import Operator, RedriveProgress
+from ..clock import Clock
+from ..queues import Catalog
+from ..rates import Rates
+from ..receive import Receiver
+from ..service import peek_response, queue_to_proto, stats_response
+from ..store import Store
+from .http import HttpError, HttpServer, Request, Response, json_response
+
+STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+          "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+          "/static/style.css": ("style.css", "text/css; charset=utf-8")}
+HTTP_STATUS = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENIED": 403, "NOT_FOUND": 404,
+               "ALREADY_EXISTS": 409, "FAILED_PRECONDITION": 409, "ABORTED": 409, "OUT_OF_RANGE": 400,
+               "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
+RATE_STEP = 10
+"""Seconds per point of the rate charts (the last rates.HISTORY seconds)."""
+
+
+def _dict(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True)
+
+
+class Dashboard:
+    def __init__(self, catalog: Catalog, operator: Operator, store: Store, receiver: Receiver, rates: Rates,
+                 tokens: auth.Tokens | None, clock: Clock) -> None:
+        self._catalog = catalog
+        self._operator = operator
+        self._store = store
+        self._receiver = receiver
+        self._rates = rates
+        self._tokens = tokens
+        self._refusals = auth.RefusalLog(clock)
+        self._http = HttpServer(self._handle)
+        self._files = {path: importlib.resources.files(__package__).joinpath("static", name).read_bytes()
+                       for path, (name, _) in STATIC.items()}
+
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None) -> int:
+        return await self._http.start(host, port, tls)
+
+    async def stop(self) -> None:
+        await self._http.stop()
+
+    # -- routing ---------------------------------------------------------------------
+
+    async def _handle(self, request: Request) -> Response:
+        if request.method == "GET" and request.path in STATIC:
+            return Response(body=self._files[request.path], content_type=STATIC[request.path][1], cache=True)
+        parts = request.path.strip("/").split("/")
+        if parts[0] != "api":
+            raise HttpError(404, f"no page at {request.path}; the dashboard is at /")
+        if request.method == "POST":
+            self._check_same_origin(request)
+        route = (request.method, *parts[1:2], *(["*"] if len(parts) > 2 else []), *parts[3:])
+        try:
+            if route == ("GET", "queues"):
+                return json_response(await self._queues(request))
+            if route == ("GET", "streams"):
+                return json_response(await self._streams(request))
+            if route == ("GET", "queues", "*"):
+                return json_response(await self._queue(request, parts[2]))
+            if route == ("GET", "queues", "*", "messages"):
+                return json_response(await self._messages(request, parts[2]))
+            if route == ("POST", "queues", "*", "purge"):
+                return json_response(await self._purge(request, parts[2]))
+            if route == ("POST", "queues", "*", "redrive"):
+                return await self._redrive(request, parts[2])
+        except errors.QueueError as exc:
+            return _error(exc)
+        raise HttpError(404 if request.method in ("GET", "POST") else 405,
+                        f"no API at {request.method} {request.path}")
+
+    @staticmethod
+    def _check_same_origin(request: Request) -> None:
+        """Another site's page cannot make the browser post here: a JSON body needs CORS,
+        which this server never grants, and a browser's Origin must be this server."""
+        if not request.headers.get("content-type", "").startswith("application/json"):
+            raise HttpError(400, "the dashboard's actions take a JSON body (Content-Type: application/json)")
+        origin = request.headers.get("origin")
+        if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
+            raise HttpError(403, f"a request from origin {origin!r} is not this dashboard's; use the dashboard's page")
+
+    # -- authorization: auth.py's rule of the RPC each call stands for ------------------
+
+    def _principal(self, request: Request) -> auth.Principal | None:
+        if self._tokens is None:
+            return None
+        header = request.headers.get("authorization")
+        metadata = [("authorization", header)] if header is not None else []
+        try:
+            return self._tokens.authenticate(metadata)
+        except errors.QueueError as exc:
+            self._refused(request, exc)
+            raise
+
+    def _require(self, request: Request, principal: auth.Principal | None, method: str, rpc: Any) -> None:
+        if principal is None:
+            return
+        try:
+            auth.RULES[f"{auth.QUEUE_SERVICE}/{method}"](principal, rpc)
+        except errors.QueueError as exc:
+            self._refused(request, exc)
+            raise
+
+    def _refused(self, request: Request, exc: errors.QueueError) -> None:
+        self._refusals(f"dashboard {request.method} {request.path}", exc, request.peer)
+
+    @staticmethod
+    def _may(principal: auth.Principal | None, method: str, rpc: Any) -> bool:
+        if principal is None:
+            return True
+        try:
+            auth.RULES[f"{auth.QUEUE_SERVICE}/{method}"](principal, rpc)
+            return True
+        except errors.PermissionDenied:
+            return False
+
+    # -- the API -----------------------------------------------------------------------
+
+    async def _visible(self, request: Request) -> tuple[auth.Principal | None, list[str], list[str]]:
+        """The queues ListQueues shows this caller: those it may read stats of, and the rest."""
+        principal = self._principal(request)
+        names: list[str] = []
+        token = ""
+        while True:
+            found, token = await self._catalog.list(0, token)
+            names += [q.name for q in found if principal is None or principal.privileges(q.name)]
+            if not token:
+                break
+        readable = [n for n in names if self._may(principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=n))]
+        return principal, readable, [n for n in names if n not in readable]
+
+    async def _queues(self, request: Request) -> dict[str, Any]:
+        _, readable, denied = await self._visible(request)
+        rows = []
+        for name in readable:
+            try:
+                stats = _dict(stats_response(await self._operator.stats(name)))
+            except errors.QueueNotFound:
+                continue  # dropped meanwhile
+            stats["sent_series"] = self._rates.series(name, "sent", RATE_STEP)
+            stats["acked_series"] = self._rates.series(name, "acked", RATE_STEP)
+            rows.append(stats)
+        return {"queues": rows, "denied": denied, "rate_step": RATE_STEP}
+
+    async def _streams(self, request: Request) -> dict[str, Any]:
+        _, readable, _ = await self._visible(request)
+        streams = self._receiver.streams_by_queue()
+        rows = []
+        for name in readable:
+            try:
+                counts = (await self._operator.stats(name)).counts
+            except errors.QueueNotFound:
+                continue
+            rows.append({"name": name, "streams": streams.get(name, 0), "leased": counts.leased})
+        return {"queues": rows, "open_streams": sum(streams.get(n, 0) for n in readable)}
+
+    async def _queue(self, request: Request, name: str) -> dict[str, Any]:
+        principal = self._principal(request)
+        self._require(request, principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=name))
+        queue = await self._catalog.get(name)
+        sources = await self._store.queue_dead_letter_sources(name)
+        return {"queue": _dict(queue_to_proto(queue)), "stats": _dict(stats_response(await self._operator.stats(name))),
+                "dead_letter_sources": sources,
+                "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
+                "may_redrive": bool(sources) and self._may(
+                    principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=sources[0]))}
+
+    async def _messages(self, request: Request, name: str) -> dict[str, Any]:
+        self._require(request, self._principal(request), "Peek", queue_pb2.PeekRequest(queue=name))
+        size = request.query.get("page_size", "0")
+        if not size.isdigit():
+            raise errors.InvalidArgument(f"page_size must be a whole number, got {size!r}")
+        queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""))
+        out = _dict(peek_response(queue, found, token))
+        out["payload_type"] = queue.payload_type.value
+        return out
+
+    async def _purge(self, request: Request, name: str) -> dict[str, Any]:
+        self._require(request, self._principal(request), "Purge", queue_pb2.PurgeRequest(queue=name))
+        return {"purged": await self._operator.purge(name, None)}
+
+    async def _redrive(self, request: Request, name: str) -> Response:
+        body = request.json()
+        to = body.get("to", "") if isinstance(body, dict) else ""
+        if not isinstance(to, str):
+            raise errors.InvalidArgument("`to` must be a queue name")
+        self._require(request, self._principal(request), "Redrive", queue_pb2.RedriveRequest(queue=name, to=to))
+        progress = cast(AsyncGenerator[RedriveProgress, None], self._operator.redrive(name, to))
+        first = await anext(progress)  # errors before anything moved answer with their status
+
+        async def lines() -> AsyncIterator[bytes]:
+            p = first
+            try:
+                while True:
+                    yield (json.dumps({"moved": p.moved, "remaining": p.remaining, "skipped": p.skipped,
+                                       "to": p.to, "done": p.done}) + "\n").encode()
+                    if p.done:
+                        return
+                    p = await anext(progress)
+            except errors.QueueError as exc:
+                yield (json.dumps({"error": str(exc)}) + "\n").encode()
+            finally:
+                await progress.aclose()
+
+        return Response(content_type="application/x-ndjson", stream=lines())
+
+
+def _error(exc: errors.QueueError) -> Response:
+    code = status.code_and_reason(exc)[0].name
+    return json_response({"error": str(exc), "code": code}, HTTP_STATUS.get(code, 500))

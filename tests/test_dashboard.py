@@ -1,0 +1,287 @@
+"""The web dashboard (spanq_server.dashboard) driven in headless Chromium:
+Debian's chromium through Playwright, against a real server and PostgreSQL.
+The run also takes the screenshots of docs/ (docs/dashboard-*.png)."""
+
+import asyncio
+import dataclasses
+import os
+import pathlib
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+import spanq.aio
+from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_server import auth
+from spanq_server.server import start
+
+from .conftest import ROOT
+from .helpers import duration
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+DOCS = ROOT / "docs"
+LIVE = 10_000
+"""Milliseconds a live update may take to show (the page refreshes every 2 s)."""
+
+
+def ensure_chromium() -> str:
+    """Debian's chromium, installed once when missing (CI runs as root on a fresh machine)."""
+    if not os.path.exists(CHROMIUM):
+        apt = shutil.which("apt-get")
+        assert apt is not None, f"{CHROMIUM} is missing and there is no apt-get to install it: install chromium"
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        if subprocess.run([apt, "install", "-y", "-qq", "chromium"], stdout=subprocess.DEVNULL, env=env).returncode:
+            subprocess.run([apt, "update", "-qq"], check=True, stdout=subprocess.DEVNULL, env=env)
+            subprocess.run([apt, "install", "-y", "-qq", "chromium"], check=True, stdout=subprocess.DEVNULL, env=env)
+    return CHROMIUM
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as p:
+        launched = await p.chromium.launch(executable_path=ensure_chromium(), args=CHROMIUM_ARGS)
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+async def ui(server_config, clock) -> AsyncIterator[Any]:
+    running = await start(dataclasses.replace(server_config, ui_listen="127.0.0.1:0"), clock=clock)
+    yield running
+    await running.stop(0)
+
+
+async def open_page(browser: Browser, port: int, path: str = "#/") -> Page:
+    page = await browser.new_page(viewport={"width": 1100, "height": 640})
+    page.on("dialog", lambda dialog: dialog.accept())  # the purge and redrive confirmations
+    await page.goto(f"http://127.0.0.1:{port}/{path}")
+    return page
+
+
+def row(page: Page, queue: str) -> Any:
+    return page.locator(f'#queues tr[data-queue="{queue}"]')
+
+
+async def expect_counts(page: Page, queue: str, ready: int, leased: int, dead: int) -> None:
+    r = row(page, queue)
+    await expect(r.locator("td.ready")).to_have_text(str(ready), timeout=LIVE)
+    await expect(r.locator("td.leased")).to_have_text(str(leased), timeout=LIVE)
+    await expect(r.locator("td.dead_lettered")).to_have_text(str(dead), timeout=LIVE)
+
+
+async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=5, dead_letter_queue="dead")
+        for i in range(3):
+            await client.send("work", f"m{i}", key=i)
+        await client.send("work", "later", key=10, delay=3600)
+        page = await open_page(browser, ui.ui_port)
+        await expect_counts(page, "work", ready=3, leased=0, dead=0)
+        await expect(row(page, "work").locator("td.scheduled")).to_have_text("1")
+        await expect(row(page, "work").locator("td.send_rate")).to_have_text(f"{4 / 60:.2f}/s")
+        # Nobody takes the ready messages: their age grows, and the row turns red.
+        await expect(row(page, "work")).to_have_class("alarm", timeout=LIVE)
+
+        [m] = await client.receive("work", 1, lease_duration=60)
+        await expect_counts(page, "work", ready=2, leased=1, dead=0)
+        await client.ack("work", m)
+        await expect_counts(page, "work", ready=2, leased=0, dead=0)
+        await expect(row(page, "work").locator("td.ack_rate")).to_have_text(f"{1 / 60:.2f}/s", timeout=LIVE)
+
+        # A dead letter (sent straight to the dead-letter queue) counts, and marks work red.
+        await client.send("dead", "buried", key=99)
+        await expect_counts(page, "work", ready=2, leased=0, dead=1)
+        await expect(row(page, "work")).to_have_class("alarm")
+        await page.screenshot(path=str(DOCS / "dashboard-queues.png"))
+
+        # Streams: a Receive stream open on this server, and its lease in flight.
+        async with grpc.aio.insecure_channel(ui.target) as channel:
+            call = queue_pb2_grpc.QueueServiceStub(channel).Receive(queue_pb2.ReceiveRequest(
+                queue="work", max_outstanding=1, lease_duration=duration(60)))
+            first = await anext(aiter(call))
+            assert len(first.messages) == 1
+            streams = await open_page(browser, ui.ui_port, "#/streams")
+            work = streams.locator('#streams tr[data-queue="work"]')
+            await expect(work.locator("td.streams")).to_have_text("1", timeout=LIVE)
+            await expect(work.locator("td.leased")).to_have_text("1", timeout=LIVE)
+            await streams.screenshot(path=str(DOCS / "dashboard-streams.png"))
+            call.cancel()
+
+
+async def test_queue_page_shows_payloads_by_type_and_pages(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("events", key_columns=[("id", "INT64")], payload_type="JSON")
+        await client.create_queue("blobs", key_columns=[("id", "INT64")], payload_type="BYTES")
+        await client.send("events", {"order": 7, "items": ["tea", "<b>cake</b>"]}, key=1)
+        await client.send_many("events", [spanq.OutgoingMessage({"n": i}, i) for i in range(2, 26)])
+        await client.send("blobs", b"\x00\xffhi", key=1)
+
+        page = await open_page(browser, ui.ui_port, "#/queue/events")
+        first = page.locator("#messages tr.message").first
+        await expect(first.locator("pre.payload")).to_contain_text('"order": 7', timeout=LIVE)
+        await expect(first.locator("pre.payload")).to_contain_text('"<b>cake</b>"')  # text, not markup
+        await expect(first.locator("td.state")).to_have_text("READY")
+        await expect(page.locator(".def")).to_contain_text("JSON")
+        await expect(page.locator("#messages tr.message")).to_have_count(20)
+        await page.screenshot(path=str(DOCS / "dashboard-queue.png"), full_page=False)
+        await page.click("#next-page")
+        await expect(page.locator("#messages tr.message")).to_have_count(5, timeout=LIVE)
+        await expect(page.locator("#messages tr.message").last.locator("pre.payload")).to_contain_text('"n": 25')
+
+        await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/blobs")
+        await expect(page.locator("#queue-name")).to_have_text("blobs", timeout=LIVE)
+        await expect(page.locator("#messages pre.payload")).to_have_text("00 ff 68 69", timeout=LIVE)
+
+
+def count(sql, table: str) -> int:
+    return sql.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+
+
+async def test_purge_and_redrive_from_the_page(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=1, dead_letter_queue="dead")
+        await client.send_many("dead", [spanq.OutgoingMessage(f"d{i}", i) for i in range(250)])
+        await client.send_many("work", [spanq.OutgoingMessage(f"w{i}", 1000 + i) for i in range(3)])
+
+        page = await open_page(browser, ui.ui_port, "#/queue/dead")
+        await expect(page.locator("#redrive")).to_have_text("Redrive to work", timeout=LIVE)
+        await page.click("#redrive")
+        await expect(page.locator("#action-result")).to_contain_text("moved 250 to work, 0 left", timeout=LIVE)
+        assert (count(sql, "dead"), count(sql, "work")) == (0, 253)
+
+        await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/work")
+        await expect(page.locator("#queue-counts")).to_contain_text("ready 253", timeout=LIVE)
+        await page.click("#purge")
+        await expect(page.locator("#action-result")).to_have_text("Purged 253 message(s).", timeout=LIVE)
+        assert count(sql, "work") == 0
+
+
+@pytest.fixture
+def tokens(tmp_path: pathlib.Path, server_config) -> Any:
+    tokens = {"reader": "spanq_reader_token", "operator": "spanq_operator_token"}
+    grants = {"reader": '{ work = ["select"] }', "operator": '{ "*" = ["select", "ack", "send", "admin"] }'}
+    path = tmp_path / "tokens.toml"
+    path.write_text("".join(f'[tokens.{n}]\nsha256 = "{auth.digest(t)}"\ngrants = {grants[n]}\n'
+                            for n, t in tokens.items()))
+    return tokens, dataclasses.replace(server_config, auth_file=str(path), ui_listen="127.0.0.1:0")
+
+
+async def test_pages_need_a_token_with_their_rpcs_privilege(tokens, clock, browser, sql, caplog):
+    secrets, config = tokens
+    running = await start(config, clock=clock)
+    try:
+        async with spanq.aio.Client(running.target, token=secrets["operator"]) as client:
+            await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+            await client.create_queue("secret", key_columns=[("id", "INT64")], payload_type="STRING")
+            await client.send("work", "hello", key=1)
+        page = await open_page(browser, running.ui_port)
+        # No token: the page asks for one; nothing is shown.
+        await expect(page.locator("#token-form")).to_be_visible(timeout=LIVE)
+        await expect(page.locator("#error")).to_contain_text("token")
+        requests: list[str] = []
+        page.on("request", lambda r: requests.append(r.url))
+        await page.fill("#token", secrets["reader"])
+        await page.click("#token-form button")
+        await expect(row(page, "work").locator("td.ready")).to_have_text("1", timeout=LIVE)
+        await expect(row(page, "secret")).to_have_count(0)  # no privilege on it: not even listed
+
+        # select but not ack: the queue page shows, its purge is refused, and nothing is purged.
+        await page.goto(f"http://127.0.0.1:{running.ui_port}/#/queue/work")
+        await expect(page.locator("#purge")).to_be_disabled(timeout=LIVE)
+        refused = await page.evaluate("""async () => {
+            const r = await fetch('/api/queues/work/purge', {method: 'POST', body: '{}', headers: {
+                'Content-Type': 'application/json', 'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}});
+            return [r.status, (await r.json()).error];
+        }""")
+        assert refused[0] == 403 and "'ack' privilege on queue 'work'" in refused[1]
+        assert count(sql, "work") == 1
+        # No privilege at all on a queue: its page is refused.
+        await page.goto(f"http://127.0.0.1:{running.ui_port}/#/queue/secret")
+        await expect(page.locator("#error")).to_contain_text("lacks the 'select' privilege", timeout=LIVE)
+        await expect(page.locator("#messages")).to_have_count(0)
+
+        # The token is never in a URL nor in the server's log.
+        assert requests and not any(secrets["reader"] in url for url in requests)
+        assert all(secrets["reader"] not in record.getMessage() for record in caplog.records)
+        assert any("token=reader" in record.getMessage() for record in caplog.records)
+    finally:
+        await running.stop(0)
+
+
+async def test_actions_refuse_another_sites_requests(ui):
+    """A page of another site cannot make the browser purge: the actions take JSON (which
+    a cross-site request cannot send without CORS, never granted) from this origin only."""
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send("work", "keep me", key=1)
+    host = f"127.0.0.1:{ui.ui_port}"
+    plain = await http_post(host, "/api/queues/work/purge", "text/plain", "")
+    assert plain[0] == 400 and "application/json" in plain[1]
+    foreign = await http_post(host, "/api/queues/work/purge", "application/json", "http://evil.example")
+    assert foreign[0] == 403 and "origin" in foreign[1]
+    async with spanq.aio.Client(ui.target) as client:
+        assert (await client.stats("work")).ready == 1
+    ok = await http_post(host, "/api/queues/work/purge", "application/json", f"http://{host}")
+    assert ok == (200, '{"purged":1}')
+
+
+async def http_post(host: str, path: str, content_type: str, origin: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection(*host.split(":"))
+    writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n"
+                  + (f"Origin: {origin}\r\n" if origin else "") + "Content-Length: 2\r\n\r\n{}").encode())
+    answer = (await reader.read()).decode()
+    writer.close()
+    head, _, body = answer.partition("\r\n\r\n")
+    return int(head.split(" ")[1]), body
+
+
+def test_serve_defaults_to_a_loopback_dashboard_and_refuses_plaintext_elsewhere():
+    from spanq_server import cli
+    from spanq_server.config import Config, ConfigError
+    from spanq_server.server import check
+
+    assert cli.parse_config(["serve"], {}).ui_listen == "localhost:9465"
+    assert cli.parse_config(["serve", "--ui-listen", "off"], {}).ui_listen == "off"
+    assert cli.parse_config(["serve"], {"SPANQ_UI_LISTEN": "127.0.0.1:0"}).ui_listen == "127.0.0.1:0"
+    assert Config().ui_listen == "off"  # embedding start() serves none unless asked
+    with pytest.raises(ConfigError, match="refusing to serve the dashboard"):
+        check(Config(ui_listen="0.0.0.0:9465"))
+    with pytest.raises(ConfigError, match="dashboard address 'nope' is not HOST:PORT"):
+        check(Config(ui_listen="nope"))
+    check(Config(ui_listen="0.0.0.0:9465", insecure=True))
+
+
+async def test_with_tls_the_dashboard_is_https_with_the_grpc_certificate(server_config, clock, tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    running = await start(dataclasses.replace(server_config, ui_listen="127.0.0.1:0", tls_cert=str(cert),
+                                              tls_key=str(key)), clock=clock)
+    try:
+        context = ssl.create_default_context(cafile=str(cert))
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.ui_port, ssl=context,
+                                                       server_hostname="localhost")
+        writer.write(b"GET /api/queues HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        answer = (await reader.read()).decode()
+        writer.close()
+        assert answer.startswith("HTTP/1.1 200 OK") and '"queues":[]' in answer
+        # Plain HTTP gets no answer from a TLS port.
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.ui_port)
+        writer.write(b"GET /api/queues HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert b"200 OK" not in await reader.read()
+        writer.close()
+    finally:
+        await running.stop(0)
