@@ -1,14 +1,18 @@
 """The web dashboard (spanq_server.dashboard) driven in headless Chromium:
 Debian's chromium through Playwright, against a real server and PostgreSQL.
-The run also takes the screenshots of docs/ (docs/dashboard-*.png)."""
+The run also takes the screenshots of docs/ (docs/dashboard-*.png): into docs/ itself
+with SPANQ_SCREENSHOTS=docs (to refresh them), else into a temporary folder, so that
+a plain run leaves the checkout as it was."""
 
 import asyncio
+import atexit
 import dataclasses
 import os
 import pathlib
 import shutil
 import ssl
 import subprocess
+import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,7 +31,10 @@ from .helpers import duration
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-DOCS = ROOT / "docs"
+DOCS = ROOT / "docs" if os.environ.get("SPANQ_SCREENSHOTS") == "docs" else \
+    pathlib.Path(tempfile.mkdtemp(prefix="spanq-screenshots-"))
+if DOCS.name != "docs":
+    atexit.register(shutil.rmtree, DOCS, ignore_errors=True)
 LIVE = 10_000
 """Milliseconds a live update may take to show (the page refreshes every 2 s)."""
 
