@@ -214,10 +214,14 @@ class Receiver:
         """Messages no client can receive: to the dead-letter queue when there is one; else
         they stay (leased now, redelivered after their backoff), logged once per server."""
         if queue.dead_letter_queue:
-            moved = await self._store.messages_dead_letter(queue, [m.lease_token for m, _ in bad])
-            for m, why in bad:
-                logger.warning("queue %s: message %r cannot be delivered to any client (%s); moved to the "
-                               "dead-letter queue %s", queue.name, m.key, why, queue.dead_letter_queue)
+            moved = 0
+            for m, why in bad:  # one by one: each keeps its own reason
+                one = await self._store.messages_dead_letter(queue, [m.lease_token], f"undeliverable: {why}")
+                moved += one
+                logger.warning("queue %s: message %r cannot be delivered to any client (%s); %s", queue.name,
+                               m.key, why, f"moved to the dead-letter queue {queue.dead_letter_queue}" if one else
+                               f"its key is in the dead-letter queue {queue.dead_letter_queue} already: it stays, "
+                               "tried again after the queue's max_backoff")
             self._metrics.undeliverable(queue.name, moved)
             return
         for m, why in bad:

@@ -23,6 +23,10 @@ from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
 
 logger = logging.getLogger(__name__)
 
+MAX_NACK_REASON = 200
+"""Characters of a nack's reason (RenewLeaseRequest.reason): a short note for the
+dead-letter history, not a log."""
+
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 Reply = Any
 """A request or response message of a mutating RPC (they share request_id / replayed)."""
@@ -287,7 +291,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             maximum=queues.MAX_LEASE, zero_allowed=True,
         )
         assert lease is not None
-        return RenewOp(queue=queue, lease_tokens=list(request.lease_tokens), lease_duration=lease)
+        if request.reason and lease != timedelta(0):
+            raise errors.InvalidArgument("reason is for a nack only (lease_duration 0); leave it empty when "
+                                         "renewing")
+        if len(request.reason) > MAX_NACK_REASON:
+            raise errors.InvalidArgument(f"reason has {len(request.reason)} characters, more than the "
+                                         f"{MAX_NACK_REASON} allowed; send a shorter one")
+        return RenewOp(queue=queue, lease_tokens=list(request.lease_tokens), lease_duration=lease,
+                       reason=request.reason or None)
 
 
 # -- domain -> response ---------------------------------------------------------
@@ -443,6 +454,12 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
         codec.set_timestamp(r.enqueue_time, m.enqueue_time)
         if m.leased and m.lease_expiration_time is not None:
             codec.set_timestamp(r.lease_expiration_time, m.lease_expiration_time)
+        if m.dead_letter is not None:
+            h = m.dead_letter
+            r.dead_letter.source_queue = h.source_queue
+            r.dead_letter.delivery_attempts = h.delivery_attempts
+            r.dead_letter.last_failure = h.last_failure
+            codec.set_timestamp(r.dead_letter.dead_letter_time, h.dead_letter_time)
     return out
 
 

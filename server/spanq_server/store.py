@@ -31,8 +31,8 @@ from psycopg.types.json import Jsonb, JsonbLoader
 
 from . import errors
 from .faults import FaultInjector
-from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, LedgeredAck, LedgeredSend,
-                    OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult, Unreadable)
+from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, LedgeredAck,
+                    LedgeredSend, OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult, Unreadable)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
@@ -361,7 +361,7 @@ class Store:
             cur = await conn.execute(query("migration_applied_list"))
             applied = {row[0] for row in await cur.fetchall()}
             done = []
-            recreate = False
+            recreate = columns = False
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
@@ -370,8 +370,13 @@ class Store:
                 await conn.execute(query("migration_record"), {"version": migration.version, "name": migration.name})
                 done.append(migration.version)
                 recreate |= migration.recreates_queue_functions
+                columns |= migration.adds_history_columns
+            # Once, after the last migration: the current definitions need the current catalog
+            # (and the functions the columns).
+            if columns:
+                for queue in await _fetch_queues(conn):
+                    await conn.execute(QueueStatements(queue).history_columns_ddl())
             if recreate:
-                # Once, after the last migration: the current definitions need the current catalog.
                 await self._recreate_queue_functions(conn)
             return done
 
@@ -476,6 +481,7 @@ class Store:
                 f"the queue's leading key columns must match the primary key of {queue.parent_table!r}: "
                 f"{exc.diag.message_primary}"
             ) from exc
+        await conn.execute(names.history_columns_ddl())
         await conn.execute(names.receive_function_ddl())
         await conn.execute(names.renew_function_ddl())
         return dataclasses.replace(queue, create_time=row[0])
@@ -715,10 +721,13 @@ class Store:
 
     async def leases_renew(
         self, conn: Connection, queue: QueueDef, tokens: Sequence[str], lease_duration: timedelta,
-        now: datetime | None,
+        now: datetime | None, reason: str | None = None,
     ) -> list[RenewResult]:
         names = QueueStatements(queue)
         with wrap_errors(queue.name):
+            if lease_duration == timedelta(0):  # a nack: its reason (or none) for the dead-letter history
+                await conn.execute(query("message_note_failure", queue=names.table),
+                                   {"lease_tokens": list(tokens), "reason": reason, "now": now})
             cur = await conn.execute(
                 query("lease_renew", renew_function=names.renew_function),
                 {"lease_tokens": list(tokens), "lease_duration": lease_duration, "now": now},
@@ -740,15 +749,20 @@ class Store:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
-    async def messages_dead_letter(self, queue: QueueDef, lease_tokens: Sequence[str]) -> int:
-        """Moves leased messages to the queue's dead-letter queue as stored; how many moved."""
+    async def messages_dead_letter(self, queue: QueueDef, lease_tokens: Sequence[str], reason: str,
+                                   now: datetime | None = None) -> int:
+        """Moves leased messages to the queue's dead-letter queue as stored, with their
+        history (the failure: reason); how many moved (a key the dead-letter queue holds
+        already stays, see message_dead_letter)."""
         assert queue.dead_letter_queue
         names = QueueStatements(queue)
         statement = query("message_dead_letter", queue=names.table, m_key_columns=names.qualified_keys("m"),
-                          key_columns=names.keys,
+                          d_key_columns=names.qualified_keys("d"), key_columns=names.keys,
                           dead_letter_queue=sql.Identifier("public", queue.dead_letter_queue))
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens)})
+            cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens), "reason": reason,
+                                                 "queue_name": queue.name, "max_backoff": queue.max_backoff,
+                                                 "now": now})
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
@@ -858,8 +872,8 @@ class Store:
         width = len(queue.key_columns)
         async with self.read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
-        return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:])
-                for row in rows]
+        return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:width + 7])
+                ._replace(dead_letter=_history(row[width + 7:])) for row in rows]
 
     async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
         """Deletes every message (or those sent before sent_before) in one transaction; how many."""
@@ -994,8 +1008,8 @@ class Store:
                 for q in queues
             )
             cur = await conn.execute(statement, {"cap": cap, "now": now})
-            return [QueueGauges(name, int(ready), int(stored), float(age))
-                    for name, ready, stored, age in await cur.fetchall()]
+            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead))
+                    for name, ready, stored, age, dead in await cur.fetchall()]
 
     # -- the wake-up listener -------------------------------------------------
 
@@ -1281,6 +1295,12 @@ def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: da
         now=now,
     )
     return params
+
+
+def _history(columns: Sequence[Any]) -> DeadLetterHistory | None:
+    """(source, attempts, time, last failure) as stored; None for a message never dead-lettered."""
+    source, attempts, at, failure = columns
+    return DeadLetterHistory(source, attempts or 0, at, failure or "") if source is not None else None
 
 
 def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef) -> sql.Composed:
