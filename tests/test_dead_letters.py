@@ -3,12 +3,15 @@ source queue, the attempts, when and why (a lease that ran out, a nack's reason)
 shown by Peek and in the SQL columns; a key the dead-letter queue holds already is
 left in its queue, not lost; the dead-letter count in /metrics (moves by SQL too)."""
 
+import asyncio
 import dataclasses
 from datetime import timedelta
 
 import grpc
 import pytest
 
+import spanq
+import spanq.aio
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
 
@@ -123,3 +126,36 @@ async def test_moves_by_sql_are_counted_too(server, stub, sql):
     assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []
     assert [r[:3] for r in history(sql, "graveyard")] == [("a", "tasks", 2), ("b", "tasks", 2)]
     assert value(await scrape(server), "spanq_queue_messages_dead_lettered_total", queue="tasks") == 2
+
+
+async def test_the_sdk_passes_a_callbacks_exception_and_peek_shows_the_history(server, sql):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("graveyard", payload_type="STRING")
+        await client.create_queue("tasks", payload_type="STRING", initial_backoff=0, max_delivery_attempts=2,
+                                  dead_letter_queue="graveyard")
+        await client.send("tasks", "poison", key="k")
+        attempts: list[int] = []
+
+        async def handle(message: spanq.Message) -> None:
+            attempts.append(message.delivery_attempt)
+            raise KeyError("price" * 100)
+
+        async with client.subscribe("tasks", handle):
+            for _ in range(200):  # bounded: the second failure moves it
+                if sql.execute("SELECT count(*) FROM graveyard").fetchone()[0]:
+                    break
+                await asyncio.sleep(0.05)
+        [m] = (await client.peek("graveyard")).messages
+        assert m.dead_letter is not None and m.dead_letter.source_queue == "tasks"
+        assert m.dead_letter.delivery_attempts == 2 == len(attempts)
+        reason = m.dead_letter.last_failure
+        assert reason.startswith("KeyError: 'pricepricep") and reason.endswith("...") and len(reason) == 200
+
+        # An explicit nack's reason, through Message.nack from receive.
+        await client.send("tasks", "also", key="j")
+        for why in ("first", "second"):
+            [got] = await client.receive("tasks", 1)
+            await asyncio.wait_for(got.nack(reason=why), 10)
+        assert await client.receive("tasks", 1, timeout=0.5) == []
+        [j] = [p for p in (await client.peek("graveyard")).messages if p.key == ("j",)]
+        assert j.dead_letter is not None and j.dead_letter.last_failure == "second"

@@ -32,7 +32,7 @@ from ._errors import (
     Unavailable,
     Unimplemented,
 )
-from ._admin import PeekedMessage, PeekPage, QueueStats, RedriveProgress
+from ._admin import DeadLetter, PeekedMessage, PeekPage, QueueStats, RedriveProgress
 from ._retry import Retry
 from ._transaction import Transaction
 from ._types import (
@@ -86,6 +86,7 @@ __all__ = [
     "PublishFlowControl",
     "Future",
     "QueueStats",
+    "DeadLetter",
     "PeekedMessage",
     "PeekPage",
     "RedriveProgress",

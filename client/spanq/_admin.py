@@ -39,6 +39,18 @@ class QueueStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter's history: the queue it was moved from, its delivery attempts there, when it
+    was moved, and why its last attempt failed ("lease expired", a nack's reason, "nacked", or
+    "undeliverable: ...")."""
+
+    source_queue: str
+    delivery_attempts: int
+    dead_letter_time: datetime
+    last_failure: str
+
+
+@dataclasses.dataclass(frozen=True)
 class PeekedMessage:
     """A message read without leasing it (``client.peek``). ``state`` is READY, SCHEDULED or LEASED."""
 
@@ -49,6 +61,8 @@ class PeekedMessage:
     delivery_attempt: int
     enqueue_time: datetime
     lease_expiration_time: datetime | None
+    dead_letter: DeadLetter | None = None
+    """Set on a message of a dead-letter queue."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +109,7 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
             lease_expiration_time=(_codec.timestamp_to_datetime(m.lease_expiration_time)
                                    if m.HasField("lease_expiration_time") else None),
+            dead_letter=_dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
         )
         for m in page.messages
     ], page.next_page_token)
@@ -106,3 +121,8 @@ def progress_from_proto(p: queue_pb2.RedriveProgress) -> RedriveProgress:
 
 for _cls in (QueueStats, PeekedMessage, PeekPage, RedriveProgress):
     _cls.__module__ = "spanq"
+
+
+def _dead_letter(d: queue_pb2.DeadLetter) -> DeadLetter:
+    return DeadLetter(d.source_queue, d.delivery_attempts, _codec.timestamp_to_datetime(d.dead_letter_time),
+                      d.last_failure)

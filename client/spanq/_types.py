@@ -298,7 +298,8 @@ Future.__module__ = "spanq"
 class _Settler(Protocol):
     """What a Message calls to ack, nack or renew itself: a subscriber, or the client."""
 
-    def _settle(self, message: Message, action: str, lease_duration: timedelta | None) -> Future[Any]: ...
+    def _settle(self, message: Message, action: str, lease_duration: timedelta | None,
+                reason: str | None = None) -> Future[Any]: ...
 
 
 class Message:
@@ -385,9 +386,10 @@ class Message:
         The Future fails with LeaseLost if the lease expired and another receiver holds the message."""
         return self._call("ack", None)
 
-    def nack(self) -> Future[None]:
-        """Releases the lease now: the message is redelivered after the queue's backoff."""
-        return self._call("nack", None)
+    def nack(self, reason: str | None = None) -> Future[None]:
+        """Releases the lease now: the message is redelivered after the queue's backoff. ``reason``
+        (at most 200 characters) is kept in its dead-letter history if it runs out of attempts."""
+        return self._call("nack", None, reason)
 
     def renew(self, lease_duration: timedelta | float | None = None) -> Future[RenewedLease]:
         """Extends the lease by ``lease_duration`` from now (None: the subscriber's or queue's lease) and
@@ -396,10 +398,10 @@ class Message:
             lease_duration = timedelta(seconds=lease_duration)
         return self._call("renew", lease_duration)
 
-    def _call(self, action: str, lease_duration: timedelta | None) -> Future[Any]:
+    def _call(self, action: str, lease_duration: timedelta | None, reason: str | None = None) -> Future[Any]:
         if self._settler is None:
             raise RuntimeError("this Message was not delivered by a spanq client, so it cannot settle itself")
-        return self._settler._settle(self, action, lease_duration)
+        return self._settler._settle(self, action, lease_duration, reason)
 
     def __repr__(self) -> str:
         return (
