@@ -159,3 +159,27 @@ async def test_the_sdk_passes_a_callbacks_exception_and_peek_shows_the_history(s
         assert await client.receive("tasks", 1, timeout=0.5) == []
         [j] = [p for p in (await client.peek("graveyard")).messages if p.key == ("j",)]
         assert j.dead_letter is not None and j.dead_letter.last_failure == "second"
+
+
+async def test_redrive_sends_each_dead_letter_back_to_its_own_source(server, stub, sql):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("graveyard", payload_type="STRING")
+        for name in ("orders", "refunds"):
+            await client.create_queue(name, payload_type="STRING", initial_backoff=0, max_delivery_attempts=1,
+                                      dead_letter_queue="graveyard")
+        await client.send("orders", "o", key="o1")
+        await client.send("refunds", "r", key="r1")
+        for name in ("orders", "refunds"):  # one attempt (released in SQL), then the next receive moves it
+            [(token,)] = sql.execute(f"SELECT spanq_lease_token FROM spanq.receive_{name}(10)").fetchall()
+            sql.execute(f"SELECT * FROM spanq.renewlease_{name}(%s, '0')", [[token]])
+            assert sql.execute(f"SELECT * FROM spanq.receive_{name}(10)").fetchall() == []
+        await client.send("graveyard", "sent here", key="g1")  # recorded no source
+        # Two queues name it: the ones with a recorded source go home, the other needs `to`.
+        with pytest.raises(spanq.InvalidArgument, match="queues orders, refunds name it"):
+            await client.redrive("graveyard")
+        assert sql.execute("SELECT count(*) FROM graveyard").fetchone()[0] == 3  # nothing moved
+        sql.execute("DELETE FROM graveyard WHERE id = 'g1'")
+        final = await client.redrive("graveyard")
+        assert (final.moved, final.remaining, final.to) == (2, 0, "orders, refunds")
+        assert sql.execute("SELECT id FROM orders").fetchall() == [("o1",)]
+        assert sql.execute("SELECT id FROM refunds").fetchall() == [("r1",)]

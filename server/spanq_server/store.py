@@ -57,6 +57,10 @@ _UNKNOWN = "the commit may or may not have happened; replay the same request_id 
 
 DDL_LOCK_TIMEOUT = timedelta(seconds=5)
 """The longest queue DDL waits, in all, for the locks it needs (Config.ddl_lock_timeout)."""
+RedriveSource = str | tuple[str, ...] | None
+"""Which messages of a dead-letter queue a redrive moves: those that recorded this source
+queue (str), those that recorded none of these (tuple), or all (None)."""
+ALL_SOURCES: RedriveSource = None
 DDL_LOCK_SLICE = 0.2
 """Seconds: the longest one wait of queue DDL for a table's lock. A waiting ACCESS
 EXCLUSIVE request makes every later request on the table (sends, receives) queue
@@ -888,21 +892,28 @@ class Store:
             rows = await (await conn.execute(query("queue_dead_letter_sources"), {"name": name})).fetchall()
         return [row[0] for row in rows]
 
+    async def redrive_sources(self, dead_letter_queue: QueueDef) -> list[str | None]:
+        """The source queues its messages recorded (None among them: some recorded none)."""
+        async with self.read(dead_letter_queue.name) as conn:
+            cur = await conn.execute(query("message_redrive_sources", dead_letter_queue=QueueStatements(
+                dead_letter_queue).table))
+            return sorted((row[0] for row in await cur.fetchall()), key=lambda s: (s is None, s or ""))
+
     async def messages_redrive(self, dead_letter_queue: QueueDef, target: QueueDef, limit: int,
-                               now: datetime | None) -> int:
+                               now: datetime | None, source: RedriveSource = ALL_SOURCES) -> int:
         """Moves one batch (up to limit messages) from dead_letter_queue to target, in one
         transaction; how many moved. A key sent to the target meanwhile fails the whole
         batch with MessageAlreadyExists, and nothing moves."""
         async with self.transaction(target.name) as conn:
-            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target),
+            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target, source),
                                      {"limit": limit, "now": now})
             return cur.rowcount
 
     async def redrive_left(self, dead_letter_queue: QueueDef, target: QueueDef,
-                           now: datetime | None) -> tuple[int, int]:
+                           now: datetime | None, source: RedriveSource = ALL_SOURCES) -> tuple[int, int]:
         """(messages in dead_letter_queue, of which a redrive to target cannot move now)."""
         async with self.read(dead_letter_queue.name) as conn:
-            cur = await conn.execute(_redrive_statement("message_redrive_left", dead_letter_queue, target),
+            cur = await conn.execute(_redrive_statement("message_redrive_left", dead_letter_queue, target, source),
                                      {"now": now})
             total, stuck = await cur.fetchone() or (0, 0)
         return int(total), int(stuck)
@@ -1303,11 +1314,21 @@ def _history(columns: Sequence[Any]) -> DeadLetterHistory | None:
     return DeadLetterHistory(source, attempts or 0, at, failure or "") if source is not None else None
 
 
-def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef) -> sql.Composed:
+def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef, source: RedriveSource
+                       ) -> sql.Composed:
     d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
     return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
                  t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
-                 target_key_columns=t.keys)
+                 target_key_columns=t.keys, source=_source_condition(source))
+
+
+def _source_condition(source: RedriveSource) -> sql.Composable:
+    if source is None:
+        return sql.SQL("TRUE")
+    if isinstance(source, tuple):
+        return sql.SQL("(d.spanq_dead_letter_source IS NULL OR d.spanq_dead_letter_source <> ALL ({}::text[]))"
+                       ).format(sql.Literal(list(source)))
+    return sql.SQL("d.spanq_dead_letter_source = {}").format(sql.Literal(source))
 
 
 def _payload_param(payload_type: ColumnType, payload: Any) -> Any:

@@ -684,7 +684,8 @@ WHERE %(sent_before)s::timestamptz IS NULL OR m.spanq_enqueue_time < %(sent_befo
 -- key the target already holds, so nothing is overwritten or lost; SKIP
 -- LOCKED leaves rows another redrive or receiver is taking. A key sent to the
 -- target between the check and the insert fails the statement (a unique
--- violation), and the whole batch stays where it was.
+-- violation), and the whole batch stays where it was. {source} is TRUE, or
+-- picks the messages of one recorded source queue (or of none recorded).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), moving AS (
@@ -692,6 +693,7 @@ WITH clock AS (
     FROM {dead_letter_queue} AS d, clock
     WHERE NOT coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
       AND NOT EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns}))
+      AND {source}
     ORDER BY d.deliver_time
     LIMIT %(limit)s
     FOR UPDATE OF d SKIP LOCKED
@@ -710,6 +712,12 @@ SELECT count(*),
        count(*) FILTER (WHERE coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
                            OR EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns})))
 FROM {dead_letter_queue} AS d, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE {source}
+
+-- message_redrive_sources --
+-- The source queues a dead-letter queue's messages recorded (NULL: a message
+-- sent there, or moved before migration 0008): Redrive's default targets.
+SELECT DISTINCT d.spanq_dead_letter_source FROM {dead_letter_queue} AS d
 
 -- spanner_names_put --
 -- Records how a Spanner DDL spelled a queue's names, and the database it was
