@@ -14,6 +14,7 @@ import spanq
 import spanq.aio
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
+from spanq_server.store import Store
 
 from .helpers import create_queue, duration, error_of, open_stream, send, stamp, text_message
 from .test_metrics import scrape, value
@@ -183,3 +184,24 @@ async def test_redrive_sends_each_dead_letter_back_to_its_own_source(server, stu
         assert (final.moved, final.remaining, final.to) == (2, 0, "orders, refunds")
         assert sql.execute("SELECT id FROM orders").fetchall() == [("o1",)]
         assert sql.execute("SELECT id FROM refunds").fetchall() == [("r1",)]
+
+
+async def test_migration_0008_gives_existing_queues_the_history(server, stub, sql, database_url):
+    await dead_letter_pair(stub)
+    # As before migration 0008: no history columns, no counts.
+    for table in ("graveyard", "tasks"):
+        sql.execute(f"ALTER TABLE {table} DROP COLUMN spanq_last_failure, DROP COLUMN spanq_dead_letter_source, "
+                    "DROP COLUMN spanq_dead_letter_attempts, DROP COLUMN spanq_dead_letter_time")
+    sql.execute("DROP TABLE spanq.dead_letter_counts")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 8")
+
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [8]
+
+    await send(stub, "tasks", text_message("k", "poison"))
+    for _ in range(2):
+        [(token,)] = sql.execute("SELECT spanq_lease_token FROM spanq.receive_tasks(10)").fetchall()
+        sql.execute("SELECT * FROM spanq.renewlease_tasks(%s, '0')", [[token]])
+    assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []
+    assert history(sql, "graveyard") == [("k", "tasks", 2, "nacked", True)]
+    assert sql.execute("SELECT queue, total FROM spanq.dead_letter_counts").fetchall() == [("tasks", 1)]
