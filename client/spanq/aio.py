@@ -579,8 +579,8 @@ class Client:
                       max_messages: int = 0, on_progress: ProgressCallback | None = None
                       ) -> RedriveProgress:
         """Moves messages from the dead-letter queue ``queue`` to ``to`` (default: each message's
-        recorded source queue, else the one queue whose dead_letter_queue it is), ``batch_size`` per transaction, at most ``rate`` a second; calls
-        ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
+        recorded source queue, else the one queue whose dead_letter_queue it is), ``batch_size`` per
+        transaction, at most ``rate`` a second; calls ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
         exactly one of the two queues; call it again to continue."""
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)

@@ -32,7 +32,8 @@ from psycopg.types.json import Jsonb, JsonbLoader
 from . import errors
 from .faults import FaultInjector
 from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, LedgeredAck,
-                    LedgeredSend, OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult, Unreadable)
+                    LedgeredSend, OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult,
+                    Unreadable)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
