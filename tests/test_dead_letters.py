@@ -60,6 +60,9 @@ async def test_a_message_whose_leases_ran_out_keeps_its_history(server, stub, cl
     assert m.dead_letter.source_queue == "tasks" and m.dead_letter.delivery_attempts == 2
     assert m.dead_letter.last_failure == "lease expired"
     assert stamp(m.dead_letter.dead_letter_time) >= before
+    async with open_stream(stub, "graveyard") as dead:  # and so does its delivery
+        got = await dead.next()
+    assert got.delivery_attempt == 1 and got.dead_letter == m.dead_letter
     assert value(await scrape(server), "spanq_queue_messages_dead_lettered_total", queue="tasks") == 1
 
 
@@ -151,6 +154,9 @@ async def test_the_sdk_passes_a_callbacks_exception_and_peek_shows_the_history(s
         assert m.dead_letter.delivery_attempts == 2 == len(attempts)
         reason = m.dead_letter.last_failure
         assert reason.startswith("KeyError: 'pricepricep") and reason.endswith("...") and len(reason) == 200
+        [received] = await client.receive("graveyard", 1)
+        assert received.dead_letter == m.dead_letter
+        await client.nack("graveyard", received)
 
         # An explicit nack's reason, through Message.nack from receive.
         await client.send("tasks", "also", key="j")

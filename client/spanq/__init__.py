@@ -32,11 +32,12 @@ from ._errors import (
     Unavailable,
     Unimplemented,
 )
-from ._admin import DeadLetter, PeekedMessage, PeekPage, QueueStats, RedriveProgress
+from ._admin import PeekedMessage, PeekPage, QueueStats, RedriveProgress
 from ._retry import Retry
 from ._transaction import Transaction
 from ._types import (
     BatchSettings,
+    DeadLetter,
     CommitResult,
     FlowControl,
     Future,

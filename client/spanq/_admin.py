@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from . import _codec
 from ._proto.spanq.v1 import queue_pb2
-from ._types import Key, Queue
+from ._types import DeadLetter, Key, Queue
 
 __all__ = ["QueueStats", "PeekedMessage", "PeekPage", "RedriveProgress"]
 
@@ -36,18 +36,6 @@ class QueueStats:
     """Messages acknowledged per second over the last minute, through the server that answered."""
     dead_letter_queue: str | None
     read_time: datetime | None
-
-
-@dataclasses.dataclass(frozen=True)
-class DeadLetter:
-    """A dead letter's history: the queue it was moved from, its delivery attempts there, when it
-    was moved, and why its last attempt failed ("lease expired", a nack's reason, "nacked", or
-    "undeliverable: ...")."""
-
-    source_queue: str
-    delivery_attempts: int
-    dead_letter_time: datetime
-    last_failure: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +97,7 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
             lease_expiration_time=(_codec.timestamp_to_datetime(m.lease_expiration_time)
                                    if m.HasField("lease_expiration_time") else None),
-            dead_letter=_dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
+            dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
         )
         for m in page.messages
     ], page.next_page_token)
@@ -122,7 +110,3 @@ def progress_from_proto(p: queue_pb2.RedriveProgress) -> RedriveProgress:
 for _cls in (QueueStats, PeekedMessage, PeekPage, RedriveProgress):
     _cls.__module__ = "spanq"
 
-
-def _dead_letter(d: queue_pb2.DeadLetter) -> DeadLetter:
-    return DeadLetter(d.source_queue, d.delivery_attempts, _codec.timestamp_to_datetime(d.dead_letter_time),
-                      d.last_failure)

@@ -166,6 +166,7 @@ def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
         enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
         delivery_attempt=m.delivery_attempt,
         size=m.payload.ByteSize(),
+        dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
     )
     # A copy, not a reference: that would keep the whole response (every payload in it) alive.
     message._wire_key = struct_pb2.ListValue()

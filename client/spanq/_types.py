@@ -302,6 +302,18 @@ class _Settler(Protocol):
                 reason: str | None = None) -> Future[Any]: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter's history: the queue it was moved from, its delivery attempts there, when it
+    was moved, and why its last attempt failed ("lease expired", a nack's reason, "nacked", or
+    "undeliverable: ...")."""
+
+    source_queue: str
+    delivery_attempts: int
+    dead_letter_time: datetime
+    last_failure: str
+
+
 class Message:
     """A leased message, as a receive or a subscriber delivers it.
 
@@ -312,7 +324,7 @@ class Message:
     """
 
     __slots__ = (
-        "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size",
+        "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size", "dead_letter",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
         "_wire_key",
     )
@@ -331,6 +343,8 @@ class Message:
     """1 on the first delivery, +1 on each redelivery."""
     size: int
     """The payload's size on the wire, in bytes (for flow control)."""
+    dead_letter: DeadLetter | None
+    """Set on a message of a dead-letter queue: where it came from and why."""
 
     def __init__(
         self,
@@ -345,6 +359,7 @@ class Message:
         delivery_attempt: int,
         size: int = 0,
         settler: _Settler | None = None,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.queue = queue
         self.key = key
@@ -353,6 +368,7 @@ class Message:
         self.enqueue_time = enqueue_time
         self.delivery_attempt = delivery_attempt
         self.size = size
+        self.dead_letter = dead_letter
         self._lease_token = lease_token
         self._lease_expiration_time = lease_expiration_time
         self._settler = settler
@@ -411,5 +427,5 @@ class Message:
 
 
 for _cls in (TypeCode, KeyColumn, Queue, OutgoingMessage, RenewedLease, CommitResult, FlowControl, BatchSettings,
-             PublishFlowControl, Message):
+             DeadLetter, PublishFlowControl, Message):
     _cls.__module__ = "spanq"

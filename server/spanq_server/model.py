@@ -128,6 +128,7 @@ class LeasedMessage(NamedTuple):
     delivery_attempt: int
     enqueue_time: datetime
     last_batch_message: bool
+    dead_letter: "DeadLetterHistory | None" = None
 
 
 class AckItem(NamedTuple):

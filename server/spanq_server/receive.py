@@ -253,6 +253,9 @@ class Receiver:
     async def _run(self, queue: QueueDef, options: ReceiveOptions, watch: LapseWatch
                    ) -> AsyncIterator[list[LeasedMessage]]:
         lease = options.lease_duration or queue.lease_duration
+        # A dead-letter queue's messages carry their history: read beside each batch (its queues
+        # as the stream opens; one named a dead-letter queue later shows it to new streams).
+        history = bool(await self._store.queue_dead_letter_sources(queue.name))
         prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
         signal = self._wakeups.signal(queue.name)
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
@@ -277,7 +280,7 @@ class Receiver:
                     if watch.suspect:
                         self._end_if_others_process(queue, watch, now)
                     asked = min(options.max_batch_size, options.max_outstanding - held)
-                    batch = await self._lease(queue, max_batch_size=asked, lease_duration=lease,
+                    batch = await self._lease(queue, history, max_batch_size=asked, lease_duration=lease,
                                               lease_prefix=prefix)
                     if batch:
                         watch.delivered(batch)
@@ -315,14 +318,23 @@ class Receiver:
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 
-    async def _lease(self, queue: QueueDef, **lease: Any) -> list[LeasedMessage]:
+    async def _lease(self, queue: QueueDef, history: bool, **lease: Any) -> list[LeasedMessage]:
         """One batch for a stream that is still wanted; a batch leased for a stream
         that ended meanwhile is given back rather than left to its lease's expiry.
 
         The statement runs shielded: cancelling it midway would leave unknown whether
         it leased rows, and would swallow the cancellation on Python 3.11 (see
         _honour_cancellation)."""
-        leasing = asyncio.ensure_future(self._store.messages_lease(queue, now=self._clock.now(), **lease))
+        async def leased() -> list[LeasedMessage]:
+            batch = await self._store.messages_lease(queue, now=self._clock.now(), **lease)
+            if not history or not batch:
+                return batch
+            try:
+                return await self._store.leased_history(queue, batch)
+            except errors.QueueError:
+                return batch  # the messages matter more than their history
+
+        leasing = asyncio.ensure_future(leased())
         try:
             batch = await asyncio.shield(leasing)
             _honour_cancellation()

@@ -15,8 +15,8 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from . import admin, codec, errors, ledger, queues, status
 from .ledger import Ledger
-from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, PeekedMessage,
-                    QueueDef, RenewResult)
+from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, OutgoingMessage,
+                    PeekedMessage, QueueDef, RenewResult)
 from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
@@ -357,6 +357,8 @@ def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.R
         stamp(r.deliver_time, m.deliver_time)
         stamp(r.lease_expiration_time, m.lease_expiration_time)
         stamp(r.enqueue_time, m.enqueue_time)
+        if m.dead_letter is not None:
+            write_dead_letter(r.dead_letter, m.dead_letter)
     return out
 
 
@@ -455,12 +457,15 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
         if m.leased and m.lease_expiration_time is not None:
             codec.set_timestamp(r.lease_expiration_time, m.lease_expiration_time)
         if m.dead_letter is not None:
-            h = m.dead_letter
-            r.dead_letter.source_queue = h.source_queue
-            r.dead_letter.delivery_attempts = h.delivery_attempts
-            r.dead_letter.last_failure = h.last_failure
-            codec.set_timestamp(r.dead_letter.dead_letter_time, h.dead_letter_time)
+            write_dead_letter(r.dead_letter, m.dead_letter)
     return out
+
+
+def write_dead_letter(out: queue_pb2.DeadLetter, h: DeadLetterHistory) -> None:
+    out.source_queue = h.source_queue
+    out.delivery_attempts = h.delivery_attempts
+    out.last_failure = h.last_failure
+    codec.set_timestamp(out.dead_letter_time, h.dead_letter_time)
 
 
 def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:

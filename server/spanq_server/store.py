@@ -651,6 +651,16 @@ class Store:
             return [LeasedMessage((row[0],), *row[1:]) for row in rows]
         return [LeasedMessage(tuple(row[:width]), *row[width:]) for row in rows]
 
+    async def leased_history(self, queue: QueueDef, batch: list[LeasedMessage]) -> list[LeasedMessage]:
+        """The batch with the dead-letter history of those messages that have one."""
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(query("message_lease_history", queue=QueueStatements(queue).table),
+                                     {"lease_tokens": [m.lease_token for m in batch]})
+            found = {row[0]: _history(row[1:]) for row in await cur.fetchall()}
+        if not found:
+            return batch
+        return [m._replace(dead_letter=found[m.lease_token]) if m.lease_token in found else m for m in batch]
+
     async def messages_ack(
         self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool
     ) -> list[AckResult]:

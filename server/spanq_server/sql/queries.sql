@@ -358,6 +358,14 @@ WHERE (SELECT CASE WHEN %(create_time)s::timestamptz IS NULL OR q.create_time = 
                    ELSE ('spanq: queue ' || q.name || ' was dropped and created again')::boolean END
        FROM spanq.queues AS q WHERE q.name = %(queue_name)s)
 
+-- message_lease_history --
+-- The dead-letter history of messages just leased from a dead-letter queue,
+-- by lease token (the unique index), for ReceivedMessage.dead_letter.
+SELECT m.spanq_lease_token, m.spanq_dead_letter_source, m.spanq_dead_letter_attempts,
+       m.spanq_dead_letter_time, m.spanq_last_failure
+FROM {queue} AS m
+WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[]) AND m.spanq_dead_letter_source IS NOT NULL
+
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
 -- deliver_time of the matching messages, without leasing them. The
