@@ -32,7 +32,8 @@ def test_every_statement_the_store_uses_is_defined():
         assert name in QUERIES
     assert [m.version for m in MIGRATIONS] == list(range(1, len(MIGRATIONS) + 1))
     # Only a migration that says so re-creates the queues' functions (the store does it).
-    assert [m.version for m in MIGRATIONS if m.recreates_queue_functions] == [4, 5, 6]
+    assert [m.version for m in MIGRATIONS if m.recreates_queue_functions] == [4, 5, 6, 8]
+    assert [m.version for m in MIGRATIONS if m.adds_history_columns] == [8]
 
 
 def test_fault_spec_parsing():

@@ -37,6 +37,7 @@ from ._retry import Retry
 from ._transaction import Transaction
 from ._types import (
     BatchSettings,
+    DeadLetter,
     CommitResult,
     FlowControl,
     Future,
@@ -86,6 +87,7 @@ __all__ = [
     "PublishFlowControl",
     "Future",
     "QueueStats",
+    "DeadLetter",
     "PeekedMessage",
     "PeekPage",
     "RedriveProgress",

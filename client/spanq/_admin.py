@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from . import _codec
 from ._proto.spanq.v1 import queue_pb2
-from ._types import Key, Queue
+from ._types import DeadLetter, Key, Queue
 
 __all__ = ["QueueStats", "PeekedMessage", "PeekPage", "RedriveProgress"]
 
@@ -49,6 +49,8 @@ class PeekedMessage:
     delivery_attempt: int
     enqueue_time: datetime
     lease_expiration_time: datetime | None
+    dead_letter: DeadLetter | None = None
+    """Set on a message of a dead-letter queue."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +97,7 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
             lease_expiration_time=(_codec.timestamp_to_datetime(m.lease_expiration_time)
                                    if m.HasField("lease_expiration_time") else None),
+            dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
         )
         for m in page.messages
     ], page.next_page_token)
@@ -106,3 +109,4 @@ def progress_from_proto(p: queue_pb2.RedriveProgress) -> RedriveProgress:
 
 for _cls in (QueueStats, PeekedMessage, PeekPage, RedriveProgress):
     _cls.__module__ = "spanq"
+

@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
 from ._errors import InvalidArgument
 from ._proto.spanq.v1 import queue_pb2
-from ._types import Key, KeyColumn, KeyValue, Queue, TypeCode
+from ._types import DeadLetter, Key, KeyColumn, KeyValue, Queue, TypeCode
 
 MAX_SAFE_JSON_INT = 2**53
 """JSON numbers travel as doubles: integers beyond this would silently lose precision."""
@@ -254,3 +254,7 @@ def as_timedelta(value: timedelta | float | None) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         return value
     return timedelta(seconds=value)
+
+
+def dead_letter(d: queue_pb2.DeadLetter) -> DeadLetter:
+    return DeadLetter(d.source_queue, d.delivery_attempts, timestamp_to_datetime(d.dead_letter_time), d.last_failure)

@@ -36,10 +36,12 @@ class Request:
     future: Future[Any] | None
     """None where nobody can await the outcome (the subscriber's own auto-acks and nacks)."""
     lease_duration: timedelta | None = None
+    reason: str | None = None
+    """A nack's reason (its dead-letter history)."""
 
 
 AckFn = Callable[[Sequence[Message]], Awaitable[list[bool]]]
-RenewFn = Callable[[Sequence[Message], timedelta], Awaitable[list[RenewedLease]]]
+RenewFn = Callable[[Sequence[Message], timedelta, "str | None"], Awaitable[list[RenewedLease]]]
 DoneFn = Callable[[Request, "BaseException | None", Any], None]
 
 
@@ -118,7 +120,10 @@ class Dispatcher:
 
     async def _send(self, batch: list[Request]) -> None:
         acks = [r for r in batch if r.action == "ack"]
-        nacks = [r for r in batch if r.action == "nack"]
+        nacks: dict[str | None, list[Request]] = {}  # one RenewLease per reason
+        for r in batch:
+            if r.action == "nack":
+                nacks.setdefault(r.reason, []).append(r)
         renewals: dict[timedelta, list[Request]] = {}
         for r in batch:
             if r.action == "renew":
@@ -126,8 +131,9 @@ class Dispatcher:
         async with self._lock:  # no leaser renewal in flight: tokens read now are current
             for group in _unique_key_groups(acks):
                 await self._send_acks(group)
-            for group in _chunks(nacks):
-                await self._send_renewals(group, timedelta(0))
+            for reason, same in nacks.items():
+                for group in _chunks(same):
+                    await self._send_renewals(group, timedelta(0), reason)
             for duration, requests in renewals.items():
                 for group in _chunks(requests):
                     await self._send_renewals(group, duration)
@@ -146,9 +152,9 @@ class Dispatcher:
         for request, acked in zip(group, results):
             self._finish(request, None, acked)
 
-    async def _send_renewals(self, group: list[Request], duration: timedelta) -> None:
+    async def _send_renewals(self, group: list[Request], duration: timedelta, reason: str | None = None) -> None:
         try:
-            results = await self._renew([r.message for r in group], duration)
+            results = await self._renew([r.message for r in group], duration, reason)
         except SpanqError as exc:
             for request in group:
                 self._finish(request, exc)

@@ -110,7 +110,9 @@ def ack_results(response: queue_pb2.AckResponse) -> list[bool]:
     return [r.acked for r in response.results]
 
 
-def renew_request(queue: str, targets: Sequence[LeaseTarget], lease_duration: timedelta) -> queue_pb2.RenewLeaseRequest:
+def renew_request(queue: str, targets: Sequence[LeaseTarget], lease_duration: timedelta,
+                  reason: str | None = None) -> queue_pb2.RenewLeaseRequest:
+    """A RenewLease; lease_duration 0 releases (a nack), which may give a short reason."""
     if not targets:
         raise InvalidArgument("a renewal needs at least one message or lease token")
     if lease_duration < timedelta(0):
@@ -125,7 +127,18 @@ def renew_request(queue: str, targets: Sequence[LeaseTarget], lease_duration: ti
             tokens.append(target)
         else:
             raise InvalidArgument(f"a lease target is a Message or a lease token, not {type(target).__name__}")
-    return queue_pb2.RenewLeaseRequest(queue=queue, lease_tokens=tokens, lease_duration=_codec.duration(lease_duration))
+    return queue_pb2.RenewLeaseRequest(queue=queue, lease_tokens=tokens, lease_duration=_codec.duration(lease_duration),
+                                       reason=reason or "")
+
+
+MAX_NACK_REASON = 200
+"""The server's bound on a nack's reason (characters)."""
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A callback's exception as a nack's reason: ``Type: message``, cut to the server's bound."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text if len(text) <= MAX_NACK_REASON else text[:MAX_NACK_REASON - 3] + "..."
 
 
 def renew_results(response: queue_pb2.RenewLeaseResponse) -> list[RenewedLease]:
@@ -153,6 +166,7 @@ def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
         enqueue_time=_codec.timestamp_to_datetime(m.enqueue_time),
         delivery_attempt=m.delivery_attempt,
         size=m.payload.ByteSize(),
+        dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
     )
     # A copy, not a reference: that would keep the whole response (every payload in it) alive.
     message._wire_key = struct_pb2.ListValue()

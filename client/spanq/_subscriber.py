@@ -430,8 +430,8 @@ class Subscriber:
         """What happens to a message whose callback returned without settling it."""
         if message._settled is not None or message not in self._in_hand:
             return
-        if error is not None:
-            self._settle_now(message, "nack", None)
+        if error is not None:  # the exception is the nack's reason (the dead-letter history)
+            self._settle_now(message, "nack", None, reason=_requests.failure_reason(error))
         elif message._sql_acked:
             self._release(message)  # acked inside the application's own transaction
         elif self._auto_ack:
@@ -439,14 +439,15 @@ class Subscriber:
 
     # -- settling ---------------------------------------------------------------
 
-    def _settle(self, message: Message, action: str, lease_duration: timedelta | None) -> Future[Any]:
+    def _settle(self, message: Message, action: str, lease_duration: timedelta | None,
+                reason: str | None = None) -> Future[Any]:
         """Message.ack()/nack()/renew(): thread-safe."""
         future: Future[Any] = Future()
-        call_soon(self._loop, lambda: self._settle_now(message, action, lease_duration, future))
+        call_soon(self._loop, lambda: self._settle_now(message, action, lease_duration, future, reason))
         return future
 
     def _settle_now(self, message: Message, action: str, lease_duration: timedelta | None,
-                    future: Future[Any] | None = None) -> None:
+                    future: Future[Any] | None = None, reason: str | None = None) -> None:
         """On the loop. ``future`` is None for the subscriber's own settles (auto-ack, nack on error or
         shutdown), which nobody awaits: a Future per message costs more than the rest of an ack."""
         if self._closed or self._dispatcher is None:
@@ -463,7 +464,7 @@ class Subscriber:
                     future._set_result(None)  # settling twice is a no-op
                 return
             message._settled = action
-        self._dispatcher.put_nowait(Request(action, message, future, lease_duration or self._lease))
+        self._dispatcher.put_nowait(Request(action, message, future, lease_duration or self._lease, reason))
 
     def _done(self, request: Request, error: BaseException | None, result: Any) -> None:
         """The dispatcher's report on one work item."""
@@ -548,12 +549,13 @@ class Subscriber:
         response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}", patient=True)
         return _requests.ack_results(response)
 
-    async def _renew_rpc(self, messages: Sequence[Message], duration: timedelta) -> list[RenewedLease]:
+    async def _renew_rpc(self, messages: Sequence[Message], duration: timedelta,
+                         reason: str | None = None) -> list[RenewedLease]:
         out: list[RenewedLease] = []
         # A renewal that cannot finish well within the lease is of no use; the leaser retries it anyway.
         policy = _retry.Retry(deadline=max(1.0, 0.5 * self._lease.total_seconds())) if duration else None
         for chunk in _requests.chunks(list(messages)):
-            request = _requests.renew_request(self.queue, chunk, duration)
+            request = _requests.renew_request(self.queue, chunk, duration, reason)
             response = await self._client._mutate("RenewLease", request, what=f"renew on {self.queue}",
                                                   policy=policy, patient=True)
             out.extend(_requests.renew_results(response))

@@ -298,7 +298,20 @@ Future.__module__ = "spanq"
 class _Settler(Protocol):
     """What a Message calls to ack, nack or renew itself: a subscriber, or the client."""
 
-    def _settle(self, message: Message, action: str, lease_duration: timedelta | None) -> Future[Any]: ...
+    def _settle(self, message: Message, action: str, lease_duration: timedelta | None,
+                reason: str | None = None) -> Future[Any]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter's history: the queue it was moved from, its delivery attempts there, when it
+    was moved, and why its last attempt failed ("lease expired", a nack's reason, "nacked", or
+    "undeliverable: ...")."""
+
+    source_queue: str
+    delivery_attempts: int
+    dead_letter_time: datetime
+    last_failure: str
 
 
 class Message:
@@ -311,7 +324,7 @@ class Message:
     """
 
     __slots__ = (
-        "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size",
+        "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size", "dead_letter",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
         "_wire_key",
     )
@@ -330,6 +343,8 @@ class Message:
     """1 on the first delivery, +1 on each redelivery."""
     size: int
     """The payload's size on the wire, in bytes (for flow control)."""
+    dead_letter: DeadLetter | None
+    """Set on a message of a dead-letter queue: where it came from and why."""
 
     def __init__(
         self,
@@ -344,6 +359,7 @@ class Message:
         delivery_attempt: int,
         size: int = 0,
         settler: _Settler | None = None,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         self.queue = queue
         self.key = key
@@ -352,6 +368,7 @@ class Message:
         self.enqueue_time = enqueue_time
         self.delivery_attempt = delivery_attempt
         self.size = size
+        self.dead_letter = dead_letter
         self._lease_token = lease_token
         self._lease_expiration_time = lease_expiration_time
         self._settler = settler
@@ -385,9 +402,10 @@ class Message:
         The Future fails with LeaseLost if the lease expired and another receiver holds the message."""
         return self._call("ack", None)
 
-    def nack(self) -> Future[None]:
-        """Releases the lease now: the message is redelivered after the queue's backoff."""
-        return self._call("nack", None)
+    def nack(self, reason: str | None = None) -> Future[None]:
+        """Releases the lease now: the message is redelivered after the queue's backoff. ``reason``
+        (at most 200 characters) is kept in its dead-letter history if it runs out of attempts."""
+        return self._call("nack", None, reason)
 
     def renew(self, lease_duration: timedelta | float | None = None) -> Future[RenewedLease]:
         """Extends the lease by ``lease_duration`` from now (None: the subscriber's or queue's lease) and
@@ -396,10 +414,10 @@ class Message:
             lease_duration = timedelta(seconds=lease_duration)
         return self._call("renew", lease_duration)
 
-    def _call(self, action: str, lease_duration: timedelta | None) -> Future[Any]:
+    def _call(self, action: str, lease_duration: timedelta | None, reason: str | None = None) -> Future[Any]:
         if self._settler is None:
             raise RuntimeError("this Message was not delivered by a spanq client, so it cannot settle itself")
-        return self._settler._settle(self, action, lease_duration)
+        return self._settler._settle(self, action, lease_duration, reason)
 
     def __repr__(self) -> str:
         return (
@@ -409,5 +427,5 @@ class Message:
 
 
 for _cls in (TypeCode, KeyColumn, Queue, OutgoingMessage, RenewedLease, CommitResult, FlowControl, BatchSettings,
-             PublishFlowControl, Message):
+             DeadLetter, PublishFlowControl, Message):
     _cls.__module__ = "spanq"

@@ -486,10 +486,13 @@ class Client:
             self._renewed(targets, renewed, duration, since)
         return renewed
 
-    async def nack(self, queue: str, *targets: LeaseTarget, request_id: str | None = None) -> None:
-        """Releases leases now: the messages are redelivered after the queue's backoff."""
+    async def nack(self, queue: str, *targets: LeaseTarget, request_id: str | None = None,
+                   reason: str | None = None) -> None:
+        """Releases leases now: the messages are redelivered after the queue's backoff. ``reason`` (at
+        most 200 characters) is kept as the last failure of a message that then runs out of
+        delivery attempts: its dead-letter history (``PeekedMessage.dead_letter``)."""
         async with self._holding(targets):
-            request = _requests.renew_request(queue, targets, timedelta(0))
+            request = _requests.renew_request(queue, targets, timedelta(0), reason)
             await self._call_mutation("RenewLease", request, queue=queue, request_id=request_id)
             self._settled(targets, "nack")
 
@@ -575,9 +578,9 @@ class Client:
     async def redrive(self, queue: str, *, to: str | None = None, batch_size: int = 0, rate: float = 0.0,
                       max_messages: int = 0, on_progress: ProgressCallback | None = None
                       ) -> RedriveProgress:
-        """Moves messages from the dead-letter queue ``queue`` to ``to`` (default: the one queue whose
-        dead_letter_queue it is), ``batch_size`` per transaction, at most ``rate`` a second; calls
-        ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
+        """Moves messages from the dead-letter queue ``queue`` to ``to`` (default: each message's
+        recorded source queue, else the one queue whose dead_letter_queue it is), ``batch_size`` per
+        transaction, at most ``rate`` a second; calls ``on_progress`` after each batch and returns the final progress. Interrupted, every message is in
         exactly one of the two queues; call it again to continue."""
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)
@@ -658,7 +661,8 @@ class Client:
             if isinstance(target, Message) and target._owner is not None:
                 target._owner.renewed_elsewhere(target, lease, duration, since)
 
-    def _settle(self, message: Message, action: str, lease_duration: timedelta | None) -> Future[Any]:
+    def _settle(self, message: Message, action: str, lease_duration: timedelta | None,
+                reason: str | None = None) -> Future[Any]:
         """Message.ack()/nack()/renew() for a message from ``receive``: thread-safe."""
         future: Future[Any] = Future()
         loop = self._loop
@@ -672,7 +676,7 @@ class Client:
                     await self.ack(message.queue, message)
                     future._set_result(None)
                 elif action == "nack":
-                    await self.nack(message.queue, message)
+                    await self.nack(message.queue, message, reason=reason)
                     future._set_result(None)
                 else:
                     duration = lease_duration or (await self._schema(message.queue)).lease_duration

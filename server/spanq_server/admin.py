@@ -24,7 +24,7 @@ from .clock import Clock
 from .model import Key, PeekedMessage, QueueCounts, QueueDef
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
 from .rates import Rates
-from .store import Store
+from .store import ALL_SOURCES, RedriveSource, Store
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class Operator:
         if max_messages < 0:
             raise errors.InvalidArgument(f"max_messages must be 0 (all) or more, got {max_messages}")
         dead = await self._catalog.get(name)
-        target = await self.redrive_target(dead, to)
+        plan = await self._redrive_plan(dead, to)
         size = batch_size or DEFAULT_REDRIVE_BATCH
         if rate:
             size = max(1, min(size, int(rate)))  # one batch is at most a second's worth
@@ -128,25 +128,57 @@ class Operator:
         started = time.monotonic()
         # Counted once here and once at the end (each count reads the whole dead-letter queue): the
         # progress in between subtracts what moved.
-        total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
-        while not max_messages or moved < max_messages:
-            limit = min(size, max_messages - moved) if max_messages else size
-            batch = await self._move_batch(dead, target, limit)
-            if not batch:
-                break
-            moved += batch
-            yield RedriveProgress(moved, max(total - moved, stuck), stuck, target.name, False)
-            if rate:  # pace: the next batch starts when the messages so far fit the rate
-                await asyncio.sleep(max(0.0, started + moved / rate - time.monotonic()))
-        total, stuck = await self._store.redrive_left(dead, target, self._clock.now())
-        logger.info("redrive of %s to %s: %d moved, %d left (%d cannot move now)", name, target.name, moved,
+        total, stuck = await self._left(dead, plan)
+        to_names = ", ".join(target.name for target, _ in plan)
+        for target, source in plan:
+            while not max_messages or moved < max_messages:
+                limit = min(size, max_messages - moved) if max_messages else size
+                batch = await self._move_batch(dead, target, limit, source)
+                if not batch:
+                    break
+                moved += batch
+                yield RedriveProgress(moved, max(total - moved, stuck), stuck, target.name, False)
+                if rate:  # pace: the next batch starts when the messages so far fit the rate
+                    await asyncio.sleep(max(0.0, started + moved / rate - time.monotonic()))
+        total, stuck = await self._left(dead, plan)
+        logger.info("redrive of %s to %s: %d moved, %d left (%d cannot move now)", name, to_names, moved,
                     total, stuck)
-        yield RedriveProgress(moved, total, stuck, target.name, True)
+        yield RedriveProgress(moved, total, stuck, to_names, True)
 
-    async def _move_batch(self, dead: QueueDef, target: QueueDef, limit: int) -> int:
+    async def _redrive_plan(self, dead: QueueDef, to: str) -> list[tuple[QueueDef, RedriveSource]]:
+        """(target, which messages) in turn: all to ``to``; else each message to the source queue it
+        recorded, and those that recorded none (or whose source is gone) to the one queue naming
+        the dead-letter queue."""
+        if to:
+            return [(await self.redrive_target(dead, to), ALL_SOURCES)]
+        sources = await self._store.redrive_sources(dead)
+        plan: list[tuple[QueueDef, RedriveSource]] = []
+        unrecorded = not sources
+        for source in sources:
+            if source is None:
+                unrecorded = True
+                continue
+            try:
+                plan.append((await self.redrive_target(dead, source), source))
+            except (errors.QueueNotFound, errors.FailedPrecondition):
+                unrecorded = True  # dropped, or another queue now: the default rule decides
+        if unrecorded:
+            fallback = await self.redrive_target(dead, "")
+            planned = tuple(s for _, s in plan if isinstance(s, str))
+            plan.append((fallback, planned or ALL_SOURCES))
+        return plan
+
+    async def _left(self, dead: QueueDef, plan: list[tuple[QueueDef, RedriveSource]]) -> tuple[int, int]:
+        total = stuck = 0
+        for target, source in plan:
+            t, s = await self._store.redrive_left(dead, target, self._clock.now(), source)
+            total, stuck = total + t, stuck + s
+        return total, stuck
+
+    async def _move_batch(self, dead: QueueDef, target: QueueDef, limit: int, source: RedriveSource) -> int:
         for attempt in range(REDRIVE_CONFLICT_RETRIES):
             try:
-                return await self._store.messages_redrive(dead, target, limit, self._clock.now())
+                return await self._store.messages_redrive(dead, target, limit, self._clock.now(), source)
             except errors.MessageAlreadyExists:
                 # A key was sent to the target while this batch moved: nothing moved; the next
                 # try leaves that key in the dead-letter queue.

@@ -626,7 +626,8 @@ def purge(queue: str, sent_before: datetime | None, yes: bool, **kwargs: Any) ->
 
 @main.command("redrive")
 @click.argument("dead_letter_queue")
-@click.option("--to", "to", help="the target queue (default: the one queue whose dead_letter_queue this is)")
+@click.option("--to", "to", help="the target queue (default: each message's source queue, recorded when "
+              "it was dead-lettered, else the one queue whose dead_letter_queue this is)")
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="at most this many messages a second")
 @click.option("--batch-size", type=click.IntRange(1, 1000), default=100, show_default=True,
               help="messages per transaction")

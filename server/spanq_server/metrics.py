@@ -408,11 +408,17 @@ def _queue_families(queues: list[QueueGauges]) -> Iterable[Metric]:
     oldest = GaugeMetricFamily("spanq_queue_oldest_unacked_message_age_seconds", "Seconds since the oldest "
                                "unacknowledged message was sent (0: the queue is empty); a lower bound past "
                                f"{COUNT_CAP} messages. Spanner's oldest_unacked_message_age.", labels=["queue"])
+    # Read from the database (a count the moves keep in SQL): every server reports the same
+    # figure, moves by psql's spanq.receive_<queue> included; take the max across servers, not the sum.
+    dead = CounterMetricFamily("spanq_queue_messages_dead_lettered", "Messages moved from this queue to its "
+                               "dead-letter queue since the queue was created (by any server or SQL client: "
+                               "the database's count, the same on every server).", labels=["queue"])
     for q in queues:
         ready.add_metric([q.queue], q.ready)
         stored.add_metric([q.queue], q.stored)
         oldest.add_metric([q.queue], q.oldest_age)
-    yield from (ready, stored, oldest)
+        dead.add_metric([q.queue], q.dead_lettered)
+    yield from (ready, stored, oldest, dead)
 
 
 STREAMS_HELP = "Receive streams open on this server."

@@ -100,6 +100,9 @@ class QueueGauges:
     oldest_age: float
     """Seconds since the oldest unacknowledged message was sent (0 when empty); exact
     below the cap, a lower bound beyond (see metrics_queue_gauges in queries.sql)."""
+    dead_lettered: int = 0
+    """Messages moved from this queue to its dead-letter queue since it was created
+    (spanq.dead_letter_counts, by any mover)."""
 
 
 # The per-message values of the receive and ack paths are NamedTuples: immutable
@@ -125,6 +128,7 @@ class LeasedMessage(NamedTuple):
     delivery_attempt: int
     enqueue_time: datetime
     last_batch_message: bool
+    dead_letter: "DeadLetterHistory | None" = None
 
 
 class AckItem(NamedTuple):
@@ -172,3 +176,13 @@ class PeekedMessage(NamedTuple):
     delivery_attempt: int
     enqueue_time: datetime
     ready: bool
+    dead_letter: "DeadLetterHistory | None" = None
+
+
+class DeadLetterHistory(NamedTuple):
+    """Where a dead letter came from and why (set on messages of a dead-letter queue)."""
+
+    source_queue: str
+    delivery_attempts: int
+    dead_letter_time: datetime
+    last_failure: str

@@ -46,6 +46,8 @@ class RenewOp:
     lease_tokens: Sequence[str]
     lease_duration: timedelta
     """Zero releases the leases (a nack)."""
+    reason: str | None = None
+    """A nack's reason, kept for the dead-letter history."""
 
 
 Mutation = SendOp | AckOp | RenewOp
@@ -341,7 +343,7 @@ class Mutator:
                 conn, mutation.queue, mutation.items, ignore_not_found=mutation.ignore_not_found
             )
         renewed = await self._store.leases_renew(conn, mutation.queue, mutation.lease_tokens,
-                                                 mutation.lease_duration, now)
+                                                 mutation.lease_duration, now, mutation.reason)
         if mutation.lease_duration == timedelta(0):
             # A nack makes messages deliverable without an INSERT: tell every server.
             await self._store.notify(conn, mutation.queue.name)

@@ -220,12 +220,16 @@ class Receiver:
         """Messages no client can receive: to the dead-letter queue when there is one; else
         they stay (leased now, redelivered after their backoff), logged once per server."""
         if queue.dead_letter_queue:
-            moved = await self._store.messages_dead_letter(queue, [m.lease_token for m, _ in bad])
-            if moved == len(bad):  # deleted under their tokens: room under max_outstanding
-                self._holdings.acked(queue.name, [m.lease_token for m, _ in bad])
-            for m, why in bad:
-                logger.warning("queue %s: message %r cannot be delivered to any client (%s); moved to the "
-                               "dead-letter queue %s", queue.name, m.key, why, queue.dead_letter_queue)
+            moved = 0
+            for m, why in bad:  # one by one: each keeps its own reason
+                one = await self._store.messages_dead_letter(queue, [m.lease_token], f"undeliverable: {why}")
+                moved += one
+                if one:  # deleted under its token: room under max_outstanding
+                    self._holdings.acked(queue.name, [m.lease_token])
+                logger.warning("queue %s: message %r cannot be delivered to any client (%s); %s", queue.name,
+                               m.key, why, f"moved to the dead-letter queue {queue.dead_letter_queue}" if one else
+                               f"its key is in the dead-letter queue {queue.dead_letter_queue} already: it stays, "
+                               "tried again after the queue's max_backoff")
             self._metrics.undeliverable(queue.name, moved)
             return
         for m, why in bad:
@@ -257,6 +261,9 @@ class Receiver:
     async def _run(self, queue: QueueDef, options: ReceiveOptions, watch: LapseWatch, prefix: str,
                    holding: StreamHolding) -> AsyncIterator[list[LeasedMessage]]:
         lease = options.lease_duration or queue.lease_duration
+        # A dead-letter queue's messages carry their history: read beside each batch (its queues
+        # as the stream opens; one named a dead-letter queue later shows it to new streams).
+        history = bool(await self._store.queue_dead_letter_sources(queue.name))
         signal = self._wakeups.signal(queue.name)
         end = None if options.max_duration is None else time.monotonic() + options.max_duration.total_seconds()
         drained = False  # the last lease got fewer than it asked for: nothing more was deliverable
@@ -288,7 +295,7 @@ class Receiver:
                     if watch.suspect:
                         self._end_if_others_process(queue, watch, now)
                     asked = min(options.max_batch_size, options.max_outstanding - held)
-                    batch = await self._lease(queue, max_batch_size=asked, lease_duration=lease,
+                    batch = await self._lease(queue, history, max_batch_size=asked, lease_duration=lease,
                                               lease_prefix=prefix)
                     if batch:
                         watch.delivered(batch)
@@ -331,14 +338,23 @@ class Receiver:
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 
-    async def _lease(self, queue: QueueDef, **lease: Any) -> list[LeasedMessage]:
+    async def _lease(self, queue: QueueDef, history: bool, **lease: Any) -> list[LeasedMessage]:
         """One batch for a stream that is still wanted; a batch leased for a stream
         that ended meanwhile is given back rather than left to its lease's expiry.
 
         The statement runs shielded: cancelling it midway would leave unknown whether
         it leased rows, and would swallow the cancellation on Python 3.11 (see
         _honour_cancellation)."""
-        leasing = asyncio.ensure_future(self._store.messages_lease(queue, now=self._clock.now(), **lease))
+        async def leased() -> list[LeasedMessage]:
+            batch = await self._store.messages_lease(queue, now=self._clock.now(), **lease)
+            if not history or not batch:
+                return batch
+            try:
+                return await self._store.leased_history(queue, batch)
+            except errors.QueueError:
+                return batch  # the messages matter more than their history
+
+        leasing = asyncio.ensure_future(leased())
         try:
             batch = await asyncio.shield(leasing)
             _honour_cancellation()

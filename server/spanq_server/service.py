@@ -15,13 +15,17 @@ from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from . import admin, codec, errors, ledger, queues, status
 from .ledger import Ledger
-from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, PeekedMessage,
-                    QueueDef, RenewResult)
+from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, OutgoingMessage,
+                    PeekedMessage, QueueDef, RenewResult)
 from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
 
 logger = logging.getLogger(__name__)
+
+MAX_NACK_REASON = 200
+"""Characters of a nack's reason (RenewLeaseRequest.reason): a short note for the
+dead-letter history, not a log."""
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 Reply = Any
@@ -287,7 +291,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             maximum=queues.MAX_LEASE, zero_allowed=True,
         )
         assert lease is not None
-        return RenewOp(queue=queue, lease_tokens=list(request.lease_tokens), lease_duration=lease)
+        if request.reason and lease != timedelta(0):
+            raise errors.InvalidArgument("reason is for a nack only (lease_duration 0); leave it empty when "
+                                         "renewing")
+        if len(request.reason) > MAX_NACK_REASON:
+            raise errors.InvalidArgument(f"reason has {len(request.reason)} characters, more than the "
+                                         f"{MAX_NACK_REASON} allowed; send a shorter one")
+        return RenewOp(queue=queue, lease_tokens=list(request.lease_tokens), lease_duration=lease,
+                       reason=request.reason or None)
 
 
 # -- domain -> response ---------------------------------------------------------
@@ -346,6 +357,8 @@ def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.R
         stamp(r.deliver_time, m.deliver_time)
         stamp(r.lease_expiration_time, m.lease_expiration_time)
         stamp(r.enqueue_time, m.enqueue_time)
+        if m.dead_letter is not None:
+            write_dead_letter(r.dead_letter, m.dead_letter)
     return out
 
 
@@ -443,7 +456,16 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
         codec.set_timestamp(r.enqueue_time, m.enqueue_time)
         if m.leased and m.lease_expiration_time is not None:
             codec.set_timestamp(r.lease_expiration_time, m.lease_expiration_time)
+        if m.dead_letter is not None:
+            write_dead_letter(r.dead_letter, m.dead_letter)
     return out
+
+
+def write_dead_letter(out: queue_pb2.DeadLetter, h: DeadLetterHistory) -> None:
+    out.source_queue = h.source_queue
+    out.delivery_attempts = h.delivery_attempts
+    out.last_failure = h.last_failure
+    codec.set_timestamp(out.dead_letter_time, h.dead_letter_time)
 
 
 def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:

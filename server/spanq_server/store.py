@@ -31,8 +31,9 @@ from psycopg.types.json import Jsonb, JsonbLoader
 
 from . import errors
 from .faults import FaultInjector
-from .model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, LedgeredAck, LedgeredSend,
-                    OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult, Unreadable)
+from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, LedgeredAck,
+                    LedgeredSend, OutgoingMessage, PeekedMessage, QueueCounts, QueueDef, QueueGauges, RenewResult,
+                    Unreadable)
 from .sql import MIGRATIONS
 from .sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 
@@ -57,6 +58,10 @@ _UNKNOWN = "the commit may or may not have happened; replay the same request_id 
 
 DDL_LOCK_TIMEOUT = timedelta(seconds=5)
 """The longest queue DDL waits, in all, for the locks it needs (Config.ddl_lock_timeout)."""
+RedriveSource = str | tuple[str, ...] | None
+"""Which messages of a dead-letter queue a redrive moves: those that recorded this source
+queue (str), those that recorded none of these (tuple), or all (None)."""
+ALL_SOURCES: RedriveSource = None
 DDL_LOCK_SLICE = 0.2
 """Seconds: the longest one wait of queue DDL for a table's lock. A waiting ACCESS
 EXCLUSIVE request makes every later request on the table (sends, receives) queue
@@ -361,7 +366,7 @@ class Store:
             cur = await conn.execute(query("migration_applied_list"))
             applied = {row[0] for row in await cur.fetchall()}
             done = []
-            recreate = False
+            recreate = columns = False
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
@@ -370,8 +375,13 @@ class Store:
                 await conn.execute(query("migration_record"), {"version": migration.version, "name": migration.name})
                 done.append(migration.version)
                 recreate |= migration.recreates_queue_functions
+                columns |= migration.adds_history_columns
+            # Once, after the last migration: the current definitions need the current catalog
+            # (and the functions the columns).
+            if columns:
+                for queue in await _fetch_queues(conn):
+                    await conn.execute(QueueStatements(queue).history_columns_ddl())
             if recreate:
-                # Once, after the last migration: the current definitions need the current catalog.
                 await self._recreate_queue_functions(conn)
             return done
 
@@ -476,6 +486,7 @@ class Store:
                 f"the queue's leading key columns must match the primary key of {queue.parent_table!r}: "
                 f"{exc.diag.message_primary}"
             ) from exc
+        await conn.execute(names.history_columns_ddl())
         await conn.execute(names.receive_function_ddl())
         await conn.execute(names.renew_function_ddl())
         return dataclasses.replace(queue, create_time=row[0])
@@ -640,6 +651,16 @@ class Store:
             return [LeasedMessage((row[0],), *row[1:]) for row in rows]
         return [LeasedMessage(tuple(row[:width]), *row[width:]) for row in rows]
 
+    async def leased_history(self, queue: QueueDef, batch: list[LeasedMessage]) -> list[LeasedMessage]:
+        """The batch with the dead-letter history of those messages that have one."""
+        async with self.read(queue.name) as conn:
+            cur = await conn.execute(query("message_lease_history", queue=QueueStatements(queue).table),
+                                     {"lease_tokens": [m.lease_token for m in batch]})
+            found = {row[0]: _history(row[1:]) for row in await cur.fetchall()}
+        if not found:
+            return batch
+        return [m._replace(dead_letter=found[m.lease_token]) if m.lease_token in found else m for m in batch]
+
     async def messages_ack(
         self, conn: Connection, queue: QueueDef, items: Sequence[AckItem], *, ignore_not_found: bool
     ) -> list[AckResult]:
@@ -715,10 +736,13 @@ class Store:
 
     async def leases_renew(
         self, conn: Connection, queue: QueueDef, tokens: Sequence[str], lease_duration: timedelta,
-        now: datetime | None,
+        now: datetime | None, reason: str | None = None,
     ) -> list[RenewResult]:
         names = QueueStatements(queue)
         with wrap_errors(queue.name):
+            if lease_duration == timedelta(0):  # a nack: its reason (or none) for the dead-letter history
+                await conn.execute(query("message_note_failure", queue=names.table),
+                                   {"lease_tokens": list(tokens), "reason": reason, "now": now})
             cur = await conn.execute(
                 query("lease_renew", renew_function=names.renew_function),
                 {"lease_tokens": list(tokens), "lease_duration": lease_duration, "now": now},
@@ -740,15 +764,20 @@ class Store:
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
-    async def messages_dead_letter(self, queue: QueueDef, lease_tokens: Sequence[str]) -> int:
-        """Moves leased messages to the queue's dead-letter queue as stored; how many moved."""
+    async def messages_dead_letter(self, queue: QueueDef, lease_tokens: Sequence[str], reason: str,
+                                   now: datetime | None = None) -> int:
+        """Moves leased messages to the queue's dead-letter queue as stored, with their
+        history (the failure: reason); how many moved (a key the dead-letter queue holds
+        already stays, see message_dead_letter)."""
         assert queue.dead_letter_queue
         names = QueueStatements(queue)
         statement = query("message_dead_letter", queue=names.table, m_key_columns=names.qualified_keys("m"),
-                          key_columns=names.keys,
+                          d_key_columns=names.qualified_keys("d"), key_columns=names.keys,
                           dead_letter_queue=sql.Identifier("public", queue.dead_letter_queue))
         async with self.read(queue.name) as conn:
-            cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens)})
+            cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens), "reason": reason,
+                                                 "queue_name": queue.name, "max_backoff": queue.max_backoff,
+                                                 "now": now})
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
@@ -858,8 +887,8 @@ class Store:
         width = len(queue.key_columns)
         async with self.read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
-        return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:])
-                for row in rows]
+        return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:width + 7])
+                ._replace(dead_letter=_history(row[width + 7:])) for row in rows]
 
     async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
         """Deletes every message (or those sent before sent_before) in one transaction; how many."""
@@ -874,21 +903,28 @@ class Store:
             rows = await (await conn.execute(query("queue_dead_letter_sources"), {"name": name})).fetchall()
         return [row[0] for row in rows]
 
+    async def redrive_sources(self, dead_letter_queue: QueueDef) -> list[str | None]:
+        """The source queues its messages recorded (None among them: some recorded none)."""
+        async with self.read(dead_letter_queue.name) as conn:
+            cur = await conn.execute(query("message_redrive_sources", dead_letter_queue=QueueStatements(
+                dead_letter_queue).table))
+            return sorted((row[0] for row in await cur.fetchall()), key=lambda s: (s is None, s or ""))
+
     async def messages_redrive(self, dead_letter_queue: QueueDef, target: QueueDef, limit: int,
-                               now: datetime | None) -> int:
+                               now: datetime | None, source: RedriveSource = ALL_SOURCES) -> int:
         """Moves one batch (up to limit messages) from dead_letter_queue to target, in one
         transaction; how many moved. A key sent to the target meanwhile fails the whole
         batch with MessageAlreadyExists, and nothing moves."""
         async with self.transaction(target.name) as conn:
-            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target),
+            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target, source),
                                      {"limit": limit, "now": now})
             return cur.rowcount
 
     async def redrive_left(self, dead_letter_queue: QueueDef, target: QueueDef,
-                           now: datetime | None) -> tuple[int, int]:
+                           now: datetime | None, source: RedriveSource = ALL_SOURCES) -> tuple[int, int]:
         """(messages in dead_letter_queue, of which a redrive to target cannot move now)."""
         async with self.read(dead_letter_queue.name) as conn:
-            cur = await conn.execute(_redrive_statement("message_redrive_left", dead_letter_queue, target),
+            cur = await conn.execute(_redrive_statement("message_redrive_left", dead_letter_queue, target, source),
                                      {"now": now})
             total, stuck = await cur.fetchone() or (0, 0)
         return int(total), int(stuck)
@@ -994,8 +1030,8 @@ class Store:
                 for q in queues
             )
             cur = await conn.execute(statement, {"cap": cap, "now": now})
-            return [QueueGauges(name, int(ready), int(stored), float(age))
-                    for name, ready, stored, age in await cur.fetchall()]
+            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead))
+                    for name, ready, stored, age, dead in await cur.fetchall()]
 
     # -- the wake-up listener -------------------------------------------------
 
@@ -1283,11 +1319,27 @@ def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: da
     return params
 
 
-def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef) -> sql.Composed:
+def _history(columns: Sequence[Any]) -> DeadLetterHistory | None:
+    """(source, attempts, time, last failure) as stored; None for a message never dead-lettered."""
+    source, attempts, at, failure = columns
+    return DeadLetterHistory(source, attempts or 0, at, failure or "") if source is not None else None
+
+
+def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef, source: RedriveSource
+                       ) -> sql.Composed:
     d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
     return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
                  t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
-                 target_key_columns=t.keys)
+                 target_key_columns=t.keys, source=_source_condition(source))
+
+
+def _source_condition(source: RedriveSource) -> sql.Composable:
+    if source is None:
+        return sql.SQL("TRUE")
+    if isinstance(source, tuple):
+        return sql.SQL("(d.spanq_dead_letter_source IS NULL OR d.spanq_dead_letter_source <> ALL ({}::text[]))"
+                       ).format(sql.Literal(list(source)))
+    return sql.SQL("d.spanq_dead_letter_source = {}").format(sql.Literal(source))
 
 
 def _payload_param(payload_type: ColumnType, payload: Any) -> Any:

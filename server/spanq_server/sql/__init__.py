@@ -7,7 +7,9 @@ A migration that changes what queries.sql composes into each queue's SQL
 functions cannot write them out itself (their text depends on each queue's
 columns and settings), so it says ``-- spanq: recreate queue functions`` on a
 line of its own, and the store re-creates every existing queue's functions
-from the current definitions after applying it.
+from the current definitions after applying it. One that adds columns to every
+queue table says ``-- spanq: add queue history columns``: the store runs
+queue_history_columns_add on each existing queue (before re-creating functions).
 """
 
 import importlib.resources
@@ -17,6 +19,7 @@ from typing import NamedTuple
 _BLOCK_START = re.compile(r"^-- ([a-z_]+) --$", re.M)
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _RECREATE_QUEUE_FUNCTIONS = re.compile(r"^-- spanq: recreate queue functions$", re.M)
+_ADD_HISTORY_COLUMNS = re.compile(r"^-- spanq: add queue history columns$", re.M)
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -41,6 +44,7 @@ class Migration(NamedTuple):
     name: str
     sql: str
     recreates_queue_functions: bool = False
+    adds_history_columns: bool = False
 
 
 def load_migrations() -> list[Migration]:
@@ -51,7 +55,8 @@ def load_migrations() -> list[Migration]:
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             text = entry.read_text()
-            found.append(Migration(int(match[1]), match[2], text, bool(_RECREATE_QUEUE_FUNCTIONS.search(text))))
+            found.append(Migration(int(match[1]), match[2], text, bool(_RECREATE_QUEUE_FUNCTIONS.search(text)),
+                                   bool(_ADD_HISTORY_COLUMNS.search(text))))
     found.sort()
     if [m.version for m in found] != list(range(1, len(found) + 1)):
         raise ValueError(f"migrations must be numbered 1..n without gaps: {[m.version for m in found]}")

@@ -73,7 +73,10 @@ class QueueStatements:
                 ready_qualified_key_columns=self.qualified_keys("ready"),
                 max_delivery_attempts=sql.Literal(q.max_delivery_attempts),
                 dead_letter_queue=sql.Identifier("public", q.dead_letter_queue),
+                d_key_columns=self.qualified_keys("d"),
                 key_columns=self.keys,
+                queue_name=sql.Literal(q.name),
+                max_backoff=sql.Literal(q.max_backoff),
             )
             live = sql.SQL(" AND ready.spanq_attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
         return query(
@@ -91,6 +94,9 @@ class QueueStatements:
             ready_qualified_key_columns=self.qualified_keys("ready"),
             live_condition=live,
         )
+
+    def history_columns_ddl(self) -> sql.Composed:
+        return query("queue_history_columns_add", queue=self.table)
 
     def renew_function_ddl(self) -> sql.Composed:
         q = self.queue

@@ -119,6 +119,19 @@ CREATE UNIQUE INDEX {lease_token_index} ON {queue} (spanq_lease_token)
 CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
     FOR EACH STATEMENT EXECUTE FUNCTION spanq.notify_send()
 
+-- queue_history_columns_add --
+-- A message's dead-letter history, beside the columns of queue_table_create
+-- (added to existing queues by migration 0008): set in a dead-letter queue,
+-- by the move (queue_receive_dead_letter_steps), to the queue it came from,
+-- its delivery attempts there, when it moved, and its last failure there
+-- ('lease expired', a nack's reason, 'nacked', 'undeliverable: ...'). In a
+-- queue, spanq_last_failure holds the reason of the last nack that gave one.
+ALTER TABLE {queue}
+    ADD COLUMN IF NOT EXISTS spanq_last_failure         text,
+    ADD COLUMN IF NOT EXISTS spanq_dead_letter_source   text,
+    ADD COLUMN IF NOT EXISTS spanq_dead_letter_attempts integer,
+    ADD COLUMN IF NOT EXISTS spanq_dead_letter_time     timestamptz
+
 -- queue_parent_constraint --
 -- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE: the queue's
 -- leading key columns reference the parent's primary key.
@@ -192,16 +205,36 @@ $receive$
 
 -- queue_receive_dead_letter_steps --
 -- Spliced into the receive function when the queue has a dead-letter queue:
--- a message past max_delivery_attempts moves there instead of being leased.
--- A key already in the dead-letter queue keeps its older copy there.
+-- a message past max_delivery_attempts moves there instead of being leased,
+-- with its history (queue_history_columns_add): this queue, its attempts,
+-- the move's time and its last failure. That attempt failed by its lease
+-- running out when the row still holds its token (a nack clears it), else by
+-- a nack, whose reason (message_note_failure) the row holds. A key the
+-- dead-letter queue holds already is not moved: the message stays here, not
+-- delivered again, and tries the move again after max_backoff (a key sent
+-- there between the check and the insert fails the statement: nothing is
+-- lost, the next receive parks it). Each move is counted in
+-- spanq.dead_letter_counts (the metric spanq_queue_messages_dead_lettered).
 , dead AS (
     DELETE FROM {queue} AS m USING ready
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
-    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time
+      AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_delivery_attempt,
+              CASE WHEN m.spanq_lease_token IS NOT NULL THEN 'lease expired'
+                   ELSE coalesce(m.spanq_last_failure, 'nacked') END
 ), buried AS (
-    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time)
-    SELECT * FROM dead
-    ON CONFLICT DO NOTHING
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_dead_letter_attempts,
+                                     spanq_last_failure, spanq_dead_letter_source, spanq_dead_letter_time)
+    SELECT dead.*, {queue_name}, clock.now FROM dead, clock
+), parked AS (
+    UPDATE {queue} AS m SET deliver_time = clock.now + {max_backoff}
+    FROM ready, clock
+    WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
+      AND EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
+), counted AS (
+    INSERT INTO spanq.dead_letter_counts AS c (queue, total)
+    SELECT {queue_name}, count(*) FROM dead HAVING count(*) > 0
+    ON CONFLICT (queue) DO UPDATE SET total = c.total + excluded.total
 )
 
 -- queue_renew_function_create --
@@ -324,6 +357,14 @@ SELECT * FROM spanq.{receive_function}(%(max_batch_size)s, %(lease_duration)s, %
 WHERE (SELECT CASE WHEN %(create_time)s::timestamptz IS NULL OR q.create_time = %(create_time)s THEN true
                    ELSE ('spanq: queue ' || q.name || ' was dropped and created again')::boolean END
        FROM spanq.queues AS q WHERE q.name = %(queue_name)s)
+
+-- message_lease_history --
+-- The dead-letter history of messages just leased from a dead-letter queue,
+-- by lease token (the unique index), for ReceivedMessage.dead_letter.
+SELECT m.spanq_lease_token, m.spanq_dead_letter_source, m.spanq_dead_letter_attempts,
+       m.spanq_dead_letter_time, m.spanq_last_failure
+FROM {queue} AS m
+WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[]) AND m.spanq_dead_letter_source IS NOT NULL
 
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
@@ -457,19 +498,47 @@ SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned H
 -- message_dead_letter --
 -- Moves leased messages that no client can receive (a value written by SQL
 -- that the receive path cannot encode) to the queue's dead-letter queue, by
--- lease token, as stored: the database copies what spanq could not read. A
--- key already in the dead-letter queue keeps its older copy there, as in the
--- receive function. Returns how many left the queue.
-WITH dead AS (
+-- lease token, as stored: the database copies what spanq could not read,
+-- with its history as in the receive function (the failure: `reason`). A
+-- key the dead-letter queue holds already stays here, as in the receive
+-- function (its lease released, tried again after max_backoff). Returns how
+-- many left the queue.
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), dead AS (
     DELETE FROM {queue} AS m
     WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
-    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time
+      AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_delivery_attempt
 ), buried AS (
-    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time)
-    SELECT * FROM dead
-    ON CONFLICT DO NOTHING
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_dead_letter_attempts,
+                                     spanq_last_failure, spanq_dead_letter_source, spanq_dead_letter_time)
+    SELECT dead.*, %(reason)s, %(queue_name)s, clock.now FROM dead, clock
+), parked AS (
+    UPDATE {queue} AS m SET spanq_lease_token = NULL, spanq_lease_expiration_timestamp = clock.now,
+                            deliver_time = clock.now + %(max_backoff)s, spanq_last_failure = %(reason)s
+    FROM clock
+    WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+      AND EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
+), counted AS (
+    INSERT INTO spanq.dead_letter_counts AS c (queue, total)
+    SELECT %(queue_name)s, count(*) FROM dead HAVING count(*) > 0
+    ON CONFLICT (queue) DO UPDATE SET total = c.total + excluded.total
 )
 SELECT count(*) FROM dead
+
+-- message_note_failure --
+-- Before a nack (RenewLease with lease_duration 0, in its transaction): the
+-- reason it gave (NULL: none), on the rows its live leases hold, for the
+-- dead-letter history (queue_receive_dead_letter_steps). Rows are locked in
+-- token order, as the renew function locks them.
+UPDATE {queue} AS m SET spanq_last_failure = %(reason)s
+FROM (SELECT n.spanq_lease_token FROM {queue} AS n
+      WHERE n.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+        AND n.spanq_lease_expiration_timestamp > coalesce(%(now)s::timestamptz, statement_timestamp())
+      ORDER BY n.spanq_lease_token
+      FOR UPDATE) AS held
+WHERE m.spanq_lease_token = held.spanq_lease_token
 
 -- lease_lapsed --
 -- Of a batch of one stream's lease tokens (checked when their leases end):
@@ -558,12 +627,14 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true)
 -- `oldest` and the queue's earliest deliver_time (the index's first entry;
 -- a message is never deliverable before it was sent): exact while the queue
 -- holds fewer than `cap` messages, and never more than the true age beyond.
+-- Last, the messages moved to its dead-letter queue so far (one row lookup).
 SELECT {queue_name}::text,
        (SELECT count(*) FROM (SELECT FROM {queue} AS m WHERE m.deliver_time <= clock.now
                               LIMIT %(cap)s) AS due),
        sample.stored,
        coalesce(greatest(extract(epoch FROM clock.now - least(sample.oldest,
-           (SELECT min(m.deliver_time) FROM {queue} AS m)))::float8, 0), 0)
+           (SELECT min(m.deliver_time) FROM {queue} AS m)))::float8, 0), 0),
+       coalesce((SELECT c.total FROM spanq.dead_letter_counts AS c WHERE c.queue = {queue_name}), 0)
 FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
       FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
@@ -601,7 +672,8 @@ SELECT name FROM spanq.queues WHERE dead_letter_queue = %(name)s ORDER BY name
 SELECT {key_columns}, m.payload, m.deliver_time,
        coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) AS leased,
        m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
-       m.deliver_time <= clock.now AS ready
+       m.deliver_time <= clock.now AS ready, m.spanq_dead_letter_source, m.spanq_dead_letter_attempts,
+       m.spanq_dead_letter_time, m.spanq_last_failure
 FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 WHERE {after}
 ORDER BY m.deliver_time, {key_columns}
@@ -621,7 +693,8 @@ WHERE %(sent_before)s::timestamptz IS NULL OR m.spanq_enqueue_time < %(sent_befo
 -- key the target already holds, so nothing is overwritten or lost; SKIP
 -- LOCKED leaves rows another redrive or receiver is taking. A key sent to the
 -- target between the check and the insert fails the statement (a unique
--- violation), and the whole batch stays where it was.
+-- violation), and the whole batch stays where it was. {source} is TRUE, or
+-- picks the messages of one recorded source queue (or of none recorded).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), moving AS (
@@ -629,6 +702,7 @@ WITH clock AS (
     FROM {dead_letter_queue} AS d, clock
     WHERE NOT coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
       AND NOT EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns}))
+      AND {source}
     ORDER BY d.deliver_time
     LIMIT %(limit)s
     FOR UPDATE OF d SKIP LOCKED
@@ -647,6 +721,12 @@ SELECT count(*),
        count(*) FILTER (WHERE coalesce(d.spanq_lease_expiration_timestamp > clock.now, false)
                            OR EXISTS (SELECT FROM {target} AS t WHERE ({t_key_columns}) = ({d_key_columns})))
 FROM {dead_letter_queue} AS d, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE {source}
+
+-- message_redrive_sources --
+-- The source queues a dead-letter queue's messages recorded (NULL: a message
+-- sent there, or moved before migration 0008): Redrive's default targets.
+SELECT DISTINCT d.spanq_dead_letter_source FROM {dead_letter_queue} AS d
 
 -- spanner_names_put --
 -- Records how a Spanner DDL spelled a queue's names, and the database it was

@@ -142,7 +142,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_outstanding: _Optional[int] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message")
+    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter")
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELIVER_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,7 @@ class ReceivedMessage(_message.Message):
     DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     LAST_BATCH_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -159,7 +160,8 @@ class ReceivedMessage(_message.Message):
     delivery_attempt: int
     enqueue_time: _timestamp_pb2.Timestamp
     last_batch_message: bool
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ...) -> None: ...
+    dead_letter: DeadLetter
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("messages",)
@@ -204,16 +206,18 @@ class AckResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[AckResult, _Mapping]]] = ..., replayed: _Optional[bool] = ...) -> None: ...
 
 class RenewLeaseRequest(_message.Message):
-    __slots__ = ("queue", "lease_tokens", "lease_duration", "request_id")
+    __slots__ = ("queue", "lease_tokens", "lease_duration", "request_id", "reason")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     LEASE_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LEASE_DURATION_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     queue: str
     lease_tokens: _containers.RepeatedScalarFieldContainer[str]
     lease_duration: _duration_pb2.Duration
     request_id: str
-    def __init__(self, queue: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    reason: str
+    def __init__(self, queue: _Optional[str] = ..., lease_tokens: _Optional[_Iterable[str]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., request_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RenewedLease(_message.Message):
     __slots__ = ("old_lease_token", "new_lease_token", "lease_expiration_time")
@@ -310,7 +314,7 @@ class PeekRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class PeekedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state")
+    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[PeekedMessage.State]
@@ -328,6 +332,7 @@ class PeekedMessage(_message.Message):
     DELIVERY_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -335,7 +340,20 @@ class PeekedMessage(_message.Message):
     delivery_attempt: int
     enqueue_time: _timestamp_pb2.Timestamp
     state: PeekedMessage.State
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ...) -> None: ...
+    dead_letter: DeadLetter
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
+
+class DeadLetter(_message.Message):
+    __slots__ = ("source_queue", "delivery_attempts", "dead_letter_time", "last_failure")
+    SOURCE_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_TIME_FIELD_NUMBER: _ClassVar[int]
+    LAST_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    source_queue: str
+    delivery_attempts: int
+    dead_letter_time: _timestamp_pb2.Timestamp
+    last_failure: str
+    def __init__(self, source_queue: _Optional[str] = ..., delivery_attempts: _Optional[int] = ..., dead_letter_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_failure: _Optional[str] = ...) -> None: ...
 
 class PeekResponse(_message.Message):
     __slots__ = ("messages", "next_page_token")
