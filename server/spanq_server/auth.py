@@ -32,7 +32,6 @@ nothing (a refused Receive has leased nothing).
 
 import dataclasses
 import hashlib
-import inspect
 import json
 import logging
 import operator
@@ -40,7 +39,7 @@ import re
 import secrets
 import time
 import tomllib
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
@@ -48,7 +47,7 @@ from grpc_status import rpc_status
 
 from . import errors, queues, status
 from .clock import Clock
-from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of
+from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
 from .spanner import statements as st
 
 logger = logging.getLogger(__name__)
@@ -536,24 +535,7 @@ class Authorizer(HandlerWrapper):
                 await _refuse(context, exc)
                 raise AssertionError("abort_with_status raises") from exc
 
-        if inspect.isasyncgenfunction(behaviour):
-            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                await admit(request, context)
-                responses = behaviour(request, context)
-                try:
-                    async for response in responses:
-                        yield response
-                finally:
-                    await responses.aclose()
-
-            return handler._replace(**{kind: streaming})  # type: ignore[attr-defined, no-any-return]
-        if inspect.iscoroutinefunction(behaviour):
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                after = await admit(request, context)
-                response = await behaviour(request, context)
-                if after is not None and response is not None:
-                    after(response)
-                return response
-
-            return handler._replace(**{kind: unary})  # type: ignore[attr-defined, no-any-return]
+        wrapped = guarded(behaviour, admit)
+        if wrapped is not None:
+            return handler._replace(**{kind: wrapped})  # type: ignore[attr-defined, no-any-return]
         raise TypeError(f"{method}: a synchronous handler cannot be guarded; spanq's servicers are asyncio")

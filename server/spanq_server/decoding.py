@@ -10,9 +10,8 @@ raising, and refuses it before the rest of the chain (authorization, the
 servicer) runs: nothing is read or stored for it.
 """
 
-import inspect
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -20,7 +19,7 @@ from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
 from . import errors, status
-from .interceptors import Handler, HandlerWrapper, behaviour_of
+from .interceptors import Handler, HandlerWrapper, behaviour_of, guarded
 
 logger = logging.getLogger(__name__)
 
@@ -62,28 +61,11 @@ class DecodeGuard(HandlerWrapper):
 
         refusal = self._refusal
 
-        async def refuse(request: Undecodable, context: grpc.aio.ServicerContext) -> None:
-            await context.abort_with_status(rpc_status.to_status(status.to_status(refusal(method, request))))
+        async def admit(request: Any, context: grpc.aio.ServicerContext) -> None:
+            if isinstance(request, Undecodable):
+                await context.abort_with_status(rpc_status.to_status(status.to_status(refusal(method, request))))
 
-        if inspect.isasyncgenfunction(behaviour):
-            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                if isinstance(request, Undecodable):
-                    await refuse(request, context)
-                responses = behaviour(request, context)
-                try:
-                    async for response in responses:
-                        yield response
-                finally:
-                    await responses.aclose()
-
-            wrapped: Any = streaming
-        elif inspect.iscoroutinefunction(behaviour):
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if isinstance(request, Undecodable):
-                    await refuse(request, context)
-                return await behaviour(request, context)
-
-            wrapped = unary
-        else:
+        wrapped = guarded(behaviour, admit)
+        if wrapped is None:
             return handler
         return handler._replace(**{kind: wrapped, "request_deserializer": deserialize})  # type: ignore[attr-defined, no-any-return]

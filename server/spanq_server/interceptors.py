@@ -2,7 +2,8 @@
 guard): wrap each method's handler once, and hand gRPC the wrapped one per call."""
 
 import contextvars
-from collections.abc import Awaitable, Callable
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -49,4 +50,35 @@ def behaviour_of(handler: Handler) -> tuple[str, Any] | None:
         behaviour = getattr(handler, kind)
         if behaviour is not None:
             return kind, behaviour
+    return None
+
+
+Admit = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Callable[[Any], None] | None]]
+"""Runs before a call's behaviour: aborts the call to refuse it, or admits it, optionally
+with a function to run on its (unary) response."""
+
+
+def guarded(behaviour: Any, admit: Admit) -> Any | None:
+    """``behaviour`` (an asyncio unary or server-streaming method) with ``admit`` run first;
+    None for a behaviour of another kind (a synchronous one)."""
+    if inspect.isasyncgenfunction(behaviour):
+        async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await admit(request, context)
+            responses = behaviour(request, context)
+            try:
+                async for response in responses:
+                    yield response
+            finally:
+                await responses.aclose()
+
+        return streaming
+    if inspect.iscoroutinefunction(behaviour):
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            after = await admit(request, context)
+            response = await behaviour(request, context)
+            if after is not None and response is not None:
+                after(response)
+            return response
+
+        return unary
     return None
