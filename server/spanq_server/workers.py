@@ -138,17 +138,21 @@ class Supervisor:
         process.stdin.write(pickle.dumps((self._child_config(index), logging.getLogger().level)))
         await process.stdin.drain()
         loop = asyncio.get_running_loop()
-        ready: asyncio.Future[None] = loop.create_future()  # the pipe is readable: the child wrote, or died (EOF)
+        ready: asyncio.Future[bytes] = loop.create_future()  # the pipe is readable: the child wrote, or died (EOF)
 
         def readable() -> None:
             if not ready.done():
-                ready.set_result(None)
+                ready.set_result(os.read(ready_r, 1))
 
         loop.add_reader(ready_r, readable)
         exited: asyncio.Future[Any] = asyncio.ensure_future(process.wait())
         stopping: asyncio.Future[Any] = asyncio.ensure_future(self._stopping.wait())
         try:
             await asyncio.wait([ready, exited, stopping], return_when=asyncio.FIRST_COMPLETED)
+            if ready.done() and ready.result() == b"" and not stopping.done():
+                # EOF before its byte: the child died while starting. Reap it, so that its
+                # returncode says so (else it would be taken for a child that serves).
+                await exited
         finally:
             loop.remove_reader(ready_r)
             os.close(ready_r)
