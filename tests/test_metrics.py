@@ -3,7 +3,6 @@ port, driven through gRPC, scraped over HTTP, and the exact figures checked."""
 
 import asyncio
 import dataclasses
-import os
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -21,6 +20,7 @@ from spanq_server.config import Config
 from spanq_server.server import Running, start
 
 from .helpers import ack, create_queue, duration, error_of, key, open_stream, receive_some, renew, send, text_message
+from .spawned import tcp_sockets
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -293,23 +293,8 @@ async def test_database_pool_figures(server, stub):
 
 
 def listening_ports() -> set[int]:
-    """TCP ports this process listens on (Linux: its socket inodes in /proc/net/tcp*)."""
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
-        with open(table) as f:
-            for line in f.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
+    """TCP ports this process listens on."""
+    return {local for local, _, state in tcp_sockets() if state == "0A"}  # LISTEN
 
 
 async def test_the_endpoint_listens_only_while_the_server_runs(server_config, clock):
