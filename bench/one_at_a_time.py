@@ -21,6 +21,7 @@ those seconds (a ledger prune, a poll): a few commits.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -28,7 +29,7 @@ import psycopg
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
 from .env import bench_conninfo
-from .spanq_side import LEASE_SECONDS, _cancel, _wait_or_fail, channel, duration
+from .spanq_side import LEASE_SECONDS, acked_rate, duration
 from .stats import Figure
 
 if TYPE_CHECKING:
@@ -57,33 +58,17 @@ async def settled_commits(db_url: str) -> int:
 
 async def one_at_a_time(queue: SpanqQueue, n: int, workers: int) -> float:
     """Messages/s for ``workers`` streams of max_outstanding 1, each message acked before the next is read."""
-    channels = [channel(queue.target) for _ in range(workers)]
-    acked = 0
-    done = asyncio.Event()
-
-    async def worker(stub: queue_pb2_grpc.QueueServiceStub) -> None:
-        nonlocal acked
+    async def worker(stub: queue_pb2_grpc.QueueServiceStub, on_acked: Callable[[int], None]) -> None:
         call = stub.Receive(queue_pb2.ReceiveRequest(queue=queue.name, max_batch_size=1, max_outstanding=1,
                                                      lease_duration=duration(LEASE_SECONDS)))
         try:
             async for response in call:
                 await queue._ack(stub, response.messages)
-                acked += len(response.messages)
-                if acked >= n:
-                    done.set()
+                on_acked(len(response.messages))
         finally:
             call.cancel()
 
-    loop = asyncio.get_running_loop()
-    start = loop.time()
-    tasks = [asyncio.create_task(worker(queue_pb2_grpc.QueueServiceStub(c))) for c in channels]
-    try:
-        await _wait_or_fail(done, tasks, 120)
-        return acked / (loop.time() - start)
-    finally:
-        await _cancel(tasks)
-        for c in channels:
-            await c.close()
+    return await acked_rate(queue.target, workers, n, worker)
 
 
 async def _commits_per_message(ctx: Context, run: Any, n: int) -> float:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import timedelta, timezone, datetime
 from typing import Any
 
@@ -188,27 +188,8 @@ class SpanqQueue:
 
     async def drain(self, n: int, receivers: int, batch: int = 100) -> float:
         """Messages/s to receive (Receive streams) and ack (Ack calls) ``n`` pending messages."""
-        channels = [channel(self.target) for _ in range(receivers)]
-        acked = 0
-        done = asyncio.Event()
-
-        def on_acked(count: int) -> None:
-            nonlocal acked
-            acked += count
-            if acked >= n:
-                done.set()
-
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        tasks = [asyncio.create_task(self._receiver(queue_pb2_grpc.QueueServiceStub(c), lambda m: None, on_acked,
-                                                    batch)) for c in channels]
-        try:
-            await _wait_or_fail(done, tasks, 120)
-            return acked / (loop.time() - start)
-        finally:
-            await _cancel(tasks)
-            for c in channels:
-                await c.close()
+        return await acked_rate(self.target, receivers, n,
+                                lambda stub, on_acked: self._receiver(stub, lambda m: None, on_acked, batch))
 
     async def latency(self, rate: float, seconds: float) -> tuple[list[float], int]:
         """Seconds from just before each Send (1 message) until a waiting Receive stream yields it."""
@@ -381,6 +362,33 @@ class SpanqQueue:
         return {"connections_idle": idle, "connections_peak": peak, "rss_before": rss_before, "rss": rss,
                 "idle_cpu": idle_cpu,
                 "latencies": latencies, "cpu_per_wakeup": cpu, "streams_open": open_streams}
+
+
+async def acked_rate(target: str, streams: int, n: int,
+                     work: Callable[[queue_pb2_grpc.QueueServiceStub, Callable[[int], None]], Coroutine[Any, Any, None]]
+                     ) -> float:
+    """Messages/s until ``n`` are acked by ``streams`` runs of ``work(stub, on_acked)``, each on
+    its own channel, which calls ``on_acked(count)`` as it acks."""
+    channels = [channel(target) for _ in range(streams)]
+    acked = 0
+    done = asyncio.Event()
+
+    def on_acked(count: int) -> None:
+        nonlocal acked
+        acked += count
+        if acked >= n:
+            done.set()
+
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tasks = [asyncio.create_task(work(queue_pb2_grpc.QueueServiceStub(c), on_acked)) for c in channels]
+    try:
+        await _wait_or_fail(done, tasks, 120)
+        return acked / (loop.time() - start)
+    finally:
+        await _cancel(tasks)
+        for c in channels:
+            await c.close()
 
 
 async def _wait_or_fail(done: asyncio.Event, tasks: list[asyncio.Task[Any]], timeout: float) -> None:
