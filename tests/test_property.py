@@ -4,6 +4,8 @@ every rejected request leaves the stored data exactly as it was."""
 
 import hashlib
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 import psycopg
@@ -132,23 +134,30 @@ requests = st.one_of(
 )
 
 
+def _called(sql: Any, method: str, request: Any, call: Callable[[], Any]) -> grpc.StatusCode:
+    """Makes the call and checks its outcome: a code the design names, with a message when
+    it is an error, and the stored data unchanged when the request was rejected."""
+    before = snapshot(sql)
+    try:
+        call()
+        code = grpc.StatusCode.OK
+    except grpc.RpcError as exc:
+        code = exc.code()
+        assert exc.details(), "every error says what was wrong"
+    event(f"{method} -> {code.name}")
+    assert code in ALLOWED, (code, request)
+    if code != grpc.StatusCode.OK:
+        assert snapshot(sql) == before, "a rejected request changed stored data"
+    return code
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(request=requests)
 def test_generated_requests_get_a_design_status_and_rejections_change_nothing(live, request):
     stub, sql, _ = live
     method, message = request
-    before = snapshot(sql)
-    try:
-        getattr(stub, method)(message, timeout=10)
-        code = grpc.StatusCode.OK
-    except grpc.RpcError as exc:
-        code = exc.code()
-        assert exc.details(), "every error says what was wrong"
-    event(f"{method} -> {code.name}")
-    assert code in ALLOWED, (code, message)
-    if code != grpc.StatusCode.OK:
-        assert snapshot(sql) == before, "a rejected request changed stored data"
+    code = _called(sql, method, message, lambda: getattr(stub, method)(message, timeout=10))
     # Created queues stay few; drop generated ones so later examples can create more.
     if method == "CreateQueue" and code == grpc.StatusCode.OK:
         stub.DropQueue(queue_pb2.DropQueueRequest(name=message.queue.name), timeout=10)
@@ -178,18 +187,8 @@ def test_damaged_bytes_get_a_design_status_and_rejections_change_nothing(live, r
     # Most do not decode (INVALID_ARGUMENT, never UNKNOWN); some decode into another request.
     _, sql, channel = live
     method, data = request
-    before = snapshot(sql)
     call = channel.unary_unary(f"/spanq.v1.QueueService/{method}")
-    try:
-        call(data, timeout=10)
-        code = grpc.StatusCode.OK
-    except grpc.RpcError as exc:
-        code = exc.code()
-        assert exc.details(), "every error says what was wrong"
-    event(f"{method} -> {code.name}")
-    assert code in ALLOWED, (code, data)
-    if code != grpc.StatusCode.OK:
-        assert snapshot(sql) == before, "a rejected request changed stored data"
+    code = _called(sql, method, data, lambda: call(data, timeout=10))
     if method == "CreateQueue" and code == grpc.StatusCode.OK:
         created = queue_pb2.CreateQueueRequest.FromString(data).queue.name
         queue_pb2_grpc.QueueServiceStub(channel).DropQueue(queue_pb2.DropQueueRequest(name=created), timeout=10)
