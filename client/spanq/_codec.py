@@ -139,12 +139,6 @@ def _key_value_from_proto(column: KeyColumn, value: struct_pb2.Value) -> KeyValu
 # -- payloads ---------------------------------------------------------------
 
 
-def payload_to_proto(queue: Queue, payload: Any) -> struct_pb2.Value:
-    out = struct_pb2.Value()
-    write_payload(queue, payload, out)
-    return out
-
-
 def write_payload(queue: Queue, payload: Any, out: struct_pb2.Value) -> None:
     """Sets ``out`` (a message's payload field) in place: a publisher encodes every message it batches."""
     t = queue.payload_type

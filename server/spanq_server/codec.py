@@ -188,14 +188,6 @@ def payload_from_proto(queue: QueueDef, value: struct_pb2.Value, has_payload: bo
     return bytes_from_base64(value.string_value, what)
 
 
-def payload_to_proto(queue: QueueDef, payload: Any) -> struct_pb2.Value:
-    if queue.payload_type is ColumnType.JSON:
-        return value_from_json(payload)
-    if queue.payload_type is ColumnType.BYTES:
-        return struct_pb2.Value(string_value=base64.b64encode(bytes(payload)).decode())
-    return struct_pb2.Value(string_value=payload)
-
-
 def payload_writer(payload_type: ColumnType) -> Callable[[struct_pb2.Value, Any], None]:
     """Sets a Value in place to a payload (no intermediate Value to copy in)."""
     if payload_type is ColumnType.JSON:

@@ -33,7 +33,6 @@ DEFAULT_RECEIVE_BATCH = 100
 RENEW_ATTEMPTS = 3
 """A RENEWLEASE under a read-only transaction whose commit outcome is unknown is settled and retried."""
 
-PAYLOAD, DELIVER_TIME = "Payload", "DeliverTime"
 RECEIVE_COLUMNS = [("SpannerLeaseExpirationTimestamp", ColumnType.TIMESTAMP), ("SpannerLeaseToken", ColumnType.STRING),
                    ("SpannerLastBatchMessage", ColumnType.BOOL)]
 RENEW_COLUMNS = [("SpannerOldLeaseToken", ColumnType.STRING), ("SpannerNewLeaseToken", ColumnType.STRING),
