@@ -17,15 +17,18 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ._proto.spanq.v1 import queue_pb2
+
 DEFAULT_MAX_CONCURRENT_CALLS = 100
 """Unary calls in flight on one client's channel. 100 is HTTP/2's customary stream limit (grpc-go's and
 Envoy's default MAX_CONCURRENT_STREAMS). A burst of 5,000 sends took the same time with 32 to 1,000 slots
 (3-4 s here, within the machine's noise) and lost a third of its calls again with 2,000: the server commits
 what is in flight in groups, so more at once buys nothing (docs/sdk.md, "Many calls at once")."""
 
-UNARY_METHODS = ("CreateQueue", "GetQueue", "ListQueues", "DropQueue", "Send", "Ack", "RenewLease", "Commit",
-                 "GetQueueStats", "Peek", "Purge")
-"""The spanq.v1 unary methods: each call takes a slot. (Receive and Redrive, streams, take none.)"""
+UNARY_METHODS = tuple(m.name for m in queue_pb2.DESCRIPTOR.services_by_name["QueueService"].methods
+                      if not m.client_streaming and not m.server_streaming)
+"""The spanq.v1 unary methods, read from the service's descriptor so that a new RPC is never
+missed: each call takes a slot. (Receive and Redrive, streams, take none.)"""
 
 
 class Slotted:
