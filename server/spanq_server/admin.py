@@ -89,10 +89,14 @@ class Operator:
                     f" sent before {sent_before.isoformat()}" if sent_before else "")
         return purged
 
+    async def dead_letter_sources(self, name: str) -> list[str]:
+        """The queues that name queue ``name`` as their dead-letter queue, in name order."""
+        return await self._store.queue_dead_letter_sources(name)
+
     async def redrive_target(self, dead_letter_queue: QueueDef, to: str) -> QueueDef:
         """``to``, or the one queue naming dead_letter_queue as its dead-letter queue; checked to fit."""
         if not to:
-            sources = await self._store.queue_dead_letter_sources(dead_letter_queue.name)
+            sources = await self.dead_letter_sources(dead_letter_queue.name)
             if len(sources) != 1:
                 which = (f"queues {', '.join(sources)} name it as their dead_letter_queue" if sources
                          else "no queue names it as its dead_letter_queue")

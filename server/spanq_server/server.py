@@ -209,7 +209,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             sampler = sample_to_files(metrics, store, receiver)
         ui_address = parse_listen(config.ui_listen, "dashboard")
         if ui_address is not None:
-            dashboard = Dashboard(catalog, operator, store, receiver, metrics.rates, tokens, clock)
+            dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, clock)
             try:
                 ui_port = await dashboard.start(*ui_address, _tls_context(config))
             except OSError as exc:

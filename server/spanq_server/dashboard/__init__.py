@@ -25,7 +25,6 @@ from ..queues import Catalog
 from ..rates import Rates
 from ..receive import Receiver
 from ..service import peek_response, queue_to_proto, stats_response
-from ..store import Store
 from .http import HttpError, HttpServer, Request, Response, json_response
 
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
@@ -44,11 +43,10 @@ def _dict(message: Any) -> dict[str, Any]:
 
 
 class Dashboard:
-    def __init__(self, catalog: Catalog, operator: Operator, store: Store, receiver: Receiver, rates: Rates,
+    def __init__(self, catalog: Catalog, operator: Operator, receiver: Receiver, rates: Rates,
                  tokens: auth.Tokens | None, clock: Clock) -> None:
         self._catalog = catalog
         self._operator = operator
-        self._store = store
         self._receiver = receiver
         self._rates = rates
         self._tokens = tokens
@@ -181,7 +179,7 @@ class Dashboard:
         principal = self._principal(request)
         self._require(request, principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=name))
         queue = await self._catalog.get(name)
-        sources = await self._store.queue_dead_letter_sources(name)
+        sources = await self._operator.dead_letter_sources(name)
         return {"queue": _dict(queue_to_proto(queue)), "stats": _dict(stats_response(await self._operator.stats(name))),
                 "dead_letter_sources": sources,
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
