@@ -78,6 +78,21 @@ async def until(condition: Any, what: str, timeout: float = 10) -> None:
         await asyncio.sleep(0.02)
 
 
+async def until_settled(read: Any, what: str, interval: float = 0.2, timeout: float = 20) -> Any:
+    """``read()`` once two readings ``interval`` seconds apart agree (something that was moving has
+    stopped); fails the test after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    before = read()
+    while True:
+        await asyncio.sleep(interval)
+        now = read()
+        if now == before:
+            return now
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        before = now
+
+
 async def outcome(call: Any) -> str:
     """"OK", or the name of the status code the call failed with."""
     try:

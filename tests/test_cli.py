@@ -10,7 +10,6 @@ import os
 import signal
 import sys
 import time
-from typing import Any
 
 import pytest
 
@@ -18,6 +17,7 @@ import spanq.aio
 from spanq_server import auth
 from spanq_server.server import start
 
+from .helpers import until, until_settled
 from .readme_session import replay
 
 CLI = [sys.executable, "-m", "spanq_server"]
@@ -150,26 +150,14 @@ async def test_redrive_with_progress_interrupted_and_resumed(server, sql):
     proc = await asyncio.create_subprocess_exec(
         *CLI, "redrive", "dead", "--rate", "5", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "SPANQ_TARGET": t})
-    for _ in range(200):
-        if sql.execute("SELECT count(*) FROM work").fetchone()[0] >= 5:
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: sql.execute("SELECT count(*) FROM work").fetchone()[0] >= 5, "a first batch redriven")
     proc.send_signal(signal.SIGINT)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 130 and "run it again to continue" in one_line(err.decode())
 
-    async def settled() -> tuple[list[int], list[int]]:
-        before: Any = None
-        for _ in range(100):
-            now = ([r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")],
-                   [r[0] for r in sql.execute("SELECT id FROM dead ORDER BY id")])
-            if now == before:
-                return now
-            before = now
-            await asyncio.sleep(0.2)
-        raise AssertionError("the redrive did not stop")
-
-    work, dead = await settled()
+    work, dead = await until_settled(lambda: ([r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")],
+                                              [r[0] for r in sql.execute("SELECT id FROM dead ORDER BY id")]),
+                                     "the redrive to stop")
     assert 5 <= len(work) < 30 and sorted(work + dead) == list(range(30))
 
     code, out, err = await spanq_cli(t, "redrive", "dead", "--to", "work", "--json")

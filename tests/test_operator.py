@@ -14,7 +14,7 @@ import spanq
 import spanq.aio
 from spanq._proto.spanq.v1 import queue_pb2
 
-from .helpers import error_of
+from .helpers import error_of, until_settled
 
 
 async def dead_letter_pair(client: spanq.aio.Client, *, attempts: int = 1) -> None:
@@ -141,16 +141,8 @@ async def test_redrive_interrupted_and_resumed_loses_and_duplicates_nothing(serv
         with pytest.raises(asyncio.CancelledError):
             await task
 
-        async def settled() -> tuple[list[int], list[int]]:
-            # The server sees the cancellation between batches: each batch commits whole or not at all.
-            for _ in range(100):
-                before = (keys(sql, "work"), keys(sql, "dead"))
-                await asyncio.sleep(0.2)
-                if (keys(sql, "work"), keys(sql, "dead")) == before:
-                    return before
-            raise AssertionError("the redrive did not stop")
-
-        work, dead = await settled()
+        # The server sees the cancellation between batches: each batch commits whole or not at all.
+        work, dead = await until_settled(lambda: (keys(sql, "work"), keys(sql, "dead")), "the redrive to stop")
         assert 5 <= len(work) < 40 and len(work) % 5 == 0
         assert sorted(work + dead) == list(range(40))  # each message in exactly one queue
 
