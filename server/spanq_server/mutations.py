@@ -50,8 +50,20 @@ class RenewOp:
     """A nack's reason, kept for the dead-letter history."""
 
 
-Mutation = SendOp | AckOp | RenewOp
-Result = list[Key] | list[AckResult] | list[RenewResult]
+@dataclasses.dataclass(frozen=True)
+class TableOp:
+    """A statement on a Spanner table (spanner/tables.py builds it), applied in the
+    commit's transaction beside the queue mutations: ``run`` takes the transaction's
+    connection and returns the statement's rows and row count (store_tables.run_in)."""
+
+    table: str
+    run: Callable[[Connection], Awaitable[tuple[list[Any], int]]]
+    rows: int = 1
+    """What it counts toward a Commit's limit."""
+
+
+Mutation = SendOp | AckOp | RenewOp | TableOp
+Result = list[Key] | list[AckResult] | list[RenewResult] | tuple[list[Any], int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +122,8 @@ class Mutator:
 
     def prepare(self, mutation: Mutation) -> Mutation:
         """Checks a mutation before any database work; fills in generated keys."""
+        if isinstance(mutation, TableOp):
+            return mutation
         if isinstance(mutation, SendOp):
             return self._prepare_send(mutation)
         if isinstance(mutation, AckOp):
@@ -173,7 +187,7 @@ class Mutator:
         messages, acks and lease tokens together, at most max_messages_per_request."""
         limit = self._limits.max_messages_per_request
         total = sum(len(m.messages) if isinstance(m, SendOp) else len(m.items) if isinstance(m, AckOp)
-                    else len(m.lease_tokens) for m in mutations)
+                    else m.rows if isinstance(m, TableOp) else len(m.lease_tokens) for m in mutations)
         if total > limit:
             raise errors.InvalidArgument(
                 f"a Commit takes at most {limit} messages, acks and lease tokens in all its mutations, got "
@@ -335,6 +349,8 @@ class Mutator:
         return results
 
     async def _apply_one(self, conn: Connection, mutation: Mutation, now: datetime | None) -> Result:
+        if isinstance(mutation, TableOp):
+            return await mutation.run(conn)
         if isinstance(mutation, SendOp):
             await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
             return [m.key for m in mutation.messages]
@@ -353,6 +369,8 @@ class Mutator:
         """After a commit (not a replay): wakes this server's streams and counts for metrics."""
         metrics = self._metrics
         for mutation, result in zip(mutations, results):
+            if isinstance(mutation, TableOp):
+                continue  # a table's rows: no stream to wake
             name = mutation.queue.name
             if isinstance(mutation, SendOp):
                 self._wakeups.wake(name)

@@ -95,7 +95,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         async def ops() -> list[Mutation]:
             return [await self._send_op(request)]
 
-        return await self._commit("Send", request, ops, lambda o, r: send_response(o[0].queue, cast(list[Key], r[0])))
+        return await self._commit("Send", request, ops, lambda o, r: send_response(cast(SendOp, o[0]).queue, cast(list[Key], r[0])))
 
     @translate_errors
     async def Ack(self, request: queue_pb2.AckRequest, context: Any) -> queue_pb2.AckResponse:
@@ -106,7 +106,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             return await self._mutator.commit_ack(cast(AckOp, found[0]), **kwargs)
 
         return await self._commit("Ack", request, ops,
-                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])), commit)
+                                  lambda o, r: ack_response(cast(AckOp, o[0]).queue, cast(list[AckResult], r[0])), commit)
 
     @translate_errors
     async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:

@@ -101,10 +101,10 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
     if len(set(statement.primary_key)) != len(statement.primary_key):
         raise InvalidArgument(f"CREATE TABLE {statement.spelled}: a primary-key column is named twice")
     columns = tuple(_col(c) for c in statement.columns)
-    for c in columns:
-        if c.name in statement.primary_key and c.type.code in ("ARRAY", "JSON"):
-            raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {c.spelled!r} of type "
-                                  f"{c.type.ddl()} cannot be part of the primary key")
+    for col in columns:
+        if col.name in statement.primary_key and col.type.code in ("ARRAY", "JSON"):
+            raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {col.spelled!r} of type "
+                                  f"{col.type.ddl()} cannot be part of the primary key")
     return TableDef(name, statement.spelled, columns, statement.primary_key, parent, statement.on_delete_cascade)
 
 

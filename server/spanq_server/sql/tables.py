@@ -192,6 +192,7 @@ class _Translator:
 
     def expr(self, e: g.Expr, scope: _Scope, want: g.SpannerType | None = None,
              aggregate: bool = False) -> tuple[sql.Composable, g.SpannerType | None]:
+        t: g.SpannerType | None
         if isinstance(e, g.Column):
             text, column = self.column(scope, e)
             return text, column.type
