@@ -307,7 +307,7 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
         with database.snapshot() as snapshot:
             return list(snapshot.execute_sql(text))
 
-    with pytest.raises(exceptions.InvalidArgument, match="understands only"):
+    with pytest.raises(exceptions.InvalidArgument, match="Table not found: other"):
         await asyncio.to_thread(query, "SELECT a.x FROM UserTasks a JOIN Other b ON a.x = b.y")
     with pytest.raises(exceptions.InvalidArgument, match="max_duration"):
         await asyncio.to_thread(query, "SELECT * FROM RECEIVE_UserTasks(max_duration => 'soon')")
