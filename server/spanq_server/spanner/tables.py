@@ -25,8 +25,7 @@ from .. import errors, queues
 from ..mutations import TableOp
 from ..queues import Catalog
 from ..sql import tables as t
-from ..store import Connection, Store
-from ..store_tables import TableStore, run_in
+from ..store import Handle, Store
 from . import googlesql as g
 from . import table_values, values
 from .names import Names
@@ -69,7 +68,7 @@ def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
 
 class Tables:
     def __init__(self, store: Store, catalog: Catalog, names: Names) -> None:
-        self._tables = TableStore(store)
+        self._store = store
         self._catalog = catalog
         self._names = names
 
@@ -77,7 +76,7 @@ class Tables:
 
     async def table(self, ns: Scope, name: str) -> TableDef | None:
         """A table of the database made through the Spanner API, by its (folded) name."""
-        found = await self._tables.definitions([ns.prefix + name])
+        found = await self._store.table_definitions([ns.prefix + name])
         for relation, kind, definition in found:
             if kind == "table":
                 return TableDef.of_json(relation, definition)
@@ -90,7 +89,7 @@ class Tables:
         """The tables and queues of the database the names name (those it has)."""
         wanted = sorted(set(names))
         out: dict[str, TableDef] = {}
-        for relation, kind, definition in await self._tables.definitions([ns.prefix + n for n in wanted]):
+        for relation, kind, definition in await self._store.table_definitions([ns.prefix + n for n in wanted]):
             if kind == "table":
                 out[relation.removeprefix(ns.prefix)] = TableDef.of_json(relation, definition)
         for name in wanted:
@@ -125,7 +124,7 @@ class Tables:
         return TableStatement(statement, text)
 
     async def _any_table(self, ns: Scope, names: Iterable[str]) -> bool:
-        return bool([r for r in await self._tables.definitions([ns.prefix + n for n in names]) if r[1] == "table"])
+        return bool([r for r in await self._store.table_definitions([ns.prefix + n for n in names]) if r[1] == "table"])
 
     # -- statements ------------------------------------------------------------
 
@@ -156,19 +155,18 @@ class Tables:
             bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
         if use.read_only and not writing:
-            rows, count = await self._tables.read(translated.statement, bound, what), None
+            rows, count = await self._store.table_read(translated.statement, bound, what), None
         elif partitioned:
-            rows, count = await self._tables.alone(translated.statement, bound, what)
+            rows, count = await self._store.table_alone(translated.statement, bound, what)
         else:
             op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what)
             rows, count = (await (await use.hold()).apply([op]))[0]
         encoded = [[table_values.encode(v, c[1]) for v, c in zip(row, translated.columns)] for row in rows]
         return TableResult(translated.columns, encoded, count if writing else None, partitioned)
 
-    @staticmethod
-    def _op(table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1) -> TableOp:
-        async def run(conn: Connection) -> tuple[list[Any], int]:
-            return await run_in(conn, statement, values, what)
+    def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1) -> TableOp:
+        async def run(conn: Handle) -> tuple[list[Any], int]:
+            return await self._store.table_run_in(conn, statement, values, what)
 
         return TableOp(table, run, rows)
 
@@ -209,8 +207,8 @@ class Tables:
             statement = t.write(table, columns, len(rows), "update")
             expected = len({tuple(v for v, c in zip(row, columns) if c.name in table.primary_key) for row in rows})
 
-            async def update(conn: Connection) -> tuple[list[Any], int]:
-                found, count = await run_in(conn, statement, values, what)
+            async def update(conn: Handle) -> tuple[list[Any], int]:
+                found, count = await self._store.table_run_in(conn, statement, values, what)
                 if count < expected:
                     raise errors.RowNotFound(f"{what}: a row to update is not found (Update changes existing rows "
                                              "only; use InsertOrUpdate to create them)")
@@ -225,9 +223,9 @@ class Tables:
             deleting = t.delete_rows(table, condition)
             inserting = t.write(table, columns, len(rows), "insert")
 
-            async def replace(conn: Connection) -> tuple[list[Any], int]:
-                await run_in(conn, deleting, key_params, what)
-                return await run_in(conn, inserting, values, what)
+            async def replace(conn: Handle) -> tuple[list[Any], int]:
+                await self._store.table_run_in(conn, deleting, key_params, what)
+                return await self._store.table_run_in(conn, inserting, values, what)
 
             return TableOp(table.name, replace, len(rows))
         return self._op(table.name, t.write(table, columns, len(rows), kind), values, what, len(rows))
@@ -278,7 +276,7 @@ class Tables:
             raise errors.InvalidArgument("Read's limit cannot be negative")
         order: list[tuple[Col, bool]] = [(c, False) for c in table.key]
         if request.index:
-            found = await self._tables.definitions([ns.prefix + g.fold(request.index)])
+            found = await self._store.table_definitions([ns.prefix + g.fold(request.index)])
             index = next((IndexDef.of_json(n, d) for n, kind, d in found if kind == "index"), None)
             if index is None or index.table != table.name:
                 raise errors.RowNotFound(f"Index not found on table {table.spelled}: {request.index}")
@@ -292,7 +290,7 @@ class Tables:
             condition = t.key_condition(key, keys, ranges, params)
         statement = t.read(table, columns, order, condition, request.limit or None, not use.read_only, params)
         if use.read_only:
-            rows = await self._tables.read(statement, params, what)
+            rows = await self._store.table_read(statement, params, what)
         else:
             rows = (await (await use.hold()).apply([self._op(table.name, statement, params, what)]))[0][0]
         typed = [(c.spelled, c.type) for c in columns]
@@ -333,7 +331,7 @@ class Tables:
                 raise errors.FailedPrecondition(
                     f"Table {s.spelled} references parent table {parent.spelled}: its primary key must start with "
                     f"the parent's ({', '.join(f'{c.spelled} {c.type.ddl()}' for c in parent.key)})")
-        await self._tables.ddl(t.create_table(table, parent), f"CREATE TABLE {s.spelled}",
+        await self._store.table_ddl(t.create_table(table, parent), f"CREATE TABLE {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "table", s.spelled, table.as_json()))
 
@@ -342,7 +340,7 @@ class Tables:
         table = await self.table(ns, s.table)
         if table is None:
             raise errors.RowNotFound(f"Table not found: {s.table} (CREATE INDEX {s.spelled})")
-        if s.if_not_exists and await self._tables.definitions([name]):
+        if s.if_not_exists and await self._store.table_definitions([name]):
             return
         interleave = None
         if s.interleave_in is not None:
@@ -351,20 +349,20 @@ class Tables:
                 raise errors.RowNotFound(f"Table not found: {s.interleave_in} (CREATE INDEX {s.spelled})")
             interleave = parent.name
         index = index_of(s, name, table, interleave)
-        await self._tables.ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
+        await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "index", s.spelled, index.as_json()))
 
     async def _drop(self, s: g.DropTable | g.DropIndex, ns: Scope) -> None:
         name = ns.prefix + s.name
         kind = "table" if isinstance(s, g.DropTable) else "index"
-        found = [r for r in await self._tables.definitions([name]) if r[1] == kind]
+        found = [r for r in await self._store.table_definitions([name]) if r[1] == kind]
         if not found:
             if s.if_exists:
                 return
             raise errors.RowNotFound(f"{kind.title()} not found: {s.name}")
         if kind == "table":
-            indexes, children = await self._tables.dependents(name)
+            indexes, children = await self._store.table_dependents(name)
             if indexes:
                 raise errors.FailedPrecondition(f"Cannot drop table {found[0][2]['spelled']} with indices: "
                                                 f"{', '.join(i.removeprefix(ns.prefix) for i in indexes)}")
@@ -374,22 +372,22 @@ class Tables:
             statement = t.drop_table(name)
         else:
             statement = t.drop_index(name)
-        await self._tables.ddl([statement], f"DROP {kind.upper()} {s.name}", lock_timeout=DDL_LOCK_TIMEOUT,
+        await self._store.table_ddl([statement], f"DROP {kind.upper()} {s.name}", lock_timeout=DDL_LOCK_TIMEOUT,
                                unregister=name)
 
     async def drop_all(self, database: str) -> None:
         """Drops a database's tables and indexes (its queues are gone already), children first."""
-        for name, kind, _ in reversed(await self._tables.of_database(database)):
+        for name, kind, _ in reversed(await self._store.table_definitions_of(database)):
             statement = t.drop_table(name) if kind == "table" else t.drop_index(name)
             try:
-                await self._tables.ddl([statement], f"DROP {kind.upper()} {name}", lock_timeout=DDL_LOCK_TIMEOUT,
+                await self._store.table_ddl([statement], f"DROP {kind.upper()} {name}", lock_timeout=DDL_LOCK_TIMEOUT,
                                        unregister=name)
             except errors.RowNotFound:  # dropped by hand (psql): forget it
-                await self._tables.ddl([], f"forgetting {name}", lock_timeout=DDL_LOCK_TIMEOUT, unregister=name)
+                await self._store.table_ddl([], f"forgetting {name}", lock_timeout=DDL_LOCK_TIMEOUT, unregister=name)
 
     async def ddl_of(self, database: str, ns: Scope) -> list[str]:
         """The database's tables and indexes as GetDatabaseDdl lists them, in creation order."""
-        found = await self._tables.of_database(database)
+        found = await self._store.table_definitions_of(database)
         tables = {n: TableDef.of_json(n, d) for n, kind, d in found if kind == "table"}
         out = []
         for name, kind, definition in found:

@@ -1,4 +1,4 @@
-"""Runs the SQL of Spanner tables (composed in ``sql/tables.py``): their DDL
+"""The Spanner front-end's tables: runs the SQL of Spanner tables (composed in ``sql/tables.py``): their DDL
 and registry, statements on a transaction's connection or on their own, and
 the translation of PostgreSQL's errors into Spanner's codes.
 
@@ -19,9 +19,9 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from . import errors
-from .sql import tables as t
-from .store import Connection, Store, wrap_errors
+from .. import errors
+from ..sql import tables as t
+from .database import Connection, Database, Handle, connection_of, wrap_errors
 
 Rows = list[tuple[Any, ...]]
 
@@ -65,37 +65,40 @@ def table_errors(what: str) -> Iterator[None]:
         raise errors.RowNotFound(f"{what}: the table does not exist (it was dropped)") from exc
 
 
-async def run_in(conn: Connection, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
-                 ) -> tuple[Rows, int]:
-    """One statement on a transaction's connection: its rows (if it returns any) and its row count."""
+async def _run(conn: Connection, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
+               ) -> tuple[Rows, int]:
     with table_errors(what):
         cur = await conn.execute(statement, params)
         rows = await cur.fetchall() if cur.description is not None else []
         return rows, cur.rowcount
 
 
-class TableStore:
-    """The tables' registry and statements, on the Store's pool."""
+class SpannerTables(Database):
+    """Tables made through the Spanner API and their registry, spanq.spanner_tables."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    @staticmethod
+    async def table_run_in(handle: Handle, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
+                           ) -> tuple[Rows, int]:
+        """One statement on a transaction: its rows (if it returns any) and its row count."""
+        return await _run(connection_of(handle), statement, params, what)
 
-    async def read(self, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str) -> Rows:
+    async def table_read(self, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str) -> Rows:
         """A read of the latest committed rows (a strong read)."""
-        async with self._store.read() as conn:
-            return (await run_in(conn, statement, params, what))[0]
+        async with self._read() as conn:
+            return (await _run(conn, statement, params, what))[0]
 
-    async def alone(self, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str) -> tuple[Rows, int]:
+    async def table_alone(self, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
+                          ) -> tuple[Rows, int]:
         """A statement in a transaction of its own (partitioned DML)."""
-        async with self._store.transaction() as conn:
-            return await run_in(conn, statement, params, what)
+        async with self._transaction() as conn:
+            return await _run(conn, statement, params, what)
 
-    async def ddl(self, statements: Sequence[sql.Composed | sql.SQL], what: str, *, lock_timeout: timedelta,
-                  register: tuple[str, str | None, str, str, dict[str, Any]] | None = None,
-                  unregister: str | None = None) -> None:
+    async def table_ddl(self, statements: Sequence[sql.Composed | sql.SQL], what: str, *, lock_timeout: timedelta,
+                        register: tuple[str, str | None, str, str, dict[str, Any]] | None = None,
+                        unregister: str | None = None) -> None:
         """DDL and its registry row in one transaction: all of it or none. ``register`` is
         (relation, database, kind, declared name, definition)."""
-        async with self._store.transaction() as conn:
+        async with self._transaction() as conn:
             with table_errors(what):
                 await conn.execute(t.LOCK_TIMEOUT, {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
                 for statement in statements:
@@ -107,22 +110,23 @@ class TableStore:
                 if unregister is not None:
                     await conn.execute(t.REGISTRY_DELETE, {"name": unregister})
 
-    async def definitions(self, names: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    async def table_definitions(self, names: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
         """(relation, kind, definition) of those of ``names`` that are registered."""
         if not names:
             return []
-        async with self._store.read() as conn:
+        async with self._read() as conn:
             cur = await conn.execute(t.REGISTRY_GET, {"names": list(names)})
             return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
 
-    async def of_database(self, database: str) -> list[tuple[str, str, dict[str, Any]]]:
-        async with self._store.read() as conn:
+    async def table_definitions_of(self, database: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """A database's tables and indexes, in creation order."""
+        async with self._read() as conn:
             cur = await conn.execute(t.REGISTRY_OF_DATABASE, {"database": database})
             return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
 
-    async def dependents(self, table: str) -> tuple[list[str], list[str]]:
+    async def table_dependents(self, table: str) -> tuple[list[str], list[str]]:
         """A table's indexes and child tables."""
-        async with self._store.read() as conn:
+        async with self._read() as conn:
             indexes = await conn.execute(t.REGISTRY_INDEXES_OF, {"table": table})
             found = [r[0] for r in await indexes.fetchall()]
             children = await conn.execute(t.REGISTRY_CHILDREN_OF, {"table": table})
