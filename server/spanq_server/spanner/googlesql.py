@@ -586,6 +586,8 @@ class _Parser:
                                   f"support; the types are {', '.join(SCALARS)} and ARRAY<...> of them")
         length = None
         if code in ("STRING", "BYTES"):
+            if not self.at_punct("("):
+                raise InvalidArgument(f"column {column!r}: {code} takes a length, (n) or (MAX)")
             self.punct("(")
             size = self.next()
             if size.is_word("max"):

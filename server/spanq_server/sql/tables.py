@@ -57,6 +57,13 @@ def _cast_type(t: g.SpannerType) -> sql.Composable:
     return sql.SQL(PG_TYPES[t.code])
 
 
+def unsized(t: g.SpannerType | None) -> g.SpannerType | None:
+    """A column's type as a value's: without its length (a parameter's type has none)."""
+    if t is None:
+        return None
+    return g.SpannerType(t.code, unsized(t.element), None)
+
+
 def table_id(name: str) -> sql.Identifier:
     return sql.Identifier(SCHEMA, name)
 
@@ -181,7 +188,7 @@ class _Translator:
         return sql.SQL("{}::{}").format(sql.Placeholder(key), _cast_type(t))
 
     def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
-        t = self.declared.get(name) or self.wanted.get(name) or want or g.STRING
+        t = self.declared.get(name) or self.wanted.get(name) or unsized(want) or g.STRING
         previous = self.wanted.get(name)
         if previous is not None and previous != t and name not in self.declared:
             t = previous
