@@ -49,10 +49,11 @@ from . import errors, queues, status
 from .clock import Clock
 from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
 from .spanner import statements as st
+from .spanner import table_access
 
 logger = logging.getLogger(__name__)
 
-PRIVILEGES = ("send", "receive", "ack", "select", "admin")
+PRIVILEGES = ("send", "receive", "ack", "select", "update", "admin")
 EVERY_QUEUE = "*"
 """The grant key for every queue, those created later included."""
 OPEN_SERVICES = frozenset({
@@ -353,6 +354,12 @@ def _statement_need(statement: st.Statement) -> tuple[str, str]:
 
 def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
     for i, text in enumerate(texts):
+        # A statement of the table subset (spanner/table_access.py), read as the servicer reads it.
+        queue_statement = any(_parses(text, pg, ddl) for pg in (False, True))
+        needs = None if queue_statement else table_access.statement_needs(text)
+        for privilege, name in needs or ():
+            if privilege not in p.grants.get(name, p.everywhere):
+                raise p.denied(privilege, name, f"{what} (on a table)", f"{label} {i}: " if label else "")
         # The database's dialect is the servicer's to learn: a statement is checked as each
         # dialect reads it (one that parses in neither is refused by the servicer, before it
         # runs anything; the others are still checked).
@@ -368,6 +375,14 @@ def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: b
                 raise p.denied(privilege, queue, f"{what} ({kind})", where)
             if isinstance(statement, st.CreateQueue) and statement.parent_table:
                 _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
+
+
+def _parses(text: str, pg: bool, ddl: bool) -> bool:
+    try:
+        st.parse_ddl(text, pg) if ddl else st.parse(text, pg)
+    except errors.InvalidArgument:
+        return False
+    return True
 
 
 def _execute_sql(p: Principal, request: Any) -> None:
@@ -389,6 +404,9 @@ def _create_database(p: Principal, request: Any) -> None:
 def _spanner_commit(p: Principal, request: Any) -> None:
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
+        for privilege, table in table_access.mutation_needs(mutation):
+            if privilege not in p.grants.get(table, p.everywhere):
+                raise p.denied(privilege, table, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
         if kind in ("send", "ack", "delete"):
             target = getattr(mutation, kind)
             queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
@@ -419,8 +437,8 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
     def hide(response: Any) -> None:
         found = response.statements
         for i in range(len(found) - 1, -1, -1):
-            name = ""
-            for pg in (False, True):  # a PostgreSQL-dialect database's DDL is in its dialect
+            name = table_access.ddl_name(found[i]) or ""
+            for pg in (False, True) if not name else ():  # a PostgreSQL-dialect database's DDL is in its dialect
                 try:
                     name = st.parse_ddl(found[i], pg).name
                     break
