@@ -76,7 +76,7 @@ async def test_ddl_is_listed_as_declared_and_lands_in_the_namespace(spanner_env,
     assert ddl[0].startswith("CREATE TABLE Users (\n  UserId INT64 NOT NULL,\n  Name STRING(100),")
     assert "  Seen TIMESTAMP OPTIONS (allow_commit_timestamp = true)," in ddl[0]
     assert "  Tags ARRAY<STRING(MAX)>," in ddl[0]
-    assert ddl[1].endswith("PRIMARY KEY(UserId, OrderId),\n  INTERLEAVE IN PARENT users ON DELETE CASCADE")
+    assert ddl[1].endswith("PRIMARY KEY(UserId, OrderId),\n  INTERLEAVE IN PARENT Users ON DELETE CASCADE")
     assert ddl[2] == "CREATE INDEX UsersByName ON Users(Name)"
     assert ddl[3].startswith("CREATE QUEUE Inbox")
     assert len(ddl) == 4

@@ -127,8 +127,9 @@ def index_of(statement: CreateIndex, name: str, table: TableDef, interleave_in: 
                     statement.null_filtered, statement.storing, interleave_in)
 
 
-def table_ddl(table: TableDef, ns: str) -> str:
-    """CREATE TABLE as Spanner's GetDatabaseDdl shows it, names as declared."""
+def table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None) -> str:
+    """CREATE TABLE as Spanner's GetDatabaseDdl shows it, names as declared (``declared``:
+    PostgreSQL table -> its declared name, for the parent)."""
     lines = []
     for c in table.columns:
         line = f"  {c.spelled} {c.type.ddl()}"
@@ -141,12 +142,12 @@ def table_ddl(table: TableDef, ns: str) -> str:
     text = f"CREATE TABLE {table.spelled} (\n" + "\n".join(lines) + "\n) PRIMARY KEY("
     text += ", ".join(spelled[k] for k in table.primary_key) + ")"
     if table.parent:
-        text += f",\n  INTERLEAVE IN PARENT {table.parent.removeprefix(ns)}"
+        text += f",\n  INTERLEAVE IN PARENT {(declared or {}).get(table.parent) or table.parent.removeprefix(ns)}"
         text += " ON DELETE CASCADE" if table.on_delete_cascade else " ON DELETE NO ACTION"
     return text
 
 
-def index_ddl(index: IndexDef, table: TableDef, ns: str) -> str:
+def index_ddl(index: IndexDef, table: TableDef, ns: str, declared: dict[str, str] | None = None) -> str:
     spelled = {c.name: c.spelled for c in table.columns}
     kind = "UNIQUE " if index.unique else ""
     kind += "NULL_FILTERED " if index.null_filtered else ""
@@ -155,5 +156,5 @@ def index_ddl(index: IndexDef, table: TableDef, ns: str) -> str:
     if index.storing:
         text += " STORING (" + ", ".join(spelled.get(c, c) for c in index.storing) + ")"
     if index.interleave_in:
-        text += f", INTERLEAVE IN {index.interleave_in.removeprefix(ns)}"
+        text += f", INTERLEAVE IN {(declared or {}).get(index.interleave_in) or index.interleave_in.removeprefix(ns)}"
     return text

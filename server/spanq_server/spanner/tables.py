@@ -14,6 +14,7 @@ read-write transactions do), in a read-only one a strong read.
 """
 
 import dataclasses
+import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -33,6 +34,11 @@ from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, tab
 from .scope import Scope
 
 DDL_LOCK_TIMEOUT = timedelta(seconds=5)
+DEFINITION_CACHE_SECONDS = 1.0
+"""How long a table's definition (or its absence) is reused: a queue statement asks whether its
+name is a table, and that must not cost a round trip each time. DDL on this server clears it;
+another server's is seen within this time (as admin.scope's namespaces)."""
+MAX_CACHED = 10_000
 WRITES = ("insert", "update", "insert_or_update", "replace")
 """The Write mutations of google.spanner.v1.Mutation (Delete is by KeySet)."""
 
@@ -71,16 +77,24 @@ class Tables:
         self._store = store
         self._catalog = catalog
         self._names = names
+        self._cache: dict[str, tuple[float, TableDef | None]] = {}
 
     # -- names -------------------------------------------------------------------
 
     async def table(self, ns: Scope, name: str) -> TableDef | None:
         """A table of the database made through the Spanner API, by its (folded) name."""
-        found = await self._store.table_definitions([ns.prefix + name])
-        for relation, kind, definition in found:
+        key = ns.prefix + name
+        cached = self._cache.get(key)
+        if cached is not None and time.monotonic() - cached[0] < DEFINITION_CACHE_SECONDS:
+            return cached[1]
+        table = None
+        for relation, kind, definition in await self._store.table_definitions([key]):
             if kind == "table":
-                return TableDef.of_json(relation, definition)
-        return None
+                table = TableDef.of_json(relation, definition)
+        if len(self._cache) > MAX_CACHED:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic(), table)
+        return table
 
     async def is_table(self, ns: Scope, name: str) -> bool:
         return not ns.pg and await self.table(ns, name) is not None
@@ -302,12 +316,15 @@ class Tables:
         if ns.pg:
             raise errors.InvalidArgument("tables through the Spanner API are GoogleSQL only: this database speaks "
                                          "the PostgreSQL dialect, whose tables spanq does not serve")
-        if isinstance(statement, g.CreateTable):
-            await self._create_table(statement, database, ns)
-        elif isinstance(statement, g.CreateIndex):
-            await self._create_index(statement, database, ns)
-        else:
-            await self._drop(statement, ns)
+        try:
+            if isinstance(statement, g.CreateTable):
+                await self._create_table(statement, database, ns)
+            elif isinstance(statement, g.CreateIndex):
+                await self._create_index(statement, database, ns)
+            else:
+                await self._drop(statement, ns)
+        finally:  # what was read while it ran may be stale
+            self._cache.clear()
 
     def _name(self, ns: Scope, name: str) -> str:
         queues.check_name(name, "table name", queues.MAX_QUEUE_NAME - len(ns.prefix))
@@ -377,6 +394,12 @@ class Tables:
 
     async def drop_all(self, database: str) -> None:
         """Drops a database's tables and indexes (its queues are gone already), children first."""
+        try:
+            await self._drop_all(database)
+        finally:
+            self._cache.clear()
+
+    async def _drop_all(self, database: str) -> None:
         for name, kind, _ in reversed(await self._store.table_definitions_of(database)):
             statement = t.drop_table(name) if kind == "table" else t.drop_index(name)
             try:
@@ -389,14 +412,15 @@ class Tables:
         """The database's tables and indexes as GetDatabaseDdl lists them, in creation order."""
         found = await self._store.table_definitions_of(database)
         tables = {n: TableDef.of_json(n, d) for n, kind, d in found if kind == "table"}
+        declared = {n: table.spelled for n, table in tables.items()}
         out = []
         for name, kind, definition in found:
             if kind == "table":
-                out.append(table_ddl(tables[name], ns.prefix))
+                out.append(table_ddl(tables[name], ns.prefix, declared))
             else:
                 index = IndexDef.of_json(name, definition)
                 if index.table in tables:
-                    out.append(index_ddl(index, tables[index.table], ns.prefix))
+                    out.append(index_ddl(index, tables[index.table], ns.prefix, declared))
         return out
 
 
