@@ -325,3 +325,29 @@ async def test_drop_table_refuses_while_indexes_or_children_remain_and_drop_data
     await run(scenario)
     assert sql.execute("SELECT count(*) FROM spanq.spanner_tables").fetchone() == (0,)
     assert sql.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'd%\\_users'").fetchone() == (0,)
+
+
+async def test_a_queue_interleaved_in_a_table_goes_with_its_parent_row(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("interleaved", [
+            "CREATE TABLE Accounts (AccountId INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (AccountId)",
+            "CREATE QUEUE Tasks (AccountId INT64 NOT NULL, TaskId INT64 NOT NULL, Payload STRING(MAX) NOT NULL) "
+            "PRIMARY KEY (AccountId, TaskId), INTERLEAVE IN PARENT Accounts ON DELETE CASCADE"])
+        with pytest.raises(exceptions.NotFound):  # no parent row yet
+            with database.batch() as batch:
+                batch.send(queue="Tasks", key=[1, 1], payload="orphan")
+        with database.batch() as batch:
+            batch.insert("Accounts", ("AccountId", "Name"), [(1, "one"), (2, "two")])
+            batch.send(queue="Tasks", key=[1, 1], payload="a")
+            batch.send(queue="Tasks", key=[2, 1], payload="b")
+        with pytest.raises(exceptions.FailedPrecondition):  # the queue depends on the table
+            database.update_ddl(["DROP TABLE Accounts"]).result(timeout=30)
+        with database.batch() as batch:
+            batch.delete("Accounts", KeySet(keys=[[1]]))
+        with database.snapshot() as snapshot:
+            assert list(snapshot.read("Tasks", ("AccountId", "Payload"), KeySet(all_=True))) == [[2, "b"]]
+        ddl = list(spanner.Client(project=PROJECT).database_admin_api.get_database_ddl(
+            database=database.name).statements)
+        assert ddl[0].startswith("CREATE TABLE Accounts") and "INTERLEAVE IN PARENT Accounts" in ddl[1]
+
+    await run(scenario)

@@ -610,11 +610,15 @@ def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
     )
 
 
-def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "") -> str:
-    """A queue's definition as DDL of its database's dialect (for GetDatabaseDdl), its names as declared."""
+def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
+              declared: dict[str, str] | None = None) -> str:
+    """A queue's definition as DDL of its database's dialect (for GetDatabaseDdl), its names as declared
+    (``declared``: the declared names of the database's tables, by their PostgreSQL name)."""
     spelling = spelling or Spelling.folded(queue)
     parent = queue.parent_table
-    if parent and ns and parent.startswith(ns):
+    if parent and declared and parent in declared:
+        parent = declared[parent]
+    elif parent and ns and parent.startswith(ns):
         parent = parent.removeprefix(ns)
     if spelling.pg:
         return _pg_queue_ddl(queue, spelling, parent)

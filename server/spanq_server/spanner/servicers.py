@@ -596,8 +596,9 @@ class DatabaseAdminService:
                 pass  # dropped meanwhile
         names, ns = self._executor.names, await self._admin.scope(request.database)
         tables = await self._executor.tables.ddl_of(request.database, ns)  # before the queues interleaved in them
+        declared = await self._executor.tables.declared_names(request.database)
         return dba.GetDatabaseDdlResponse.pb()(
-            statements=tables + [queue_ddl(q, await names.of(q), ns.prefix) for q in found])
+            statements=tables + [queue_ddl(q, await names.of(q), ns.prefix, declared) for q in found])
 
     # Backups, database operations and roles: spanq has none. The emulator answers these
     # lists empty, and Google's test fixtures call them in their teardown.

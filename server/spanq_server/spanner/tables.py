@@ -408,6 +408,11 @@ class Tables:
             except errors.RowNotFound:  # dropped by hand (psql): forget it
                 await self._store.table_ddl([], f"forgetting {name}", lock_timeout=DDL_LOCK_TIMEOUT, unregister=name)
 
+    async def declared_names(self, database: str) -> dict[str, str]:
+        """The database's tables' declared names, by their PostgreSQL name."""
+        return {n: str(d["spelled"]) for n, kind, d in await self._store.table_definitions_of(database)
+                if kind == "table"}
+
     async def ddl_of(self, database: str, ns: Scope) -> list[str]:
         """The database's tables and indexes as GetDatabaseDdl lists them, in creation order."""
         found = await self._store.table_definitions_of(database)
