@@ -48,6 +48,8 @@ def table_errors(what: str) -> Iterator[None]:
             except (pg_errors.NotNullViolation, pg_errors.CheckViolation,
                     pg_errors.StringDataRightTruncation) as exc:
                 raise errors.FailedPrecondition(f"{what}: {exc.diag.message_primary}") from exc
+            except pg_errors.CardinalityViolation as exc:  # ON CONFLICT DO UPDATE meeting one key twice
+                raise errors.InvalidArgument(f"{what}: a row's key is given twice in one mutation") from exc
             except pg_errors.DuplicateTable as exc:
                 raise errors.QueueAlreadyExists(f"{what}: {exc.diag.message_primary}") from exc
             except pg_errors.DependentObjectsStillExist as exc:
