@@ -24,12 +24,12 @@ from google.cloud.spanner_admin_database_v1.types import spanner_database_admin 
 from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as ia
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, timestamp_pb2
-from google.rpc import status_pb2
 
 from .. import errors
 from ..store import Store
 from . import sessions
 from .scope import DEFAULT_SCOPE, Scope
+from .status import SPANNER_ERRORS, AlreadyExists, NotFound
 
 DatabasePb = dba.Database.pb()
 InstancePb = ia.Instance.pb()
@@ -68,7 +68,7 @@ class Admin:
         op = operations_pb2.Operation(name=f"{resource}/operations/{secrets.token_hex(8)}", done=True)
         op.metadata.CopyFrom(packed(metadata))
         if error is not None:
-            op.error.CopyFrom(spanner_status(error))
+            op.error.CopyFrom(SPANNER_ERRORS.to_status(error))
         elif response is not None:
             op.response.CopyFrom(packed(response))
         self._operations[op.name] = op
@@ -192,18 +192,3 @@ class Admin:
         if len(self._namespaces) > MAX_OPERATIONS:
             self._namespaces.clear()
         return found
-
-
-class NotFound(errors.QueueError):
-    """No such resource."""
-
-
-class AlreadyExists(errors.QueueError):
-    """The resource exists already."""
-
-
-def spanner_status(error: errors.QueueError) -> status_pb2.Status:
-    """The google.rpc.Status of a failed operation."""
-    from .servicers import to_status  # the one status table of this front-end
-
-    return to_status(error)

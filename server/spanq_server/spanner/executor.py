@@ -25,6 +25,7 @@ from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
 from .scope import DEFAULT_SCOPE, Scope
+from .status import RowCountMismatch
 from .transactions import Use
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
@@ -69,10 +70,6 @@ def project(available: list[Output], items: tuple[st.Item, ...] | None,
                                          f"{', '.join(c.name for c in available)}")
         chosen.append(by_key[key])
     return chosen, [(item.alias or available[i].name, available[i].type) for i, item in zip(chosen, items)]
-
-
-class RowCountMismatch(errors.QueueError):
-    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
 
 
 @dataclasses.dataclass
