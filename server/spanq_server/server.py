@@ -9,15 +9,15 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq._proto.spanq.v1 import queue_pb2_grpc
 
-from . import auth
+from . import access, auth
 from .admin import Operator
 from .clock import Clock
 from .config import Config, ConfigError
@@ -35,9 +35,12 @@ from .store import Store
 from .wakeups import Wakeups
 from . import spanner as spanner_front_end
 
+if TYPE_CHECKING:
+    from .spanner.servicers import SpannerFrontEnd
+
 logger = logging.getLogger(__name__)
 
-SERVICE_NAME = queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name
+SERVICE_NAME = access.QUEUE_SERVICE
 
 
 @dataclasses.dataclass
@@ -56,8 +59,8 @@ class Running:
     metrics: Metrics
     metrics_port: int | None
     """Where /metrics is served (None: metrics_listen turned it off)."""
-    spanner: Any = None
-    """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
+    spanner: "SpannerFrontEnd | None" = None
+    """The Spanner front-end, or None (without google-cloud-spanner)."""
     sampler: "asyncio.Task[None] | None" = None
     """A --workers child's metrics sampler (metrics.sample_to_files), or None."""
     dashboard: Dashboard | None = None
@@ -170,7 +173,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # Then the decode guard, so an undecodable request is refused before authorization sees it.
         interceptors = [metrics.interceptor(), DecodeGuard()]
         if tokens is not None:
-            interceptors.append(auth.Authorizer(tokens, clock))
+            interceptors.append(auth.Authorizer(tokens, authorization_rules(), clock))
         # SO_REUSEPORT (gRPC's default) only for --workers children, which share their port: a
         # plain server refuses a port another process listens on instead of silently sharing it.
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -240,6 +243,11 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                     config.ui_listen, ui_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
                    metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard, ui_port=ui_port)
+
+
+def authorization_rules() -> dict[str, auth.Rule]:
+    """What each method of both front-ends needs of a token (health and reflection are open)."""
+    return {**access.RULES, **spanner_front_end.access_rules()}
 
 
 def _tls_context(config: Config) -> ssl.SSLContext | None:

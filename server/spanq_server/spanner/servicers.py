@@ -32,7 +32,7 @@ from ..mutations import SEALED, AckOp, Mutation, Mutator, Outcome, SendOp
 from ..queues import Catalog
 from ..receive import Receiver
 from ..store import Store
-from . import sessions, statements, values
+from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, sessions, statements, values
 from .admin import Admin, now_pb
 from .scope import Scope
 from .executor import Executor, Result, queue_ddl
@@ -43,11 +43,6 @@ logger = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "x-goog-spanner-request-id"
 
-SPANNER = "google.spanner.v1.Spanner"
-INSTANCE_ADMIN = "google.spanner.admin.instance.v1.InstanceAdmin"
-DATABASE_ADMIN = "google.spanner.admin.database.v1.DatabaseAdmin"
-OPERATIONS = "google.longrunning.Operations"
-SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
 
 pb = spanner  # the request modules, read below as pb.X.pb()
 CommitResponsePb = commit_response.CommitResponse.pb()
