@@ -30,6 +30,7 @@ from .metrics import Metrics, parse_listen, sample_to_files
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
+from .records import Records
 from .service import QueueService
 from .store import Store
 from .wakeups import Wakeups
@@ -183,7 +184,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             catalog, mutator, receiver, ledger, operator), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
-        spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, store, clock,
+        spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, operator, Records(store), clock,
                                            pool_max_size=config.pool_max_size,
                                            idle_timeout=config.spanner_transaction_idle_timeout,
                                            max_lifetime=config.spanner_transaction_max_lifetime)

@@ -20,8 +20,8 @@ Modules, one per concern:
 
 The message classes come from google-cloud-spanner. Without it installed the
 front-end is simply not served (``create`` returns None). The seam with the rest
-of the server is this module: ``create`` takes the domain's objects, and
-``access_rules`` says what each method needs.
+of the server is this module: ``create`` takes the domain's objects (never the
+store), and ``access_rules`` says what each method needs of a token.
 """
 
 import logging
@@ -29,13 +29,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..admin import Operator
     from ..auth import Rule
     from ..clock import Clock
     from ..ledger import Ledger
     from ..mutations import Mutator
     from ..queues import Catalog
     from ..receive import Receiver
-    from ..store import Store
+    from ..records import Records
     from .servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
 """The services this front-end serves (their methods' rules: access.py)."""
 
 
-def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", ledger: "Ledger", store: "Store",
-           clock: "Clock", *, pool_max_size: int, idle_timeout: timedelta,
+def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", ledger: "Ledger", operator: "Operator",
+           records: "Records", clock: "Clock", *, pool_max_size: int, idle_timeout: timedelta,
            max_lifetime: timedelta) -> "SpannerFrontEnd | None":
     """The Spanner front-end, or None when google-cloud-spanner is not installed."""
     try:
@@ -61,7 +62,7 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", ledger:
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
-    return SpannerFrontEnd(catalog, mutator, receiver, ledger, store, clock,
+    return SpannerFrontEnd(catalog, mutator, receiver, ledger, operator, records, clock,
                            max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
                            max_lifetime=max_lifetime)
 

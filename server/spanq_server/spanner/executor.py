@@ -1,5 +1,5 @@
 """Runs parsed statements on the domain: RECEIVE on the Receiver, RENEWLEASE,
-INSERT and DELETE as the domain's mutations, SELECT on the store; DDL on the
+INSERT and DELETE as the domain's mutations, SELECT on the Operator; DDL on the
 Catalog. Values are resolved from literals and parameters by the column they
 meet. No protobuf beyond google.protobuf.Value, no SQL.
 """
@@ -18,9 +18,10 @@ from .. import errors, ledger, queues
 from ..clock import Clock
 from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
 from ..mutations import AckOp, Mutator, Outcome, RenewOp, SendOp
+from ..admin import Operator
 from ..queues import Catalog
+from ..records import Records
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
-from ..store import Store
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
@@ -85,12 +86,13 @@ Params = Any
 
 
 class Executor:
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock) -> None:
-        self.names = Names(store, catalog)
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
+                 clock: Clock) -> None:
+        self.names = Names(records, catalog)
         self._catalog = catalog
         self._mutator = mutator
         self._receiver = receiver
-        self._store = store
+        self._operator = operator
         self._clock = clock
 
     # -- queries and DML ----------------------------------------------------------
@@ -165,7 +167,7 @@ class Executor:
         query: dict[str, Any] = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
                      descending=s.descending, limit=limit)
         if use.read_only:
-            found = await self._store.messages_select(None, queue, now=self._clock.now(), **query)
+            found = await self._operator.select(queue, **query)
         else:
             found = await (await use.hold()).select(queue, **query)
         rows = []
@@ -358,7 +360,7 @@ class Executor:
         chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
         keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
-        return ReceiveStream(queue, columns, chosen, keep, stream, self._store)
+        return ReceiveStream(queue, columns, chosen, keep, stream, self._receiver)
 
     def _priority(self, expr: st.Expr, params: Params) -> str:
         """Spanner's RECEIVE priority: accepted and checked; spanq delivers in deliver-time order whatever
@@ -506,13 +508,13 @@ class ReceiveStream:
 
     def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
                  keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
-                 store: Store) -> None:
+                 receiver: Receiver) -> None:
         self.queue = queue
         self.columns = columns
         self._chosen = chosen
         self._keep = keep
         self._stream = stream
-        self._store = store
+        self._receiver = receiver
 
     async def batches(self) -> AsyncIterator[list[list[struct_pb2.Value]]]:
         try:
@@ -522,7 +524,7 @@ class ReceiveStream:
                     kept = [m for m in batch if self._keep(m)]
                     others = [m for m in batch if not self._keep(m)]
                     if others:
-                        await self._store.leases_return(self.queue, others)
+                        await self._receiver.give_back(self.queue, others)
                     if not kept:
                         await asyncio.sleep(FILTERED_PAUSE)
                         continue

@@ -29,9 +29,10 @@ from ..clock import Clock
 from ..ledger import Ledger
 from ..model import AckItem, OutgoingMessage
 from ..mutations import SEALED, AckOp, Mutation, Mutator, Outcome, SendOp
+from ..admin import Operator
 from ..queues import Catalog
+from ..records import Records
 from ..receive import Receiver
-from ..store import Store
 from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, sessions, statements, values
 from .admin import Admin, now_pb
 from .scope import Scope
@@ -562,13 +563,13 @@ def _stream(method: Callable[..., AsyncIterator[Any]], request: Any, response: A
 class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, store: Store,
-                 clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, operator: Operator,
+                 records: Records, clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
                  max_lifetime: timedelta) -> None:
-        self.admin = Admin(store)
+        self.admin = Admin(records)
         self.transactions = Transactions(mutator, max_open=max_open_transactions, idle_timeout=idle_timeout,
                                          max_lifetime=max_lifetime)
-        self.executor = Executor(catalog, mutator, receiver, store, clock)
+        self.executor = Executor(catalog, mutator, receiver, operator, records, clock)
         self.spanner = SpannerService(catalog, mutator, ledger_, self.executor, self.transactions, self.admin)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
         self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)
