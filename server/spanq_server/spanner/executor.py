@@ -15,13 +15,13 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from .. import errors, ledger, queues
+from ..admin import Operator
 from ..clock import Clock
 from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
 from ..mutations import AckOp, Mutator, Outcome, RenewOp, SendOp
-from ..admin import Operator
 from ..queues import Catalog
-from ..records import Records
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
+from ..records import Records
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling

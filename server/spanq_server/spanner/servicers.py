@@ -25,14 +25,14 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
 from .. import codec, errors, ledger
+from ..admin import Operator
 from ..clock import Clock
 from ..ledger import Ledger
 from ..model import AckItem, OutgoingMessage
 from ..mutations import SEALED, AckOp, Mutation, Mutator, Outcome, SendOp
-from ..admin import Operator
 from ..queues import Catalog
-from ..records import Records
 from ..receive import Receiver
+from ..records import Records
 from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, sessions, statements, values
 from .admin import Admin, now_pb
 from .scope import Scope
@@ -43,7 +43,6 @@ from .transactions import Transactions, Use, check_read_only
 logger = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "x-goog-spanner-request-id"
-
 
 pb = spanner  # the request modules, read below as pb.X.pb()
 CommitResponsePb = commit_response.CommitResponse.pb()
