@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..admin import Operator
     from ..auth import Rule
     from ..clock import Clock
-    from ..ledger import Ledger
+    from ..exactly_once import ExactlyOnce
     from ..mutations import Mutator
     from ..queues import Catalog
     from ..receive import Receiver
@@ -49,9 +49,9 @@ SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
 """The services this front-end serves (their methods' rules: access.py)."""
 
 
-def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", ledger: "Ledger", operator: "Operator",
-           records: "Records", clock: "Clock", *, pool_max_size: int, idle_timeout: timedelta,
-           max_lifetime: timedelta) -> "SpannerFrontEnd | None":
+def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly_once: "ExactlyOnce",
+           operator: "Operator", records: "Records", clock: "Clock", *, pool_max_size: int,
+           idle_timeout: timedelta, max_lifetime: timedelta) -> "SpannerFrontEnd | None":
     """The Spanner front-end, or None when google-cloud-spanner is not installed."""
     try:
         from .servicers import SpannerFrontEnd
@@ -62,7 +62,7 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", ledger:
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
-    return SpannerFrontEnd(catalog, mutator, receiver, ledger, operator, records, clock,
+    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, operator, records, clock,
                            max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
                            max_lifetime=max_lifetime)
 
