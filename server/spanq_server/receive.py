@@ -129,6 +129,12 @@ class Receiver:
         self._closing.set()
         self._wakeups.wake_all()
 
+    async def give_back(self, queue: QueueDef, leased: list[LeasedMessage]) -> None:
+        """Undoes leases that no client got (a front-end filtered them out): each message is
+        ready again at once, its delivery attempt as before."""
+        if leased:
+            await self._store.leases_return(queue, leased)
+
     async def given_back(self, timeout: float) -> None:
         """Waits (up to timeout) for the leases of ended streams to be given back."""
         if self._giving_back:

@@ -9,15 +9,15 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq._proto.spanq.v1 import queue_pb2_grpc
 
-from . import auth
+from . import access, auth
 from .admin import Operator
 from .clock import Clock
 from .config import Config, ConfigError
@@ -31,14 +31,18 @@ from .metrics import Metrics, parse_listen, sample_to_files
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
+from .records import Records
 from .service import QueueService
 from .store import Store
 from .wakeups import Wakeups
 from . import spanner as spanner_front_end
 
+if TYPE_CHECKING:
+    from .spanner.servicers import SpannerFrontEnd
+
 logger = logging.getLogger(__name__)
 
-SERVICE_NAME = queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name
+SERVICE_NAME = access.QUEUE_SERVICE
 
 
 @dataclasses.dataclass
@@ -57,8 +61,8 @@ class Running:
     metrics: Metrics
     metrics_port: int | None
     """Where /metrics is served (None: metrics_listen turned it off)."""
-    spanner: Any = None
-    """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
+    spanner: "SpannerFrontEnd | None" = None
+    """The Spanner front-end, or None (without google-cloud-spanner)."""
     sampler: "asyncio.Task[None] | None" = None
     """A --workers child's metrics sampler (metrics.sample_to_files), or None."""
     dashboard: Dashboard | None = None
@@ -170,7 +174,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # Then the decode guard, so an undecodable request is refused before authorization sees it.
         interceptors = [metrics.interceptor(), DecodeGuard()]
         if tokens is not None:
-            interceptors.append(auth.Authorizer(tokens, clock))
+            interceptors.append(auth.Authorizer(tokens, authorization_rules(), clock))
         # SO_REUSEPORT (gRPC's default) only for --workers children, which share their port: a
         # plain server refuses a port another process listens on instead of silently sharing it.
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -182,7 +186,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             catalog, mutator, receiver, exactly_once, operator), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
-        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, store, clock,
+        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, operator, Records(store), clock,
                                            pool_max_size=config.pool_max_size,
                                            idle_timeout=config.spanner_transaction_idle_timeout,
                                            max_lifetime=config.spanner_transaction_max_lifetime)
@@ -241,6 +245,11 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                     config.ui_listen, ui_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
                    metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard, ui_port=ui_port)
+
+
+def authorization_rules() -> dict[str, auth.Rule]:
+    """What each method of both front-ends needs of a token (health and reflection are open)."""
+    return {**access.RULES, **spanner_front_end.access_rules()}
 
 
 def _tls_context(config: Config) -> ssl.SSLContext | None:
