@@ -3,6 +3,10 @@ port, driven through gRPC, scraped over HTTP, and the exact figures checked."""
 
 import asyncio
 import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -14,13 +18,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import metrics, queues
+from spanq_server import queues
+from spanq_server.metrics import endpoint
 from spanq_server.cli import parse_config
 from spanq_server.config import Config
 from spanq_server.server import Running, start
 
 from .helpers import ack, create_queue, duration, error_of, key, open_stream, receive_some, renew, send, text_message
 from .spawned import tcp_sockets
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -248,7 +255,7 @@ async def test_ready_messages_and_oldest_age_follow_the_clock(server, stub, cloc
 
 
 async def test_counts_stop_at_the_cap(server, stub, monkeypatch):
-    monkeypatch.setattr(metrics, "COUNT_CAP", 3)
+    monkeypatch.setattr(endpoint, "COUNT_CAP", 3)
     await create_queue(stub, "deep", payload_type=queue_pb2.STRING)
     await send(stub, "deep", *(text_message(f"k{i}", "x") for i in range(5)))
     s = await scrape(server)
@@ -336,14 +343,14 @@ def test_cli_flag_and_environment():
     assert parse_config(["serve"], {"SPANQ_METRICS_LISTEN": "off"}).metrics_listen == "off"
     assert parse_config(["serve", "--metrics-listen", "127.0.0.1:9999"],
                         {"SPANQ_METRICS_LISTEN": "off"}).metrics_listen == "127.0.0.1:9999"
-    assert metrics.parse_listen("[::1]:9464") == ("::1", 9464)
-    assert metrics.parse_listen(" off ") is None
+    assert endpoint.parse_listen("[::1]:9464") == ("::1", 9464)
+    assert endpoint.parse_listen(" off ") is None
     with pytest.raises(SystemExit):
         parse_config(["serve", "--metrics-listen", "localhost"], {})
 
 
 async def test_a_slow_database_leaves_out_the_queue_gauges_not_the_scrape(server, stub, database_url, monkeypatch):
-    monkeypatch.setattr(metrics, "QUERY_TIMEOUT", 0.5)
+    monkeypatch.setattr(endpoint, "QUERY_TIMEOUT", 0.5)
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     await send(stub, "tasks", text_message("k", "x"))
     with psycopg.connect(database_url) as blocker:
@@ -393,3 +400,21 @@ async def test_a_scrape_storm_costs_one_render_per_interval(server_config, clock
             assert queries == 2
     finally:
         await running.stop(0)
+
+
+DOMAIN_IMPORTS = """
+import sys
+import spanq_server.metrics.counters, spanq_server.receive
+print(sorted(name for name in ("grpc", "spanq", "spanq_server.metrics.timing", "spanq_server.metrics.endpoint",
+                                "spanq_server.metrics.exposition") if name in sys.modules))
+"""
+
+
+def test_the_domain_and_its_counters_import_no_grpc():
+    """metrics/counters.py is what the domain calls: importing it (and the receive
+    stream's domain) brings in neither gRPC, nor the SDK, nor the RPC timing or the
+    /metrics endpoint."""
+    path = os.pathsep.join([str(ROOT / "server"), str(ROOT / "client"), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", DOMAIN_IMPORTS], env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    assert out.strip() == "[]"

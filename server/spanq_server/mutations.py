@@ -17,7 +17,7 @@ from .config import Limits
 from .group_commit import ACKS, SENDS, GroupCommitter
 from .held import Holdings
 from .ledger import Ledger
-from .metrics import Metrics
+from .metrics.counters import Counters
 from .queues import MAX_LEASE
 from .model import (AckItem, AckResult, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef,
                     RenewResult)
@@ -94,11 +94,11 @@ class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
     def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger, *,
-                 commit_groups_in_flight: int = 2, metrics: Metrics | None = None,
+                 commit_groups_in_flight: int = 2, metrics: Counters,
                  holdings: Holdings | None = None) -> None:
         self._store = store
         self._holdings = holdings or Holdings()
-        self._metrics = metrics or Metrics()
+        self._metrics = metrics
         self._ledger = ledger
         self._limits = limits
         self._clock = clock
