@@ -29,7 +29,6 @@ class RpcTiming(HandlerWrapper):
         self.histogram = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
                                    "method and status code; for a server stream, its whole life.",
                                    ["method", "code"], buckets=LATENCY_BUCKETS, registry=registry)
-        self._histogram = self.histogram
         self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
 
     @contextlib.contextmanager
@@ -50,7 +49,7 @@ class RpcTiming(HandlerWrapper):
         finally:
             child = self._children.get((method, code))
             if child is None:
-                child = self._children[(method, code)] = self._histogram.labels(method, code.name)
+                child = self._children[(method, code)] = self.histogram.labels(method, code.name)
             child.observe(time.perf_counter() - started)
 
     def wrap(self, method: str, handler: Handler) -> Handler:
