@@ -3,10 +3,6 @@ port, driven through gRPC, scraped over HTTP, and the exact figures checked."""
 
 import asyncio
 import dataclasses
-import os
-import pathlib
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -26,8 +22,6 @@ from spanq_server.server import Running, start
 
 from .helpers import ack, create_queue, duration, error_of, key, open_stream, receive_some, renew, send, text_message
 from .spawned import tcp_sockets
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -401,20 +395,3 @@ async def test_a_scrape_storm_costs_one_render_per_interval(server_config, clock
     finally:
         await running.stop(0)
 
-
-DOMAIN_IMPORTS = """
-import sys
-import spanq_server.metrics.counters, spanq_server.receive
-print(sorted(name for name in ("grpc", "spanq", "spanq_server.metrics.timing", "spanq_server.metrics.endpoint",
-                                "spanq_server.metrics.exposition") if name in sys.modules))
-"""
-
-
-def test_the_domain_and_its_counters_import_no_grpc():
-    """metrics/counters.py is what the domain calls: importing it (and the receive
-    stream's domain) brings in neither gRPC, nor the SDK, nor the RPC timing or the
-    /metrics endpoint."""
-    path = os.pathsep.join([str(ROOT / "server"), str(ROOT / "client"), os.environ.get("PYTHONPATH", "")])
-    out = subprocess.run([sys.executable, "-c", DOMAIN_IMPORTS], env={**os.environ, "PYTHONPATH": path},
-                         capture_output=True, text=True, check=True, timeout=60).stdout
-    assert out.strip() == "[]"
