@@ -40,7 +40,7 @@ from ._connect import CONNECT_TIMEOUT
 from ._errors import Closed, LeaseLost, SpanqError, Unavailable, from_rpc_error
 from ._leaser import Leaser
 from ._loop import call_soon
-from ._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from ._types import FlowControl, Future, Message, Queue, RenewedLease
 
 if TYPE_CHECKING:

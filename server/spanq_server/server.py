@@ -16,7 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from . import auth
 from .admin import Operator

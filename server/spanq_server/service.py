@@ -11,7 +11,7 @@ import grpc
 from google.protobuf import empty_pb2
 from grpc_status import rpc_status
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from . import admin, codec, errors, ledger, queues, status
 from .ledger import Ledger
