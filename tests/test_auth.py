@@ -19,7 +19,7 @@ import spanq
 import spanq.aio
 from google.protobuf import timestamp_pb2
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server import auth, cli
 from spanq_server import errors as spanq_server_errors
 from spanq_server.config import Config

@@ -6,7 +6,7 @@ before authorization, so a refused call has done nothing."""
 
 from typing import Any
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from . import errors
 from .auth import PRIVILEGES, After, Principal, Rule, one, require_parent

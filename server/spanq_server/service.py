@@ -11,7 +11,7 @@ from typing import Any, cast
 import grpc
 from google.protobuf import empty_pb2
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from . import admin, codec, errors, queues
 from .exactly_once import Answer, ExactlyOnce, Request

@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from google.protobuf import json_format
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from .. import access, auth, errors, status
 from ..admin import Operator, RedriveProgress
