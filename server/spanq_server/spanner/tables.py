@@ -26,7 +26,8 @@ from .. import errors, queues
 from ..mutations import TableOp
 from ..queues import Catalog
 from ..sql import tables as t
-from ..store import Handle, Store
+from ..store import Handle
+from ..store.tables import SpannerTables
 from . import googlesql as g
 from . import table_values, values
 from .names import Names
@@ -73,7 +74,7 @@ def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
 
 
 class Tables:
-    def __init__(self, store: Store, catalog: Catalog, names: Names) -> None:
+    def __init__(self, store: SpannerTables, catalog: Catalog, names: Names) -> None:
         self._store = store
         self._catalog = catalog
         self._names = names
