@@ -346,10 +346,9 @@ class SpannerService:
 
     async def Unsupported(self, request: Any, context: Any) -> Any:
         raise errors.Unimplemented(
-            "spanq serves Spanner's queue API only: sessions, ExecuteSql / ExecuteStreamingSql / ExecuteBatchDml "
-            "for the queue statements, Read / StreamingRead of queues, BeginTransaction, Commit (Send and Ack "
-            "mutations) and Rollback; "
-            "see docs/spanner-compat.md"
+            "spanq serves Spanner's queue API and a subset for tables: sessions, ExecuteSql / ExecuteStreamingSql / "
+            "ExecuteBatchDml, Read / StreamingRead, BeginTransaction, Commit and Rollback; partitioned queries and "
+            "reads are not served; see docs/spanner-compat.md"
         )
 
 
