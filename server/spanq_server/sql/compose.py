@@ -89,7 +89,8 @@ class QueueStatements:
         )
         return query("lease_token_keys", tokens=tokens, decoded_key_columns=decoded,
                      o_key_columns=self.qualified_keys("o"), queue=self.table,
-                     unkeyed=query("lease_token_unkeyed", token=sql.SQL("o.spanq_lease_token")))
+                     unkeyed=query("lease_token_unkeyed", token=sql.SQL("o.spanq_lease_token")),
+                     keyed_unkeyed=query("lease_token_unkeyed", token=sql.SQL("t.spanq_token")))
 
     def by_token(self, name: str, **fragments: sql.Composable) -> sql.Composed:
         """A named statement that finds rows by the lease tokens of ``%(lease_tokens)s``
@@ -159,7 +160,8 @@ class QueueStatements:
             f_key_columns=self.qualified_keys("f"),
             token_keys=self.token_keys(sql.SQL("$1")),
             new_token=self.new_token(
-                query("lease_token_prefix", token=sql.SQL("held.spanq_old_token")),
+                query("lease_token_prefix", token=sql.SQL("held.spanq_old_token"),
+                      keyed=sql.SQL("NOT {}").format(query("lease_token_unkeyed", token=sql.SQL("held.spanq_old_token")))),
                 sql.SQL("(extract(epoch FROM clock.now + $2) * 1000000)::bigint"), "m"),
         )
 
