@@ -6,6 +6,7 @@ knows nothing of protobuf.
 """
 
 import dataclasses
+import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
@@ -14,14 +15,15 @@ from datetime import datetime, timedelta, timezone
 from . import codec, errors
 from .clock import Clock
 from .config import Limits
+from .faults import FaultInjector
 from .group_commit import ACKS, SENDS, GroupCommitter
 from .held import Holdings
 from .ledger import Ledger
 from .metrics import Metrics
 from .queues import MAX_LEASE
-from .model import (AckItem, AckResult, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef,
-                    RenewResult)
-from .store import Connection, HeldTransaction, Store
+from .model import (AckFound, AckItem, AckResult, Claim, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage,
+                    QueueDef, RenewResult)
+from .store import Handle, HeldTransaction, Store
 from .wakeups import Wakeups
 
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
@@ -86,6 +88,28 @@ def new_uuids(n: int) -> list[str]:
             for j in range(0, 32 * n, 32)]
 
 
+def ack_results(queue: QueueDef, items: Sequence[AckItem], found: Sequence[AckFound], *,
+                ignore_not_found: bool) -> list[AckResult]:
+    """What an ack comes to, from what its DELETE found of each message; raises (and the
+    caller rolls back) if one cannot be acked: LEASE_NOT_HELD for a message still there
+    under another lease token, MESSAGE_NOT_FOUND for one gone (unless ignore_not_found)."""
+    for item, state in zip(items, found):
+        if state is AckFound.LEASE_MOVED:
+            raise errors.LeaseNotHeld(
+                f"cannot ack {list(item.key)!r} in queue {queue.name!r}: lease token {item.lease_token!r} is no "
+                "longer current (the lease was renewed, released or granted to another receiver); nothing "
+                "was acked",
+                key=json.dumps(list(item.key), default=str),
+            )
+        if state is AckFound.GONE and not ignore_not_found:
+            raise errors.MessageNotFound(
+                f"cannot ack {list(item.key)!r} in queue {queue.name!r}: the message is gone (already "
+                "acknowledged or deleted); nothing was acked. Set ignore_not_found to accept that",
+                key=json.dumps(list(item.key), default=str),
+            )
+    return [AckResult(item.key, state is AckFound.ACKED) for item, state in zip(items, found)]
+
+
 class _AlreadyCommitted(Exception):
     """The request_id belongs to a committed transaction."""
 
@@ -95,17 +119,19 @@ class Mutator:
 
     def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger, *,
                  commit_groups_in_flight: int = 2, metrics: Metrics | None = None,
-                 holdings: Holdings | None = None) -> None:
+                 holdings: Holdings | None = None, faults: FaultInjector | None = None) -> None:
         self._store = store
+        self.faults = faults or FaultInjector()
+        """The faults injected into commits (off by default; see faults.py)."""
         self._holdings = holdings or Holdings()
         self._metrics = metrics or Metrics()
         self._ledger = ledger
         self._limits = limits
         self._clock = clock
         self._wakeups = wakeups
-        self.sends = GroupCommitter(store, clock, SENDS, in_flight=commit_groups_in_flight)
+        self.sends = GroupCommitter(store, clock, SENDS, in_flight=commit_groups_in_flight, faults=self.faults)
         """Group commit of Send requests (see group_commit.py)."""
-        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight)
+        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight, faults=self.faults)
         """Group commit of Ack requests (see group_commit.py)."""
 
     def prepare(self, mutation: Mutation) -> Mutation:
@@ -211,11 +237,12 @@ class Mutator:
                 send = prepared[0]
                 results.append([m.key for m in send.messages])
                 response = encode(results)
-                if not await self.sends.commit(send.queue, LedgeredSend(request_id, fingerprint, response,
-                                                                         send.messages)):
+                claim = await self.sends.commit(send.queue, LedgeredSend(request_id, fingerprint, response,
+                                                                          send.messages))
+                if claim is not Claim.CLAIMED:
                     raise _AlreadyCommitted
                 return response
-            async with self._store.transaction(inject_faults=True) as conn:
+            async with self.faults.committing(self._store.transaction()) as conn:
                 if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
                     raise _AlreadyCommitted
                 results.extend(await self.apply_in(conn, prepared))
@@ -244,9 +271,9 @@ class Mutator:
             response = encode([guess])
             claim = await self.acks.commit(prepared.queue,
                                            LedgeredAck(request_id, fingerprint, response, prepared.items))
-            if claim is False:
+            if claim is Claim.COMMITTED_BEFORE:
                 raise _AlreadyCommitted
-            if claim is None:
+            if claim is Claim.LEFT_ALONE:
                 return await self._ack_alone(prepared, request_id, fingerprint, encode, response, guess, acked)
             acked.append(guess)
             return response
@@ -260,17 +287,19 @@ class Mutator:
         ledger claim (recording ``response``, that of every message acked) and the DELETE
         are one statement; the response is recorded again when ignore_not_found left
         some messages unacked, and an error rolls everything back."""
-        async with self._store.transaction(inject_faults=True) as conn:
-            results = await self._store.messages_ack_claimed(
-                conn, op.queue, op.items, ignore_not_found=op.ignore_not_found,
-                request_id=request_id, fingerprint=fingerprint, response=response, now=self._clock.now(),
-                all_acked=guess,
+        async with self.faults.committing(self._store.transaction()) as conn:
+            found = await self._store.messages_ack_claimed(
+                conn, op.queue, op.items, request_id=request_id, fingerprint=fingerprint, response=response,
+                now=self._clock.now(),
             )
-            if results is None:
+            if found is None:
                 raise _AlreadyCommitted
-            if results is not guess and results != guess:
-                response = encode([results])
-                await self._store.ledger_record(conn, request_id, response)
+            results = guess
+            if found.count(AckFound.ACKED) != len(found):
+                results = ack_results(op.queue, op.items, found, ignore_not_found=op.ignore_not_found)
+                if results != guess:
+                    response = encode([results])
+                    await self._store.ledger_record(conn, request_id, response)
             acked.append(results)
         return response
 
@@ -320,7 +349,7 @@ class Mutator:
         """A transaction held open across calls, for statements one at a time."""
         return OpenTransaction(self, await self._store.hold(lock_timeout=lock_timeout))
 
-    async def apply_in(self, conn: Connection, mutations: Sequence[Mutation]) -> list[Result]:
+    async def apply_in(self, conn: Handle, mutations: Sequence[Mutation]) -> list[Result]:
         """Applies prepared mutations on a transaction the caller commits. With
         several mutations, an error carries the index of the one that failed."""
         results: list[Result] = []
@@ -334,14 +363,13 @@ class Mutator:
                 raise
         return results
 
-    async def _apply_one(self, conn: Connection, mutation: Mutation, now: datetime | None) -> Result:
+    async def _apply_one(self, conn: Handle, mutation: Mutation, now: datetime | None) -> Result:
         if isinstance(mutation, SendOp):
             await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
             return [m.key for m in mutation.messages]
         if isinstance(mutation, AckOp):
-            return await self._store.messages_ack(
-                conn, mutation.queue, mutation.items, ignore_not_found=mutation.ignore_not_found
-            )
+            found = await self._store.messages_ack(conn, mutation.queue, mutation.items)
+            return ack_results(mutation.queue, mutation.items, found, ignore_not_found=mutation.ignore_not_found)
         renewed = await self._store.leases_renew(conn, mutation.queue, mutation.lease_tokens,
                                                  mutation.lease_duration, now, mutation.reason)
         if mutation.lease_duration == timedelta(0):
@@ -426,7 +454,9 @@ class OpenTransaction:
                 results = await m.apply_in(conn, prepared)
                 response = encode(results)
                 await m._store.ledger_record(conn, request_id, response)
-            await self._held.commit(inject_faults=True)
+            fault = m.faults.before_commit()
+            await self._held.commit()
+            m.faults.after_commit(fault)
         except _AlreadyCommitted:
             await self._held.rollback()
             return await m._replayed(request_id, fingerprint)

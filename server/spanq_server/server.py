@@ -136,7 +136,6 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     clock = clock or Clock()
     metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
-                  faults=FaultInjector.parse(config.inject_faults),
                   reconnect_max_delay=config.reconnect_max_delay.total_seconds(), pooler=config.pooler,
                   listen_dsn=config.listener_url)
     wakeups = Wakeups(store, deaf_poll_interval=config.deaf_poll_interval.total_seconds(),
@@ -163,7 +162,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups, ledger,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics,
-                          holdings=holdings)
+                          holdings=holdings, faults=FaultInjector.parse(config.inject_faults))
 
         # Timing outermost, so refused calls are timed too; without a token file no
         # authorization interceptor at all (nothing to pay for).
