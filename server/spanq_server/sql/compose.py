@@ -90,7 +90,7 @@ class QueueStatements:
         return query("lease_token_keys", tokens=tokens, decoded_key_columns=decoded,
                      o_key_columns=self.qualified_keys("o"), queue=self.table,
                      unkeyed=query("lease_token_unkeyed", token=sql.SQL("o.spanq_lease_token")),
-                     keyed_unkeyed=query("lease_token_unkeyed", token=sql.SQL("t.spanq_token")))
+                     token_unkeyed=query("lease_token_unkeyed", token=sql.SQL("t.spanq_token")))
 
     def by_token(self, name: str, **fragments: sql.Composable) -> sql.Composed:
         """A named statement that finds rows by the lease tokens of ``%(lease_tokens)s``

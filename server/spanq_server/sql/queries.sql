@@ -224,7 +224,7 @@ CASE WHEN {part} ~ '^-?[0-9]{{1,19}}$' AND {part}::numeric >= -62135596800000000
 -- that very one: the join's `m.spanq_lease_token = f.spanq_token`.
 SELECT {decoded_key_columns}, t.spanq_token
 FROM unnest({tokens}) AS t(spanq_token)
-WHERE NOT {keyed_unkeyed}
+WHERE NOT {token_unkeyed}
 UNION ALL
 SELECT {o_key_columns}, o.spanq_lease_token
 FROM {queue} AS o
