@@ -1,4 +1,4 @@
-"""Lease tokens that carry their message's key (migration 0009): a renewal, an ack by
+"""Lease tokens that carry their message's key (migration 0010): a renewal, an ack by
 token and a stream's held count find the row by primary key, so a lease writes no
 entry into the token index, which keeps only tokens without a key (keys too long for
 a 200-character token, and tokens granted before the migration). A token is still
@@ -101,9 +101,9 @@ async def test_a_token_made_up_for_another_key_is_refused_and_garbage_is_no_erro
     assert r.new_lease_token
 
 
-async def test_migration_0009_keeps_leases_granted_before_it(stub, sql, database_url):
+async def test_migration_0010_keeps_leases_granted_before_it(stub, sql, database_url):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
-    # The queue as before migration 0009: a token index of every token, and leases under
+    # The queue as before migration 0010: a token index of every token, and leases under
     # tokens without their key (one for a stream 'old', one for psql's 'sql').
     sql.execute("DROP INDEX spanq_lt_tasks")
     sql.execute("CREATE UNIQUE INDEX spanq_lt_tasks ON tasks (spanq_lease_token) WHERE spanq_lease_token IS NOT NULL")
@@ -112,10 +112,10 @@ async def test_migration_0009_keeps_leases_granted_before_it(stub, sql, database
     for k, token in tokens.items():
         sql.execute("UPDATE tasks SET spanq_lease_token = %s, spanq_lease_expiration_timestamp = now() + interval "
                     "'1 minute', deliver_time = now() + interval '1 minute' WHERE id = %s", [token, k])
-    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 9")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 10")
 
     async with Store(database_url, min_size=1, max_size=1) as store:
-        assert await store.migrate() == [9]
+        assert await store.migrate() == [10]
         [definition] = sql.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'spanq_lt_tasks'").fetchone()
         assert "<> '~'" in definition
         # The narrowed index still holds the old tokens: a stream's held count finds its own,

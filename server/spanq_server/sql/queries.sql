@@ -122,7 +122,7 @@ CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
 -- lease_token_index --
 -- A queue's token index: only of the tokens that do not carry their message's
 -- key (lease_token_unkeyed; lease_token_new makes those only for keys too
--- long for a token, and tokens granted before migration 0009). A token that
+-- long for a token, and tokens granted before migration 0010). A token that
 -- carries its key finds its row by primary key (lease_token_keys), so a lease
 -- writes no entry here: every lease moves deliver_time, so no lease is a HOT
 -- update and each writes an entry into every index whose predicate it meets.
@@ -132,7 +132,7 @@ CREATE UNIQUE INDEX {lease_token_index} ON {queue} (spanq_lease_token)
 -- lease_token_unkeyed --
 -- Whether a (non-NULL) token lacks its key: a token that carries it has '~'
 -- just before its 32 random hex digits, any other a '.' (lease_token_new).
--- The same expression as the partial index's predicate (migration 0009 writes
+-- The same expression as the partial index's predicate (migration 0010 writes
 -- it out too), so that the planner matches it to the index.
 substr({token}, length({token}) - 32, 1) <> '~'
 
