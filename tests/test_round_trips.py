@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Config
 from spanq_server.server import start
 
@@ -32,8 +32,9 @@ def server_config(server_config: Config) -> Config:
 
 @contextlib.contextmanager
 def checkouts(store: Any) -> Iterator[Counter[str]]:
-    """Counts the server's database transactions: each ``read`` (an autocommitted statement,
-    such as a lease or a grouped ack) and each ``transaction`` is one commit the database sees."""
+    """Counts the server's database transactions: each ``_read`` (an autocommitted statement,
+    such as a lease or a grouped ack) and each ``_transaction`` (every transaction of the
+    store's, Store.transaction included) is one commit the database sees."""
     counts: Counter[str] = Counter()
     originals = {name: getattr(store, name) for name in ("_read", "_transaction")}
 

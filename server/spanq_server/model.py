@@ -227,3 +227,13 @@ class Claim(enum.Enum):
     """Its request_id was committed before: nothing done now (a replay)."""
     LEFT_ALONE = "left alone"
     """Neither claimed nor applied: its outcome was not known in advance, so it runs alone."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDependents:
+    """The queues that name a queue to be dropped (queues.check_droppable decides)."""
+
+    children: list[str]
+    """Queues whose parent table it is."""
+    dead_letter_of: list[str]
+    """Queues whose dead-letter queue it is."""

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from . import errors
 from .config import Limits
-from .model import KEY_TYPES, PAYLOAD_TYPES, CatalogFacts, ColumnType, KeyColumn, QueueDef
+from .model import KEY_TYPES, PAYLOAD_TYPES, CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
 from .store import DDL_LOCK_TIMEOUT, Store
 
 IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -139,6 +139,22 @@ def check_creatable(queue: QueueDef, facts: CatalogFacts, max_queues: int) -> No
             )
 
 
+def check_droppable(name: str, dependents: QueueDependents) -> None:
+    """FailedPrecondition, naming them, while queues name this one as their parent or dead-letter queue."""
+    if dependents.children:
+        raise errors.FailedPrecondition(
+            f"queue {name!r} is the parent table of queue(s) {', '.join(map(repr, dependents.children))} (their "
+            "messages belong to its rows); drop those queues first",
+            queue=name, child=dependents.children[0],
+        )
+    if dependents.dead_letter_of:
+        raise errors.FailedPrecondition(
+            f"queue {name!r} is the dead-letter queue of queue(s) {', '.join(map(repr, dependents.dead_letter_of))}; "
+            "drop those queues first",
+            queue=name,
+        )
+
+
 def default_key_columns() -> tuple[KeyColumn, ...]:
     """A queue created without key columns gets one STRING key, filled with a UUID when omitted."""
     return (KeyColumn("id", ColumnType.STRING),)
@@ -218,7 +234,8 @@ class Catalog:
     async def drop(self, name: str) -> None:
         queue = await self.get(name)
         self.forget(name)
-        await self._store.queue_drop(queue, lock_timeout=self._ddl_lock_timeout)
+        await self._store.queue_drop(queue, lambda dependents: check_droppable(name, dependents),
+                                     lock_timeout=self._ddl_lock_timeout)
         self._gone(name)
 
 

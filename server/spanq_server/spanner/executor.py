@@ -1,5 +1,5 @@
 """Runs parsed statements on the domain: RECEIVE on the Receiver, RENEWLEASE,
-INSERT and DELETE as the domain's mutations, SELECT on the store; DDL on the
+INSERT and DELETE as the domain's mutations, SELECT on the Operator; DDL on the
 Catalog. Values are resolved from literals and parameters by the column they
 meet. No protobuf beyond google.protobuf.Value, no SQL.
 """
@@ -7,24 +7,26 @@ meet. No protobuf beyond google.protobuf.Value, no SQL.
 import asyncio
 import dataclasses
 import operator
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from google.protobuf import struct_pb2
 
-from .. import errors, ledger, queues
+from .. import errors, queues
+from ..admin import Operator
 from ..clock import Clock
+from ..exactly_once import ExactlyOnce
 from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
-from ..mutations import AckOp, Mutator, Outcome, RenewOp, SendOp
+from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
 from ..queues import Catalog
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
-from ..store import Store
+from ..records import Records
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
 from .scope import DEFAULT_SCOPE, Scope
+from .status import RowCountMismatch
 from .transactions import Use
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
@@ -71,10 +73,6 @@ def project(available: list[Output], items: tuple[st.Item, ...] | None,
     return chosen, [(item.alias or available[i].name, available[i].type) for i, item in zip(chosen, items)]
 
 
-class RowCountMismatch(errors.QueueError):
-    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
-
-
 @dataclasses.dataclass
 class Result:
     columns: list[tuple[str, ColumnType]]
@@ -87,13 +85,35 @@ Params = Any
 """A google.protobuf.Struct of parameter values."""
 
 
+Rows = list[list[struct_pb2.Value]]
+
+
+class _RenewedRows:
+    """RENEWLEASE's rows as the commit ledger records them (exactly_once.Reply): a ListValue of rows."""
+
+    def __init__(self, rows_of: Callable[[Any], Rows]) -> None:
+        self._rows_of = rows_of
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Any]) -> tuple[Rows, bytes]:
+        rows = self._rows_of(results[0])
+        table = struct_pb2.ListValue()
+        for row in rows:
+            table.values.add().list_value.values.extend(row)
+        return rows, table.SerializeToString()
+
+    def replay(self, recorded: bytes) -> Rows:
+        return [list(row.list_value.values) for row in struct_pb2.ListValue.FromString(recorded).values]
+
+
 class Executor:
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock) -> None:
-        self.names = Names(store, catalog)
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
+                 clock: Clock, exactly_once: ExactlyOnce) -> None:
+        self.names = Names(records, catalog)
         self._catalog = catalog
         self._mutator = mutator
+        self._once = exactly_once
         self._receiver = receiver
-        self._store = store
+        self._operator = operator
         self._clock = clock
 
     # -- queries and DML ----------------------------------------------------------
@@ -168,7 +188,7 @@ class Executor:
         query: dict[str, Any] = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
                      descending=s.descending, limit=limit)
         if use.read_only:
-            found = await self._store.messages_select(None, queue, now=self._clock.now(), **query)
+            found = await self._operator.select(queue, **query)
         else:
             found = await (await use.hold()).select(queue, **query)
         rows = []
@@ -203,29 +223,11 @@ class Executor:
             return Result(list(RENEW_COLUMNS), rows_of((await (await use.hold()).apply([op]))[0]))
         # Under a read-only transaction RENEWLEASE commits on its own, like RECEIVE's
         # leases, through the commit ledger: an unknown outcome is settled there.
-        def encode(results: list[Any]) -> bytes:
-            table = struct_pb2.ListValue()
-            for row in rows_of(results[0]):
-                table.values.add().list_value.values.extend(row)
-            return table.SerializeToString()
-
-        fingerprint = ledger.fingerprint("spanner.RENEWLEASE", "\0".join([queue.name, *tokens]).encode())
-        for attempt in range(RENEW_ATTEMPTS):
-            request_id = f"spanner-renew:{uuid.uuid4()}"
-            try:
-                outcome = await self._mutator.commit([op], request_id=request_id, fingerprint=fingerprint,
-                                                     encode=encode)
-                break
-            except errors.CommitOutcomeUnknown:
-                recorded = await self._mutator.seal(request_id, fingerprint)
-                if recorded is not None:
-                    outcome = Outcome(recorded, replayed=True)
-                    break
-                if attempt == RENEW_ATTEMPTS - 1:  # it did not commit, and never will
-                    raise errors.StoreUnavailable("RENEWLEASE could not commit; nothing was renewed, retry")
-                # It did not commit, and now never will: renew afresh.
-        table = struct_pb2.ListValue.FromString(outcome.response)
-        return Result(list(RENEW_COLUMNS), [list(row.list_value.values) for row in table.values])
+        answer = await self._once.commit_unattended(
+            "spanner.RENEWLEASE", "\0".join([queue.name, *tokens]).encode(), [op], _RenewedRows(rows_of),
+            id_prefix="spanner-renew", attempts=RENEW_ATTEMPTS,
+            gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
+        return Result(list(RENEW_COLUMNS), answer.reply)
 
     async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)
@@ -361,7 +363,7 @@ class Executor:
         chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
         keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
-        return ReceiveStream(queue, columns, chosen, keep, stream, self._store)
+        return ReceiveStream(queue, columns, chosen, keep, stream, self._receiver)
 
     def _priority(self, expr: st.Expr, params: Params) -> str:
         """Spanner's RECEIVE priority: accepted and checked; spanq delivers in deliver-time order whatever
@@ -509,13 +511,13 @@ class ReceiveStream:
 
     def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
                  keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
-                 store: Store) -> None:
+                 receiver: Receiver) -> None:
         self.queue = queue
         self.columns = columns
         self._chosen = chosen
         self._keep = keep
         self._stream = stream
-        self._store = store
+        self._receiver = receiver
 
     async def batches(self) -> AsyncIterator[list[list[struct_pb2.Value]]]:
         try:
@@ -525,7 +527,7 @@ class ReceiveStream:
                     kept = [m for m in batch if self._keep(m)]
                     others = [m for m in batch if not self._keep(m)]
                     if others:
-                        await self._store.leases_return(self.queue, others)
+                        await self._receiver.give_back(self.queue, others)
                     if not kept:
                         await asyncio.sleep(FILTERED_PAUSE)
                         continue

@@ -14,7 +14,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from .. import errors
-from ..model import CatalogFacts, ColumnType, KeyColumn, QueueDef
+from ..model import CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
 from ..sql import MIGRATIONS
 from ..sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 from .database import Connection, Database, _scalar
@@ -156,18 +156,22 @@ class CatalogTables(Database):
         await conn.execute(names.renew_function_ddl())
         return dataclasses.replace(queue, create_time=row[0])
 
-    async def queue_drop(self, queue: QueueDef, *, lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> None:
+    async def queue_drop(self, queue: QueueDef, check: Callable[[QueueDependents], None], *,
+                         lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> None:
+        """Drops the queue's table and functions and its catalog row, if ``check`` (the
+        domain's rules) accepts the queues that depend on it: once before waiting for
+        locks (only to refuse), and again under the catalog lock (no child can appear then)."""
         names = QueueStatements(queue)
         what = f"DropQueue of {queue.name!r}"
         async with self._transaction(queue.name) as conn:
             with _bounded_ddl(what, lock_timeout):
-                await _refuse_if_depended_on(conn, queue.name)  # before waiting for locks only to refuse
+                check(await _dependents(conn, queue.name))
                 # DROP TABLE takes ACCESS EXCLUSIVE on the table and on the parent its foreign key references.
                 tables = [(queue.name, "ACCESS EXCLUSIVE")]
                 if queue.parent_table:
                     tables.append((queue.parent_table, "ACCESS EXCLUSIVE"))
                 await self._ddl_locks(conn, what, tables, lock_timeout)
-                await _refuse_if_depended_on(conn, queue.name)  # under the catalog lock: no child can appear now
+                check(await _dependents(conn, queue.name))
                 try:
                     cur = await conn.execute(query("queue_delete"), {"name": queue.name})
                 except (pg_errors.ForeignKeyViolation, pg_errors.RestrictViolation) as exc:  # ON DELETE RESTRICT
@@ -222,6 +226,7 @@ class CatalogTables(Database):
         await conn.execute(query("ddl_lock_timeout"), {"lock_timeout": _milliseconds(deadline - time.monotonic())})
         await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
 
+
 @contextlib.contextmanager
 def _bounded_ddl(what: str, lock_timeout: timedelta) -> Iterator[None]:
     """A lock wait of queue DDL that ran out (ddl_lock_timeout) -> what to do about it."""
@@ -247,23 +252,11 @@ def _milliseconds(seconds: float) -> str:
     return f"{max(1, int(seconds * 1000))}ms"
 
 
-async def _refuse_if_depended_on(conn: Connection, name: str) -> None:
-    """FailedPrecondition, naming them, while queues name this one as their parent or dead-letter queue."""
+async def _dependents(conn: Connection, name: str) -> QueueDependents:
     cur = await conn.execute(query("queue_dependents"), {"name": name})
     rows = await cur.fetchall()
-    children = [child for child, is_child in rows if is_child]
-    if children:
-        raise errors.FailedPrecondition(
-            f"queue {name!r} is the parent table of queue(s) {', '.join(map(repr, children))} (their messages "
-            "belong to its rows); drop those queues first",
-            queue=name, child=children[0],
-        )
-    if rows:
-        raise errors.FailedPrecondition(
-            f"queue {name!r} is the dead-letter queue of queue(s) {', '.join(repr(r[0]) for r in rows)}; drop "
-            "those queues first",
-            queue=name,
-        )
+    return QueueDependents(children=[queue for queue, is_child in rows if is_child],
+                           dead_letter_of=[queue for queue, is_child in rows if not is_child])
 
 
 async def _fetch_queues(conn: Connection, after: str = "", limit: int | None = None) -> list[QueueDef]:
@@ -309,5 +302,3 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         dead_letter_queue=dead_letter_queue,
         create_time=create_time,
     )
-
-
