@@ -7,9 +7,9 @@ checked against the token, in plain SQL from psycopg (durable commits, one
 connection), in three layouts, alternated run by run:
 
 - ``token index``: tokens ``<prefix>.<lease end>.<random>`` with a unique
-  index on the token (spanq before migration 0009);
+  index on the token (spanq before migration 0010);
 - ``key in token``: tokens ``<prefix>.<lease end>.<key>~<random>`` that carry
-  their key, and the partial token index of migration 0009, which holds only
+  their key, and the partial token index of migration 0010, which holds only
   tokens without the key (none here): what spanq does now;
 - ``no token index``: no index on the token at all (the floor).
 
