@@ -10,7 +10,7 @@ import re
 import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq_server.store import Store
 
 from .helpers import ack, create_queue, duration, error_of, key, receive_some, renew, send, text_message, value
