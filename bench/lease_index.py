@@ -13,6 +13,12 @@ connection), in three layouts, alternated run by run:
   tokens without the key (none here): what spanq does now;
 - ``no token index``: no index on the token at all (the floor).
 
+The ack's token check is spanq's (``a.token IS NULL OR m.lease_token =
+a.token``, message_ack): a plain ``m.lease_token = a.token`` lets the planner
+find the rows through the token index where there is one, and hash-join a
+scan of the table where there is none, which made the ack look 0.2 ms slower
+without the index; spanq's acks never use the token index.
+
 Each run preloads the messages into one table per layout and vacuums, then
 drains the tables side by side, a batch of each in turn with the order
 rotating, so that load from elsewhere on the machine falls on all layouts
@@ -86,7 +92,7 @@ def statements(t: sql.Identifier, token: str) -> tuple[sql.Composed, sql.Compose
         RETURNING m.id, m.lease_token""").format(t=t, token=sql.SQL(token))  # type: ignore[arg-type]
     ack = sql.SQL("""
         DELETE FROM {t} AS m USING unnest(%(ids)s::text[], %(tokens)s::text[]) AS a(id, token)
-        WHERE m.id = a.id AND m.lease_token = a.token""").format(t=t)
+        WHERE m.id = a.id AND (a.token IS NULL OR m.lease_token = a.token)""").format(t=t)
     return lease, ack
 
 
