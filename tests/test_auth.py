@@ -31,6 +31,7 @@ OPS, WORKER, SENDER, READER = "tok-ops", "tok-worker", "tok-sender", "tok-reader
 SPANNER_WORKER = "tok-spanner-worker"
 DLQ_SENDER, DLQ_ADMIN = "tok-dlq-sender", "tok-dlq-admin"
 REDRIVER = "tok-redriver"
+TABLE_WRITER = "tok-table-writer"
 ALICE, CAROL, DANA, ERIN = "tok-alice", "tok-carol", "tok-dana", "tok-erin"
 """alice owns queue qa; carol owns qc alone; dana owns qc and may read qa; erin owns qc and the table users."""
 ONLY = {p: f"tok-only-{p}" for p in auth.PRIVILEGES}
@@ -80,6 +81,10 @@ grants = {{ qc = ["admin", "send"], users = ["admin"] }}
 [tokens.redriver]
 sha256 = "{auth.digest(REDRIVER)}"
 grants = {{ dlq = ["ack"], q = ["send"] }}
+
+[tokens.table-writer]
+sha256 = "{auth.digest(TABLE_WRITER)}"
+grants = {{ users = ["select", "send"], usertasks = ["ack"] }}
 
 [tokens.reader]
 sha256 = "{auth.digest(READER)}"
@@ -711,6 +716,68 @@ async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypa
     ops = await asyncio.to_thread(database_as, OPS)
     assert [r[:2] for r in await asyncio.to_thread(query, ops, "SELECT * FROM UserTasks")] == [[1, "m"]]
     assert await asyncio.to_thread(read, ops) == [[1]]
+
+
+async def test_spanner_tables_need_their_privileges_fail_closed(server, monkeypatch, sql) -> None:
+    """SELECT / INSERT / UPDATE / DELETE on a table are select / send / update / ack on its name,
+    by statement and by mutation; table DDL is admin; a join needs select on every table."""
+    pytest.importorskip("google.cloud.spanner")
+    from google.api_core import exceptions
+    from google.cloud import spanner
+
+    from .test_spanner_client import DATABASE, INSTANCE, PROJECT, make_database
+
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
+    token: dict[str, str | None] = {"now": OPS}
+    plain = grpc.insecure_channel
+
+    def channel(target: str, *args: Any, **kwargs: Any) -> grpc.Channel:
+        return grpc.intercept_channel(plain(target, *args, **kwargs), _Bearer(token["now"]))
+
+    monkeypatch.setattr(grpc, "insecure_channel", channel)
+
+    def scenario() -> None:
+        make_database(server.target)
+        database = spanner.Client(project=PROJECT).instance(INSTANCE).database(DATABASE)
+        database.update_ddl(["CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (UserId)",
+                             "CREATE TABLE Secrets (Id INT64 NOT NULL) PRIMARY KEY (Id)"]).result(timeout=30)
+        token["now"] = TABLE_WRITER
+        database = spanner.Client(project=PROJECT).instance(INSTANCE).database(DATABASE)
+        with database.batch() as batch:
+            batch.insert("Users", ("UserId", "Name"), [(1, "a")])
+        database.run_in_transaction(lambda t: t.execute_update("INSERT INTO Users (UserId) VALUES (2)"))
+        with database.snapshot() as snapshot:
+            assert len(list(snapshot.execute_sql("SELECT UserId FROM Users"))) == 2
+        def query(text: str) -> list[Any]:
+            with database.snapshot() as snapshot:
+                return list(snapshot.execute_sql(text))
+
+        def read(table: str) -> list[Any]:
+            with database.snapshot() as snapshot:
+                return list(snapshot.read(table, ("Id",), spanner.KeySet(all_=True)))
+
+        denied = [
+            (lambda: database.run_in_transaction(
+                lambda t: t.execute_update("UPDATE Users SET Name = 'b' WHERE true")), "'update' privilege on queue 'users'"),
+            (lambda: database.run_in_transaction(lambda t: t.update("Users", ("UserId", "Name"), [(1, "b")])),
+             "mutation 0: .*'update' privilege on queue 'users'"),
+            (lambda: database.run_in_transaction(lambda t: t.delete("Users", spanner.KeySet(all_=True))),
+             "'ack' privilege on queue 'users'"),
+            (lambda: query("SELECT * FROM Users u JOIN Secrets s ON s.Id = u.UserId"),
+             "'select' privilege on queue 'secrets'"),
+            (lambda: read("Secrets"),
+             "'select' privilege on queue 'secrets'"),
+            (lambda: database.update_ddl(["DROP TABLE Users"]).result(timeout=30), "'admin' privilege on queue 'users'"),
+            (lambda: database.update_ddl(["CREATE INDEX ByName ON Users (Name)"]).result(timeout=30), "'admin'"),
+        ]
+        for call, words in denied:
+            with pytest.raises(exceptions.PermissionDenied, match=words):
+                call()
+
+    await asyncio.to_thread(scenario)
+    (namespace,) = sql.execute("SELECT namespace FROM spanq.spanner_databases").fetchone()
+    assert sql.execute(f"SELECT userid, name FROM {namespace}users ORDER BY 1").fetchall() == [(1, "a"), (2, None)]
 
 
 # -- the token file -------------------------------------------------------------------------------

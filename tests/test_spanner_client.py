@@ -307,7 +307,7 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
         with database.snapshot() as snapshot:
             return list(snapshot.execute_sql(text))
 
-    with pytest.raises(exceptions.InvalidArgument, match="understands only"):
+    with pytest.raises(exceptions.InvalidArgument, match="Table not found: other"):
         await asyncio.to_thread(query, "SELECT a.x FROM UserTasks a JOIN Other b ON a.x = b.y")
     with pytest.raises(exceptions.InvalidArgument, match="max_duration"):
         await asyncio.to_thread(query, "SELECT * FROM RECEIVE_UserTasks(max_duration => 'soon')")
@@ -325,8 +325,8 @@ async def test_errors_as_the_client_raises_them(database, server) -> None:  # ty
                                   "PRIMARY KEY (Id)"])
     statements = await asyncio.to_thread(lambda: database.reload() or database.ddl_statements)
     assert [s.split("(")[0].strip() for s in statements] == ["CREATE QUEUE Other", "CREATE QUEUE UserTasks"]
-    with pytest.raises(exceptions.InvalidArgument, match="CREATE TABLE|only CREATE QUEUE"):
-        await asyncio.to_thread(ddl, ["CREATE TABLE T (Id INT64) PRIMARY KEY (Id)"])
+    with pytest.raises(exceptions.InvalidArgument, match="only CREATE QUEUE, CREATE TABLE"):
+        await asyncio.to_thread(ddl, ["CREATE VIEW V SQL SECURITY INVOKER AS SELECT 1"])
 
     # Committing a transaction the server does not hold (reaped, lost, never begun) is
     # ABORTED with a short RetryInfo, so run_in_transaction runs the function again at once.

@@ -55,7 +55,7 @@ from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
 
 logger = logging.getLogger(__name__)
 
-PRIVILEGES = ("send", "receive", "ack", "select", "admin")
+PRIVILEGES = ("send", "receive", "ack", "select", "update", "admin")
 EVERY_QUEUE = "*"
 """The grant key for every queue, those created later included."""
 OPEN_SERVICES = frozenset({

@@ -37,6 +37,14 @@ class ParentRowNotFound(QueueError):
     """The parent row that would own this message does not exist."""
 
 
+class RowAlreadyExists(QueueError):
+    """A row with that key is in the table already (a Spanner table's Insert); nothing was stored."""
+
+
+class RowNotFound(QueueError):
+    """No row with that key (a Spanner table's Update), or no such table."""
+
+
 class MessageNotFound(QueueError):
     """The message is gone (already acknowledged or deleted); set ignore_not_found to accept that."""
 

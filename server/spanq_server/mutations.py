@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
@@ -53,8 +53,20 @@ class RenewOp:
     """A nack's reason, kept for the dead-letter history."""
 
 
-Mutation = SendOp | AckOp | RenewOp
-Result = list[Key] | list[AckResult] | list[RenewResult]
+@dataclasses.dataclass(frozen=True)
+class TableOp:
+    """A statement on a Spanner table (spanner/tables.py builds it), applied in the
+    commit's transaction beside the queue mutations: ``run`` takes the transaction's
+    transaction and returns the statement's rows and row count (Store.table_run_in)."""
+
+    table: str
+    run: Callable[[Handle], Awaitable[tuple[list[Any], int]]]
+    rows: int = 1
+    """What it counts toward a Commit's limit."""
+
+
+Mutation = SendOp | AckOp | RenewOp | TableOp
+Result = list[Key] | list[AckResult] | list[RenewResult] | tuple[list[Any], int]
 
 
 def new_uuids(n: int) -> list[str]:
@@ -112,6 +124,8 @@ class Mutator:
 
     def prepare(self, mutation: Mutation) -> Mutation:
         """Checks a mutation before any database work; fills in generated keys."""
+        if isinstance(mutation, TableOp):
+            return mutation
         if isinstance(mutation, SendOp):
             return self._prepare_send(mutation)
         if isinstance(mutation, AckOp):
@@ -175,7 +189,7 @@ class Mutator:
         messages, acks and lease tokens together, at most max_messages_per_request."""
         limit = self._limits.max_messages_per_request
         total = sum(len(m.messages) if isinstance(m, SendOp) else len(m.items) if isinstance(m, AckOp)
-                    else len(m.lease_tokens) for m in mutations)
+                    else m.rows if isinstance(m, TableOp) else len(m.lease_tokens) for m in mutations)
         if total > limit:
             raise errors.InvalidArgument(
                 f"a Commit takes at most {limit} messages, acks and lease tokens in all its mutations, got "
@@ -217,6 +231,8 @@ class Mutator:
         return results
 
     async def _apply_one(self, conn: Handle, mutation: Mutation, now: datetime | None) -> Result:
+        if isinstance(mutation, TableOp):
+            return await mutation.run(conn)
         if isinstance(mutation, SendOp):
             await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
             return [m.key for m in mutation.messages]
@@ -234,6 +250,8 @@ class Mutator:
         """After a commit (not a replay): wakes this server's streams and counts for metrics."""
         metrics = self._metrics
         for mutation, result in zip(mutations, results):
+            if isinstance(mutation, TableOp):
+                continue  # a table's rows: no stream to wake
             name = mutation.queue.name
             if isinstance(mutation, SendOp):
                 self._wakeups.wake(name)

@@ -8,6 +8,7 @@ calls this, never the store."""
 from typing import Any, Literal
 
 from .store import Store
+from .store.tables import SpannerTables
 
 Kind = Literal["instance", "database"]
 
@@ -15,6 +16,11 @@ Kind = Literal["instance", "database"]
 class Records:
     def __init__(self, store: Store) -> None:
         self._store = store
+
+    @property
+    def tables(self) -> SpannerTables:
+        """The Spanner API's tables (spanner/tables.py: their statements, registry and DDL)."""
+        return self._store
 
     # -- instances and databases ---------------------------------------------------
 

@@ -250,9 +250,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 # -- domain -> response ---------------------------------------------------------
 
 
-SEND = Response(queue_pb2.SendResponse, lambda ops, results: send_response(ops[0].queue, cast(list[Key], results[0])))
+SEND = Response(queue_pb2.SendResponse, lambda ops, results: send_response(cast(SendOp, ops[0]).queue, cast(list[Key], results[0])))
 ACK = Response(queue_pb2.AckResponse,
-               lambda ops, results: ack_response(ops[0].queue, cast(list[AckResult], results[0])))
+               lambda ops, results: ack_response(cast(AckOp, ops[0]).queue, cast(list[AckResult], results[0])))
 RENEW = Response(queue_pb2.RenewLeaseResponse, lambda ops, results: renew_response(cast(list[RenewResult], results[0])))
 COMMIT = Response(queue_pb2.CommitResponse, lambda ops, results: queue_pb2.CommitResponse(
     results=[mutation_result(op, result) for op, result in zip(ops, results)]))

@@ -33,6 +33,8 @@ STATUS_TABLE: dict[type[errors.QueueError], tuple[grpc.StatusCode, str]] = {
     errors.MessageAlreadyExists: (grpc.StatusCode.ALREADY_EXISTS, "MESSAGE_ALREADY_EXISTS"),
     errors.ParentRowNotFound: (grpc.StatusCode.NOT_FOUND, "PARENT_ROW_NOT_FOUND"),
     errors.MessageNotFound: (grpc.StatusCode.OUT_OF_RANGE, "MESSAGE_NOT_FOUND"),
+    errors.RowAlreadyExists: (grpc.StatusCode.ALREADY_EXISTS, "ROW_ALREADY_EXISTS"),
+    errors.RowNotFound: (grpc.StatusCode.NOT_FOUND, "ROW_NOT_FOUND"),
     errors.LeaseNotHeld: (grpc.StatusCode.FAILED_PRECONDITION, "LEASE_NOT_HELD"),
     errors.FailedPrecondition: (grpc.StatusCode.FAILED_PRECONDITION, "FAILED_PRECONDITION"),
     errors.LimitExceeded: (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_EXCEEDED"),

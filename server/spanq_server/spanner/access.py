@@ -18,6 +18,7 @@ from .. import errors
 from ..auth import EVERY_QUEUE, After, Principal, Rule, any_token, require_parent
 from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
 from . import statements as st
+from . import table_access
 
 STATEMENT_PRIVILEGE: dict[type, str] = {
     st.CreateQueue: "admin",
@@ -48,7 +49,12 @@ def _target(statement: st.Statement) -> str:
 def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
     for i, text in enumerate(texts):
         where = f"{label} {i}: " if label else ""
-        for statement in _readings(text, ddl):
+        readings = list(_readings(text, ddl))
+        if not readings:  # of the table subset (spanner/table_access.py), read as the servicer reads it
+            for needed, table in table_access.statement_needs(text) or ():
+                if needed not in p.grants.get(table, p.everywhere):
+                    raise p.denied(needed, table, f"{what} (on a table)", where)
+        for statement in readings:
             kind = type(statement).__name__
             privilege = STATEMENT_PRIVILEGE.get(type(statement))
             if privilege is None:
@@ -81,6 +87,9 @@ def _create_database(p: Principal, request: Any) -> None:
 def _commit(p: Principal, request: Any) -> None:
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
+        for privilege, table in table_access.mutation_needs(mutation):  # a table's Write mutations
+            if privilege not in p.grants.get(table, p.everywhere):
+                raise p.denied(privilege, table, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
         if kind in ("send", "ack", "delete"):
             target = getattr(mutation, kind)
             queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
@@ -88,7 +97,7 @@ def _commit(p: Principal, request: Any) -> None:
             if needs not in p.grants.get(queue, p.everywhere):
                 raise p.denied(needs, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
                                mutation_index=str(i))
-        # (any other mutation is refused by the servicer: Commit takes Send, Ack and Delete only)
+        # (any other mutation is refused by the servicer)
 
 
 def _read(p: Principal, request: Any) -> None:
@@ -114,8 +123,8 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
         found = response.statements
         for i in range(len(found) - 1, -1, -1):
             # A PostgreSQL-dialect database's DDL is in its dialect.
-            name = next((s.name for s in _readings(found[i], ddl=True)
-                         if isinstance(s, (st.CreateQueue, st.DropQueue))), "")
+            name = table_access.ddl_name(found[i]) or next(
+                (s.name for s in _readings(found[i], ddl=True) if isinstance(s, (st.CreateQueue, st.DropQueue))), "")
             if name not in p.grants:
                 del found[i]
 

@@ -22,11 +22,13 @@ from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
 from ..queues import Catalog
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ..records import Records
+from . import googlesql
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
 from .scope import DEFAULT_SCOPE, Scope
 from .status import RowCountMismatch
+from .tables import Tables, TableResult, TableStatement
 from .transactions import Use
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
@@ -109,6 +111,8 @@ class Executor:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
                  clock: Clock, exactly_once: ExactlyOnce) -> None:
         self.names = Names(records, catalog)
+        self.tables = Tables(records.tables, catalog, self.names)
+        """Spanner tables (spanner/tables.py): statements the queue parser does not read go there."""
         self._catalog = catalog
         self._mutator = mutator
         self._once = exactly_once
@@ -131,7 +135,32 @@ class Executor:
             raise errors.QueueNotFound(f"queue {name!r} does not exist in this database; create it with "
                                        "CREATE QUEUE (database.update_ddl)") from None
 
-    async def run(self, statement: st.Statement, params: Params, use: Use, ns: Scope = DEFAULT_SCOPE) -> Result:
+    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE) -> "st.Statement | TableStatement":
+        """A statement of the queue surface, else of the table subset (a SELECT, INSERT or DELETE
+        naming a table of the database is the table subset's)."""
+        try:
+            statement = st.parse(text, ns.pg)
+        except errors.InvalidArgument as exc:
+            if ns.pg:
+                raise
+            return await self.tables.parse_instead(text, ns, exc)
+        if isinstance(statement, (st.Select, st.Insert, st.Delete)) and await self.tables.is_table(ns, statement.queue):
+            return TableStatement(googlesql.parse(text), text)
+        return statement
+
+    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE) -> "st.Ddl | googlesql.Ddl":
+        """A DDL statement: of queues, or (GoogleSQL) of tables and indexes."""
+        if not ns.pg and googlesql.is_table_ddl(text):
+            statement = googlesql.parse(text)
+            assert isinstance(statement, (googlesql.CreateTable, googlesql.DropTable, googlesql.CreateIndex,
+                                          googlesql.DropIndex))
+            return statement
+        return st.parse_ddl(text, ns.pg)
+
+    async def run(self, statement: "st.Statement | TableStatement", params: Params, use: Use,
+                  ns: Scope = DEFAULT_SCOPE, param_types: Any = None) -> "Result | TableResult":
+        if isinstance(statement, TableStatement):
+            return await self.tables.run(statement, params, param_types, use, ns)
         if isinstance(statement, (st.CreateQueue, st.DropQueue)):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
         if isinstance(statement, st.Receive):
@@ -299,7 +328,10 @@ class Executor:
 
     async def read(self, request: Any, use: Use, ns: Scope) -> Result:
         """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
-        all of them in key order, without leasing; as a SELECT of the same columns would."""
+        all of them in key order, without leasing; as a SELECT of the same columns would.
+        A Read of a table is the table's (spanner/tables.py)."""
+        if await self.tables.is_table(ns, st.fold(request.table)):
+            return await self.tables.read(request, use, ns)  # type: ignore[return-value]
         queue = await self.queue(ns, st.fold(request.table))
         spelling = await self.names.of(queue)
         if request.index:
@@ -423,9 +455,13 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: st.Ddl, database: str | None = None, ns: Scope = DEFAULT_SCOPE) -> str | None:
+    async def ddl(self, statement: "st.Ddl | googlesql.Ddl", database: str | None = None,
+                  ns: Scope = DEFAULT_SCOPE) -> str | None:
         """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
         created, if any."""
+        if not isinstance(statement, (st.CreateQueue, st.DropQueue)):
+            await self.tables.ddl(statement, database, ns)
+            return None
         if isinstance(statement, st.DropQueue):
             try:
                 await self.queue(ns, statement.name)
@@ -438,7 +474,8 @@ class Executor:
         if ns.prefix:
             queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
             parent = queue.parent_table
-            if parent and await self._catalog.exists(ns.prefix + parent):  # a queue of this database, else a table
+            if parent and (await self._catalog.exists(ns.prefix + parent)  # a queue of this database, or
+                           or await self.tables.is_table(ns, parent)):  # a table of its; else a psql table
                 parent = ns.prefix + parent
             queue = dataclasses.replace(queue, name=ns.prefix + queue.name, parent_table=parent)
         try:
@@ -571,11 +608,15 @@ def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
     )
 
 
-def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "") -> str:
-    """A queue's definition as DDL of its database's dialect (for GetDatabaseDdl), its names as declared."""
+def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
+              declared: dict[str, str] | None = None) -> str:
+    """A queue's definition as DDL of its database's dialect (for GetDatabaseDdl), its names as declared
+    (``declared``: the declared names of the database's tables, by their PostgreSQL name)."""
     spelling = spelling or Spelling.folded(queue)
     parent = queue.parent_table
-    if parent and ns and parent.startswith(ns):
+    if parent and declared and parent in declared:
+        parent = declared[parent]
+    elif parent and ns and parent.startswith(ns):
         parent = parent.removeprefix(ns)
     if spelling.pg:
         return _pg_queue_ddl(queue, spelling, parent)

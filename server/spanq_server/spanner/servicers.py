@@ -29,15 +29,16 @@ from ..admin import Operator
 from ..clock import Clock
 from ..exactly_once import Answer, ExactlyOnce, Request
 from ..model import AckItem, OutgoingMessage
-from ..mutations import AckOp, Mutation, Mutator, SendOp
+from ..mutations import AckOp, Mutation, Mutator, SendOp, TableOp
 from ..queues import Catalog
 from ..receive import Receiver
 from ..records import Records
-from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, sessions, statements, values
+from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, googlesql, sessions, statements, values
 from .admin import Admin, now_pb
 from .scope import Scope
 from .executor import Executor, Result, queue_ddl
 from .status import SPANNER_ERRORS, NotFound
+from .tables import WRITES, TableResult, TableStatement
 from .transactions import Transactions, Use, check_read_only
 
 logger = logging.getLogger(__name__)
@@ -129,9 +130,10 @@ class SpannerService:
             reply = TransactionPb(id=self._transactions.read_only_id())
             reply.read_timestamp.CopyFrom(now_pb())
             return reply
+        if mode == "partitioned_dml":
+            return TransactionPb(id=self._transactions.partitioned_id())
         if mode != "read_write":
-            raise errors.InvalidArgument("BeginTransaction takes read_write or read_only options (partitioned DML "
-                                         "is not supported)")
+            raise errors.InvalidArgument("BeginTransaction takes read_write, read_only or partitioned_dml options")
         return TransactionPb(id=self._transactions.begin(request.session).id)
 
     async def Rollback(self, request: Any, context: Any) -> Any:
@@ -162,7 +164,7 @@ class SpannerService:
             except (errors.CommitOutcomeUnknown, errors.StoreUnavailable, errors.TransactionAborted):
                 raise
             except errors.QueueError as exc:  # in the names its DDL declared, should it reach the client
-                for queue in {m.queue.name: m.queue for m in mutations}.values():
+                for queue in {m.queue.name: m.queue for m in mutations if not isinstance(m, TableOp)}.values():
                     await self._executor.names.shown_in(exc, queue)
                 raise
 
@@ -184,6 +186,9 @@ class SpannerService:
         kind = mutation.WhichOneof("operation")
         queue = None
         try:
+            if kind in WRITES or (kind == "delete"
+                                  and await self._executor.tables.is_table(ns, statements.fold(mutation.delete.table))):
+                return await self._executor.tables.mutation(mutation, ns)  # a Spanner table's rows
             if kind == "send":
                 send = mutation.send
                 queue = await self._executor.queue(ns, statements.fold(send.queue))
@@ -211,9 +216,8 @@ class SpannerService:
                 items = [AckItem(key=self._key(queue, k, f"key {i}")) for i, k in enumerate(delete.key_set.keys)]
                 return AckOp(queue, items, ignore_not_found=True) if items else None
             raise errors.InvalidArgument(
-                f"{kind or 'an empty'} mutation: spanq serves queues, so Commit takes Send, Ack and (of a queue's "
-                "messages, by key) Delete mutations (batch.send / batch.ack / batch.delete); write rows of other "
-                "tables through PostgreSQL"
+                f"{kind or 'an empty'} mutation: Commit takes Send, Ack, Delete and the Write mutations (Insert, "
+                "Update, InsertOrUpdate, Replace) of tables"
             )
         except errors.QueueError as exc:
             if queue is not None:
@@ -234,12 +238,13 @@ class SpannerService:
     # statements
     async def ExecuteSql(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        statement = statements.parse(request.sql, ns.pg)
+        statement = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
             return await self._statement(request, statement, use, ns)
 
-    async def _statement(self, request: Any, statement: statements.Statement, use: Use, ns: Scope) -> Any:
+    async def _statement(self, request: Any, statement: statements.Statement | TableStatement, use: Use,
+                         ns: Scope) -> Any:
         """Runs one statement; in an existing read-write transaction a retried seqno is
         answered from what the first attempt did, never run twice."""
         txn = use.txn if use.began is None else None
@@ -252,7 +257,8 @@ class SpannerService:
                 raise outcome
             return outcome
         try:
-            reply = result_set_pb(await self._executor.run(statement, request.params, use, ns), use.began)
+            reply = result_set_pb(await self._executor.run(statement, request.params, use, ns, request.param_types),
+                                  use.began)
         except errors.QueueError as exc:
             if txn is not None and not isinstance(exc, (errors.TransactionAborted, errors.StoreUnavailable)):
                 txn.statements[request.seqno] = (fingerprint, exc)
@@ -263,7 +269,7 @@ class SpannerService:
 
     async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         ns = await self._namespace(request.session)
-        statement = statements.parse(request.sql, ns.pg)
+        statement = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
         if isinstance(statement, statements.Receive):
             async for part in self._receive(statement, request, selector, ns):
@@ -306,17 +312,18 @@ class SpannerService:
 
     async def ExecuteBatchDml(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        parsed = [statements.parse(s.sql, ns.pg) for s in request.statements]
+        parsed = [await self._executor.parse(s.sql, ns) for s in request.statements]
         if not parsed:
             raise errors.InvalidArgument("ExecuteBatchDml needs at least one statement")
         reply = pb.ExecuteBatchDmlResponse.pb()()
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
             for i, (statement, given) in enumerate(zip(parsed, request.statements)):
-                if not isinstance(statement, (statements.Insert, statements.Delete)):
-                    raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT and DELETE only")
+                if not isinstance(statement, (statements.Insert, statements.Delete)) and not (
+                        isinstance(statement, TableStatement) and not isinstance(statement.statement, googlesql.Select)):
+                    raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT, UPDATE and DELETE only")
                 try:
-                    result = await self._executor.run(statement, given.params, use, ns)
+                    result = await self._executor.run(statement, given.params, use, ns, given.param_types)
                 except (errors.TransactionAborted, errors.StoreUnavailable):
                     raise
                 except errors.QueueError as exc:
@@ -339,10 +346,9 @@ class SpannerService:
 
     async def Unsupported(self, request: Any, context: Any) -> Any:
         raise errors.Unimplemented(
-            "spanq serves Spanner's queue API only: sessions, ExecuteSql / ExecuteStreamingSql / ExecuteBatchDml "
-            "for the queue statements, Read / StreamingRead of queues, BeginTransaction, Commit (Send and Ack "
-            "mutations) and Rollback; "
-            "see docs/spanner-compat.md"
+            "spanq serves Spanner's queue API and a subset for tables: sessions, ExecuteSql / ExecuteStreamingSql / "
+            "ExecuteBatchDml, Read / StreamingRead, BeginTransaction, Commit and Rollback; partitioned queries and "
+            "reads are not served; see docs/spanner-compat.md"
         )
 
 
@@ -357,9 +363,15 @@ def streamed(reply: Any) -> Any:
     return part
 
 
-def result_set_pb(result: Result, began: bytes | None) -> Any:
+def result_set_pb(result: Result | TableResult, began: bytes | None) -> Any:
     reply = ResultSetPb()
-    reply.metadata.row_type.CopyFrom(values.row_type(result.columns))
+    if isinstance(result, TableResult):
+        reply.metadata.row_type.CopyFrom(result.row_type)
+        if result.lower_bound:
+            reply.stats.row_count_lower_bound = result.row_count or 0
+            return reply
+    else:
+        reply.metadata.row_type.CopyFrom(values.row_type(result.columns))
     if began is not None:
         reply.metadata.transaction.id = began
     for row in result.rows:
@@ -405,6 +417,8 @@ class InstanceAdminService:
         databases = await self._admin.instance_databases(request.name)
         queues = [q for d in databases for q in await self._admin.database_queues(d)]
         await _drop_all(self._catalog, queues)
+        for database in databases:
+            await self._executor.tables.drop_all(database)
         await self._admin.forget_instance(request.name)
         return empty_pb2.Empty()
 
@@ -421,11 +435,13 @@ class DatabaseAdminService:
         error says which statement failed)."""
         pg = request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL
         database_id = statements.parse_database_name(request.create_statement)
-        parsed = [statements.parse_ddl(s, pg) for s in request.extra_statements]
+        scope = Scope("", pg)
+        parsed = [self._executor.parse_ddl(s, scope) for s in request.extra_statements]
         database = await self._admin.create_database(request.parent, database_id, pg)
         error = await self._apply_ddl(database.name, parsed)
         if error is not None:
             await _drop_all(self._catalog, await self._admin.database_queues(database.name))
+            await self._executor.tables.drop_all(database.name)
             await self._admin.forget_database(database.name)
         metadata = dba.CreateDatabaseMetadata.pb()(database=database.name)
         return self._admin.operation(database.name, metadata, response=database, error=error)
@@ -435,7 +451,7 @@ class DatabaseAdminService:
         as its sessions reach it."""
         sessions.check_database(request.database)
         scope = await self._admin.scope(request.database)
-        parsed = [statements.parse_ddl(s, scope.pg) for s in request.statements]
+        parsed = [self._executor.parse_ddl(s, scope) for s in request.statements]
         metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
         error = await self._apply_ddl(request.database, parsed, metadata)
         op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)
@@ -467,6 +483,7 @@ class DatabaseAdminService:
     async def DropDatabase(self, request: Any, context: Any) -> Any:
         await self._admin.get_database(request.database)
         await _drop_all(self._catalog, await self._admin.database_queues(request.database))
+        await self._executor.tables.drop_all(request.database)
         await self._admin.forget_database(request.database)
         return empty_pb2.Empty()
 
@@ -481,8 +498,10 @@ class DatabaseAdminService:
             except errors.QueueNotFound:
                 pass  # dropped meanwhile
         names, ns = self._executor.names, await self._admin.scope(request.database)
+        tables = await self._executor.tables.ddl_of(request.database, ns)  # before the queues interleaved in them
+        declared = await self._executor.tables.declared_names(request.database)
         return dba.GetDatabaseDdlResponse.pb()(
-            statements=[queue_ddl(q, await names.of(q), ns.prefix) for q in found])
+            statements=tables + [queue_ddl(q, await names.of(q), ns.prefix, declared) for q in found])
 
     # Backups, database operations and roles: spanq has none. The emulator answers these
     # lists empty, and Google's test fixtures call them in their teardown.

@@ -391,8 +391,8 @@ class _Parser:
         self.word("create")
         if not self.peek.is_word("queue"):
             raise InvalidArgument(
-                f"only CREATE QUEUE is supported among CREATE statements, got {self.text.strip()[:80]!r}; "
-                "spanq's Spanner front-end serves queues, not tables (create tables through psql)"
+                f"only CREATE QUEUE, CREATE TABLE and CREATE [UNIQUE] INDEX are supported among CREATE statements, "
+                f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)"
             )
         self.word("queue")
         if_not_exists = False
@@ -553,7 +553,8 @@ class _Parser:
     def drop_queue(self) -> DropQueue:
         self.word("drop")
         if not self.peek.is_word("queue"):
-            raise InvalidArgument(f"only DROP QUEUE is supported among DROP statements, got {self.text.strip()[:80]!r}")
+            raise InvalidArgument(f"only DROP QUEUE, DROP TABLE and DROP INDEX are supported among DROP statements, "
+                                  f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)")
         self.word("queue")
         if_exists = False
         if self.accept_word("if"):
@@ -828,7 +829,8 @@ def _parse(text: str, pg: bool) -> Statement:
 def parse_ddl(text: str, pg: bool = False) -> Ddl:
     statement = parse(text, pg)
     if not isinstance(statement, (CreateQueue, DropQueue)):
-        raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE are DDL here, got {text.strip()[:80]!r}")
+        raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE (and, in GoogleSQL, CREATE/DROP TABLE and INDEX) are "
+                              f"DDL here, got {text.strip()[:80]!r}")
     return statement
 
 

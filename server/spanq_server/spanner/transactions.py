@@ -43,7 +43,7 @@ from ..tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
-READ_ONLY, READ_WRITE = b"ro", b"rw"
+READ_ONLY, READ_WRITE, PARTITIONED = b"ro", b"rw", b"pd"
 REMEMBER_ENDED = 10_000
 """How many ended transaction ids are remembered, to say why they ended."""
 
@@ -73,6 +73,8 @@ class Use:
     """The id of a transaction begun inline by this statement, for the response metadata."""
     hold: Callable[[], Any]
     """Coroutine function: the transaction's OpenTransaction, begun on first use."""
+    partitioned: bool = False
+    """Partitioned DML: each statement commits on its own (spanner/tables.py)."""
 
     @property
     def read_only(self) -> bool:
@@ -103,6 +105,11 @@ class Transactions:
     @staticmethod
     def is_read_only(transaction_id: bytes) -> bool:
         return transaction_id.startswith(READ_ONLY)
+
+    @staticmethod
+    def partitioned_id() -> bytes:
+        """A partitioned-DML transaction's id: it holds nothing (each statement commits alone)."""
+        return PARTITIONED + secrets.token_bytes(14)
 
     def begin(self, session: str) -> ReadWrite:
         now = time.monotonic()
@@ -212,6 +219,9 @@ class Transactions:
         transaction_id = selector.id
         if self.is_read_only(transaction_id):
             yield Use(None, None, _no_hold)
+            return
+        if transaction_id.startswith(PARTITIONED):
+            yield Use(None, None, _no_hold, partitioned=True)
             return
         txn = self.get(transaction_id, session)
         async with txn.lock:

@@ -16,6 +16,7 @@ One module per group of tables, each a part of ``Store``:
 - ledger.py: the commit ledger's table;
 - operator.py: stats, gauges, peek, purge, redrive;
 - spanner.py: the Spanner front-end's records;
+- tables.py: the Spanner front-end's tables (their DDL, registry and statements);
 - arrays.py: array parameters as literals (why: see there).
 """
 
@@ -25,6 +26,7 @@ from .ledger import LedgerTable
 from .messages import MessageTables
 from .operator import ALL_SOURCES, OperatorQueries, RedriveSource
 from .spanner import SpannerRecords
+from .tables import SpannerTables
 
 __all__ = [
     "ALL_SOURCES", "DDL_LOCK_SLICE", "DDL_LOCK_TIMEOUT", "Handle", "HeldTransaction", "Listener", "RedriveSource",
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 
-class Store(CatalogTables, MessageTables, LedgerTable, OperatorQueries, SpannerRecords):
+class Store(CatalogTables, MessageTables, LedgerTable, OperatorQueries, SpannerRecords, SpannerTables):
     """The database gateway: every table module's statements on one pool. Created
     closed; ``open()`` and ``close()`` are idempotent."""
 

@@ -1,0 +1,136 @@
+"""Spanner's value encoding for table columns, both ways, for every type a
+table may have (``values`` has the queue columns' few): google.protobuf.Value
+typed by a Spanner type <-> the Python value psycopg sends and returns.
+
+INT64 and NUMERIC travel as decimal strings, FLOAT64 as a number (NaN and the
+infinities as the strings "NaN", "Infinity", "-Infinity"), BYTES as base64,
+DATE as YYYY-MM-DD, TIMESTAMP as RFC 3339 in UTC, JSON as its text, ARRAY as a
+list of its elements, NULL as null_value.
+"""
+
+import base64
+import json
+import math
+from datetime import date, datetime, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from google.cloud.spanner_v1.types import type as spanner_type
+from google.protobuf import struct_pb2
+from psycopg.types.json import Jsonb
+
+from .. import codec
+from ..errors import InvalidArgument
+from . import values
+from .googlesql import SpannerType
+
+TypePb = spanner_type.Type.pb()
+TypeCode = spanner_type.TypeCode
+COMMIT_TIMESTAMP = "spanner.commit_timestamp()"
+"""What a client sends for a TIMESTAMP column with allow_commit_timestamp to get the commit's time."""
+NULL = struct_pb2.Value(null_value=struct_pb2.NULL_VALUE)
+FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def type_pb(t: SpannerType) -> Any:
+    out = TypePb(code=int(getattr(TypeCode, t.code)))
+    if t.element is not None:
+        out.array_element_type.CopyFrom(type_pb(t.element))
+    return out
+
+
+def of_type_pb(pb: Any) -> SpannerType | None:
+    """A request parameter's declared type; None when undeclared (TYPE_CODE_UNSPECIFIED)."""
+    name = TypeCode(pb.code).name
+    if name == "ARRAY":
+        element = of_type_pb(pb.array_element_type)
+        return SpannerType("ARRAY", element) if element is not None else None
+    if name in ("BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "JSON"):
+        return SpannerType(name)
+    if name == "TYPE_CODE_UNSPECIFIED":
+        return None
+    raise InvalidArgument(f"parameters of type {name} are not supported")
+
+
+def decode(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
+    """A Value as the Python value of a column of type t (None for NULL)."""
+    kind = value.WhichOneof("kind")
+    if kind in (None, "null_value"):
+        return None
+    code = t.code
+    if code == "ARRAY":
+        if kind != "list_value":
+            raise InvalidArgument(f"{what} ({t.ddl()}) must be given as a list")
+        assert t.element is not None
+        return [decode(v, t.element, f"{what}[{i}]") for i, v in enumerate(value.list_value.values)]
+    if code == "BOOL" and kind == "bool_value":
+        return value.bool_value
+    if code == "INT64":
+        if kind == "string_value":
+            return values.int64(value.string_value, what)
+        if kind == "number_value" and value.number_value == int(value.number_value):
+            return int(value.number_value)
+    if code == "FLOAT64":
+        if kind == "number_value":
+            return value.number_value
+        if kind == "string_value" and value.string_value in FLOAT_WORDS:
+            return FLOAT_WORDS[value.string_value]
+    if code == "NUMERIC" and kind in ("string_value", "number_value"):
+        try:
+            number = Decimal(value.string_value if kind == "string_value" else repr(value.number_value))
+        except InvalidOperation:
+            raise InvalidArgument(f"{what} must be a NUMERIC as a decimal string") from None
+        if not number.is_finite():
+            raise InvalidArgument(f"{what}: NUMERIC is finite")
+        return number
+    if code == "STRING" and kind == "string_value":
+        return codec.text_value(value.string_value, what)
+    if code == "BYTES" and kind == "string_value":
+        return codec.bytes_from_base64(value.string_value, what)
+    if code == "DATE" and kind == "string_value":
+        try:
+            return date.fromisoformat(value.string_value)
+        except ValueError:
+            raise InvalidArgument(f"{what} must be a DATE like 2026-01-31, got {value.string_value[:40]!r}") from None
+    if code == "TIMESTAMP" and kind == "string_value":
+        if value.string_value == COMMIT_TIMESTAMP:
+            return datetime.now(timezone.utc)
+        return values.timestamp(value.string_value, what)
+    if code == "JSON":
+        if kind == "string_value":
+            return Jsonb(values.json_text(value.string_value, what))
+        return Jsonb(codec.json_from_value(value, what))
+    raise InvalidArgument(f"{what} ({t.ddl()}) cannot be given as a {kind.replace('_value', '')}")
+
+
+def encode(data: Any, t: SpannerType) -> struct_pb2.Value:
+    if data is None:
+        return NULL
+    code = t.code
+    if code == "ARRAY":
+        assert t.element is not None
+        out = struct_pb2.Value()
+        out.list_value.values.extend(encode(v, t.element) for v in data)
+        return out
+    if code == "BOOL":
+        return struct_pb2.Value(bool_value=bool(data))
+    if code == "INT64":
+        return struct_pb2.Value(string_value=str(int(data)))
+    if code == "FLOAT64":
+        number = float(data)
+        if math.isnan(number):
+            return struct_pb2.Value(string_value="NaN")
+        if math.isinf(number):
+            return struct_pb2.Value(string_value="Infinity" if number > 0 else "-Infinity")
+        return struct_pb2.Value(number_value=number)
+    if code == "NUMERIC":
+        return struct_pb2.Value(string_value=format(Decimal(data), "f"))
+    if code == "BYTES":
+        return struct_pb2.Value(string_value=base64.b64encode(bytes(data)).decode())
+    if code == "DATE":
+        return struct_pb2.Value(string_value=data.isoformat())
+    if code == "TIMESTAMP":
+        return struct_pb2.Value(string_value=values.rfc3339(data))
+    if code == "JSON":
+        return struct_pb2.Value(string_value=json.dumps(data, separators=(",", ":"), sort_keys=True))
+    return struct_pb2.Value(string_value=str(data))

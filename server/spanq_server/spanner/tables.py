@@ -1,0 +1,447 @@
+"""Spanner tables on spanq: their DDL, statements, mutations and reads, in the
+same read-write transactions as queue sends and acks.
+
+A database's table is a PostgreSQL table of its namespace (see ``schema``); only
+tables made through the Spanner API (registered in ``spanq.spanner_tables``) are
+reachable, never another PostgreSQL table. Queues are readable as tables (their
+key columns, Payload and DeliverTime), so a SELECT may join one with a table;
+their writes stay sends and acks.
+
+Statements are parsed by ``googlesql``, translated by ``sql/tables.py`` and run
+by ``store_tables``; in a read-write transaction each is a ``TableOp`` on the
+transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
+read-write transactions do), in a read-only one a strong read.
+"""
+
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from google.protobuf import struct_pb2
+from psycopg import sql
+
+from .. import errors, queues
+from ..mutations import TableOp
+from ..queues import Catalog
+from ..sql import tables as t
+from ..store import Handle
+from ..store.tables import SpannerTables
+from . import googlesql as g
+from . import table_values, values
+from .names import Names
+from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
+from .scope import Scope
+
+DDL_LOCK_TIMEOUT = timedelta(seconds=5)
+DEFINITION_CACHE_SECONDS = 1.0
+"""How long a table's definition (or its absence) is reused: a queue statement asks whether its
+name is a table, and that must not cost a round trip each time. DDL on this server clears it;
+another server's is seen within this time (as admin.scope's namespaces)."""
+MAX_CACHED = 10_000
+WRITES = ("insert", "update", "insert_or_update", "replace")
+"""The Write mutations of google.spanner.v1.Mutation (Delete is by KeySet)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TableStatement:
+    """A statement of the table subset, parsed."""
+
+    statement: g.Statement
+    text: str
+
+
+def relations(statement: g.Statement) -> set[str]:
+    """The (folded) relation names a statement names."""
+    if isinstance(statement, g.Select):
+        found = {j.relation.name for j in statement.joins}
+        return found | ({statement.source.name} if statement.source else set())
+    if isinstance(statement, g.Insert):
+        return {statement.table}
+    if isinstance(statement, (g.Update, g.Delete)):
+        return {statement.table.name}
+    return set()
+
+
+def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
+    out = values.StructTypePb()
+    for name, column_type in columns:
+        field = out.fields.add()
+        field.name = name
+        field.type_.CopyFrom(table_values.type_pb(column_type))
+    return out
+
+
+class Tables:
+    def __init__(self, store: SpannerTables, catalog: Catalog, names: Names) -> None:
+        self._store = store
+        self._catalog = catalog
+        self._names = names
+        self._cache: dict[str, tuple[float, TableDef | None]] = {}
+
+    # -- names -------------------------------------------------------------------
+
+    async def table(self, ns: Scope, name: str) -> TableDef | None:
+        """A table of the database made through the Spanner API, by its (folded) name."""
+        key = ns.prefix + name
+        cached = self._cache.get(key)
+        if cached is not None and time.monotonic() - cached[0] < DEFINITION_CACHE_SECONDS:
+            return cached[1]
+        table = None
+        for relation, kind, definition in await self._store.table_definitions([key]):
+            if kind == "table":
+                table = TableDef.of_json(relation, definition)
+        if len(self._cache) > MAX_CACHED:
+            self._cache.clear()
+        self._cache[key] = (time.monotonic(), table)
+        return table
+
+    async def is_table(self, ns: Scope, name: str) -> bool:
+        return not ns.pg and await self.table(ns, name) is not None
+
+    async def schema(self, ns: Scope, names: Iterable[str]) -> dict[str, TableDef]:
+        """The tables and queues of the database the names name (those it has)."""
+        wanted = sorted(set(names))
+        out: dict[str, TableDef] = {}
+        for relation, kind, definition in await self._store.table_definitions([ns.prefix + n for n in wanted]):
+            if kind == "table":
+                out[relation.removeprefix(ns.prefix)] = TableDef.of_json(relation, definition)
+        for name in wanted:
+            if name in out:
+                continue
+            try:
+                queue = await self._catalog.get(ns.prefix + name)
+            except (errors.QueueNotFound, errors.InvalidArgument):
+                continue
+            spelling = await self._names.of(queue)
+            columns = [Col(c.name, spelling.column(c.name), _queue_type(c.type.value), c.name, True)
+                       for c in queue.key_columns]
+            columns.append(Col("payload", spelling.column("payload"), _queue_type(queue.payload_type.value),
+                               "payload", True))
+            columns.append(Col("delivertime", spelling.column("delivertime"), g.TIMESTAMP, "deliver_time"))
+            out[name] = TableDef(queue.name, spelling.queue, tuple(columns),
+                                 tuple(c.name for c in queue.key_columns), queue=True)
+        return out
+
+    # -- parsing ---------------------------------------------------------------
+
+    async def parse_instead(self, text: str, ns: Scope, queue_error: errors.InvalidArgument) -> TableStatement:
+        """A statement the queue parser refused, read as one of the table subset; when neither
+        reads it, the error of the one it was meant for (a statement naming a table: this one's)."""
+        try:
+            statement = g.parse(text)
+        except errors.InvalidArgument as table_error:
+            named = g.names_in(text)
+            if text.lstrip()[:6].lower() == "update" or await self._any_table(ns, named):
+                raise table_error from None
+            raise queue_error from None
+        return TableStatement(statement, text)
+
+    async def _any_table(self, ns: Scope, names: Iterable[str]) -> bool:
+        return bool([r for r in await self._store.table_definitions([ns.prefix + n for n in names]) if r[1] == "table"])
+
+    # -- statements ------------------------------------------------------------
+
+    async def run(self, s: TableStatement, params: Any, param_types: Any, use: Any, ns: Scope) -> "TableResult":
+        statement = s.statement
+        if isinstance(statement, (g.CreateTable, g.DropTable, g.CreateIndex, g.DropIndex)):
+            raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
+        schema = await self.schema(ns, relations(statement))
+        declared = {}
+        for name, type_pb in (param_types or {}).items():
+            found = table_values.of_type_pb(type_pb)
+            if found is not None:
+                declared[name] = found
+        writing = not isinstance(statement, g.Select)
+        partitioned = bool(getattr(use, "partitioned", False))
+        if writing and use.read_only and not partitioned:
+            raise errors.InvalidArgument("DML runs in a read-write transaction (database.run_in_transaction) or as "
+                                         "partitioned DML (database.execute_partitioned_dml), not in a read-only one")
+        if partitioned and not writing:
+            raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE, not SELECT")
+        if partitioned and (isinstance(statement, g.Insert) or statement.returning is not None):  # type: ignore[union-attr]
+            raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN (as in Spanner)")
+        translated = t.translate(statement, schema, declared, lock=not use.read_only)  # type: ignore[arg-type]
+        bound = dict(translated.params)
+        for name, wanted in translated.wanted.items():
+            if name not in params.fields:
+                raise errors.InvalidArgument(f"No parameter found for binding: {name}")
+            bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
+        what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
+        if use.read_only and not writing:
+            rows, count = await self._store.table_read(translated.statement, bound, what), None
+        elif partitioned:
+            rows, count = await self._store.table_alone(translated.statement, bound, what)
+        else:
+            op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what)
+            rows, count = (await (await use.hold()).apply([op]))[0]
+        encoded = [[table_values.encode(v, c[1]) for v, c in zip(row, translated.columns)] for row in rows]
+        return TableResult(translated.columns, encoded, count if writing else None, partitioned)
+
+    def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1) -> TableOp:
+        async def run(conn: Handle) -> tuple[list[Any], int]:
+            return await self._store.table_run_in(conn, statement, values, what)
+
+        return TableOp(table, run, rows)
+
+    # -- mutations ---------------------------------------------------------------
+
+    async def mutation(self, mutation: Any, ns: Scope) -> TableOp | None:
+        """A Commit's Write or Delete mutation of a table, as a TableOp; None when it changes nothing."""
+        kind = mutation.WhichOneof("operation")
+        body = getattr(mutation, kind)
+        table = await self.table(ns, g.fold(body.table))
+        if table is None:
+            raise errors.RowNotFound(f"Table not found: {body.table}")
+        if kind == "delete":
+            return self._delete(table, body.key_set)
+        columns = []
+        for name in body.columns:
+            column = table.column(g.fold(name))
+            if column is None:
+                raise errors.RowNotFound(f"Column not found in table {table.spelled}: {name}")
+            if column in columns:
+                raise errors.InvalidArgument(f"column {name!r} is named twice")
+            columns.append(column)
+        missing = [c.spelled for c in table.key if c not in columns]
+        if missing:
+            raise errors.InvalidArgument(f"a {kind} of {table.spelled} needs its primary-key column(s) "
+                                         f"{', '.join(missing)}")
+        rows = []
+        for r, row in enumerate(body.values):
+            if len(row.values) != len(columns):
+                raise errors.InvalidArgument(f"row {r} has {len(row.values)} value(s) for {len(columns)} column(s)")
+            rows.append([table_values.decode(v, c.type, f"row {r}: column {c.spelled!r}")
+                         for v, c in zip(row.values, columns)])
+        if not rows:
+            return None
+        values = t.row_params(rows)
+        what = f"a {kind.replace('_', ' ').title().replace(' ', '')} of {table.spelled}"
+        if kind == "update":
+            statement = t.write(table, columns, len(rows), "update")
+            expected = len({tuple(v for v, c in zip(row, columns) if c.name in table.primary_key) for row in rows})
+
+            async def update(conn: Handle) -> tuple[list[Any], int]:
+                found, count = await self._store.table_run_in(conn, statement, values, what)
+                if count < expected:
+                    raise errors.RowNotFound(f"{what}: a row to update is not found (Update changes existing rows "
+                                             "only; use InsertOrUpdate to create them)")
+                return found, count
+
+            return TableOp(table.name, update, len(rows))
+        if kind == "replace":
+            at = [columns.index(c) for c in table.key]
+            keys = [[row[i] for i in at] for row in rows]
+            key_params: dict[str, Any] = {}
+            condition = t.key_condition(table.key, keys, [], key_params)
+            deleting = t.delete_rows(table, condition)
+            inserting = t.write(table, columns, len(rows), "insert")
+
+            async def replace(conn: Handle) -> tuple[list[Any], int]:
+                await self._store.table_run_in(conn, deleting, key_params, what)
+                return await self._store.table_run_in(conn, inserting, values, what)
+
+            return TableOp(table.name, replace, len(rows))
+        return self._op(table.name, t.write(table, columns, len(rows), kind), values, what, len(rows))
+
+    def _keys(self, key: Sequence[Col], key_set: Any, what: str, prefix_ok: bool = False
+              ) -> tuple[list[list[Any]], list[t.KeyRange]]:
+        def decoded(values: Any, where: str, partial: bool) -> list[Any]:
+            given = list(values.values)
+            if len(given) > len(key) or (not partial and len(given) != len(key)):
+                raise errors.InvalidArgument(f"{what}: {where} has {len(given)} value(s) for a key of {len(key)} "
+                                             f"column(s) ({', '.join(c.spelled for c in key)})")
+            return [table_values.decode(v, c.type, f"{where}: {c.spelled}") for v, c in zip(given, key)]
+
+        keys = [decoded(k, f"key {i}", prefix_ok) for i, k in enumerate(key_set.keys)]
+        ranges = []
+        for i, r in enumerate(key_set.ranges):
+            start_kind, end_kind = r.WhichOneof("start_key_type"), r.WhichOneof("end_key_type")
+            start = decoded(getattr(r, start_kind), f"range {i}", True) if start_kind else []
+            end = decoded(getattr(r, end_kind), f"range {i}", True) if end_kind else []
+            ranges.append(t.KeyRange(tuple(start), start_kind == "start_closed", tuple(end), end_kind == "end_closed"))
+        return keys, ranges
+
+    def _delete(self, table: TableDef, key_set: Any) -> TableOp | None:
+        what = f"a Delete of {table.spelled}"
+        if key_set.all_:
+            return self._op(table.name, t.delete_rows(table, None), {}, what)
+        keys, ranges = self._keys(table.key, key_set, what)
+        if not keys and not ranges:
+            return None
+        params: dict[str, Any] = {}
+        condition = t.key_condition(table.key, keys, ranges, params)
+        return self._op(table.name, t.delete_rows(table, condition), params, what, max(1, len(keys)))
+
+    # -- Read / StreamingRead ---------------------------------------------------------
+
+    async def read(self, request: Any, use: Any, ns: Scope) -> "TableResult":
+        table = await self.table(ns, g.fold(request.table))
+        assert table is not None
+        if not request.columns:
+            raise errors.InvalidArgument("Read needs the columns to return")
+        columns = []
+        for name in request.columns:
+            column = table.column(g.fold(name))
+            if column is None:
+                raise errors.InvalidArgument(f"Column not found in table {table.spelled}: {name}")
+            columns.append(column)
+        if request.limit < 0:
+            raise errors.InvalidArgument("Read's limit cannot be negative")
+        order: list[tuple[Col, bool]] = [(c, False) for c in table.key]
+        if request.index:
+            found = await self._store.table_definitions([ns.prefix + g.fold(request.index)])
+            index = next((IndexDef.of_json(n, d) for n, kind, d in found if kind == "index"), None)
+            if index is None or index.table != table.name:
+                raise errors.RowNotFound(f"Index not found on table {table.spelled}: {request.index}")
+            order = [(c, d) for name, d in index.columns if (c := table.column(name)) is not None]
+        key = [c for c, _ in order]
+        what = f"a Read of {table.spelled}"
+        params: dict[str, Any] = {}
+        condition: sql.Composable | None = None
+        if not request.key_set.all_:
+            keys, ranges = self._keys(key, request.key_set, what, prefix_ok=bool(request.index))
+            condition = t.key_condition(key, keys, ranges, params)
+        statement = t.read(table, columns, order, condition, request.limit or None, not use.read_only, params)
+        if use.read_only:
+            rows = await self._store.table_read(statement, params, what)
+        else:
+            rows = (await (await use.hold()).apply([self._op(table.name, statement, params, what)]))[0][0]
+        typed = [(c.spelled, c.type) for c in columns]
+        return TableResult(typed, [[table_values.encode(v, c.type) for v, c in zip(row, columns)] for row in rows])
+
+    # -- DDL --------------------------------------------------------------------------
+
+    async def ddl(self, statement: g.Ddl, database: str | None, ns: Scope) -> None:
+        if ns.pg:
+            raise errors.InvalidArgument("tables through the Spanner API are GoogleSQL only: this database speaks "
+                                         "the PostgreSQL dialect, whose tables spanq does not serve")
+        try:
+            if isinstance(statement, g.CreateTable):
+                await self._create_table(statement, database, ns)
+            elif isinstance(statement, g.CreateIndex):
+                await self._create_index(statement, database, ns)
+            else:
+                await self._drop(statement, ns)
+        finally:  # what was read while it ran may be stale
+            self._cache.clear()
+
+    def _name(self, ns: Scope, name: str) -> str:
+        queues.check_name(name, "table name", queues.MAX_QUEUE_NAME - len(ns.prefix))
+        return ns.prefix + name
+
+    async def _create_table(self, s: g.CreateTable, database: str | None, ns: Scope) -> None:
+        name = self._name(ns, s.name)
+        if s.if_not_exists and await self.table(ns, s.name) is not None:
+            return
+        parent = None
+        if s.parent is not None:
+            parent = await self.table(ns, s.parent)
+            if parent is None:
+                raise errors.RowNotFound(f"Table not found: {s.parent} (the parent of {s.spelled})")
+        table = table_of(s, name, parent.name if parent else None)
+        if parent is not None:
+            width = len(parent.primary_key)
+            mine = table.key[:width]
+            if len(mine) < width or any(a.name != b.name or a.type.code != b.type.code
+                                        for a, b in zip(mine, parent.key)):
+                raise errors.FailedPrecondition(
+                    f"Table {s.spelled} references parent table {parent.spelled}: its primary key must start with "
+                    f"the parent's ({', '.join(f'{c.spelled} {c.type.ddl()}' for c in parent.key)})")
+        await self._store.table_ddl(t.create_table(table, parent), f"CREATE TABLE {s.spelled}",
+                               lock_timeout=DDL_LOCK_TIMEOUT,
+                               register=(name, database, "table", s.spelled, table.as_json()))
+
+    async def _create_index(self, s: g.CreateIndex, database: str | None, ns: Scope) -> None:
+        name = self._name(ns, s.name)
+        table = await self.table(ns, s.table)
+        if table is None:
+            raise errors.RowNotFound(f"Table not found: {s.table} (CREATE INDEX {s.spelled})")
+        if s.if_not_exists and await self._store.table_definitions([name]):
+            return
+        interleave = None
+        if s.interleave_in is not None:
+            parent = await self.table(ns, s.interleave_in)
+            if parent is None:
+                raise errors.RowNotFound(f"Table not found: {s.interleave_in} (CREATE INDEX {s.spelled})")
+            interleave = parent.name
+        index = index_of(s, name, table, interleave)
+        await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
+                               lock_timeout=DDL_LOCK_TIMEOUT,
+                               register=(name, database, "index", s.spelled, index.as_json()))
+
+    async def _drop(self, s: g.DropTable | g.DropIndex, ns: Scope) -> None:
+        name = ns.prefix + s.name
+        kind = "table" if isinstance(s, g.DropTable) else "index"
+        found = [r for r in await self._store.table_definitions([name]) if r[1] == kind]
+        if not found:
+            if s.if_exists:
+                return
+            raise errors.RowNotFound(f"{kind.title()} not found: {s.name}")
+        if kind == "table":
+            indexes, children = await self._store.table_dependents(name)
+            if indexes:
+                raise errors.FailedPrecondition(f"Cannot drop table {found[0][2]['spelled']} with indices: "
+                                                f"{', '.join(i.removeprefix(ns.prefix) for i in indexes)}")
+            if children:
+                raise errors.FailedPrecondition(f"Cannot drop table {found[0][2]['spelled']} with interleaved "
+                                                f"tables: {', '.join(c.removeprefix(ns.prefix) for c in children)}")
+            statement = t.drop_table(name)
+        else:
+            statement = t.drop_index(name)
+        await self._store.table_ddl([statement], f"DROP {kind.upper()} {s.name}", lock_timeout=DDL_LOCK_TIMEOUT,
+                               unregister=name)
+
+    async def drop_all(self, database: str) -> None:
+        """Drops a database's tables and indexes (its queues are gone already), children first."""
+        try:
+            await self._drop_all(database)
+        finally:
+            self._cache.clear()
+
+    async def _drop_all(self, database: str) -> None:
+        for name, kind, _ in reversed(await self._store.table_definitions_of(database)):
+            statement = t.drop_table(name) if kind == "table" else t.drop_index(name)
+            try:
+                await self._store.table_ddl([statement], f"DROP {kind.upper()} {name}", lock_timeout=DDL_LOCK_TIMEOUT,
+                                       unregister=name)
+            except errors.RowNotFound:  # dropped by hand (psql): forget it
+                await self._store.table_ddl([], f"forgetting {name}", lock_timeout=DDL_LOCK_TIMEOUT, unregister=name)
+
+    async def declared_names(self, database: str) -> dict[str, str]:
+        """The database's tables' declared names, by their PostgreSQL name."""
+        return {n: str(d["spelled"]) for n, kind, d in await self._store.table_definitions_of(database)
+                if kind == "table"}
+
+    async def ddl_of(self, database: str, ns: Scope) -> list[str]:
+        """The database's tables and indexes as GetDatabaseDdl lists them, in creation order."""
+        found = await self._store.table_definitions_of(database)
+        tables = {n: TableDef.of_json(n, d) for n, kind, d in found if kind == "table"}
+        declared = {n: table.spelled for n, table in tables.items()}
+        out = []
+        for name, kind, definition in found:
+            if kind == "table":
+                out.append(table_ddl(tables[name], ns.prefix, declared))
+            else:
+                index = IndexDef.of_json(name, definition)
+                if index.table in tables:
+                    out.append(index_ddl(index, tables[index.table], ns.prefix, declared))
+        return out
+
+
+@dataclasses.dataclass
+class TableResult:
+    columns: list[tuple[str, g.SpannerType]]
+    rows: list[list[struct_pb2.Value]]
+    row_count: int | None = None
+    lower_bound: bool = False
+    """Partitioned DML: the count is a lower bound (row_count_lower_bound)."""
+
+    @property
+    def row_type(self) -> Any:
+        return row_type(self.columns)
+
+
+def _queue_type(code: str) -> g.SpannerType:
+    return g.SpannerType(code.upper()) if code.upper() in g.SCALARS else g.STRING

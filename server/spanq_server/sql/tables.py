@@ -1,0 +1,596 @@
+"""PostgreSQL for Spanner tables: DDL, the statements of the GoogleSQL subset
+(parsed by ``spanner/googlesql.py``), mutations and reads, composed with
+psycopg.sql. Names only ever reach the text as ``sql.Identifier`` of names
+the schema knows; every value is a parameter, cast to its column's type.
+
+``translate`` is strict: a name the schema does not know, a type that does not
+fit, an aggregate beside a plain column is INVALID_ARGUMENT naming it.
+"""
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import sql
+
+from ..errors import InvalidArgument
+from ..spanner import googlesql as g
+from ..spanner.schema import Col, IndexDef, TableDef
+
+PG_TYPES = {"BOOL": "boolean", "INT64": "bigint", "FLOAT64": "double precision", "NUMERIC": "numeric",
+            "STRING": "text", "BYTES": "bytea", "DATE": "date", "TIMESTAMP": "timestamptz", "JSON": "jsonb"}
+ORDERED = ("INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "BOOL")
+"""Types that compare with < and > (JSON and ARRAY do not, as in Spanner)."""
+NUMBERS = ("INT64", "FLOAT64", "NUMERIC")
+
+SCHEMA = "public"
+
+REGISTRY_PUT = sql.SQL(
+    "INSERT INTO spanq.spanner_tables (name, database, kind, declared, definition) "
+    "VALUES (%(name)s, %(database)s, %(kind)s, %(declared)s, %(definition)s)")
+REGISTRY_GET = sql.SQL(
+    "SELECT name, kind, definition FROM spanq.spanner_tables WHERE name = ANY(%(names)s)")
+REGISTRY_OF_DATABASE = sql.SQL(
+    "SELECT name, kind, definition FROM spanq.spanner_tables WHERE database = %(database)s ORDER BY created")
+REGISTRY_DELETE = sql.SQL("DELETE FROM spanq.spanner_tables WHERE name = %(name)s")
+REGISTRY_INDEXES_OF = sql.SQL(
+    "SELECT name FROM spanq.spanner_tables WHERE kind = 'index' AND definition ->> 'table' = %(table)s")
+REGISTRY_CHILDREN_OF = sql.SQL(
+    "SELECT name FROM spanq.spanner_tables WHERE kind = 'table' AND definition ->> 'parent' = %(table)s")
+LOCK_TIMEOUT = sql.SQL("SELECT set_config('lock_timeout', %(lock_timeout)s, true)")
+
+
+def pg_type(t: g.SpannerType) -> sql.Composable:
+    if t.code == "ARRAY":
+        assert t.element is not None
+        return sql.SQL("{}[]").format(pg_type(t.element))
+    if t.code == "STRING" and t.length is not None:
+        return sql.SQL("varchar({})").format(sql.Literal(t.length))
+    return sql.SQL(PG_TYPES[t.code])
+
+
+def _cast_type(t: g.SpannerType) -> sql.Composable:
+    """The type a parameter is cast to (lengths are the column's to check)."""
+    if t.code == "ARRAY":
+        assert t.element is not None
+        return sql.SQL("{}[]").format(_cast_type(t.element))
+    return sql.SQL(PG_TYPES[t.code])
+
+
+def unsized(t: g.SpannerType | None) -> g.SpannerType | None:
+    """A column's type as a value's: without its length (a parameter's type has none)."""
+    if t is None:
+        return None
+    return g.SpannerType(t.code, unsized(t.element), None)
+
+
+def table_id(name: str) -> sql.Identifier:
+    return sql.Identifier(SCHEMA, name)
+
+
+# -- DDL ------------------------------------------------------------------------------
+
+
+def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]:
+    columns: list[sql.Composable] = []
+    for c in table.columns:
+        column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
+        if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
+            column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
+        if c.not_null:
+            column = sql.SQL("{} NOT NULL").format(column)
+        if c.type.code == "BYTES" and c.type.length is not None:
+            column = sql.SQL("{} CHECK (octet_length({}) <= {})").format(column, sql.Identifier(c.pg),
+                                                                         sql.Literal(c.type.length))
+        columns.append(column)
+    key = sql.SQL(", ").join(sql.Identifier(c.pg) for c in table.key)
+    columns.append(sql.SQL("PRIMARY KEY ({})").format(key))
+    if parent is not None:
+        width = len(parent.primary_key)
+        columns.append(sql.SQL("FOREIGN KEY ({}) REFERENCES {} ({}) ON DELETE {}").format(
+            sql.SQL(", ").join(sql.Identifier(c.pg) for c in table.key[:width]), table_id(parent.name),
+            sql.SQL(", ").join(sql.Identifier(c.pg) for c in parent.key),
+            sql.SQL("CASCADE" if table.on_delete_cascade else "NO ACTION")))
+    return [sql.SQL("CREATE TABLE {} (\n    {}\n)").format(table_id(table.name), sql.SQL(",\n    ").join(columns))]
+
+
+def drop_table(name: str) -> sql.Composed:
+    return sql.SQL("DROP TABLE {}").format(table_id(name))
+
+
+def create_index(index: IndexDef, table: TableDef) -> sql.Composed:
+    parts = []
+    for name, descending in index.columns:
+        column = table.column(name)
+        assert column is not None
+        parts.append(sql.SQL("{}{}").format(sql.Identifier(column.pg), sql.SQL(" DESC" if descending else "")))
+    statement = sql.SQL("CREATE {}INDEX {} ON {} ({})").format(
+        sql.SQL("UNIQUE " if index.unique else ""), sql.Identifier(index.name), table_id(table.name),
+        sql.SQL(", ").join(parts))
+    if index.null_filtered:
+        statement = sql.SQL("{} WHERE {}").format(statement, sql.SQL(" AND ").join(
+            sql.SQL("{} IS NOT NULL").format(sql.Identifier(c)) for c, _ in index.columns))
+    return statement
+
+
+def drop_index(name: str) -> sql.Composed:
+    return sql.SQL("DROP INDEX {}").format(sql.Identifier(SCHEMA, name))
+
+
+# -- statements ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Translated:
+    statement: sql.Composed
+    params: dict[str, Any]
+    """The literals' values (``l0``, ``l1``, ...); the request's parameters go in as ``p_<name>``."""
+    wanted: dict[str, g.SpannerType]
+    """Each request parameter's type (declared by the client, else the column it meets)."""
+    columns: list[tuple[str, g.SpannerType]]
+    """The result's columns (SELECT, THEN RETURN), named as results show them."""
+    dml: bool = False
+    target: TableDef | None = None
+    """The table a DML statement writes."""
+
+
+@dataclasses.dataclass
+class _Scope:
+    relations: list[tuple[str, TableDef]]
+    """(name in the statement: alias or table name, definition)."""
+    nullable: set[str] = dataclasses.field(default_factory=set)
+
+
+class _Translator:
+    def __init__(self, schema: dict[str, TableDef], declared: dict[str, g.SpannerType]) -> None:
+        self.schema = schema
+        self.declared = declared
+        self.params: dict[str, Any] = {}
+        self.wanted: dict[str, g.SpannerType] = {}
+
+    # -- names ---------------------------------------------------------
+
+    def table(self, name: str, writing: bool = False) -> TableDef:
+        found = self.schema.get(name)
+        if found is None:
+            raise InvalidArgument(f"Table not found: {name} (no table or queue of that name in this database)")
+        if writing and found.queue:
+            raise InvalidArgument(f"{found.spelled} is a queue: write its messages with INSERT INTO {found.spelled} "
+                                  "(key, Payload) VALUES (...), a Send or an Ack; UPDATE and DELETE ... WHERE "
+                                  "other than by key are not supported on queues")
+        return found
+
+    def column(self, scope: _Scope, ref: g.Column) -> tuple[sql.Composable, Col]:
+        if ref.qualifier is not None:
+            for shown, table in scope.relations:
+                if shown == ref.qualifier:
+                    found = table.column(ref.name)
+                    if found is None:
+                        raise InvalidArgument(f"{table.spelled} has no column {ref.spelled or ref.name!r}")
+                    return sql.Identifier(shown, found.pg), found
+            raise InvalidArgument(f"{ref.qualifier}.{ref.name}: {ref.qualifier!r} is not a table or alias of the "
+                                  "statement")
+        hits = [(shown, c) for shown, t in scope.relations if (c := t.column(ref.name)) is not None]
+        if not hits:
+            raise InvalidArgument(f"Unrecognized name: {ref.spelled or ref.name} (no such column in "
+                                  f"{', '.join(t.spelled for _, t in scope.relations) or 'this statement'})")
+        if len(hits) > 1:
+            raise InvalidArgument(f"Column name {ref.spelled or ref.name} is ambiguous: qualify it "
+                                  f"({', '.join(f'{s}.{ref.name}' for s, _ in hits)})")
+        shown, found = hits[0]
+        return sql.Identifier(shown, found.pg), found
+
+    # -- values ----------------------------------------------------------
+
+    def literal(self, value: Any, t: g.SpannerType) -> sql.Composable:
+        key = f"l{len(self.params)}"
+        self.params[key] = value
+        return sql.SQL("{}::{}").format(sql.Placeholder(key), _cast_type(t))
+
+    def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
+        t = self.declared.get(name) or self.wanted.get(name) or unsized(want) or g.STRING
+        previous = self.wanted.get(name)
+        if previous is not None and previous != t and name not in self.declared:
+            t = previous
+        self.wanted[name] = t
+        return sql.SQL("{}::{}").format(sql.Placeholder(f"p_{name}"), _cast_type(t)), t
+
+    # -- expressions -----------------------------------------------------
+
+    def expr(self, e: g.Expr, scope: _Scope, want: g.SpannerType | None = None,
+             aggregate: bool = False) -> tuple[sql.Composable, g.SpannerType | None]:
+        t: g.SpannerType | None
+        if isinstance(e, g.Column):
+            text, column = self.column(scope, e)
+            return text, column.type
+        if isinstance(e, g.Literal):
+            if e.value is None:
+                return (sql.SQL("NULL::{}").format(_cast_type(want)) if want else sql.SQL("NULL")), want
+            t = e.type or g.STRING
+            if want is not None and want != t:
+                t = self.coerced(t, want, e)
+            return self.literal(e.value, t), t
+        if isinstance(e, g.TypedLiteral):
+            value: Any = e.text
+            return self.literal(value, e.type), e.type
+        if isinstance(e, g.Param):
+            return self.param(e.name, want)
+        if isinstance(e, g.Now):
+            return sql.SQL("now()"), g.TIMESTAMP
+        if isinstance(e, g.ArrayLiteral):
+            element = want.element if want is not None and want.code == "ARRAY" else None
+            items = []
+            for item in e.items:
+                text, t = self.expr(item, scope, element)
+                element = element or t
+                items.append(text)
+            array_type = g.SpannerType("ARRAY", element or g.STRING)
+            return sql.SQL("ARRAY[{}]::{}").format(sql.SQL(", ").join(items), _cast_type(array_type)), array_type
+        if isinstance(e, g.Arithmetic):
+            left, lt = self.expr(e.left, scope, want if want and want.code in NUMBERS else None)
+            right, rt = self.expr(e.right, scope, lt)
+            t = lt or rt
+            if t is None or t.code not in NUMBERS or (rt is not None and rt.code not in NUMBERS):
+                raise InvalidArgument(f"{e.op} takes numbers (INT64, FLOAT64, NUMERIC)")
+            if rt is not None and "FLOAT64" in (t.code, rt.code):
+                t = g.FLOAT64
+            return sql.SQL("({} {} {})").format(left, sql.SQL(e.op), right), t
+        if isinstance(e, g.Compare):
+            left, right, t = self.pair(e.left, e.right, scope)
+            if e.op not in ("=", "!=") and t is not None and t.code not in ORDERED:
+                raise InvalidArgument(f"{t.ddl()} values do not compare with {e.op}")
+            if t is not None and t.code == "JSON":
+                raise InvalidArgument("JSON values do not compare (as in Spanner); compare a field's value")
+            op = "<>" if e.op == "!=" else e.op
+            return sql.SQL("({} {} {})").format(left, sql.SQL(op), right), g.BOOL
+        if isinstance(e, g.In):
+            left, t = self.expr(e.left, scope)
+            if e.unnest is not None:
+                array, _ = self.param(e.unnest.name, g.SpannerType("ARRAY", t or g.STRING))
+                form = "({} <> ALL({}))" if e.negated else "({} = ANY({}))"
+                return sql.SQL(form).format(left, array), g.BOOL
+            items = [self.expr(item, scope, t)[0] for item in e.items]
+            return sql.SQL("({} {}IN ({}))").format(left, sql.SQL("NOT " if e.negated else ""),
+                                                   sql.SQL(", ").join(items)), g.BOOL
+        if isinstance(e, g.Like):
+            left, t = self.expr(e.left, scope)
+            if t is not None and t.code not in ("STRING", "BYTES"):
+                raise InvalidArgument(f"LIKE takes STRING or BYTES, not {t.ddl()}")
+            pattern, _ = self.expr(e.pattern, scope, t or g.STRING)
+            return sql.SQL("({} {}LIKE {})").format(left, sql.SQL("NOT " if e.negated else ""), pattern), g.BOOL
+        if isinstance(e, g.Between):
+            left, t = self.expr(e.left, scope)
+            low, _ = self.expr(e.low, scope, t)
+            high, _ = self.expr(e.high, scope, t)
+            return sql.SQL("({} {}BETWEEN {} AND {})").format(left, sql.SQL("NOT " if e.negated else ""), low,
+                                                             high), g.BOOL
+        if isinstance(e, g.IsNull):
+            left, _ = self.expr(e.left, scope)
+            return sql.SQL("({} IS {}NULL)").format(left, sql.SQL("NOT " if e.negated else "")), g.BOOL
+        if isinstance(e, g.Logical):
+            items = [self.condition(item, scope) for item in e.items]
+            return sql.SQL("({})").format(sql.SQL(f" {e.op} ").join(items)), g.BOOL
+        if isinstance(e, g.Not):
+            return sql.SQL("(NOT {})").format(self.condition(e.item, scope)), g.BOOL
+        if isinstance(e, (g.CountStar, g.Count)):
+            if not aggregate:
+                raise InvalidArgument("COUNT is allowed in the SELECT list only")
+            if isinstance(e, g.CountStar):
+                return sql.SQL("count(*)"), g.INT64
+            inner, _ = self.expr(e.item, scope)
+            return sql.SQL("count({})").format(inner), g.INT64
+        raise InvalidArgument(f"unsupported expression {type(e).__name__}")
+
+    def coerced(self, given: g.SpannerType, want: g.SpannerType, e: g.Literal) -> g.SpannerType:
+        """A literal meeting a column of another type: the coercions Spanner makes (an INT64 literal is a
+        FLOAT64 or NUMERIC; a string literal a DATE, TIMESTAMP, JSON or NUMERIC)."""
+        if given.code == "INT64" and want.code in ("FLOAT64", "NUMERIC"):
+            return want
+        if given.code == "STRING" and want.code in ("DATE", "TIMESTAMP", "JSON", "NUMERIC", "STRING"):
+            return want
+        if given.code == "FLOAT64" and want.code == "NUMERIC":
+            return want
+        if given.code == want.code:
+            return want
+        raise InvalidArgument(f"the value {e.value!r} ({given.ddl()}) does not fit a {want.ddl()} column")
+
+    def pair(self, a: g.Expr, b: g.Expr, scope: _Scope
+             ) -> tuple[sql.Composable, sql.Composable, g.SpannerType | None]:
+        """Two sides of a comparison: the side with a known type (a column) types the other."""
+        if isinstance(a, (g.Literal, g.Param)) and not isinstance(b, (g.Literal, g.Param)):
+            right, t = self.expr(b, scope)
+            left, _ = self.expr(a, scope, t)
+            return left, right, t
+        left, t = self.expr(a, scope)
+        right, rt = self.expr(b, scope, t)
+        if t is not None and rt is not None and t.code != rt.code and not (t.code in NUMBERS and rt.code in NUMBERS):
+            raise InvalidArgument(f"No matching signature for a comparison of {t.ddl()} with {rt.ddl()}")
+        return left, right, t or rt
+
+    def condition(self, e: g.Expr, scope: _Scope) -> sql.Composable:
+        text, t = self.expr(e, scope, g.BOOL)
+        if t is not None and t.code != "BOOL":
+            raise InvalidArgument(f"a condition must be BOOL, not {t.ddl()}")
+        return text
+
+    def count(self, e: g.Expr | None, what: str) -> sql.Composable:
+        if e is None:
+            return sql.SQL("")
+        if isinstance(e, g.Literal) and isinstance(e.value, int) and not isinstance(e.value, bool) and e.value >= 0:
+            return self.literal(e.value, g.INT64)
+        if isinstance(e, g.Param):
+            return self.param(e.name, g.INT64)[0]
+        raise InvalidArgument(f"{what} takes a non-negative integer literal or a @param")
+
+    # -- select lists ------------------------------------------------------
+
+    def items(self, items: Sequence[g.SelectItem], scope: _Scope, aggregate_ok: bool = True
+              ) -> tuple[list[sql.Composable], list[tuple[str, g.SpannerType]], bool]:
+        texts: list[sql.Composable] = []
+        columns: list[tuple[str, g.SpannerType]] = []
+        aggregates = plain = 0
+        for item in items:
+            if isinstance(item.expr, g.Star):
+                chosen = [(s, t) for s, t in scope.relations if item.expr.qualifier in (None, s)]
+                if not chosen:
+                    raise InvalidArgument(f"{item.expr.qualifier}.*: not a table or alias of the statement")
+                for shown, table in chosen:
+                    for c in table.columns:
+                        texts.append(sql.Identifier(shown, c.pg))
+                        columns.append((c.spelled, c.type))
+                        plain += 1
+                continue
+            is_aggregate = isinstance(item.expr, (g.CountStar, g.Count))
+            if is_aggregate and not aggregate_ok:
+                raise InvalidArgument("THEN RETURN takes columns, not COUNT")
+            text, t = self.expr(item.expr, scope, aggregate=is_aggregate)
+            aggregates += is_aggregate
+            plain += not is_aggregate
+            texts.append(text)
+            name = item.alias
+            if name is None:  # a column is named as declared; any other expression has no name
+                name = self.column(scope, item.expr)[1].spelled if isinstance(item.expr, g.Column) else ""
+            columns.append((name, t or g.STRING))
+        if aggregates and plain:
+            raise InvalidArgument("SELECT list expression references a column that is neither grouped nor "
+                                  "aggregated: GROUP BY is not supported, so COUNT goes with other aggregates only")
+        return texts, columns, bool(aggregates)
+
+    # -- statements -------------------------------------------------------
+
+    def select(self, s: g.Select, lock: bool) -> Translated:
+        scope = _Scope([])
+        source: sql.Composable = sql.SQL("")
+        locked: list[str] = []
+        if s.source is not None:
+            relations = [s.source] + [j.relation for j in s.joins]
+            for relation in relations:
+                shown = relation.shown
+                if any(shown == other for other, _ in scope.relations):
+                    raise InvalidArgument(f"{shown!r} is named twice in FROM: give one an alias")
+                scope.relations.append((shown, self.table(relation.name)))
+            first = self.schema[s.source.name]
+            source = sql.SQL(" FROM {} AS {}").format(table_id(first.name), sql.Identifier(s.source.shown))
+            if not first.queue:
+                locked.append(s.source.shown)
+            for join in s.joins:
+                table = self.schema[join.relation.name]
+                shown = join.relation.shown
+                joined = sql.SQL("{} AS {}").format(table_id(table.name), sql.Identifier(shown))
+                if join.kind == "CROSS":
+                    source = sql.SQL("{} CROSS JOIN {}").format(source, joined)
+                else:
+                    assert join.on is not None
+                    on = self.condition(join.on, scope)
+                    source = sql.SQL("{} {} JOIN {} ON {}").format(source, sql.SQL(join.kind), joined, on)
+                if join.kind == "LEFT":
+                    scope.nullable.add(shown)
+                elif not table.queue:
+                    locked.append(shown)
+        texts, columns, aggregated = self.items(s.items, scope)
+        statement = sql.SQL("SELECT {}{}{}").format(sql.SQL("DISTINCT " if s.distinct else ""),
+                                                    sql.SQL(", ").join(texts), source)
+        if s.where is not None:
+            statement = sql.SQL("{} WHERE {}").format(statement, self.condition(s.where, scope))
+        if s.order_by:
+            aliases = {item.alias.lower(): i for i, item in enumerate(s.items) if item.alias}
+            order = []
+            for expr, descending in s.order_by:
+                if isinstance(expr, g.Column) and expr.qualifier is None and expr.name in aliases:
+                    text: sql.Composable = sql.Literal(aliases[expr.name] + 1)
+                else:
+                    text = self.expr(expr, scope)[0]
+                order.append(sql.SQL("{}{}").format(text, sql.SQL(" DESC" if descending else "")))
+            statement = sql.SQL("{} ORDER BY {}").format(statement, sql.SQL(", ").join(order))
+        if s.limit is not None:
+            statement = sql.SQL("{} LIMIT {}").format(statement, self.count(s.limit, "LIMIT"))
+        if s.offset is not None:
+            statement = sql.SQL("{} OFFSET {}").format(statement, self.count(s.offset, "OFFSET"))
+        if lock and locked and not aggregated and not s.distinct:
+            # Spanner's read-write transactions lock what they read: two that read a row and
+            # then write it conflict (one is ABORTED and retried), never lose an update.
+            statement = sql.SQL("{} FOR SHARE OF {}").format(
+                statement, sql.SQL(", ").join(sql.Identifier(n) for n in locked))
+        return Translated(statement, self.params, self.wanted, columns)
+
+    def returning(self, items: tuple[g.SelectItem, ...] | None, scope: _Scope
+                  ) -> tuple[sql.Composable, list[tuple[str, g.SpannerType]]]:
+        if items is None:
+            return sql.SQL(""), []
+        texts, columns, _ = self.items(items, scope, aggregate_ok=False)
+        return sql.SQL(" RETURNING {}").format(sql.SQL(", ").join(texts)), columns
+
+    def insert(self, s: g.Insert) -> Translated:
+        table = self.table(s.table, writing=True)
+        scope = _Scope([(table.name, table)])
+        columns = []
+        for name in s.columns:
+            column = table.column(name)
+            if column is None:
+                raise InvalidArgument(f"Column not found in table {table.spelled}: {name}")
+            columns.append(column)
+        rows = []
+        for row in s.rows:
+            values = [self.expr(e, _Scope([]), c.type)[0] for e, c in zip(row, columns)]
+            rows.append(sql.SQL("({})").format(sql.SQL(", ").join(values)))
+        statement = sql.SQL("INSERT INTO {} AS {} ({}) VALUES {}").format(
+            table_id(table.name), sql.Identifier(table.name), sql.SQL(", ").join(sql.Identifier(c.pg) for c in columns),
+            sql.SQL(", ").join(rows))
+        if s.on_conflict is not None:
+            statement = sql.SQL("{} {}").format(statement, on_conflict(table, columns, s.on_conflict))
+        returning, result = self.returning(s.returning, scope)
+        return Translated(sql.SQL("{}{}").format(statement, returning), self.params, self.wanted, result, True, table)
+
+    def update(self, s: g.Update) -> Translated:
+        table = self.table(s.table.name, writing=True)
+        scope = _Scope([(s.table.shown, table)])
+        sets = []
+        for name, e in s.assignments:
+            column = table.column(name)
+            if column is None:
+                raise InvalidArgument(f"Column not found in table {table.spelled}: {name}")
+            if name in table.primary_key:
+                raise InvalidArgument(f"Cannot UPDATE value on non-writable column: {column.spelled} (a primary-key "
+                                      "column)")
+            sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.expr(e, scope, column.type)[0]))
+        where = self.condition(s.where, scope)
+        returning, result = self.returning(s.returning, scope)
+        statement = sql.SQL("UPDATE {} AS {} SET {} WHERE {}{}").format(
+            table_id(table.name), sql.Identifier(s.table.shown), sql.SQL(", ").join(sets), where, returning)
+        return Translated(statement, self.params, self.wanted, result, True, table)
+
+    def delete(self, s: g.Delete) -> Translated:
+        table = self.table(s.table.name, writing=True)
+        scope = _Scope([(s.table.shown, table)])
+        where = self.condition(s.where, scope)
+        returning, result = self.returning(s.returning, scope)
+        statement = sql.SQL("DELETE FROM {} AS {} WHERE {}{}").format(
+            table_id(table.name), sql.Identifier(s.table.shown), where, returning)
+        return Translated(statement, self.params, self.wanted, result, True, table)
+
+
+def on_conflict(table: TableDef, columns: Sequence[Col], mode: str) -> sql.Composed:
+    key = sql.SQL(", ").join(sql.Identifier(c.pg) for c in table.key)
+    rest = [c for c in columns if c.name not in table.primary_key]
+    if mode == "ignore" or not rest:
+        return sql.SQL("ON CONFLICT ({}) DO NOTHING").format(key)
+    return sql.SQL("ON CONFLICT ({}) DO UPDATE SET {}").format(key, sql.SQL(", ").join(
+        sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c.pg), sql.Identifier(c.pg)) for c in rest))
+
+
+def translate(statement: g.Select | g.Dml, schema: dict[str, TableDef], declared: dict[str, g.SpannerType],
+              lock: bool = False) -> Translated:
+    """A parsed statement as PostgreSQL. ``schema`` maps each (folded) relation name the statement
+    may name to its definition; ``declared`` the request parameters' declared types; ``lock``
+    reads with FOR SHARE (in a read-write transaction)."""
+    t = _Translator(schema, declared)
+    if isinstance(statement, g.Select):
+        return t.select(statement, lock)
+    if isinstance(statement, g.Insert):
+        return t.insert(statement)
+    if isinstance(statement, g.Update):
+        return t.update(statement)
+    return t.delete(statement)
+
+
+# -- mutations and reads --------------------------------------------------------------
+
+
+def _values(columns: Sequence[Col], rows: int, prefix: str = "v") -> sql.Composed:
+    return sql.SQL(", ").join(
+        sql.SQL("({})").format(sql.SQL(", ").join(
+            sql.SQL("{}::{}").format(sql.Placeholder(f"{prefix}{r}_{i}"), _cast_type(c.type))
+            for i, c in enumerate(columns)))
+        for r in range(rows))
+
+
+def row_params(rows: Sequence[Sequence[Any]], prefix: str = "v") -> dict[str, Any]:
+    return {f"{prefix}{r}_{i}": v for r, row in enumerate(rows) for i, v in enumerate(row)}
+
+
+def write(table: TableDef, columns: Sequence[Col], rows: int, mode: str) -> sql.Composed:
+    """A mutation's statement: insert, insert_or_update, update (its rows matched by key; the
+    caller checks the count) or the insert half of replace."""
+    names = sql.SQL(", ").join(sql.Identifier(c.pg) for c in columns)
+    if mode == "update":
+        rest = [c for c in columns if c.name not in table.primary_key]
+        given = sql.SQL(", ").join(sql.Identifier(f"c{i}") for i in range(len(columns)))
+        at = {c.name: i for i, c in enumerate(columns)}
+        match = sql.SQL(" AND ").join(sql.SQL("t.{} = v.{}").format(sql.Identifier(k.pg), sql.Identifier(f"c{at[k.name]}"))
+                                      for k in table.key)
+        sets = sql.SQL(", ").join(sql.SQL("{} = v.{}").format(sql.Identifier(c.pg), sql.Identifier(f"c{at[c.name]}"))
+                                  for c in rest)
+        if not rest:  # only keys: touch each row to learn it exists
+            first = table.key[0]
+            sets = sql.SQL("{} = t.{}").format(sql.Identifier(first.pg), sql.Identifier(first.pg))
+        return sql.SQL("UPDATE {} AS t SET {} FROM (VALUES {}) AS v ({}) WHERE {}").format(
+            table_id(table.name), sets, _values(columns, rows), given, match)
+    statement = sql.SQL("INSERT INTO {} ({}) VALUES {}").format(table_id(table.name), names, _values(columns, rows))
+    if mode == "insert_or_update":
+        statement = sql.SQL("{} {}").format(statement, on_conflict(table, columns, "update"))
+    return statement
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyRange:
+    start: tuple[Any, ...]
+    start_closed: bool
+    end: tuple[Any, ...]
+    end_closed: bool
+
+
+def key_condition(key: Sequence[Col], keys: Sequence[Sequence[Any]], ranges: Sequence[KeyRange],
+                  params: dict[str, Any], alias: str | None = None) -> sql.Composable:
+    """A KeySet as a condition on the key columns (a range's bounds may be prefixes of the key)."""
+    def ref(c: Col) -> sql.Identifier:
+        return sql.Identifier(alias, c.pg) if alias else sql.Identifier(c.pg)
+
+    def bound(values: Sequence[Any]) -> tuple[sql.Composable, sql.Composable]:
+        columns = key[:len(values)]
+        names, holders = [], []
+        for c, v in zip(columns, values):
+            name = f"k{len(params)}"
+            params[name] = v
+            names.append(ref(c))
+            holders.append(sql.SQL("{}::{}").format(sql.Placeholder(name), _cast_type(c.type)))
+        return (sql.SQL("ROW({})").format(sql.SQL(", ").join(names)),
+                sql.SQL("ROW({})").format(sql.SQL(", ").join(holders)))
+
+    parts: list[sql.Composable] = []
+    for k in keys:
+        left, right = bound(k)
+        parts.append(sql.SQL("{} = {}").format(left, right))
+    for r in ranges:
+        conditions: list[sql.Composable] = []
+        if r.start:
+            left, right = bound(r.start)
+            conditions.append(sql.SQL("{} {} {}").format(left, sql.SQL(">=" if r.start_closed else ">"), right))
+        if r.end:
+            left, right = bound(r.end)
+            conditions.append(sql.SQL("{} {} {}").format(left, sql.SQL("<=" if r.end_closed else "<"), right))
+        parts.append(sql.SQL("({})").format(sql.SQL(" AND ").join(conditions)) if conditions else sql.SQL("true"))
+    if not parts:
+        return sql.SQL("false")
+    return sql.SQL("({})").format(sql.SQL(" OR ").join(parts))
+
+
+def delete_rows(table: TableDef, condition: sql.Composable | None) -> sql.Composed:
+    if condition is None:
+        return sql.SQL("DELETE FROM {}").format(table_id(table.name))
+    return sql.SQL("DELETE FROM {} WHERE {}").format(table_id(table.name), condition)
+
+
+def read(table: TableDef, columns: Sequence[Col], order: Sequence[tuple[Col, bool]], condition: sql.Composable | None,
+         limit: int | None, lock: bool, params: dict[str, Any]) -> sql.Composed:
+    statement = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(sql.Identifier(c.pg) for c in columns),
+                                                    table_id(table.name))
+    if condition is not None:
+        statement = sql.SQL("{} WHERE {}").format(statement, condition)
+    statement = sql.SQL("{} ORDER BY {}").format(statement, sql.SQL(", ").join(
+        sql.SQL("{}{}").format(sql.Identifier(c.pg), sql.SQL(" DESC" if d else "")) for c, d in order))
+    if limit:
+        params["limit"] = limit
+        statement = sql.SQL("{} LIMIT {}").format(statement, sql.Placeholder("limit"))
+    if lock and not table.queue:
+        statement = sql.SQL("{} FOR SHARE").format(statement)
+    return statement

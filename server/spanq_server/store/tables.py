@@ -1,0 +1,135 @@
+"""The Spanner front-end's tables: runs the SQL of Spanner tables (composed in ``sql/tables.py``): their DDL
+and registry, statements on a transaction's connection or on their own, and
+the translation of PostgreSQL's errors into Spanner's codes.
+
+- a duplicate key: ALREADY_EXISTS (RowAlreadyExists);
+- a missing parent row (INTERLEAVE IN PARENT): NOT_FOUND (RowNotFound);
+- NOT NULL, a length, a child row still there (ON DELETE NO ACTION):
+  FAILED_PRECONDITION;
+- serialization failures, deadlocks and lock timeouts: ABORTED, so the
+  client runs the transaction again (``store.wrap_errors``).
+"""
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from psycopg import errors as pg_errors
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from .. import errors
+from ..sql import tables as t
+from .database import Connection, Database, Handle, connection_of, wrap_errors
+
+Rows = list[tuple[Any, ...]]
+
+
+@contextlib.contextmanager
+def table_errors(what: str) -> Iterator[None]:
+    """psycopg -> domain errors for a statement on Spanner tables (``what`` names it)."""
+    try:
+        with wrap_errors():
+            try:
+                yield
+            except pg_errors.UniqueViolation as exc:
+                raise errors.RowAlreadyExists(
+                    f"{what}: a row with that key already exists ({exc.diag.message_detail}); nothing of it was "
+                    "stored") from exc
+            except pg_errors.ForeignKeyViolation as exc:
+                if "still referenced" in (exc.diag.message_detail or "") + (exc.diag.message_primary or ""):
+                    raise errors.FailedPrecondition(
+                        f"{what}: the row has child rows (INTERLEAVE IN PARENT ... ON DELETE NO ACTION, or a queue "
+                        f"interleaved in it): {exc.diag.message_detail}; delete them first") from exc
+                raise errors.RowNotFound(
+                    f"{what}: the parent row is missing ({exc.diag.message_detail}); insert the parent row "
+                    "first") from exc
+            except (pg_errors.NotNullViolation, pg_errors.CheckViolation,
+                    pg_errors.StringDataRightTruncation) as exc:
+                raise errors.FailedPrecondition(f"{what}: {exc.diag.message_primary}") from exc
+            except pg_errors.CardinalityViolation as exc:  # ON CONFLICT DO UPDATE meeting one key twice
+                raise errors.InvalidArgument(f"{what}: a row's key is given twice in one mutation") from exc
+            except pg_errors.DuplicateTable as exc:
+                raise errors.QueueAlreadyExists(f"{what}: {exc.diag.message_primary}") from exc
+            except pg_errors.DependentObjectsStillExist as exc:
+                raise errors.FailedPrecondition(
+                    f"{what}: other objects depend on it ({exc.diag.message_detail or exc.diag.message_primary}); "
+                    "drop them first") from exc
+            except pg_errors.UndefinedTable as exc:
+                raise errors.RowNotFound(f"{what}: the table does not exist (it was dropped)") from exc
+            except (pg_errors.DataException, pg_errors.DatatypeMismatch, pg_errors.UndefinedFunction) as exc:
+                if isinstance(exc, (pg_errors.InvalidTextRepresentation, pg_errors.DatetimeFieldOverflow,
+                                    pg_errors.NumericValueOutOfRange)):
+                    raise
+                raise errors.InvalidArgument(f"{what}: {exc.diag.message_primary}") from exc
+    except errors.QueueNotFound as exc:
+        raise errors.RowNotFound(f"{what}: the table does not exist (it was dropped)") from exc
+
+
+async def _run(conn: Connection, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
+               ) -> tuple[Rows, int]:
+    with table_errors(what):
+        cur = await conn.execute(statement, params)
+        rows = await cur.fetchall() if cur.description is not None else []
+        return rows, cur.rowcount
+
+
+class SpannerTables(Database):
+    """Tables made through the Spanner API and their registry, spanq.spanner_tables."""
+
+    @staticmethod
+    async def table_run_in(handle: Handle, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
+                           ) -> tuple[Rows, int]:
+        """One statement on a transaction: its rows (if it returns any) and its row count."""
+        return await _run(connection_of(handle), statement, params, what)
+
+    async def table_read(self, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str) -> Rows:
+        """A read of the latest committed rows (a strong read)."""
+        async with self._read() as conn:
+            return (await _run(conn, statement, params, what))[0]
+
+    async def table_alone(self, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
+                          ) -> tuple[Rows, int]:
+        """A statement in a transaction of its own (partitioned DML)."""
+        async with self._transaction() as conn:
+            return await _run(conn, statement, params, what)
+
+    async def table_ddl(self, statements: Sequence[sql.Composed | sql.SQL], what: str, *, lock_timeout: timedelta,
+                        register: tuple[str, str | None, str, str, dict[str, Any]] | None = None,
+                        unregister: str | None = None) -> None:
+        """DDL and its registry row in one transaction: all of it or none. ``register`` is
+        (relation, database, kind, declared name, definition)."""
+        async with self._transaction() as conn:
+            with table_errors(what):
+                await conn.execute(t.LOCK_TIMEOUT, {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
+                for statement in statements:
+                    await conn.execute(statement)
+                if register is not None:
+                    name, database, kind, declared, definition = register
+                    await conn.execute(t.REGISTRY_PUT, {"name": name, "database": database, "kind": kind,
+                                                        "declared": declared, "definition": Jsonb(definition)})
+                if unregister is not None:
+                    await conn.execute(t.REGISTRY_DELETE, {"name": unregister})
+
+    async def table_definitions(self, names: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
+        """(relation, kind, definition) of those of ``names`` that are registered."""
+        if not names:
+            return []
+        async with self._read() as conn:
+            cur = await conn.execute(t.REGISTRY_GET, {"names": list(names)})
+            return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+    async def table_definitions_of(self, database: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """A database's tables and indexes, in creation order."""
+        async with self._read() as conn:
+            cur = await conn.execute(t.REGISTRY_OF_DATABASE, {"database": database})
+            return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+
+    async def table_dependents(self, table: str) -> tuple[list[str], list[str]]:
+        """A table's indexes and child tables."""
+        async with self._read() as conn:
+            indexes = await conn.execute(t.REGISTRY_INDEXES_OF, {"table": table})
+            found = [r[0] for r in await indexes.fetchall()]
+            children = await conn.execute(t.REGISTRY_CHILDREN_OF, {"table": table})
+            return found, [r[0] for r in await children.fetchall()]
