@@ -28,6 +28,7 @@ from spanq_server.clock import ManualClock
 from spanq_server.config import Config
 from spanq_server.server import Running, start
 from spanq_server.store import Store
+from spanq_server.testsignals import Listener, StreamState, stream_waiting
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -79,6 +80,14 @@ def database_url(pg_url: str, template_db: str) -> Iterator[str]:
 def clock() -> ManualClock:
     """The server's clock: real time plus an offset the test advances instead of sleeping."""
     return ManualClock()
+
+
+@pytest.fixture
+def waiting() -> Iterator[Listener[StreamState]]:
+    """Hears every Receive stream of this process wait (testsignals.stream_waiting) during the
+    test: ``await waiting.wait(...)``, or ``helpers.streams_idle(waiting, queue, n)``."""
+    with stream_waiting.listen() as listener:
+        yield listener
 
 
 @pytest.fixture
