@@ -44,6 +44,7 @@ def owned_folder(prefix: str) -> pathlib.Path:
     """A fresh folder that SYSTEM_USER may use."""
     folder = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
     if SYSTEM_USER is not None:
+        ensure_user_exists(SYSTEM_USER)  # on a fresh machine nothing has made it yet
         ensure_prefix_permissions(folder)
         folder.chmod(0o755)
         shutil.chown(folder, SYSTEM_USER, SYSTEM_USER)
