@@ -100,6 +100,12 @@ def until_sync(condition: Any, what: str = "a condition", timeout: float = 10, i
         time.sleep(interval)
 
 
+def lock_waiters(sql: Any) -> int:
+    """Sessions of the test's database waiting for a lock (a held row, a held ledger key)."""
+    return int(sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND datname = current_database()").fetchone()[0])
+
+
 async def streams_idle(waiting: Any, queue: str, n: int = 1, timeout: float = 10) -> None:
     """Until ``n`` different Receive streams of ``queue`` were heard waiting for messages, on a
     ``testsignals.stream_waiting.listen()`` listener begun before they opened (or cleared)."""

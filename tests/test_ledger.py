@@ -11,7 +11,7 @@ import pytest
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
-from .helpers import create_queue, error_of, key, plain, receive_some, send, text_message, until
+from .helpers import create_queue, error_of, key, lock_waiters, plain, receive_some, send, text_message, until
 from .pgproxy import GROUP_STATEMENT, PgProxy
 
 
@@ -134,9 +134,7 @@ async def test_replay_racing_its_original_waits_on_the_ledger_and_applies_once(s
              for _ in range(2)]
     # Both wait: each group's statement on the key (or the second behind the first, if the
     # server commits one group at a time).
-    await until(lambda: sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                    "AND datname = current_database()").fetchone()[0]
-                + server.mutator.sends.waiting == 2, "both calls to wait on the key")
+    await until(lambda: lock_waiters(sql) + server.mutator.sends.waiting == 2, "both calls to wait on the key")
     assert not any(c.done() for c in calls)
     await blocker.rollback()
     await blocker.close()

@@ -118,6 +118,10 @@ class StreamState(NamedTuple):
     """It waits for room under its max_outstanding, not for messages."""
 
 
+commits_draining: Signal[str] = Signal("commits_draining")
+"""A group committer (its kind's name: "send", "ack") was asked to close: shutdown now waits
+for the groups it runs (group_commit.py)."""
+
 stream_waiting: Signal[StreamState] = Signal("stream_waiting")
 """A Receive stream found nothing to deliver (or, ``full``, no room under its max_outstanding)
 and now waits for a wake-up, a timer or its end (receive.py). Raised at each wait."""
