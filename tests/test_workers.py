@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 
