@@ -12,7 +12,7 @@ import grpc
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
-from .helpers import ack, create_queue, duration, open_stream, plain, send, streams_idle, text_message, until
+from .helpers import ack, create_queue, duration, open_stream, plain, send, text_message, until
 
 STREAMS = 8
 MESSAGES = 3000
@@ -87,14 +87,14 @@ def _check_once_each(log: list[tuple[int, queue_pb2.ReceivedMessage]], keys: lis
     return Counter(index for index, _ in log)
 
 
-async def test_many_acking_streams_receive_every_message_once(stub, sql, waiting):
+async def test_many_acking_streams_receive_every_message_once(stub, sql, await_idle_streams):
     await create_queue(stub, "work", payload_type=queue_pb2.STRING)
     keys = [f"m{i:05}" for i in range(MESSAGES)]
     log: list[tuple[int, queue_pb2.ReceivedMessage]] = []
     consumers = [AckingConsumer(stub, "work", i, log, max_batch_size=20, lease_duration=duration(60))
                  for i in range(STREAMS)]
     try:
-        await streams_idle(waiting, "work", STREAMS)  # every stream open and idle before the first send
+        await await_idle_streams("work", STREAMS)  # every stream open and idle before the first send
         started = time.monotonic()
         await _send_all(stub, "work", keys)
         await _wait_for(lambda: len(log) >= MESSAGES, 20)
@@ -110,7 +110,7 @@ async def test_many_acking_streams_receive_every_message_once(stub, sql, waiting
     assert elapsed < 20
 
 
-async def test_streams_on_two_servers_share_one_queue(stub, server, server_config, sql, waiting):
+async def test_streams_on_two_servers_share_one_queue(stub, server, server_config, sql, await_idle_streams):
     await create_queue(stub, "work", payload_type=queue_pb2.STRING)
     other = await start(server_config)
     try:
@@ -121,7 +121,7 @@ async def test_streams_on_two_servers_share_one_queue(stub, server, server_confi
             consumers = [AckingConsumer(stub if i % 2 else other_stub, "work", i, log, max_batch_size=10)
                          for i in range(STREAMS)]
             try:
-                await streams_idle(waiting, "work", STREAMS)
+                await await_idle_streams("work", STREAMS)
                 await asyncio.gather(_send_all(stub, "work", keys[:500]), _send_all(other_stub, "work", keys[500:]))
                 await _wait_for(lambda: len(log) >= len(keys), 15)
                 await _all_acked(sql, "work")

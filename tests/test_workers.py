@@ -6,6 +6,7 @@ processes."""
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,15 +51,33 @@ def workers(database_url: str) -> Iterator[Workers]:
     port, metrics_port = free_port(), free_port()
     process = spawn_server(database_url, port, "--workers", "2", "--metrics-listen", f"127.0.0.1:{metrics_port}",
                            "--metrics-interval", "0")
+    pids: list[int] = []
+    files = None
     try:
         wait_serving_sync(f"127.0.0.1:{port}")
         pids = wait_children(process.pid, 2)
+        files = metrics_folder(pids[0])
         wait_listening(pids, port)
         yield Workers(process, port, metrics_port, pids)
     finally:
         if process.poll() is None:
             process.terminate()
             process.wait(60)
+        # A supervisor that was killed could neither stop its workers nor remove their metrics files.
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        if files is not None:
+            shutil.rmtree(files, ignore_errors=True)
+
+
+def metrics_folder(pid: int) -> str | None:
+    """Where a worker writes its metrics (the supervisor made the folder and removes it as it stops)."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for entry in f.read().split(b"\0"):
+            if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR="):
+                return entry.split(b"=", 1)[1].decode()
+    return None
 
 
 async def stubs_on_each(workers: Workers) -> tuple[list[grpc.aio.Channel], list[queue_pb2_grpc.QueueServiceStub]]:
