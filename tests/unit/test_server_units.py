@@ -80,7 +80,7 @@ def test_the_server_type_checks(tmp_path):
     import subprocess
     import sys
 
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path), "-p", "spanq_server"],
                             cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
