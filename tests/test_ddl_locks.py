@@ -19,6 +19,7 @@ import spanq.aio
 from spanq._proto.spanq.v1 import queue_pb2
 from spanq_server.config import Config
 from spanq_server.store import Store
+from spanq_server.store.database import connection_of
 
 from .helpers import create_queue, error_of, send, spanner_ddl, text_message, until
 
@@ -112,7 +113,8 @@ async def test_the_locks_taken_first_are_held_to_the_end_of_the_ddl(database_url
     own whose COMMIT would let the lock go before the DDL runs."""
     sql.execute("CREATE TABLE users (id text PRIMARY KEY)")
     async with Store(database_url, min_size=1, max_size=1) as store:
-        async with store.transaction() as conn:
+        async with store.transaction() as handle:
+            conn = connection_of(handle)
             await store._ddl_locks(conn, "a test", [("users", "SHARE ROW EXCLUSIVE")], timedelta(seconds=1))
             held = sql.execute("SELECT locktype, mode FROM pg_locks WHERE pid = %s AND granted "
                                "AND (relation = 'public.users'::regclass OR locktype = 'advisory')",

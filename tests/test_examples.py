@@ -202,7 +202,7 @@ async def test_exactly_once_with_unknown_commits_and_a_worker_killed_mid_run(fau
     # Through injected unknown commits, each payment was stored once (a blind resend of a payment's key would
     # have failed with AlreadyExists, and of a generated key stored it twice).
     assert sql.execute(f"SELECT count(*) FROM {eo.QUEUE}").fetchone()[0] == n
-    injected = faulty_server.store.faults.injected
+    injected = faulty_server.mutator.faults.injected
     assert injected["unknown_commit_after"] > 0 and injected["unknown_commit_before"] > 0, injected
 
     first = await asyncio.create_subprocess_exec(*eo.worker_command(target, database_url),

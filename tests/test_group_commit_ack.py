@@ -8,7 +8,6 @@ import grpc
 import psycopg
 
 from spanq._proto.spanq.v1 import queue_pb2
-from spanq_server.faults import FaultInjector
 
 from .helpers import create_queue, error_of, lock_waiters, outcome, receive_some, renew, send, text_message, until
 from .test_group_commit import group_stub, one_group, until_waiting  # noqa: F401  (fixtures)
@@ -186,7 +185,9 @@ async def test_an_unknown_commit_cuts_a_group_per_request(group_stub, one_group,
     calls = {name: asyncio.ensure_future(error_of(group_stub.Ack(r))) if name in ("a", "b", "stale")
              else asyncio.ensure_future(group_stub.Ack(r)) for name, r in requests.items()}
     await asyncio.wait_for(until_waiting(one_group.mutator.acks, 4), 10)
-    one_group.store.faults = FaultInjector({"unknown_commit_after": 1.0})
+    faults = one_group.mutator.faults
+    injected = faults.injected["unknown_commit_after"]
+    faults.probabilities["unknown_commit_after"] = 1.0
     await blocker.rollback()
     await blocker.close()
     await first  # its group had drawn no fault before it waited
@@ -197,8 +198,8 @@ async def test_an_unknown_commit_cuts_a_group_per_request(group_stub, one_group,
     code, _, _ = await calls["stale"]
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert (await calls["done"]).replayed
-    assert one_group.store.faults.injected["unknown_commit_after"] == 1, "one group, one fault"
-    one_group.store.faults = FaultInjector()
+    assert faults.injected["unknown_commit_after"] == injected + 1, "one group, one fault"
+    faults.probabilities.clear()
     assert keys_left(sql) == ["stale"]
     for name in ("a", "b"):
         replay = await group_stub.Ack(requests[name])

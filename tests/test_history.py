@@ -24,8 +24,8 @@ async def test_exactly_once_under_injected_faults(server_config, clock, sql):
         await work.close()
         await running.stop(0)
     report = work.history.check(remaining_rows(sql, "work"), work.lease_s)
-    print(report.summary(), running.store.faults.injected)
-    assert sum(running.store.faults.injected.values()) >= 100  # the faults really happened
+    print(report.summary(), running.mutator.faults.injected)
+    assert sum(running.mutator.faults.injected.values()) >= 100  # the faults really happened
     assert report.confirmed_sends == 600 * SCALE
     assert report.ok, report
     assert remaining_rows(sql, "work") == []

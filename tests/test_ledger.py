@@ -89,7 +89,7 @@ async def test_unknown_commit_after_committed_then_replay_answers(server_config,
             assert info["reason"] == "UNKNOWN_COMMIT" and info["request_id"] == "r-1"
             assert "replay" in message.lower()
             assert len(rows(sql, "q")) == 1  # it did commit
-            running.store.faults.probabilities.clear()
+            running.mutator.faults.probabilities.clear()
             replay = await send(stub, "q", text_message("a", "x"), request_id="r-1")
             assert replay.replayed and plain(replay.keys[0]) == ["a"]
             assert len(rows(sql, "q")) == 1
@@ -108,7 +108,7 @@ async def test_rolled_back_commit_then_replay_executes_once(server_config, clock
             got, _, info = await error_of(send(stub, "q", text_message(None, "x"), request_id="r-2"))
             assert got == code and info["request_id"] == "r-2"
             assert rows(sql, "q") == []  # rolled back
-            running.store.faults.probabilities.clear()
+            running.mutator.faults.probabilities.clear()
             replay = await send(stub, "q", text_message(None, "x"), request_id="r-2")
             assert not replay.replayed  # the first attempt never happened: this one does it
             again = await send(stub, "q", text_message(None, "x"), request_id="r-2")

@@ -63,7 +63,7 @@ async def test_unknown_commits_store_each_message_once_and_ack_it_once(server, s
         assert len(seen) == rest and set(seen).isdisjoint(moved) and max(seen.values()) == 1
         assert sorted([*moved, *seen]) == list(range(N))
 
-    injected = server.store.faults.injected
+    injected = server.mutator.faults.injected
     assert injected["unknown_commit_after"] > 100 and injected["unknown_commit_before"] > 100, injected
 
 
@@ -76,5 +76,5 @@ async def test_published_batches_replay_their_request_id_and_are_stored_once(ser
     rows = dict(sql.execute("SELECT id, (payload->>'n')::int FROM published").fetchall())
     assert len(rows) == 1000 and sorted(rows.values()) == list(range(1000))
     assert [rows[k] for k in keys] == list(range(1000))  # each future has its own message's key
-    injected = server.store.faults.injected
+    injected = server.mutator.faults.injected
     assert injected["unknown_commit_after"] > 5 and injected["unknown_commit_before"] > 5, injected

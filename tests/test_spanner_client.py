@@ -410,7 +410,7 @@ async def test_a_lost_commit_reply_is_replayed_by_the_clients_own_retry(
 
         await asyncio.to_thread(ack)  # not NOT_FOUND: the retry is answered from the ledger
         assert sql.execute("SELECT count(*) FROM d1_usertasks").fetchone() == (0,)
-        assert running.store.faults.injected["unknown_commit_after"] == 5
+        assert running.mutator.faults.injected["unknown_commit_after"] == 5
         assert sql.execute("SELECT count(*) FROM spanq.commit_ledger WHERE request_id LIKE 'spanner:%'"
                            ).fetchone() == (4,)
     finally:

@@ -6,14 +6,25 @@ SPEC is comma-separated ``name=probability``:
 - ``unknown_commit_before``: roll back, then report UNKNOWN_COMMIT;
 - ``unavailable_before``: roll back, then report UNAVAILABLE.
 
-Only mutating commits (Send, Ack, RenewLease, Commit) are subject to it.
+Only mutating commits (Send, Ack, RenewLease, Commit) are subject to it, and this
+module is the one place that injects them: the domain's commits go through
+``committing`` (a transaction) or ``before_commit`` / ``after_commit`` (a statement
+that commits by itself, or a held transaction's COMMIT).
 """
 
+import contextlib
 import random
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import TypeVar
 
 from .errors import CommitOutcomeUnknown, QueueError, StoreUnavailable
 
 FAULTS = ("unknown_commit_after", "unknown_commit_before", "unavailable_before")
+BEFORE = ("unknown_commit_before", "unavailable_before")
+"""The faults that strike before the COMMIT is sent: nothing was committed."""
+
+T = TypeVar("T")
 
 
 class FaultInjector:
@@ -56,6 +67,29 @@ class FaultInjector:
             if roll < 0:
                 return name
         return None
+
+    def before_commit(self) -> str | None:
+        """Draws the fault of a commit about to be sent, and raises it if it strikes
+        before the COMMIT (the caller rolls back); else returns it for after_commit."""
+        fault = self.draw()
+        if fault in BEFORE:
+            raise self.error(fault)
+        return fault
+
+    def after_commit(self, fault: str | None, *, wrote: bool = True) -> None:
+        """Raises the drawn fault if it loses a commit's answer: only a commit that wrote
+        anything can lose it."""
+        if fault == "unknown_commit_after" and wrote:
+            raise self.error(fault)
+
+    @contextlib.asynccontextmanager
+    async def committing(self, transaction: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+        """``transaction`` (the store's) with a fault drawn at its COMMIT: one that strikes
+        before is raised inside it, so it rolls back; one that loses the answer after."""
+        async with transaction as handle:
+            yield handle
+            fault = self.before_commit()
+        self.after_commit(fault)
 
     def error(self, fault: str) -> QueueError:
         """The error to raise for a drawn fault, counted as injected."""

@@ -13,13 +13,13 @@ itself (autocommit: no BEGIN or COMMIT round trips); several queues share one
 transaction. Each request keeps its own ledger entry, so replays and
 UNKNOWN_COMMIT resolve per request exactly as for a request committed alone.
 
-A group statement answers per request (``Claim``): True, claimed and applied
-(committed with the statement); False, its request_id was committed before
-(nothing done now: answer from the ledger); None, not applied and not claimed,
-because the statement only takes requests whose outcome it knows in advance
-(an Ack whose messages are all there under the tokens given: see
-message_ack_claimed_group in queries.sql). The caller then runs a None request
-on its own, in a transaction that finds its exact outcome or error. The two
+A group statement answers per request (``Claim``): CLAIMED, claimed and applied
+(committed with the statement); COMMITTED_BEFORE, its request_id was committed
+before (nothing done now: answer from the ledger); LEFT_ALONE, not applied and
+not claimed, because the statement only takes requests whose outcome it knows in
+advance (an Ack whose messages are all there under the tokens given: see
+message_ack_claimed_group in queries.sql). The caller then runs a LEFT_ALONE
+request on its own, in a transaction that finds its exact outcome or error. The two
 kinds are ``SENDS`` and ``ACKS``.
 
 A failure that belongs to one request (a key already stored, a missing parent
@@ -38,16 +38,13 @@ from typing import Generic, Protocol, TypeVar
 
 from . import errors
 from .clock import Clock
-from .model import LedgeredAck, LedgeredSend, QueueDef
-from .store import Connection, Store
+from .faults import FaultInjector
+from .model import Claim, LedgeredAck, LedgeredSend, QueueDef
+from .store import Handle, Store
 from .testsignals import commits_draining
 
 MAX_GROUP_ITEMS = 2000
 """Messages (sent or acked) in one group at most (a single request may bring 1,000)."""
-
-Claim = bool | None
-"""A request's answer from a group statement: True claimed and applied now, False
-committed before (a replay), None left alone (the caller commits it on its own)."""
 
 
 class _Ledgered(Protocol):
@@ -63,10 +60,10 @@ class GroupKind(Generic[R]):
     """What a group commits: how one queue's requests become one statement."""
 
     name: str
-    statement: Callable[[Store, Connection | None, QueueDef, Sequence[R], datetime | None],
+    statement: Callable[[Store, Handle | None, QueueDef, Sequence[R], datetime | None],
                         Awaitable[dict[str, Claim]]]
-    """Runs one queue's requests as one statement, in conn's transaction or (conn None)
-    autocommitted; the Claim of every request_id."""
+    """Runs one queue's requests as one statement, in the handle's transaction or
+    (handle None) autocommitted; the Claim of every request_id."""
     size: Callable[[R], int]
     """Messages a request brings, for MAX_GROUP_ITEMS."""
     exclusive: Callable[[QueueDef, R], Iterable[Hashable]]
@@ -74,10 +71,11 @@ class GroupKind(Generic[R]):
     keys: two acks of one message in one statement would both seem to delete it)."""
 
 
-async def _insert(store: Store, conn: Connection | None, queue: QueueDef, sends: Sequence[LedgeredSend],
+async def _insert(store: Store, handle: Handle | None, queue: QueueDef, sends: Sequence[LedgeredSend],
                   now: datetime | None) -> dict[str, Claim]:
-    claimed = await store.messages_insert_claimed(conn, queue, sends, now)
-    return {send.request_id: send.request_id in claimed for send in sends}
+    claimed = await store.messages_insert_claimed(handle, queue, sends, now)
+    return {send.request_id: Claim.CLAIMED if send.request_id in claimed else Claim.COMMITTED_BEFORE
+            for send in sends}
 
 
 SENDS: GroupKind[LedgeredSend] = GroupKind(
@@ -97,8 +95,10 @@ class _Job(Generic[R]):
 class GroupCommitter(Generic[R]):
     """Commits requests of one kind, grouping those that wait while ``in_flight`` groups commit."""
 
-    def __init__(self, store: Store, clock: Clock, kind: GroupKind[R], *, in_flight: int) -> None:
+    def __init__(self, store: Store, clock: Clock, kind: GroupKind[R], *, in_flight: int,
+                 faults: FaultInjector) -> None:
         self._store = store
+        self._faults = faults
         self._clock = clock
         self._kind = kind
         self._in_flight = max(1, in_flight)
@@ -220,15 +220,14 @@ class GroupCommitter(Generic[R]):
     async def _commit_one_queue(self, group: Sequence[_Job[R]], queue: QueueDef, requests: list[R]
                                 ) -> dict[str, Claim]:
         """One statement is a transaction by itself: no BEGIN or COMMIT round trips. The
-        configured faults apply to it as ``Store.transaction`` applies them to a COMMIT."""
-        faults = self._store.faults
-        fault = faults.draw()
-        if fault in ("unknown_commit_before", "unavailable_before"):
-            raise faults.error(fault)  # nothing sent: nothing committed
+        configured faults apply to it as to a COMMIT."""
+        fault = self._faults.before_commit()  # one that strikes before: nothing sent, nothing committed
         claims = await self._kind.statement(self._store, None, queue, requests, self._clock.now())
-        if fault == "unknown_commit_after" and any(claims.values()):  # only a commit that wrote can lose its answer
-            _settle(group, claims, lambda claim: claim is not True)
-            raise faults.error(fault)
+        try:
+            self._faults.after_commit(fault, wrote=_wrote(claims))
+        except errors.CommitOutcomeUnknown:
+            _settle(group, claims, _not_claimed)  # their answers are known whatever was lost
+            raise
         return claims
 
     async def _commit_queues(self, group: Sequence[_Job[R]], by_queue: dict[QueueDef, list[R]]
@@ -237,23 +236,31 @@ class GroupCommitter(Generic[R]):
         now = self._clock.now()
         claims: dict[str, Claim] = {}
         try:
-            async with self._store.transaction(inject_faults=True) as conn:
+            async with self._faults.committing(self._store.transaction()) as handle:
                 for queue, requests in by_queue.items():
-                    claims.update(await self._kind.statement(self._store, conn, queue, requests, now))
-                if not any(claims.values()):
+                    claims.update(await self._kind.statement(self._store, handle, queue, requests, now))
+                if not _wrote(claims):
                     raise _NothingToCommit  # nothing written: roll back, so no COMMIT can fail them
         except _NothingToCommit:
             pass
         except (errors.StoreUnavailable, errors.CommitOutcomeUnknown):
             # The requests that a completed statement did not write are settled whatever
             # becomes of this transaction; the others share its fate.
-            _settle(group, claims, lambda claim: claim is not True)
+            _settle(group, claims, _not_claimed)
             raise
         return claims
 
 
 class _NothingToCommit(Exception):
     """No request of the group was written (replays, or left to run alone)."""
+
+
+def _wrote(claims: dict[str, Claim]) -> bool:
+    return any(claim is Claim.CLAIMED for claim in claims.values())
+
+
+def _not_claimed(claim: Claim) -> bool:
+    return claim is not Claim.CLAIMED
 
 
 def _settle(group: Sequence[_Job[R]], claims: dict[str, Claim], which: Callable[[Claim], bool]) -> None:

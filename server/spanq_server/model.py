@@ -186,3 +186,54 @@ class DeadLetterHistory(NamedTuple):
     delivery_attempts: int
     dead_letter_time: datetime
     last_failure: str
+
+
+class AckFound(enum.Enum):
+    """What an ack's DELETE found of one message (the store's answer; the domain turns
+    it into an AckResult or the request's error)."""
+
+    ACKED = "acked"
+    """Deleted: it was there under the lease token given."""
+    LEASE_MOVED = "lease moved"
+    """Still there, under another lease token (renewed, released, leased again)."""
+    GONE = "gone"
+    """Not there (acked before, or deleted)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CatalogFacts:
+    """What a queue to be created must agree with, read under the catalog lock in the
+    transaction that creates it (queues.check_creatable decides)."""
+
+    queues: int
+    """Queues the database has now."""
+    name_taken: bool
+    """A table, queue or type already has the queue's name."""
+    index_name_taken: str | None
+    """A relation that has the name of one of the queue's indexes."""
+    parent_key_width: int | None
+    """Primary-key columns of the parent table; None without one (or it has no primary key)."""
+    dead_letter_queue: "QueueDef | None"
+    """The dead-letter queue's definition; None without one (or it does not exist)."""
+
+
+class Claim(enum.Enum):
+    """A request's answer from a statement that claims request_ids in the commit ledger
+    for a group of requests (group_commit.py)."""
+
+    CLAIMED = "claimed"
+    """Claimed and applied by the statement: it commits with it."""
+    COMMITTED_BEFORE = "committed before"
+    """Its request_id was committed before: nothing done now (a replay)."""
+    LEFT_ALONE = "left alone"
+    """Neither claimed nor applied: its outcome was not known in advance, so it runs alone."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDependents:
+    """The queues that name a queue to be dropped (queues.check_droppable decides)."""
+
+    children: list[str]
+    """Queues whose parent table it is."""
+    dead_letter_of: list[str]
+    """Queues whose dead-letter queue it is."""

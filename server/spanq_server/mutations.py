@@ -1,27 +1,30 @@
-"""Sends, acks and lease renewals: validated, then applied atomically in one transaction.
+"""Sends, acks and lease renewals: validated, then applied in a transaction.
 
 Each unary RPC is a commit of one mutation; Commit applies several in order.
 This module is the domain both front-ends share: it takes domain values and
-knows nothing of protobuf.
+knows nothing of protobuf. How a commit is made once, whatever the retries
+(the commit ledger), is exactly_once.py's: it calls ``prepare``, ``apply_in``
+and ``committed`` here.
 """
 
+import contextlib
 import dataclasses
+import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
 from . import codec, errors
 from .clock import Clock
 from .config import Limits
+from .faults import FaultInjector
 from .group_commit import ACKS, SENDS, GroupCommitter
 from .held import Holdings
-from .ledger import Ledger
 from .metrics import Metrics
 from .queues import MAX_LEASE
-from .model import (AckItem, AckResult, ColumnType, Key, LedgeredAck, LedgeredSend, OutgoingMessage, QueueDef,
-                    RenewResult)
-from .store import Connection, HeldTransaction, Store
+from .model import AckFound, AckItem, AckResult, ColumnType, Key, OutgoingMessage, QueueDef, RenewResult
+from .store import Handle, HeldTransaction, Store
 from .wakeups import Wakeups
 
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
@@ -54,26 +57,6 @@ Mutation = SendOp | AckOp | RenewOp
 Result = list[Key] | list[AckResult] | list[RenewResult]
 
 
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    response: bytes
-    """The response as recorded in the commit ledger."""
-    replayed: bool
-    """True when an earlier commit of the same request_id produced it: nothing changed now."""
-
-
-SEALED = b"\xffspanq:sealed"
-"""The ledger response of a request_id given up by ``Mutator.seal`` (never a valid protobuf)."""
-
-
-def _sealed_error(request_id: str) -> errors.TransactionAborted:
-    return errors.TransactionAborted(
-        f"request {request_id!r} was given up before it committed (its transaction was lost, rolled back or "
-        "reaped); nothing of it was committed: run the transaction again",
-        request_id=request_id,
-    )
-
-
 def new_uuids(n: int) -> list[str]:
     """n random (version 4) UUIDs as strings: the keys of messages sent without one.
     One urandom call for all: uuid.uuid4() per message was 20% of a 100-message Send."""
@@ -86,26 +69,45 @@ def new_uuids(n: int) -> list[str]:
             for j in range(0, 32 * n, 32)]
 
 
-class _AlreadyCommitted(Exception):
-    """The request_id belongs to a committed transaction."""
+def ack_results(queue: QueueDef, items: Sequence[AckItem], found: Sequence[AckFound], *,
+                ignore_not_found: bool) -> list[AckResult]:
+    """What an ack comes to, from what its DELETE found of each message; raises (and the
+    caller rolls back) if one cannot be acked: LEASE_NOT_HELD for a message still there
+    under another lease token, MESSAGE_NOT_FOUND for one gone (unless ignore_not_found)."""
+    for item, state in zip(items, found):
+        if state is AckFound.LEASE_MOVED:
+            raise errors.LeaseNotHeld(
+                f"cannot ack {list(item.key)!r} in queue {queue.name!r}: lease token {item.lease_token!r} is no "
+                "longer current (the lease was renewed, released or granted to another receiver); nothing "
+                "was acked",
+                key=json.dumps(list(item.key), default=str),
+            )
+        if state is AckFound.GONE and not ignore_not_found:
+            raise errors.MessageNotFound(
+                f"cannot ack {list(item.key)!r} in queue {queue.name!r}: the message is gone (already "
+                "acknowledged or deleted); nothing was acked. Set ignore_not_found to accept that",
+                key=json.dumps(list(item.key), default=str),
+            )
+    return [AckResult(item.key, state is AckFound.ACKED) for item, state in zip(items, found)]
 
 
 class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
-    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, ledger: Ledger, *,
+    def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, *,
                  commit_groups_in_flight: int = 2, metrics: Metrics | None = None,
-                 holdings: Holdings | None = None) -> None:
+                 holdings: Holdings | None = None, faults: FaultInjector | None = None) -> None:
         self._store = store
+        self.faults = faults or FaultInjector()
+        """The faults injected into commits (off by default; see faults.py)."""
         self._holdings = holdings or Holdings()
         self._metrics = metrics or Metrics()
-        self._ledger = ledger
         self._limits = limits
         self._clock = clock
         self._wakeups = wakeups
-        self.sends = GroupCommitter(store, clock, SENDS, in_flight=commit_groups_in_flight)
+        self.sends = GroupCommitter(store, clock, SENDS, in_flight=commit_groups_in_flight, faults=self.faults)
         """Group commit of Send requests (see group_commit.py)."""
-        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight)
+        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight, faults=self.faults)
         """Group commit of Ack requests (see group_commit.py)."""
 
     def prepare(self, mutation: Mutation) -> Mutation:
@@ -196,131 +198,11 @@ class Mutator:
         if n > limit:
             raise errors.InvalidArgument(f"a request takes at most {limit} {what}, got {n}; split it")
 
-    async def commit(self, mutations: Sequence[Mutation], *, request_id: str, fingerprint: bytes,
-                     encode: Callable[[list[Result]], bytes]) -> Outcome:
-        """Applies the mutations in order, in one transaction with the commit-ledger
-        entry for request_id: all or none, once. ``encode`` turns the results into
-        the response bytes the ledger records for replays."""
-        prepared = [self.prepare(m) for m in mutations]
-        results: list[Result] = []
-
-        async def run() -> bytes:
-            if len(prepared) == 1 and isinstance(prepared[0], SendOp):
-                # A send's response (its keys) is known before it runs: it can be
-                # claimed, recorded and stored in one statement, grouped with others.
-                send = prepared[0]
-                results.append([m.key for m in send.messages])
-                response = encode(results)
-                if not await self.sends.commit(send.queue, LedgeredSend(request_id, fingerprint, response,
-                                                                         send.messages)):
-                    raise _AlreadyCommitted
-                return response
-            async with self._store.transaction(inject_faults=True) as conn:
-                if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
-                    raise _AlreadyCommitted
-                results.extend(await self.apply_in(conn, prepared))
-                response = encode(results)
-                await self._store.ledger_record(conn, request_id, response)
-            return response
-
-        return await self._ledgered(request_id, fingerprint, run, prepared, results)
-
-    async def commit_ack(self, op: AckOp, *, request_id: str, fingerprint: bytes,
-                         encode: Callable[[list[Result]], bytes]) -> Outcome:
-        """``commit([op])`` through the Ack group commit: when every message is there
-        under the token given (the common case), the request's ledger claim, recording
-        the response of every message acked, and its DELETE are part of one group
-        statement that commits by itself. Otherwise (a message gone or its lease moved
-        on) the group leaves the request untouched and it runs alone, in a transaction
-        that claims and deletes in one statement and finds its exact outcome or error.
-        Same ledger entry, results and faults as ``commit``. ``encode`` may be called
-        twice and must not depend on when it is called."""
-        prepared = self.prepare(op)
-        assert isinstance(prepared, AckOp)
-        acked: list[Result] = []
-
-        async def run() -> bytes:
-            guess = [AckResult(i.key, True) for i in prepared.items]
-            response = encode([guess])
-            claim = await self.acks.commit(prepared.queue,
-                                           LedgeredAck(request_id, fingerprint, response, prepared.items))
-            if claim is False:
-                raise _AlreadyCommitted
-            if claim is None:
-                return await self._ack_alone(prepared, request_id, fingerprint, encode, response, guess, acked)
-            acked.append(guess)
-            return response
-
-        return await self._ledgered(request_id, fingerprint, run, [prepared], acked)
-
-    async def _ack_alone(self, op: AckOp, request_id: str, fingerprint: bytes,
-                         encode: Callable[[list[Result]], bytes], response: bytes, guess: list[AckResult],
-                         acked: list[Result]) -> bytes:
-        """An Ack in its own transaction, two round trips besides BEGIN and COMMIT: the
-        ledger claim (recording ``response``, that of every message acked) and the DELETE
-        are one statement; the response is recorded again when ignore_not_found left
-        some messages unacked, and an error rolls everything back."""
-        async with self._store.transaction(inject_faults=True) as conn:
-            results = await self._store.messages_ack_claimed(
-                conn, op.queue, op.items, ignore_not_found=op.ignore_not_found,
-                request_id=request_id, fingerprint=fingerprint, response=response, now=self._clock.now(),
-                all_acked=guess,
-            )
-            if results is None:
-                raise _AlreadyCommitted
-            if results is not guess and results != guess:
-                response = encode([results])
-                await self._store.ledger_record(conn, request_id, response)
-            acked.append(results)
-        return response
-
-    async def _ledgered(self, request_id: str, fingerprint: bytes, run: Callable[[], Awaitable[bytes]],
-                        applied: Sequence[Mutation], results: Sequence[Result]) -> Outcome:
-        """Runs a commit that claims request_id in the ledger (``run`` returns the recorded
-        response, or raises _AlreadyCommitted, and fills in ``results``, those of ``applied``)
-        and answers as the ledger says."""
-        try:
-            response = await run()
-        except _AlreadyCommitted:
-            return await self._replayed(request_id, fingerprint)
-        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
-            exc.metadata["request_id"] = request_id
-            raise
-        self._committed(applied, results)
-        return Outcome(response, replayed=False)
-
-    async def _replayed(self, request_id: str, fingerprint: bytes) -> Outcome:
-        """The answer to a request whose request_id a committed transaction holds."""
-        recorded = await self._ledger.recorded(request_id, fingerprint)
-        if recorded is None:  # committed, then pruned within this instant: vanishingly rare
-            raise errors.CommitOutcomeUnknown(request_id=request_id) from None
-        if recorded == SEALED:
-            raise _sealed_error(request_id) from None
-        return Outcome(recorded, replayed=True)
-
-    async def seal(self, request_id: str, fingerprint: bytes) -> bytes | None:
-        """Settles a request_id whose commit may still be in flight elsewhere (a
-        retry that cannot redo the work, such as the commit of a transaction this
-        server does not hold): its recorded response if it committed; otherwise
-        None, after recording it as given up (SEALED), so that no late attempt
-        of it can commit any more."""
-        try:
-            async with self._store.transaction() as conn:
-                if not await self._store.ledger_claim(conn, request_id, fingerprint, self._clock.now()):
-                    raise _AlreadyCommitted
-                await self._store.ledger_record(conn, request_id, SEALED)
-        except _AlreadyCommitted:
-            recorded = await self._ledger.recorded(request_id, fingerprint)
-            if recorded is None:
-                raise errors.CommitOutcomeUnknown(request_id=request_id) from None
-            return None if recorded == SEALED else recorded
-        return None
-
     async def begin(self, *, lock_timeout: timedelta) -> "OpenTransaction":
         """A transaction held open across calls, for statements one at a time."""
         return OpenTransaction(self, await self._store.hold(lock_timeout=lock_timeout))
 
-    async def apply_in(self, conn: Connection, mutations: Sequence[Mutation]) -> list[Result]:
+    async def apply_in(self, conn: Handle, mutations: Sequence[Mutation]) -> list[Result]:
         """Applies prepared mutations on a transaction the caller commits. With
         several mutations, an error carries the index of the one that failed."""
         results: list[Result] = []
@@ -334,14 +216,13 @@ class Mutator:
                 raise
         return results
 
-    async def _apply_one(self, conn: Connection, mutation: Mutation, now: datetime | None) -> Result:
+    async def _apply_one(self, conn: Handle, mutation: Mutation, now: datetime | None) -> Result:
         if isinstance(mutation, SendOp):
             await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
             return [m.key for m in mutation.messages]
         if isinstance(mutation, AckOp):
-            return await self._store.messages_ack(
-                conn, mutation.queue, mutation.items, ignore_not_found=mutation.ignore_not_found
-            )
+            found = await self._store.messages_ack(conn, mutation.queue, mutation.items)
+            return ack_results(mutation.queue, mutation.items, found, ignore_not_found=mutation.ignore_not_found)
         renewed = await self._store.leases_renew(conn, mutation.queue, mutation.lease_tokens,
                                                  mutation.lease_duration, now, mutation.reason)
         if mutation.lease_duration == timedelta(0):
@@ -349,7 +230,7 @@ class Mutator:
             await self._store.notify(conn, mutation.queue.name)
         return renewed
 
-    def _committed(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> None:
+    def committed(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> None:
         """After a commit (not a replay): wakes this server's streams and counts for metrics."""
         metrics = self._metrics
         for mutation, result in zip(mutations, results):
@@ -377,7 +258,7 @@ class Mutator:
 class OpenTransaction:
     """Statements applied one at a time across calls in one PostgreSQL transaction
     (Spanner's read-write transactions), then committed once through the commit
-    ledger, or rolled back.
+    ledger (``ExactlyOnce.commit_held``), or rolled back.
 
     Each ``apply`` / ``select`` is one statement: if it fails, only its own effects
     are undone and the transaction stays usable (Spanner's statement-level errors,
@@ -413,32 +294,18 @@ class OpenTransaction:
         async with self._held.statement(queue.name) as conn:
             return await self._mutator._store.messages_select(conn, queue, now=self._mutator._clock.now(), **query)
 
-    async def commit(self, mutations: Sequence[Mutation], *, request_id: str, fingerprint: bytes,
-                     encode: Callable[[list[Result]], bytes]) -> Outcome:
-        """Applies the final mutations, records request_id in the ledger and commits;
-        any failure ends the transaction, rolled back (or of unknown outcome)."""
-        m = self._mutator
-        try:
-            prepared = [m.prepare(x) for x in mutations]
-            async with self._held.statement() as conn:
-                if not await m._store.ledger_claim(conn, request_id, fingerprint, m._clock.now()):
-                    raise _AlreadyCommitted
-                results = await m.apply_in(conn, prepared)
-                response = encode(results)
-                await m._store.ledger_record(conn, request_id, response)
-            await self._held.commit(inject_faults=True)
-        except _AlreadyCommitted:
-            await self._held.rollback()
-            return await m._replayed(request_id, fingerprint)
-        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable) as exc:
-            await self._held.rollback()
-            exc.metadata["request_id"] = request_id
-            raise
-        except BaseException:
-            await self._held.rollback()
-            raise
-        m._committed(self._applied + prepared, self._results + results)
-        return Outcome(response, replayed=False)
+    @property
+    def applied(self) -> tuple[list[Mutation], list[Result]]:
+        """The mutations its statements applied so far, and their results."""
+        return self._applied, self._results
+
+    def statement(self) -> contextlib.AbstractAsyncContextManager[Handle]:
+        """One statement of its own (exactly_once.py's commit: the ledger entry)."""
+        return self._held.statement()
+
+    async def commit(self) -> None:
+        """COMMIT, and the connection back to the pool (see exactly_once.commit_held)."""
+        await self._held.commit()
 
     async def rollback(self) -> None:
         await self._held.rollback()

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from . import errors
 from .config import Limits
-from .model import KEY_TYPES, PAYLOAD_TYPES, ColumnType, KeyColumn, QueueDef
+from .model import KEY_TYPES, PAYLOAD_TYPES, CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
 from .store import DDL_LOCK_TIMEOUT, Store
 
 IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -103,6 +103,58 @@ def validate(queue: QueueDef) -> QueueDef:
     return queue
 
 
+def check_creatable(queue: QueueDef, facts: CatalogFacts, max_queues: int) -> None:
+    """Checks a validated definition against the catalog as it is (the facts are read
+    under the catalog lock, in the transaction that creates the queue)."""
+    if facts.queues >= max_queues:
+        raise errors.LimitExceeded(
+            f"the database has {facts.queues} queues, the configured maximum; drop one or raise --max-queues"
+        )
+    if facts.name_taken:
+        raise errors.QueueAlreadyExists(f"a queue, table or type named {queue.name!r} already exists")
+    if facts.index_name_taken is not None:
+        raise errors.QueueAlreadyExists(
+            f"a table or index named {facts.index_name_taken!r} already exists, and queue {queue.name!r} needs "
+            "that name for an index of its own; rename or drop that relation, or choose another queue name"
+        )
+    if queue.parent_table:
+        width = facts.parent_key_width
+        if width is None:
+            raise errors.InvalidArgument(
+                f"parent table {queue.parent_table!r} does not exist in schema public or has no primary key"
+            )
+        if width > len(queue.key_columns):
+            raise errors.InvalidArgument(
+                f"parent table {queue.parent_table!r} has {width} primary-key columns; the queue's key "
+                f"must start with as many columns matching them, but it has {len(queue.key_columns)}"
+            )
+    if queue.dead_letter_queue:
+        target = facts.dead_letter_queue
+        if target is None:
+            raise errors.InvalidArgument(f"dead-letter queue {queue.dead_letter_queue!r} does not exist")
+        if target.key_columns != queue.key_columns or target.payload_type != queue.payload_type:
+            raise errors.InvalidArgument(
+                f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
+                "type as the queue"
+            )
+
+
+def check_droppable(name: str, dependents: QueueDependents) -> None:
+    """FailedPrecondition, naming them, while queues name this one as their parent or dead-letter queue."""
+    if dependents.children:
+        raise errors.FailedPrecondition(
+            f"queue {name!r} is the parent table of queue(s) {', '.join(map(repr, dependents.children))} (their "
+            "messages belong to its rows); drop those queues first",
+            queue=name, child=dependents.children[0],
+        )
+    if dependents.dead_letter_of:
+        raise errors.FailedPrecondition(
+            f"queue {name!r} is the dead-letter queue of queue(s) {', '.join(map(repr, dependents.dead_letter_of))}; "
+            "drop those queues first",
+            queue=name,
+        )
+
+
 def default_key_columns() -> tuple[KeyColumn, ...]:
     """A queue created without key columns gets one STRING key, filled with a UUID when omitted."""
     return (KeyColumn("id", ColumnType.STRING),)
@@ -133,7 +185,9 @@ class Catalog:
                 logger.exception("a listener failed on queue %s being gone", name)
 
     async def create(self, queue: QueueDef) -> QueueDef:
-        created = await self._store.queue_create(validate(queue), max_queues=self._limits.max_queues,
+        max_queues = self._limits.max_queues
+        created = await self._store.queue_create(validate(queue),
+                                                 lambda facts: check_creatable(queue, facts, max_queues),
                                                  lock_timeout=self._ddl_lock_timeout)
         self._cache[created.name] = (time.monotonic(), created)
         self._gone(created.name)
@@ -180,7 +234,8 @@ class Catalog:
     async def drop(self, name: str) -> None:
         queue = await self.get(name)
         self.forget(name)
-        await self._store.queue_drop(queue, lock_timeout=self._ddl_lock_timeout)
+        await self._store.queue_drop(queue, lambda dependents: check_droppable(name, dependents),
+                                     lock_timeout=self._ddl_lock_timeout)
         self._gone(name)
 
 

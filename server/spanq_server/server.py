@@ -23,6 +23,7 @@ from .clock import Clock
 from .config import Config, ConfigError
 from .dashboard import Dashboard
 from .decoding import DecodeGuard
+from .exactly_once import ExactlyOnce
 from .faults import FaultInjector
 from .held import Holdings
 from .ledger import Ledger
@@ -136,7 +137,6 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     clock = clock or Clock()
     metrics = Metrics()
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
-                  faults=FaultInjector.parse(config.inject_faults),
                   reconnect_max_delay=config.reconnect_max_delay.total_seconds(), pooler=config.pooler,
                   listen_dsn=config.listener_url)
     wakeups = Wakeups(store, deaf_poll_interval=config.deaf_poll_interval.total_seconds(),
@@ -161,9 +161,9 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         catalog.on_gone(receiver.queue_dropped)
         catalog.on_gone(metrics.forget_queue)
         ledger.start()
-        mutator = Mutator(store, limits, clock, wakeups, ledger,
+        mutator = Mutator(store, limits, clock, wakeups,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics,
-                          holdings=holdings)
+                          holdings=holdings, faults=FaultInjector.parse(config.inject_faults))
 
         # Timing outermost, so refused calls are timed too; without a token file no
         # authorization interceptor at all (nothing to pay for).
@@ -177,11 +177,12 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                                           ("grpc.so_reuseport", 1 if config.worker else 0)],
                                  interceptors=interceptors)
         operator = Operator(catalog, store, clock, metrics.rates)
+        exactly_once = ExactlyOnce(store, mutator, clock)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(
-            catalog, mutator, receiver, ledger, operator), server)
+            catalog, mutator, receiver, exactly_once, operator), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
-        spanner = spanner_front_end.create(catalog, mutator, receiver, ledger, store, clock,
+        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, store, clock,
                                            pool_max_size=config.pool_max_size,
                                            idle_timeout=config.spanner_transaction_idle_timeout,
                                            max_lifetime=config.spanner_transaction_max_lifetime)

@@ -1,10 +1,11 @@
 """The spanq.v1.QueueService servicer: protobuf <-> domain, and domain errors
 -> gRPC status. No SQL and no queue rules here."""
 
+import dataclasses
 import functools
 import logging
 from datetime import timedelta
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -13,11 +14,11 @@ from grpc_status import rpc_status
 
 from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 
-from . import admin, codec, errors, ledger, queues, status
-from .ledger import Ledger
+from . import admin, codec, errors, queues, status
+from .exactly_once import Answer, ExactlyOnce, Request
 from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, OutgoingMessage,
                     PeekedMessage, QueueDef, RenewResult)
-from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, Outcome, RenewOp, Result, SendOp
+from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
 
@@ -31,12 +32,23 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 Reply = Any
 """A request or response message of a mutating RPC (they share request_id / replayed)."""
 
-RESPONSE_TYPES: dict[str, Any] = {
-    "Send": queue_pb2.SendResponse,
-    "Ack": queue_pb2.AckResponse,
-    "RenewLease": queue_pb2.RenewLeaseResponse,
-    "Commit": queue_pb2.CommitResponse,
-}
+
+@dataclasses.dataclass(frozen=True)
+class Response:
+    """A mutating RPC's response, as exactly_once.py asks for it (its ``Reply``): built
+    from the results, and its replay decoded from the ledger with replayed = true."""
+
+    type: Any
+    build: Callable[[Sequence[Mutation], Sequence[Result]], Reply]
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> tuple[Reply, bytes]:
+        reply = self.build(mutations, results)
+        return reply, reply.SerializeToString()
+
+    def replay(self, recorded: bytes) -> Reply:
+        reply = self.type.FromString(recorded)
+        reply.replayed = True
+        return reply
 
 
 async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
@@ -60,11 +72,11 @@ def translate_errors(method: Handler) -> Handler:
 
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger: Ledger,
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, exactly_once: ExactlyOnce,
                  operator: admin.Operator) -> None:
         self._catalog = catalog
         self._operator = operator
-        self._ledger = ledger
+        self._once = exactly_once
         self._mutator = mutator
         self._receiver = receiver
 
@@ -95,25 +107,21 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         async def ops() -> list[Mutation]:
             return [await self._send_op(request)]
 
-        return await self._commit("Send", request, ops, lambda o, r: send_response(o[0].queue, cast(list[Key], r[0])))
+        return await self._commit("Send", request, SEND, ops)
 
     @translate_errors
     async def Ack(self, request: queue_pb2.AckRequest, context: Any) -> queue_pb2.AckResponse:
         async def ops() -> list[Mutation]:
             return [await self._ack_op(request)]
 
-        async def commit(found: list[Mutation], **kwargs: Any) -> Outcome:
-            return await self._mutator.commit_ack(cast(AckOp, found[0]), **kwargs)
-
-        return await self._commit("Ack", request, ops,
-                                  lambda o, r: ack_response(o[0].queue, cast(list[AckResult], r[0])), commit)
+        return await self._commit("Ack", request, ACK, ops)
 
     @translate_errors
     async def RenewLease(self, request: queue_pb2.RenewLeaseRequest, context: Any) -> queue_pb2.RenewLeaseResponse:
         async def ops() -> list[Mutation]:
             return [await self._renew_op(request)]
 
-        return await self._commit("RenewLease", request, ops, lambda o, r: renew_response(cast(list[RenewResult], r[0])))
+        return await self._commit("RenewLease", request, RENEW, ops)
 
     @translate_errors
     async def Commit(self, request: queue_pb2.CommitRequest, context: Any) -> queue_pb2.CommitResponse:
@@ -131,10 +139,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             self._mutator.check_commit_size(found)
             return found
 
-        def build(found: list[Mutation], results: list[Result]) -> queue_pb2.CommitResponse:
-            return queue_pb2.CommitResponse(results=[mutation_result(op, r) for op, r in zip(found, results)])
-
-        return await self._commit("Commit", request, ops, build)
+        return await self._commit("Commit", request, COMMIT, ops)
 
     async def _mutation_op(self, mutation: queue_pb2.Mutation) -> Mutation:
         kind = mutation.WhichOneof("operation")
@@ -149,47 +154,19 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             return await self._ack_op(inner)
         return await self._renew_op(inner)
 
-    async def _commit(self, kind: str, request: Reply, ops: Callable[[], Awaitable[list[Mutation]]],
-                      build: Callable[[list[Mutation], list[Result]], Reply],
-                      commit: Callable[..., Awaitable[Outcome]] | None = None) -> Reply:
-        """Runs one mutating RPC through the commit ledger: a replay of a committed
-        request_id answers the recorded response with replayed = true. ``commit``
-        replaces Mutator.commit (Ack's is Mutator.commit_ack)."""
-        request_id = ledger.request_id_or_new(request.request_id)
+    async def _commit(self, kind: str, request: Reply, response: Response,
+                      ops: Callable[[], Awaitable[list[Mutation]]]) -> Reply:
+        """Runs one mutating RPC through exactly_once.py: its mutations (``ops``, from the
+        request) committed once, or the recorded response with replayed = true."""
         unkeyed = type(request)()
         unkeyed.CopyFrom(request)
         unkeyed.request_id = ""
-        fingerprint = ledger.fingerprint(kind, unkeyed.SerializeToString(deterministic=True))
-        built: list[Reply] = []
+        keyed = Request.of(request.request_id, kind, unkeyed.SerializeToString(deterministic=True))
 
-        def encode(results: list[Result]) -> bytes:
-            built.append(build(found, results))
-            response = built[-1].SerializeToString()
-            self._mutator.check_response_size(response)  # raised here, the commit does not happen
-            return response
+        async def attempt() -> Answer[Reply]:
+            return await self._once.commit(keyed, await ops(), response)
 
-        try:
-            found = await ops()
-            outcome = await (commit or self._mutator.commit)(found, request_id=request_id, fingerprint=fingerprint,
-                                                             encode=encode)
-        except (errors.CommitOutcomeUnknown, errors.StoreUnavailable):
-            raise
-        except errors.QueueError:
-            # A request that fails now may be the replay of one that committed
-            # before (its message since acked, its queue since dropped).
-            recorded = await self._ledger.recorded(request_id, fingerprint)
-            if recorded is None:
-                raise
-            return self._replayed(kind, recorded)
-        if outcome.replayed:
-            return self._replayed(kind, outcome.response)
-        return built[-1]
-
-    @staticmethod
-    def _replayed(kind: str, response: bytes) -> Any:
-        reply = RESPONSE_TYPES[kind].FromString(response)
-        reply.replayed = True
-        return reply
+        return (await self._once.run(keyed, response, attempt)).reply
 
     # -- receive ----------------------------------------------------------------
 
@@ -302,6 +279,14 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
 
 # -- domain -> response ---------------------------------------------------------
+
+
+SEND = Response(queue_pb2.SendResponse, lambda ops, results: send_response(ops[0].queue, cast(list[Key], results[0])))
+ACK = Response(queue_pb2.AckResponse,
+               lambda ops, results: ack_response(ops[0].queue, cast(list[AckResult], results[0])))
+RENEW = Response(queue_pb2.RenewLeaseResponse, lambda ops, results: renew_response(cast(list[RenewResult], results[0])))
+COMMIT = Response(queue_pb2.CommitResponse, lambda ops, results: queue_pb2.CommitResponse(
+    results=[mutation_result(op, result) for op, result in zip(ops, results)]))
 
 
 def send_response(queue: QueueDef, keys: list[Key]) -> queue_pb2.SendResponse:

@@ -14,12 +14,9 @@ import contextlib
 import logging
 import secrets
 from collections.abc import Callable
-from typing import Any
-
-import psycopg
 
 from . import errors
-from .store import Store
+from .store import Listener, Store
 from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
@@ -205,7 +202,7 @@ class Wakeups:
                 # Notifications sent while we were not listening are lost: look again.
                 self.wake_all()
                 await self._hear(conn)
-            except (psycopg.Error, errors.StoreUnavailable) as exc:
+            except errors.StoreUnavailable as exc:
                 if lost_at is None:  # once per outage, not once per attempt
                     lost_at = loop.time()
                     logger.warning("wake-up listener lost its connection (%s); polling until it is back", exc)
@@ -220,7 +217,7 @@ class Wakeups:
             await asyncio.sleep(delay)
             delay = min(delay * 2, self._store.reconnect_max_delay)
 
-    async def _hear(self, conn: psycopg.AsyncConnection[Any]) -> None:
+    async def _hear(self, conn: Listener) -> None:
         """Fans notifications out until the connection fails; probes it, and polls while deaf."""
         loop = asyncio.get_running_loop()
         self._set_listening(True)  # until a probe says otherwise
@@ -255,7 +252,7 @@ class Wakeups:
         self._set_listening(heard)
         self.probed.set()
 
-    async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> bool | None:
+    async def _probe(self, conn: Listener) -> bool | None:
         """Sends a notification as a send would (through the pool) and waits up to
         PROBE_TIMEOUT to hear it on conn, fanning out the others meanwhile; None when
         the notification could not be sent."""
@@ -274,14 +271,14 @@ class Wakeups:
             await self._dispatch(conn, give_up - loop.time())
         return self._heard.is_set()
 
-    async def _dispatch(self, conn: psycopg.AsyncConnection[Any], timeout: float) -> None:
+    async def _dispatch(self, conn: Listener, timeout: float) -> None:
         """Fans out the notifications that arrive within timeout seconds; returns early once the probe is heard."""
         # Closed at once on return: the generator holds the connection's lock.
-        async with contextlib.aclosing(conn.notifies(timeout=timeout)) as notifies:
-            async for notify in notifies:
-                if notify.payload.startswith(PROBE_PREFIX):
-                    if notify.payload == self._probe_payload:
+        async with contextlib.aclosing(conn.payloads(timeout)) as payloads:
+            async for payload in payloads:
+                if payload.startswith(PROBE_PREFIX):
+                    if payload == self._probe_payload:
                         self._heard.set()
                         return
                     continue  # another server's probe
-                self.wake(notify.payload)
+                self.wake(payload)

@@ -27,7 +27,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
-def create(catalog: Any, mutator: Any, receiver: Any, ledger: Any, store: Any, clock: Any, *,
+def create(catalog: Any, mutator: Any, receiver: Any, exactly_once: Any, store: Any, clock: Any, *,
            pool_max_size: int, idle_timeout: timedelta, max_lifetime: timedelta) -> Any:
     """The Spanner front-end (``servicers.SpannerFrontEnd``), or None when
     google-cloud-spanner is not installed."""
@@ -40,6 +40,6 @@ def create(catalog: Any, mutator: Any, receiver: Any, ledger: Any, store: Any, c
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
-    return SpannerFrontEnd(catalog, mutator, receiver, ledger, store, clock,
+    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, store, clock,
                            max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
                            max_lifetime=max_lifetime)

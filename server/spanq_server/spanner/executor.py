@@ -7,17 +7,17 @@ meet. No protobuf beyond google.protobuf.Value, no SQL.
 import asyncio
 import dataclasses
 import operator
-import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from google.protobuf import struct_pb2
 
-from .. import errors, ledger, queues
+from .. import errors, queues
 from ..clock import Clock
+from ..exactly_once import ExactlyOnce
 from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
-from ..mutations import AckOp, Mutator, Outcome, RenewOp, SendOp
+from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
 from ..queues import Catalog
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ..store import Store
@@ -87,11 +87,30 @@ Params = Any
 """A google.protobuf.Struct of parameter values."""
 
 
+class _RenewedRows:
+    """RENEWLEASE's rows as the commit ledger records them (exactly_once.Reply): a ListValue of rows."""
+
+    def __init__(self, rows_of: Callable[[Any], list[list[struct_pb2.Value]]]) -> None:
+        self._rows_of = rows_of
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Any]) -> tuple[list[list[struct_pb2.Value]], bytes]:
+        rows = self._rows_of(results[0])
+        table = struct_pb2.ListValue()
+        for row in rows:
+            table.values.add().list_value.values.extend(row)
+        return rows, table.SerializeToString()
+
+    def replay(self, recorded: bytes) -> list[list[struct_pb2.Value]]:
+        return [list(row.list_value.values) for row in struct_pb2.ListValue.FromString(recorded).values]
+
+
 class Executor:
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock) -> None:
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock,
+                 exactly_once: ExactlyOnce) -> None:
         self.names = Names(store, catalog)
         self._catalog = catalog
         self._mutator = mutator
+        self._once = exactly_once
         self._receiver = receiver
         self._store = store
         self._clock = clock
@@ -203,29 +222,11 @@ class Executor:
             return Result(list(RENEW_COLUMNS), rows_of((await (await use.hold()).apply([op]))[0]))
         # Under a read-only transaction RENEWLEASE commits on its own, like RECEIVE's
         # leases, through the commit ledger: an unknown outcome is settled there.
-        def encode(results: list[Any]) -> bytes:
-            table = struct_pb2.ListValue()
-            for row in rows_of(results[0]):
-                table.values.add().list_value.values.extend(row)
-            return table.SerializeToString()
-
-        fingerprint = ledger.fingerprint("spanner.RENEWLEASE", "\0".join([queue.name, *tokens]).encode())
-        for attempt in range(RENEW_ATTEMPTS):
-            request_id = f"spanner-renew:{uuid.uuid4()}"
-            try:
-                outcome = await self._mutator.commit([op], request_id=request_id, fingerprint=fingerprint,
-                                                     encode=encode)
-                break
-            except errors.CommitOutcomeUnknown:
-                recorded = await self._mutator.seal(request_id, fingerprint)
-                if recorded is not None:
-                    outcome = Outcome(recorded, replayed=True)
-                    break
-                if attempt == RENEW_ATTEMPTS - 1:  # it did not commit, and never will
-                    raise errors.StoreUnavailable("RENEWLEASE could not commit; nothing was renewed, retry")
-                # It did not commit, and now never will: renew afresh.
-        table = struct_pb2.ListValue.FromString(outcome.response)
-        return Result(list(RENEW_COLUMNS), [list(row.list_value.values) for row in table.values])
+        answer = await self._once.commit_unattended(
+            "spanner.RENEWLEASE", "\0".join([queue.name, *tokens]).encode(), [op], _RenewedRows(rows_of),
+            id_prefix="spanner-renew", attempts=RENEW_ATTEMPTS,
+            gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
+        return Result(list(RENEW_COLUMNS), answer.reply)
 
     async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)

@@ -12,7 +12,7 @@ status codes, as Spanner's clients expect them.
 import functools
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -26,11 +26,11 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, duration_pb2, empty_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from .. import codec, errors, ledger, status
+from .. import codec, errors, exactly_once, status
 from ..clock import Clock
-from ..ledger import Ledger
+from ..exactly_once import Answer, ExactlyOnce, Request
 from ..model import AckItem, OutgoingMessage
-from ..mutations import SEALED, AckOp, Mutation, Mutator, Outcome, SendOp
+from ..mutations import AckOp, Mutation, Mutator, SendOp
 from ..queues import Catalog
 from ..receive import Receiver
 from ..store import Store
@@ -142,7 +142,7 @@ def request_intent(context: grpc.aio.ServicerContext) -> str | None:
         if key == REQUEST_ID_HEADER and isinstance(value, str) and value:
             parts = value.split(".")
             intent = f"spanner:{'.'.join(parts[:5]) if len(parts) == 6 else value}"
-            if len(intent) > ledger.MAX_REQUEST_ID or not intent.isprintable():
+            if len(intent) > exactly_once.MAX_REQUEST_ID or not intent.isprintable():
                 # Keyed by a digest of the whole id, never a prefix: ids that share one are distinct requests.
                 intent = f"spanner-sha256:{hashlib.sha256(intent.encode(errors='surrogatepass')).hexdigest()}"
             return intent
@@ -152,13 +152,31 @@ def request_intent(context: grpc.aio.ServicerContext) -> str | None:
 # -- the Spanner service ----------------------------------------------------------------
 
 
+class CommitReply:
+    """A Commit's response as the commit ledger records it (exactly_once.Reply): its
+    commit timestamp, and with return_commit_stats its mutation count."""
+
+    def __init__(self, mutation_count: int | None) -> None:
+        self._count = mutation_count
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Any]) -> tuple[Any, bytes]:
+        reply = CommitResponsePb()
+        reply.commit_timestamp.CopyFrom(now_pb())
+        if self._count is not None:
+            reply.commit_stats.mutation_count = self._count
+        return reply, reply.SerializeToString()
+
+    def replay(self, recorded: bytes) -> Any:
+        return CommitResponsePb.FromString(recorded)
+
+
 class SpannerService:
-    def __init__(self, catalog: Catalog, mutator: Mutator, ledger_: Ledger, executor: Executor,
+    def __init__(self, catalog: Catalog, mutator: Mutator, exactly_once_: ExactlyOnce, executor: Executor,
                  transactions: Transactions, admin: Admin) -> None:
         self._admin = admin
         self._catalog = catalog
         self._mutator = mutator
-        self._ledger = ledger_
+        self._once = exactly_once_
         self._executor = executor
         self._transactions = transactions
 
@@ -208,52 +226,39 @@ class SpannerService:
     async def Commit(self, request: Any, context: Any) -> Any:
         sessions.database_of(request.session)
         intent = request_intent(context)
-        request_id = ledger.request_id_or_new(intent or "")
-        fingerprint = ledger.fingerprint(f"{SPANNER}/Commit", request.SerializeToString(deterministic=True))
-        count = len(request.mutations)
+        keyed = Request.of(intent or "", f"{SPANNER}/Commit", request.SerializeToString(deterministic=True))
+        reply = CommitReply(len(request.mutations) if request.return_commit_stats else None)
 
-        def encode(results: list[Any]) -> bytes:
-            reply = CommitResponsePb()
-            reply.commit_timestamp.CopyFrom(now_pb())
-            if request.return_commit_stats:
-                reply.commit_stats.mutation_count = count
-            return reply.SerializeToString()
-
-        mutations: list[Mutation] = []
-        try:
+        async def attempt() -> Answer[Any]:
             ns = await self._namespace(request.session)
             given = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
             mutations = [m for m in given if m is not None]
-            kind = request.WhichOneof("transaction")
-            if kind == "single_use_transaction":
-                if request.single_use_transaction.WhichOneof("mode") != "read_write":
-                    raise errors.InvalidArgument("a single-use Commit needs read_write transaction options")
-                outcome = await self._mutator.commit(mutations, request_id=request_id, fingerprint=fingerprint,
-                                                     encode=encode)
-            elif kind == "transaction_id":
-                outcome = await self._transactions.commit(
-                    request.session, request.transaction_id, mutations, request_id=request_id,
-                    fingerprint=fingerprint, encode=encode)
-            else:
+            try:
+                kind = request.WhichOneof("transaction")
+                if kind == "single_use_transaction":
+                    if request.single_use_transaction.WhichOneof("mode") != "read_write":
+                        raise errors.InvalidArgument("a single-use Commit needs read_write transaction options")
+                    return await self._once.commit(keyed, mutations, reply)
+                if kind == "transaction_id":
+                    return await self._transactions.commit(request.session, request.transaction_id, mutations,
+                                                           keyed, reply)
                 raise errors.InvalidArgument("Commit needs a transaction_id or a single_use_transaction")
+            except (errors.CommitOutcomeUnknown, errors.StoreUnavailable, errors.TransactionAborted):
+                raise
+            except errors.QueueError as exc:  # in the names its DDL declared, should it reach the client
+                for queue in {m.queue.name: m.queue for m in mutations}.values():
+                    await self._executor.names.shown_in(exc, queue)
+                raise
+
+        try:
+            answer = await self._once.run(keyed, reply, attempt)
         except errors.CommitOutcomeUnknown as exc:
             if intent is not None:
                 exc.metadata["replay"] = f"resend the same {REQUEST_ID_HEADER}; the commit ledger answers it"
             raise
-        except (errors.StoreUnavailable, errors.TransactionAborted):
-            raise
-        except errors.QueueError as exc:
-            # A retry that fails now may be the replay of a commit that succeeded
-            # (its message since acked, its queue since dropped): the ledger decides.
-            recorded = await self._ledger.recorded(request_id, fingerprint) if intent else None
-            if recorded is None or recorded == SEALED:
-                for queue in {m.queue.name: m.queue for m in mutations}.values():
-                    await self._executor.names.shown_in(exc, queue)
-                raise
-            outcome = Outcome(recorded, replayed=True)
-        if outcome.replayed:
-            logger.info("Commit %s answered from the commit ledger (a replay)", request_id)
-        return CommitResponsePb.FromString(outcome.response)
+        if answer.replayed:
+            logger.info("Commit %s answered from the commit ledger (a replay)", keyed.request_id)
+        return answer.reply
 
     async def _namespace(self, session: str) -> Scope:
         return await self._admin.scope(sessions.database_of(session))
@@ -658,14 +663,14 @@ def _stream(method: Callable[..., AsyncIterator[Any]], request: Any, response: A
 class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, ledger_: Ledger, store: Store,
-                 clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, exactly_once_: ExactlyOnce,
+                 store: Store, clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
                  max_lifetime: timedelta) -> None:
         self.admin = Admin(store)
-        self.transactions = Transactions(mutator, max_open=max_open_transactions, idle_timeout=idle_timeout,
-                                         max_lifetime=max_lifetime)
-        self.executor = Executor(catalog, mutator, receiver, store, clock)
-        self.spanner = SpannerService(catalog, mutator, ledger_, self.executor, self.transactions, self.admin)
+        self.transactions = Transactions(mutator, exactly_once_, max_open=max_open_transactions,
+                                         idle_timeout=idle_timeout, max_lifetime=max_lifetime)
+        self.executor = Executor(catalog, mutator, receiver, store, clock, exactly_once_)
+        self.spanner = SpannerService(catalog, mutator, exactly_once_, self.executor, self.transactions, self.admin)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
         self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)
         self.operations = OperationsService(self.admin)

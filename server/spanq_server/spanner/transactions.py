@@ -18,10 +18,10 @@
 - With authentication on, a read-write transaction belongs to the token that
   began it: another token's statements, Commit or Rollback on it are
   PERMISSION_DENIED (its id alone is not a credential).
-- Commit goes through the commit ledger with the client's request id: a replay
-  of a committed Commit answers the recorded response, and a replay of one
-  that cannot have committed is given up for good (``Mutator.seal``) and
-  answered ABORTED.
+- Commit goes through the commit ledger with the client's request id
+  (exactly_once.py): a replay of a committed Commit answers the recorded
+  response, and a replay of one that cannot have committed is given up for good
+  (``ExactlyOnce.settle``) and answered ABORTED.
 """
 
 import asyncio
@@ -33,11 +33,12 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import errors
+from ..exactly_once import Answer, ExactlyOnce, Reply, Request
 from ..interceptors import CALLER
-from ..mutations import Mutation, Mutator, OpenTransaction, Outcome, Result
+from ..mutations import Mutation, Mutator, OpenTransaction
 from ..tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 READ_ONLY, READ_WRITE = b"ro", b"rw"
 REMEMBER_ENDED = 10_000
 """How many ended transaction ids are remembered, to say why they ended."""
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(eq=False)
@@ -77,9 +80,10 @@ class Use:
 
 
 class Transactions:
-    def __init__(self, mutator: Mutator, *, max_open: int, idle_timeout: timedelta, max_lifetime: timedelta,
-                 lock_timeout: timedelta = timedelta(seconds=5)) -> None:
+    def __init__(self, mutator: Mutator, exactly_once: ExactlyOnce, *, max_open: int, idle_timeout: timedelta,
+                 max_lifetime: timedelta, lock_timeout: timedelta = timedelta(seconds=5)) -> None:
         self._mutator = mutator
+        self._once = exactly_once
         self.idle_timeout = idle_timeout
         self.max_lifetime = max_lifetime
         self.lock_timeout = lock_timeout
@@ -228,8 +232,8 @@ class Transactions:
 
     # -- commit and rollback -------------------------------------------------------
 
-    async def commit(self, session: str, transaction_id: bytes, mutations: Sequence[Mutation], *,
-                     request_id: str, fingerprint: bytes, encode: Callable[[list[Result]], bytes]) -> Outcome:
+    async def commit(self, session: str, transaction_id: bytes, mutations: Sequence[Mutation], request: Request,
+                     reply: Reply[T]) -> Answer[T]:
         if self.is_read_only(transaction_id):
             raise errors.FailedPrecondition("a read-only transaction has nothing to commit")
         txn = self._live.get(transaction_id)
@@ -240,19 +244,17 @@ class Transactions:
                 if txn.id in self._live:
                     try:
                         if txn.open is None:
-                            return await self._mutator.commit(
-                                mutations, request_id=request_id, fingerprint=fingerprint, encode=encode)
-                        return await txn.open.commit(
-                            mutations, request_id=request_id, fingerprint=fingerprint, encode=encode)
+                            return await self._once.commit(request, mutations, reply)
+                        return await self._once.commit_held(request, txn.open, mutations, reply)
                     finally:
                         await self.end(txn, "was committed (or its commit failed)")
         # Not held here: a retry of a commit that ended, or a transaction that was
         # reaped or lost. Answer a committed one from the ledger; make sure any
         # other can never commit, and have the client run it again.
-        recorded = await self._mutator.seal(request_id, fingerprint)
-        if recorded is None:
+        settled = await self._once.settle(request, reply)
+        if settled is None:
             raise self._gone(transaction_id)
-        return Outcome(recorded, replayed=True)
+        return settled
 
     async def rollback(self, transaction_id: bytes) -> None:
         txn = self._live.get(transaction_id)

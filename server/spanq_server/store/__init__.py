@@ -1,0 +1,46 @@
+"""The store: the only code that runs SQL. A psycopg pool, the named queries of
+sql/queries.sql, and the translation of psycopg errors into domain errors. It
+decides nothing: the rules (queue limits, which error an ack earns, exactly-once)
+are the domain's, which gets facts from the store and gives it values.
+
+Every method takes and returns domain values (model.py), never rows. Methods
+that mutate take the transaction's ``Handle``, so that one transaction can hold
+several mutations and the commit-ledger entry (see ``Database.transaction``).
+
+One module per group of tables, each a part of ``Store``:
+
+- database.py: the pool, transactions (``Handle``, ``HeldTransaction``), psycopg
+  errors -> domain errors, the wake-up listener's connection;
+- catalog.py: migrations and the queue catalog (queue DDL);
+- messages.py: each queue's table: send, lease, ack, renew, dead-letter, select;
+- ledger.py: the commit ledger's table;
+- operator.py: stats, gauges, peek, purge, redrive;
+- spanner.py: the Spanner front-end's records;
+- arrays.py: array parameters as literals (why: see there).
+"""
+
+from .catalog import CATALOG_LOCK_ID, DDL_LOCK_SLICE, DDL_LOCK_TIMEOUT, MIGRATION_LOCK_ID, CatalogTables
+from .database import (POOLERS, RECENTLY_USED, RECONNECT_MAX_DELAY, Handle, HeldTransaction, Listener, _Backoff,
+                       refused_as_read_only, url_warnings, wrap_errors)
+from .ledger import LedgerTable
+from .messages import MessageTables
+from .operator import ALL_SOURCES, OperatorQueries, RedriveSource
+from .spanner import SpannerRecords
+
+__all__ = [
+    "ALL_SOURCES", "CATALOG_LOCK_ID", "DDL_LOCK_SLICE", "DDL_LOCK_TIMEOUT", "MIGRATION_LOCK_ID", "POOLERS",
+    "RECENTLY_USED", "RECONNECT_MAX_DELAY", "Handle", "HeldTransaction", "Listener", "RedriveSource", "Store",
+    "_Backoff", "refused_as_read_only", "url_warnings", "wrap_errors",
+]
+
+
+class Store(CatalogTables, MessageTables, LedgerTable, OperatorQueries, SpannerRecords):
+    """The database gateway: every table module's statements on one pool. Created
+    closed; ``open()`` and ``close()`` are idempotent."""
+
+    async def __aenter__(self) -> "Store":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,129 @@
+"""The operator's reads and bulk moves over the queue tables: stats and gauges,
+peek, purge, redrive (admin.py, metrics.py)."""
+
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from ..model import Key, PeekedMessage, QueueCounts, QueueDef, QueueGauges
+from ..sql.compose import SQL_TYPES, QueueStatements, query
+from .catalog import _fetch_queues
+from .database import Database
+from .messages import _history, _normal_key, _normal_value
+
+RedriveSource = str | tuple[str, ...] | None
+"""Which messages of a dead-letter queue a redrive moves: those that recorded this source
+queue (str), those that recorded none of these (tuple), or all (None)."""
+ALL_SOURCES: RedriveSource = None
+
+
+class OperatorQueries(Database):
+    """Stats, peek, purge and redrive over the queue tables."""
+
+    async def queue_stats(self, queue: QueueDef, dead_letter_queue: QueueDef | None,
+                          now: datetime | None) -> QueueCounts:
+        """Exact counts by state, in one transaction (so one snapshot with the dead-letter count)."""
+        async with self._transaction(queue.name) as conn:
+            cur = await conn.execute(query("queue_stats", queue=QueueStatements(queue).table), {"now": now})
+            row = await cur.fetchone()
+            assert row is not None  # the clock row is always there, joined to no message or some
+            ready, scheduled, leased, age, read_time = row
+            dead = 0
+            if dead_letter_queue is not None:
+                cur = await conn.execute(query("queue_message_count", queue=QueueStatements(dead_letter_queue).table))
+                dead = (await cur.fetchone() or (0,))[0]
+        return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time)
+
+    async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
+                            now: datetime | None) -> list[PeekedMessage]:
+        """Up to limit messages in delivery order after (deliver_time, key), unleased."""
+        names = QueueStatements(queue)
+        params: dict[str, Any] = {"limit": limit, "now": now}
+        condition: sql.Composable = sql.SQL("TRUE")
+        if after is not None:
+            params["after_time"] = after[0]
+            values = [sql.SQL("{}::timestamptz").format(sql.Placeholder("after_time"))]
+            for i, (column, value) in enumerate(zip(queue.key_columns, after[1])):
+                params[f"a{i}"] = value
+                values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"a{i}"), sql.SQL(SQL_TYPES[column.type])))
+            condition = sql.SQL("(m.deliver_time, {}) > ({})").format(
+                names.qualified_keys("m"), sql.SQL(", ").join(values))
+        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition)
+        width = len(queue.key_columns)
+        async with self._read(queue.name) as conn:
+            rows = await (await conn.execute(statement, params)).fetchall()
+        return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:width + 7])
+                ._replace(dead_letter=_history(row[width + 7:])) for row in rows]
+
+    async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
+        """Deletes every message (or those sent before sent_before) in one transaction; how many."""
+        async with self._transaction(queue.name) as conn:
+            cur = await conn.execute(query("message_purge", queue=QueueStatements(queue).table),
+                                     {"sent_before": sent_before})
+            return cur.rowcount
+
+    async def queue_dead_letter_sources(self, name: str) -> list[str]:
+        """The queues whose dead_letter_queue is this one."""
+        async with self._read() as conn:
+            rows = await (await conn.execute(query("queue_dead_letter_sources"), {"name": name})).fetchall()
+        return [row[0] for row in rows]
+
+    async def redrive_sources(self, dead_letter_queue: QueueDef) -> list[str | None]:
+        """The source queues its messages recorded (None among them: some recorded none)."""
+        async with self._read(dead_letter_queue.name) as conn:
+            cur = await conn.execute(query("message_redrive_sources", dead_letter_queue=QueueStatements(
+                dead_letter_queue).table))
+            return sorted((row[0] for row in await cur.fetchall()), key=lambda s: (s is None, s or ""))
+
+    async def messages_redrive(self, dead_letter_queue: QueueDef, target: QueueDef, limit: int,
+                               now: datetime | None, source: RedriveSource = ALL_SOURCES) -> int:
+        """Moves one batch (up to limit messages) from dead_letter_queue to target, in one
+        transaction; how many moved. A key sent to the target meanwhile fails the whole
+        batch with MessageAlreadyExists, and nothing moves."""
+        async with self._transaction(target.name) as conn:
+            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target, source),
+                                     {"limit": limit, "now": now})
+            return cur.rowcount
+
+    async def redrive_left(self, dead_letter_queue: QueueDef, target: QueueDef,
+                           now: datetime | None, source: RedriveSource = ALL_SOURCES) -> tuple[int, int]:
+        """(messages in dead_letter_queue, of which a redrive to target cannot move now)."""
+        async with self._read(dead_letter_queue.name) as conn:
+            cur = await conn.execute(_redrive_statement("message_redrive_left", dead_letter_queue, target, source),
+                                     {"now": now})
+            total, stuck = await cur.fetchone() or (0, 0)
+        return int(total), int(stuck)
+
+    async def queue_gauges(self, *, now: datetime | None, cap: int, timeout: float) -> list[QueueGauges]:
+        """Every queue's ready and stored messages (each counted up to cap) and its oldest
+        message's age, in one statement (see metrics_queue_gauges in queries.sql)."""
+        async with self._transaction() as conn:
+            await conn.execute(query("metrics_begin"), {"statement_timeout": f"{int(timeout * 1000)}ms"})
+            queues = await _fetch_queues(conn)
+            if not queues:
+                return []
+            statement = sql.SQL("\nUNION ALL\n").join(
+                query("metrics_queue_gauges", queue=QueueStatements(q).table, queue_name=sql.Literal(q.name))
+                for q in queues
+            )
+            cur = await conn.execute(statement, {"cap": cap, "now": now})
+            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead))
+                    for name, ready, stored, age, dead in await cur.fetchall()]
+
+
+def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef, source: RedriveSource
+                       ) -> sql.Composed:
+    d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
+    return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
+                 t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
+                 target_key_columns=t.keys, source=_source_condition(source))
+
+
+def _source_condition(source: RedriveSource) -> sql.Composable:
+    if source is None:
+        return sql.SQL("TRUE")
+    if isinstance(source, tuple):
+        return sql.SQL("(d.spanq_dead_letter_source IS NULL OR d.spanq_dead_letter_source <> ALL ({}::text[]))"
+                       ).format(sql.Literal(list(source)))
+    return sql.SQL("d.spanq_dead_letter_source = {}").format(sql.Literal(source))

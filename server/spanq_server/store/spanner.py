@@ -1,0 +1,56 @@
+"""The Spanner front-end's records: instances, databases, and how each queue's names
+were spelled (spanner/admin.py, spanner/names.py)."""
+
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from ..sql.compose import query
+from .database import Database, _scalar, wrap_errors
+
+
+class SpannerRecords(Database):
+    """spanq.spanner_instances, spanq.spanner_databases, spanq.spanner_names."""
+
+    async def spanner_names_put(self, queue: str, database: str | None, spelled: dict[str, Any]) -> None:
+        async with self._transaction(queue) as conn:
+            await conn.execute(query("spanner_names_put"),
+                               {"queue": queue, "database": database, "spelled": Jsonb(spelled)})
+
+    async def spanner_names_get(self, queue: str) -> dict[str, Any] | None:
+        async with self._read(queue) as conn:
+            return await _scalar(conn, "spanner_names_get", queue=queue)  # type: ignore[no-any-return]
+
+    async def spanner_database_queues(self, database: str) -> list[str]:
+        async with self._read() as conn:
+            cur = await conn.execute(query("spanner_database_queues"), {"database": database})
+            return [row[0] for row in await cur.fetchall()]
+
+    async def spanner_record_put(self, kind: str, name: str, message: bytes, instance: str | None = None) -> bool:
+        """Records an instance or database (``kind``); False when one of the name exists."""
+        async with self._transaction() as conn:
+            with wrap_errors():
+                return bool(await _scalar(conn, f"spanner_{kind}_put", name=name, instance=instance,
+                                          record=message))
+
+    async def spanner_record_get(self, kind: str, name: str) -> bytes | None:
+        async with self._read() as conn:
+            found = await _scalar(conn, f"spanner_{kind}_get", name=name)
+        return bytes(found) if found is not None else None
+
+    async def spanner_record_list(self, kind: str, parent: str) -> list[bytes]:
+        params = {"prefix": parent + "/"} if kind == "instance" else {"instance": parent}
+        async with self._read() as conn:
+            cur = await conn.execute(query(f"spanner_{kind}_list"), params)
+            return [bytes(row[0]) for row in await cur.fetchall()]
+
+    async def spanner_database_namespace(self, name: str) -> tuple[str, bytes] | None:
+        """A Spanner database's namespace and record."""
+        async with self._read() as conn:
+            cur = await conn.execute(query("spanner_database_namespace"), {"name": name})
+            row = await cur.fetchone()
+        return (row[0], bytes(row[1])) if row else None
+
+    async def spanner_record_delete(self, kind: str, name: str) -> bool:
+        async with self._transaction() as conn:
+            return bool(await _scalar(conn, f"spanner_{kind}_delete", name=name))
