@@ -31,10 +31,11 @@ def server_config(server_config: Config) -> Config:
 
 @contextlib.contextmanager
 def checkouts(store: Any) -> Iterator[Counter[str]]:
-    """Counts the server's database transactions: each ``read`` (an autocommitted statement,
-    such as a lease or a grouped ack) and each ``transaction`` is one commit the database sees."""
+    """Counts the server's database transactions: each ``_read`` (an autocommitted statement,
+    such as a lease or a grouped ack) and each ``_transaction`` (every transaction of the
+    store's, Store.transaction included) is one commit the database sees."""
     counts: Counter[str] = Counter()
-    originals = {name: getattr(store, name) for name in ("read", "transaction")}
+    originals = {name: getattr(store, name) for name in ("_read", "_transaction")}
 
     def counting(name: str) -> Any:
         @contextlib.asynccontextmanager

@@ -87,20 +87,23 @@ Params = Any
 """A google.protobuf.Struct of parameter values."""
 
 
+Rows = list[list[struct_pb2.Value]]
+
+
 class _RenewedRows:
     """RENEWLEASE's rows as the commit ledger records them (exactly_once.Reply): a ListValue of rows."""
 
-    def __init__(self, rows_of: Callable[[Any], list[list[struct_pb2.Value]]]) -> None:
+    def __init__(self, rows_of: Callable[[Any], Rows]) -> None:
         self._rows_of = rows_of
 
-    def encode(self, mutations: Sequence[Mutation], results: Sequence[Any]) -> tuple[list[list[struct_pb2.Value]], bytes]:
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Any]) -> tuple[Rows, bytes]:
         rows = self._rows_of(results[0])
         table = struct_pb2.ListValue()
         for row in rows:
             table.values.add().list_value.values.extend(row)
         return rows, table.SerializeToString()
 
-    def replay(self, recorded: bytes) -> list[list[struct_pb2.Value]]:
+    def replay(self, recorded: bytes) -> Rows:
         return [list(row.list_value.values) for row in struct_pb2.ListValue.FromString(recorded).values]
 
 

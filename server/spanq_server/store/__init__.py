@@ -19,18 +19,16 @@ One module per group of tables, each a part of ``Store``:
 - arrays.py: array parameters as literals (why: see there).
 """
 
-from .catalog import CATALOG_LOCK_ID, DDL_LOCK_SLICE, DDL_LOCK_TIMEOUT, MIGRATION_LOCK_ID, CatalogTables
-from .database import (POOLERS, RECENTLY_USED, RECONNECT_MAX_DELAY, Handle, HeldTransaction, Listener, _Backoff,
-                       refused_as_read_only, url_warnings, wrap_errors)
+from .catalog import DDL_LOCK_SLICE, DDL_LOCK_TIMEOUT, CatalogTables
+from .database import Handle, HeldTransaction, Listener, _Backoff, refused_as_read_only, url_warnings
 from .ledger import LedgerTable
 from .messages import MessageTables
 from .operator import ALL_SOURCES, OperatorQueries, RedriveSource
 from .spanner import SpannerRecords
 
 __all__ = [
-    "ALL_SOURCES", "CATALOG_LOCK_ID", "DDL_LOCK_SLICE", "DDL_LOCK_TIMEOUT", "MIGRATION_LOCK_ID", "POOLERS",
-    "RECENTLY_USED", "RECONNECT_MAX_DELAY", "Handle", "HeldTransaction", "Listener", "RedriveSource", "Store",
-    "_Backoff", "refused_as_read_only", "url_warnings", "wrap_errors",
+    "ALL_SOURCES", "DDL_LOCK_SLICE", "DDL_LOCK_TIMEOUT", "Handle", "HeldTransaction", "Listener", "RedriveSource",
+    "Store", "_Backoff", "refused_as_read_only", "url_warnings",
 ]
 
 

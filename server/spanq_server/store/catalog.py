@@ -226,6 +226,7 @@ class CatalogTables(Database):
         await conn.execute(query("ddl_lock_timeout"), {"lock_timeout": _milliseconds(deadline - time.monotonic())})
         await conn.execute(query("advisory_lock"), {"lock_id": CATALOG_LOCK_ID})
 
+
 @contextlib.contextmanager
 def _bounded_ddl(what: str, lock_timeout: timedelta) -> Iterator[None]:
     """A lock wait of queue DDL that ran out (ddl_lock_timeout) -> what to do about it."""
@@ -301,5 +302,3 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         dead_letter_queue=dead_letter_queue,
         create_time=create_time,
     )
-
-

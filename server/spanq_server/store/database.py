@@ -42,7 +42,6 @@ Connection = psycopg.AsyncConnection[Any]
 _UNKNOWN = "the commit may or may not have happened; replay the same request_id to learn which"
 
 
-
 @final
 class Handle:
     """One transaction of the store, as the domain holds it: opaque. The domain passes it
@@ -186,8 +185,6 @@ class _Pool(psycopg_pool.AsyncConnectionPool):  # type: ignore[type-arg]
         if attempt is None:
             attempt = _Backoff(timeout=self.reconnect_timeout, max_delay=self.reconnect_max_delay)
         await super()._add_connection(attempt, growing=growing)
-
-
 
 
 class Database:
@@ -364,8 +361,6 @@ class Database:
                         await conn.set_autocommit(False)
 
 
-
-
     # -- the wake-up listener -------------------------------------------------
 
     async def listen(self) -> "Listener":
@@ -469,10 +464,7 @@ class HeldTransaction:
         await self._store._pool.putconn(conn)
 
 
-
-
 async def _scalar(conn: Connection, statement: str, /, **params: Any) -> Any:
     cur = await conn.execute(query(statement), params)
     row = await cur.fetchone()
     return row[0] if row else None
-

@@ -40,7 +40,6 @@ class LedgerTable(Database):
             return cur.rowcount
 
 
-
 def claim_params(requests: Sequence[LedgeredSend | LedgeredAck], rows: Sequence[int]) -> dict[str, Any]:
     """A group statement's commit-ledger arrays: each request's id, fingerprint and
     response, and the owning request_id of each of its ``rows`` (messages sent or
