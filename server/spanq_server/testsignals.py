@@ -2,7 +2,8 @@
 
 A test that needs "the stream is now open and idle" listens, acts, and waits for the signal,
 instead of sleeping and hoping the server got there. With nobody listening, ``emit`` is one
-truth test on an empty list: the server pays nothing for them in production.
+truth test on an empty list (the value is built only for a listener): the server pays nothing
+for them in production.
 
     with testsignals.stream_waiting.listen() as waiting:
         open the stream ...
@@ -17,7 +18,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -89,14 +90,17 @@ class Listener(Generic[T]):
 
 
 class Signal(Generic[T]):
-    """One named point in the server's code that tests can wait for."""
+    """One named point in the server's code that tests can wait for; ``make`` builds the value
+    listeners hear from what ``emit`` is given."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, make: Callable[..., T]) -> None:
         self.name = name
+        self._make = make
         self._listeners: list[Listener[T]] = []
 
-    def emit(self, value: T) -> None:
+    def emit(self, *fields: Any) -> None:
         if self._listeners:  # the whole cost when no test listens
+            value = self._make(*fields)
             for listener in list(self._listeners):
                 listener._heard(value)
 
@@ -118,10 +122,10 @@ class StreamState(NamedTuple):
     """It waits for room under its max_outstanding, not for messages."""
 
 
-commits_draining: Signal[str] = Signal("commits_draining")
+commits_draining: Signal[str] = Signal("commits_draining", str)
 """A group committer (its kind's name: "send", "ack") was asked to close: shutdown now waits
 for the groups it runs (group_commit.py)."""
 
-stream_waiting: Signal[StreamState] = Signal("stream_waiting")
+stream_waiting: Signal[StreamState] = Signal("stream_waiting", StreamState)
 """A Receive stream found nothing to deliver (or, ``full``, no room under its max_outstanding)
 and now waits for a wake-up, a timer or its end (receive.py). Raised at each wait."""
