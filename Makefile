@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PROTO_OUT := client/spanq/_proto
 
 .DEFAULT_GOAL := help
 

@@ -7,7 +7,7 @@ import sys
 
 import grpc
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 
 class NoopService(queue_pb2_grpc.QueueServiceServicer):

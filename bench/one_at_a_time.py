@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from .env import bench_conninfo
 from .spanq_side import LEASE_SECONDS, acked_rate, duration

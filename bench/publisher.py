@@ -14,6 +14,7 @@ producer writes without a batching client.
 from __future__ import annotations
 
 import asyncio
+import resource
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,34 @@ if TYPE_CHECKING:
 
 WORKLOADS = ((1, 1, 1.5), (1, 4, 1.5), (100, 1, 0.75))
 """(messages per call, producer threads, target ratio to plain SQL)."""
+
+SEND_TARGET = 0.3
+"""Blocking ``send``, one message per call, one producer: the issue's ratio to plain SQL..."""
+SEND_CPU_TARGET_US = 150
+"""...and the client CPU it may spend on a call."""
+
+
+def _process_cpu() -> float:
+    """CPU seconds of this process, every thread (the SDK's loop thread and gRPC's own included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _send_for(target: str, queue: str, seconds: float) -> tuple[float, float]:
+    """(messages/s, client CPU microseconds per call) for one thread calling the blocking
+    client's ``send`` one message at a time: each call waits for its commit."""
+    import spanq
+
+    with spanq.Client(target) as client:
+        client.send(queue, PAYLOAD)  # warm-up: the channel and the queue's definition
+        n = 0
+        cpu0, start = _process_cpu(), time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            client.send(queue, PAYLOAD)
+            n += 1
+        elapsed, cpu = time.perf_counter() - start, _process_cpu() - cpu0
+        return n / elapsed, cpu / n * 1e6
 
 
 def _publish_for(target: str, queue: str, producers: int, per_call: int, seconds: float, **options: Any) -> float:
@@ -87,6 +116,24 @@ async def cell_publish(ctx: Context) -> list[Row]:
             row.met = row.ratio >= target
             rows.append(row)
             ctx.log(f"  publish {per_call}/call x{producers}: spanq {a.median:,.0f}  sql {b.median:,.0f}")
+        rate, cpu, baseline = Figure(), Figure(), Figure()
+        for _ in range(s.runs):
+            await spanq.truncate()
+            sent, per_call = await asyncio.to_thread(_send_for, ctx.target, spanq.name, s.send_seconds)
+            rate.add(sent)
+            cpu.add(per_call)
+            await sql.truncate()
+            baseline.add(await sql.send_throughput(1, 1, s.send_seconds))
+        row = Row("pub publish", "blocking send, 1 msg/call, 1 producer", "msgs/s", rate, baseline,
+                  target=f"ratio >= {SEND_TARGET}")
+        row.met = row.ratio >= SEND_TARGET
+        rows.append(row)
+        cpu_row = Row("pub publish", "blocking send: client CPU per call", "us", cpu, None,
+                      target=f"<= {SEND_CPU_TARGET_US} us", compare=False)
+        cpu_row.met = cpu.median <= SEND_CPU_TARGET_US
+        cpu_row.note = "getrusage of the bench process over the run: every thread of the SDK and gRPC"
+        rows.append(cpu_row)
+        ctx.log(f"  blocking send: spanq {rate.median:,.0f}  sql {baseline.median:,.0f}  cpu {cpu.median:.0f} us/call")
     finally:
         await _teardown(spanq, sql)
     rows[0].note = ("threads on one spanq.Client, default BatchSettings, rate includes the final flush; "

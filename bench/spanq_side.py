@@ -19,7 +19,7 @@ import psycopg
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from psycopg import sql
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from .baseline import PAYLOAD, paced
 from .env import bench_conninfo

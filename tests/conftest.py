@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from spanq._proto.spanq.v1 import queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2_grpc
 from spanq_server.clock import ManualClock
 from spanq_server.config import Config
 from spanq_server.server import Running, start

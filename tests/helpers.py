@@ -10,7 +10,7 @@ import grpc
 from google.protobuf import duration_pb2, json_format, struct_pb2
 from grpc_status import rpc_status
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from google.rpc import error_details_pb2
 
 

@@ -7,7 +7,7 @@ import time
 
 import grpc
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from .helpers import (
     ack, create_queue, duration, error_of, key, open_stream, plain, receive_some, send, text_message, until, value,

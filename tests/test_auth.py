@@ -19,7 +19,7 @@ import spanq
 import spanq.aio
 from google.protobuf import timestamp_pb2
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server import auth, cli
 from spanq_server import errors as spanq_server_errors
 from spanq_server.config import Config
@@ -194,6 +194,128 @@ async def test_health_and_reflection_need_no_token(server, channel) -> None:
         assert "spanq.v1.QueueService" in names
         break
     call.cancel()
+
+
+# -- every served method has a rule (the authorizer fails closed) ----------------------
+
+
+async def served_methods(config: Config, monkeypatch: Any) -> set[str]:
+    """Every method a real server serves ("package.Service/Method"): what start() hands
+    gRPC, recorded as it registers it (spanq.v1, the Spanner services, health, reflection,
+    and whatever is added later)."""
+    found: set[str] = set()
+    unlisted: list[Any] = []
+    plain_generic = grpc.aio._server.Server.add_generic_rpc_handlers
+    plain_registered = grpc.aio._server.Server.add_registered_method_handlers
+
+    def add_generic(self: Any, handlers: Any) -> None:
+        for handler in handlers:
+            methods = getattr(handler, "_method_handlers", None)  # grpc's DictionaryGenericHandler
+            if methods is None:
+                unlisted.append(handler)
+            else:
+                found.update(m.lstrip("/") for m in methods)
+        plain_generic(self, handlers)
+
+    def add_registered(self: Any, service: str, handlers: dict[str, Any]) -> None:
+        found.update(f"{service}/{m}" for m in handlers)
+        plain_registered(self, service, handlers)
+
+    monkeypatch.setattr(grpc.aio._server.Server, "add_generic_rpc_handlers", add_generic)
+    monkeypatch.setattr(grpc.aio._server.Server, "add_registered_method_handlers", add_registered)
+    running = await start(config)
+    await running.stop(0)
+    monkeypatch.undo()
+    assert not unlisted, f"handlers whose methods this test cannot list: {unlisted}; list them here"
+    return found
+
+
+async def test_every_method_served_has_a_rule_or_is_listed_as_open(server_config, monkeypatch) -> None:
+    from spanq_server import access
+    from spanq_server.server import authorization_rules
+
+    methods = await served_methods(server_config, monkeypatch)
+    services = {m.rpartition("/")[0] for m in methods}
+    assert {access.QUEUE_SERVICE, "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= services
+    assert f"{access.QUEUE_SERVICE}/Redrive" in methods and f"{access.QUEUE_SERVICE}/Purge" in methods
+    rules = authorization_rules()
+    unruled = sorted(m for m in methods if m not in rules and m.rpartition("/")[0] not in auth.OPEN_SERVICES)
+    assert not unruled, (f"served without an authorization rule (every call is refused): {unruled}; give each "
+                         "a rule in its front-end's access module, or auth.any_token if it touches no queue")
+    if any(s.startswith("google.spanner") for s in services):  # (google-cloud-spanner installed)
+        stale = sorted(set(rules) - methods)
+        assert not stale, f"rules for methods the server does not serve (misspelled?): {stale}"
+        assert rules["google.spanner.v1.Spanner/CreateSession"] is auth.any_token
+    assert all(rules[m] is not auth.any_token for m in methods if m.startswith(access.QUEUE_SERVICE + "/"))
+
+
+async def test_a_method_without_a_rule_is_refused_to_every_token(server_config, monkeypatch, caplog) -> None:
+    from spanq_server import access
+
+    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    monkeypatch.delitem(access.RULES, f"{access.QUEUE_SERVICE}/GetQueue")
+    running = await start(server_config)
+    try:
+        async with grpc.aio.insecure_channel(running.target) as channel:
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            await make_queue(stub, "q")
+            for token in (OPS, ONLY["admin"]):  # "*" with every privilege, and admin on q itself
+                code, text, info = await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="q"),
+                                                                metadata=bearer(token)))
+                assert code == grpc.StatusCode.PERMISSION_DENIED, text
+                assert "no authorization rule for spanq.v1.QueueService/GetQueue" in text
+                assert info["reason"] == "PERMISSION_DENIED"
+            code, _, _ = await error_of(stub.GetQueue(queue_pb2.GetQueueRequest(name="q")))
+            assert code == grpc.StatusCode.UNAUTHENTICATED  # without a token: authentication first
+            assert (await stub.ListQueues(queue_pb2.ListQueuesRequest(), metadata=bearer(OPS))).queues  # others work
+    finally:
+        await running.stop(0)
+    assert any("method=spanq.v1.QueueService/GetQueue token=ops" in line for line in refusals(caplog))
+
+
+def test_the_authorizer_fails_closed_for_a_method_it_has_no_rule_for() -> None:
+    from spanq_server import access
+
+    authorizer = auth.Authorizer(auth.parse(TOKEN_FILE), access.RULES)
+    ops = auth.parse(TOKEN_FILE).authenticate(bearer(OPS))
+    with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule for x.v1.New/Method"):
+        authorizer.rule("x.v1.New/Method")(ops, None)
+    # A stream of requests cannot be checked before it is read: only a method that needs no privilege takes one.
+    with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule"):
+        authorizer.rule(f"{access.QUEUE_SERVICE}/Send", "stream_unary")(ops, None)
+    assert authorizer.rule(f"{access.QUEUE_SERVICE}/Send") is access.RULES[f"{access.QUEUE_SERVICE}/Send"]
+
+
+def test_a_spanner_statement_is_parsed_once_for_authorization_and_the_servicer() -> None:
+    from spanq_server.spanner import statements as st
+    from spanq_server.spanner.access import RULES
+
+    worker = auth.parse(TOKEN_FILE).authenticate(bearer(SPANNER_WORKER))
+    text = "INSERT INTO UserTasks (UserId, TaskId, Payload) VALUES (@u, @t, @p) -- parsed once"
+    request = dataclasses.make_dataclass("Request", [("sql", str)])(text)
+    before = st._parse_cached.cache_info()
+    RULES["google.spanner.v1.Spanner/ExecuteSql"](worker, request)  # both dialects
+    assert st.parse(text, False) is st.parse(text, False)  # the servicer's parse: the one the check made
+    after = st._parse_cached.cache_info()
+    assert after.misses - before.misses == 2 and after.hits - before.hits == 2
+    # An error is raised fresh each time: a caller's "statement 3: ..." does not stick to the next one.
+    with pytest.raises(spanq_server_errors.InvalidArgument) as first:
+        st.parse("SELEKT 1")
+    first.value.args = ("statement 3: " + first.value.message,)
+    with pytest.raises(spanq_server_errors.InvalidArgument) as again:
+        st.parse("SELEKT 1")
+    assert not again.value.message.startswith("statement 3")
+
+
+def test_a_spanner_statement_without_a_privilege_is_refused(monkeypatch) -> None:
+    from spanq_server.spanner import statements as st
+    from spanq_server.spanner.access import RULES, STATEMENT_PRIVILEGE
+
+    monkeypatch.delitem(STATEMENT_PRIVILEGE, st.Select)  # as a new kind of statement would be
+    ops = auth.parse(TOKEN_FILE).authenticate(bearer(OPS))
+    request = dataclasses.make_dataclass("Request", [("sql", str)])("SELECT * FROM UserTasks")
+    with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule for a Select statement"):
+        RULES["google.spanner.v1.Spanner/ExecuteSql"](ops, request)
 
 
 # -- each RPC and its privilege ----------------------------------------------------------

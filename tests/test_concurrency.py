@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import grpc
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import ack, create_queue, duration, open_stream, plain, send, text_message, until

@@ -21,7 +21,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 import spanq.aio
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server import auth
 from spanq_server.server import start
 

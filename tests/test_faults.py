@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
 
 from .clusters import owned_folder

@@ -9,7 +9,7 @@ import grpc
 import psycopg
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.group_commit import GroupCommitter
 from spanq_server.server import Running, start
 

@@ -7,7 +7,7 @@ import asyncio
 import grpc
 import psycopg
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from .helpers import create_queue, error_of, lock_waiters, outcome, receive_some, renew, send, text_message, until
 from .test_group_commit import group_stub, one_group, until_waiting  # noqa: F401  (fixtures)

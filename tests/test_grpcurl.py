@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from .helpers import create_queue, until
 from .readme_session import GRPCURL, replay

@@ -4,7 +4,7 @@ fault on; the history checker proves exactly-once effects afterwards."""
 import dataclasses
 import os
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
 
 from .helpers import create_queue

@@ -8,7 +8,7 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import create_queue, error_of, key, lock_waiters, plain, receive_some, send, text_message, until

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import metrics, queues
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
+from spanq_server import queues
+from spanq_server.metrics import endpoint
 from spanq_server.cli import parse_config
 from spanq_server.config import Config
 from spanq_server.server import Running, start
@@ -249,7 +250,7 @@ async def test_ready_messages_and_oldest_age_follow_the_clock(server, stub, cloc
 
 
 async def test_counts_stop_at_the_cap(server, stub, monkeypatch):
-    monkeypatch.setattr(metrics, "COUNT_CAP", 3)
+    monkeypatch.setattr(endpoint, "COUNT_CAP", 3)
     await create_queue(stub, "deep", payload_type=queue_pb2.STRING)
     await send(stub, "deep", *(text_message(f"k{i}", "x") for i in range(5)))
     s = await scrape(server)
@@ -337,14 +338,14 @@ def test_cli_flag_and_environment():
     assert parse_config(["serve"], {"SPANQ_METRICS_LISTEN": "off"}).metrics_listen == "off"
     assert parse_config(["serve", "--metrics-listen", "127.0.0.1:9999"],
                         {"SPANQ_METRICS_LISTEN": "off"}).metrics_listen == "127.0.0.1:9999"
-    assert metrics.parse_listen("[::1]:9464") == ("::1", 9464)
-    assert metrics.parse_listen(" off ") is None
+    assert endpoint.parse_listen("[::1]:9464") == ("::1", 9464)
+    assert endpoint.parse_listen(" off ") is None
     with pytest.raises(SystemExit):
         parse_config(["serve", "--metrics-listen", "localhost"], {})
 
 
 async def test_a_slow_database_leaves_out_the_queue_gauges_not_the_scrape(server, stub, database_url, monkeypatch):
-    monkeypatch.setattr(metrics, "QUERY_TIMEOUT", 0.5)
+    monkeypatch.setattr(endpoint, "QUERY_TIMEOUT", 0.5)
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     await send(stub, "tasks", text_message("k", "x"))
     with psycopg.connect(database_url) as blocker:
@@ -394,3 +395,4 @@ async def test_a_scrape_storm_costs_one_render_per_interval(server_config, clock
             assert queries == 2
     finally:
         await running.stop(0)
+

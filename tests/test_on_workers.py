@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from .helpers import until
 from .spawned import channels_on_each, free_port, spawn_server, wait_children, wait_serving_sync

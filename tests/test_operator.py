@@ -12,7 +12,7 @@ import pytest
 
 import spanq
 import spanq.aio
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from .helpers import error_of, until_settled
 

@@ -13,7 +13,7 @@ from datetime import timedelta
 import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import ack, create_queue, open_stream, send, text_message

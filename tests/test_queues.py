@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Limits
 from spanq_server.server import start
 

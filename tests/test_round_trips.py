@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Config
 from spanq_server.server import start
 

@@ -28,9 +28,9 @@ def server_config(server_config):
 
 
 def sends(server) -> Counter[str]:
-    """Send RPCs the server answered so far, by status code name (its rpc_duration histogram)."""
+    """Send RPCs the server answered so far, by status code name (its RPC timing histogram)."""
     out: Counter[str] = Counter()
-    for metric in server.metrics.rpc_duration.collect():
+    for metric in server.rpc_timing.histogram.collect():
         for sample in metric.samples:
             if sample.name.endswith("_count") and sample.labels["method"].endswith("/Send"):
                 out[sample.labels["code"]] += int(sample.value)

@@ -11,7 +11,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg.conninfo import make_conninfo
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Config, ConfigError
 from spanq_server.server import is_loopback, start
 from spanq_server.sql import MIGRATIONS

@@ -2,7 +2,7 @@
 
 import grpc
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from .helpers import create_queue, error_of, plain, receive_some, send, text_message
 

@@ -20,7 +20,7 @@ from google.cloud.spanner_v1.types import CommitRequest
 from google.protobuf import struct_pb2
 from google.rpc.error_details_pb2 import RetryInfo
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq_server.config import Config
 from spanq_server.server import start
 

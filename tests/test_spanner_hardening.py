@@ -13,7 +13,7 @@ import pytest
 from google.cloud.spanner_v1.types import commit_response, mutation, result_set, spanner, transaction
 from google.protobuf import empty_pb2, struct_pb2
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server import auth
 from spanq_server.config import Config
 from spanq_server.server import start

@@ -21,7 +21,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.backup import Backup
 from google.cloud.spanner_v1.database import Database
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
 
 pytestmark = [

@@ -10,7 +10,7 @@ import grpc
 import psycopg
 import pytest
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq_server.store import Store
 
 from .helpers import create_queue, duration, error_of, key, plain, receive_some, send, text_message

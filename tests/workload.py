@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import grpc
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from .helpers import duration, plain, until, value
 from .history import Delivery, History

@@ -8,8 +8,9 @@ import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from spanq_proto.v1 import queue_pb2
+
 from . import _codec
-from ._proto.spanq.v1 import queue_pb2
 from ._types import DeadLetter, Key, Queue
 
 __all__ = ["QueueStats", "PeekedMessage", "PeekPage", "RedriveProgress"]

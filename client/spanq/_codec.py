@@ -16,9 +16,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
+from spanq_proto.v1 import queue_pb2
 
 from ._errors import InvalidArgument
-from ._proto.spanq.v1 import queue_pb2
 from ._types import DeadLetter, Key, KeyColumn, KeyValue, Queue, TypeCode
 
 MAX_SAFE_JSON_INT = 2**53

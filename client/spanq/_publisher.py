@@ -26,11 +26,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
+from spanq_proto.v1 import queue_pb2
 
 from . import _codec, _requests
 from ._errors import Closed, CommitOutcomeUnknown, ResourceExhausted, SpanqError
 from ._loop import call_soon, on_loop_thread
-from ._proto.spanq.v1 import queue_pb2
 from ._types import BatchSettings, Future, Key, OutgoingMessage, PublishFlowControl, Queue
 
 if TYPE_CHECKING:

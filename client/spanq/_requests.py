@@ -14,10 +14,10 @@ from datetime import timedelta
 from typing import Any, Union
 
 from google.protobuf import struct_pb2
+from spanq_proto.v1 import queue_pb2
 
 from . import _codec
 from ._errors import InvalidArgument
-from ._proto.spanq.v1 import queue_pb2
 from ._types import Key, KeyValue, Message, OutgoingMessage, Queue, RenewedLease
 
 AckTarget = Union[Message, Key, KeyValue]

@@ -17,7 +17,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 DEFAULT_MAX_CONCURRENT_CALLS = 100
 """Unary calls in flight on one client's channel. 100 is HTTP/2's customary stream limit (grpc-go's and

@@ -33,6 +33,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generator, Union
 
 import grpc
+from spanq_proto.v1 import queue_pb2
 
 from . import _codec, _requests, _retry
 from ._dispatcher import Dispatcher, Request
@@ -40,7 +41,6 @@ from ._connect import CONNECT_TIMEOUT
 from ._errors import Closed, LeaseLost, SpanqError, Unavailable, from_rpc_error
 from ._leaser import Leaser
 from ._loop import call_soon
-from ._proto.spanq.v1 import queue_pb2
 from ._types import FlowControl, Future, Message, Queue, RenewedLease
 
 if TYPE_CHECKING:

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from . import _admin, _codec, _connect, _requests, _retry, _slots
 from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
 from ._publisher import Publisher
 from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
-from ._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
 from ._requests import AckTarget, LeaseTarget
 from ._retry import DEFAULT_RETRY, Retry
 from ._subscriber import Callback, Subscriber, Subscription

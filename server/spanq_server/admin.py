@@ -1,5 +1,5 @@
-"""The operator's tools on queues: stats, peek, purge and redrive (the rules;
-the SQL is in queries.sql, run by the store; service.py translates).
+"""The operator's tools on queues: stats, peek, purge and redrive, and a plain read of a
+queue's messages (the rules; the SQL is in queries.sql, run by the store; service.py translates).
 
 Redrive moves dead letters back in batches, each one statement in its own
 transaction, so an interrupted redrive (cancelled, the server stopped, the
@@ -14,8 +14,9 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from datetime import datetime
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
@@ -70,6 +71,18 @@ class Operator:
                 dead = None  # cannot be dropped while named; a race with its drop reads 0
         counts = await self._store.queue_stats(queue, dead, self._clock.now())
         return QueueStats(queue, counts, self._rates.rate(name, "sent"), self._rates.rate(name, "acked"))
+
+    async def select(self, queue: QueueDef, *, key_equals: Sequence[tuple[str, Any]] = (),
+                     deliver_time_bounds: Sequence[tuple[str, datetime | None, timedelta]] = (),
+                     order_by: str | None = None, descending: bool = False, limit: int | None = None,
+                     ) -> list[tuple[Key, Any, datetime]]:
+        """Messages (key, payload, deliver_time) as a read outside any transaction sees them,
+        leasing none (the Spanner front-end's SELECT ... FROM q): key_equals names key columns
+        and values; deliver_time_bounds are (operator, instant or None for now, offset);
+        order_by is a key column or deliver_time (default: the primary key)."""
+        return await self._store.messages_select(
+            None, queue, key_equals=key_equals, deliver_time_bounds=deliver_time_bounds, order_by=order_by,
+            descending=descending, limit=limit, now=self._clock.now())
 
     async def peek(self, name: str, page_size: int, page_token: str) -> tuple[QueueDef, list[PeekedMessage], str]:
         if not 0 <= page_size <= MAX_PAGE_SIZE:

@@ -1,10 +1,15 @@
-"""Bearer tokens and per-queue privileges: the token file and the one gRPC
-interceptor that enforces it (docs/operations.md, "Authentication").
+"""Bearer tokens and per-queue privileges: the token file, the principals it names,
+the generic check, and the one gRPC interceptor that enforces it
+(docs/operations.md, "Authentication").
 
 Off unless the server is given a token file (``--auth-file``); then every call
 but health checking and reflection needs ``authorization: Bearer <token>``
-metadata naming a token of the file, and the privilege its method needs on its
-queue. The privileges mirror Spanner's fine-grained access control on queues:
+metadata naming a token of the file, and what its method's rule asks. The rules
+are the front-ends': access.py says what each spanq.v1 RPC needs, spanner/access.py
+what each of Spanner's methods needs (from the statements and mutations it
+carries). A served method with no rule is refused for every token: the
+authorizer fails closed. The privileges mirror Spanner's fine-grained access
+control on queues:
 
 - ``send``: INSERT ON QUEUE (Send, a Commit's send, the Spanner front-end's
   INSERT and Send mutation);
@@ -39,16 +44,14 @@ import re
 import secrets
 import time
 import tomllib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
-from grpc_status import rpc_status
 
 from . import errors, queues, status
 from .clock import Clock
 from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
-from .spanner import statements as st
 
 logger = logging.getLogger(__name__)
 
@@ -108,13 +111,6 @@ class Principal:
             "or use a token that has it",
             token=self.name, privilege=privilege, queue=queue, **metadata,
         )
-
-    def hide_queues(self, response: Any) -> None:
-        """ListQueues: drops the queues this token has no privilege on, in place."""
-        found = response.queues
-        for i in range(len(found) - 1, -1, -1):
-            if found[i].name not in self.grants:
-                del found[i]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,14 +219,23 @@ def _principal(name: str, grants: Any, where: str) -> Principal:
     return Principal(name, {q: p | everywhere for q, p in parsed.items()}, everywhere)
 
 
-# -- what each method needs -------------------------------------------------------------
+# -- the generic check ---------------------------------------------------------------
 
 Rule = Callable[[Principal, Any], After | None]
-"""Raises PermissionDenied when the principal may not make this request; may return
-an edit of the response."""
+"""What one method needs: raises PermissionDenied when the principal may not make this
+request; may return an edit of the response. Each front-end exports its methods' rules
+(access.py for spanq.v1, spanner/access.py for Spanner's services); the server hands
+them all to the Authorizer."""
 
 
-def _one(privilege: str, field: str, what: str) -> Rule:
+def any_token(p: Principal, request: Any) -> None:
+    """The rule of a method that touches no queue (sessions, transactions, bookkeeping):
+    a valid token and no privilege. Listed by name, so that a method is never let
+    through for lack of a rule."""
+
+
+def one(privilege: str, field: str, what: str) -> Rule:
+    """The rule of a method that needs ``privilege`` on the queue named by ``field``."""
     queue_of = operator.attrgetter(field)
 
     def rule(p: Principal, request: Any) -> None:
@@ -241,32 +246,7 @@ def _one(privilege: str, field: str, what: str) -> Rule:
     return rule
 
 
-def _get_queue(p: Principal, request: Any) -> None:
-    if not p.grants.get(request.name, p.everywhere):
-        raise errors.PermissionDenied(
-            f"token {p.name!r} has no privilege on queue {request.name!r}; GetQueue needs one "
-            f"(any of {list(PRIVILEGES)}): grant it in the server's token file",
-            token=p.name, queue=request.name,
-        )
-
-
-def _list_queues(p: Principal, request: Any) -> After | None:
-    return None if p.everywhere else p.hide_queues
-
-
-def _create_queue(p: Principal, request: Any) -> None:
-    """admin on the new queue; with a dead_letter_queue, send (or admin) there too: the
-    queue's dead letters will be sent to it, which the token could not do itself; with a
-    parent_table, admin on the parent (see _require_parent)."""
-    queue = request.queue
-    p.require("admin", queue.name, "CreateQueue")
-    target = queue.dead_letter_queue
-    if target and not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
-        raise p.denied("send", target, f"CreateQueue of {queue.name!r}, whose dead letters go there,")
-    _require_parent(p, queue.name, queue.parent_table, "CreateQueue")
-
-
-def _require_parent(p: Principal, queue: str, parent: str, what: str, where: str = "") -> None:
+def require_parent(p: Principal, queue: str, parent: str | None, what: str, where: str = "") -> None:
     """admin on a parent table (a queue or the application's table, by its grant key):
     a child queue is DDL on its parent. Its sends answer whether a key is in the parent
     (NOT_FOUND or OK), the parent's deletes and acks cascade into it, and the parent
@@ -275,188 +255,19 @@ def _require_parent(p: Principal, queue: str, parent: str, what: str, where: str
         raise p.denied("admin", parent, f"{what} of {queue!r}, whose parent table it is,", where)
 
 
-DEAD_LETTER_PRIVILEGES = frozenset({"send", "admin"})
-"""Either lets a token name a queue as another queue's dead_letter_queue."""
+def unruled(method: str) -> Rule:
+    """The rule of a served method that no front-end gave one: nobody may call it (fail
+    closed: a method added without its rule is refused, never open to every token)."""
 
-MUTATION_PRIVILEGE = {"send": "send", "ack": "ack", "renew_lease": "receive"}
-
-
-def _commit(p: Principal, request: Any) -> None:
-    for i, mutation in enumerate(request.mutations):
-        kind = mutation.WhichOneof("operation")
-        if kind is None:
-            continue  # the servicer says what is wrong with it
-        privilege = MUTATION_PRIVILEGE[kind]
-        queue = getattr(mutation, kind).queue
-        if privilege not in p.grants.get(queue, p.everywhere):
-            raise p.denied(privilege, queue, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
-
-
-PURGE_PRIVILEGES = frozenset({"ack", "admin"})
-"""Either lets a token purge a queue (DELETE ON QUEUE of every row; admin may drop it anyway)."""
-
-
-def _purge(p: Principal, request: Any) -> None:
-    if not p.grants.get(request.queue, p.everywhere) & PURGE_PRIVILEGES:
-        raise p.denied("ack", request.queue, "Purge")
-
-
-def _redrive(p: Principal, request: Any) -> None:
-    if not p.grants.get(request.queue, p.everywhere) & PURGE_PRIVILEGES:
-        raise p.denied("ack", request.queue, "Redrive, which deletes from the dead-letter queue,")
-    target = request.to
-    if not target:
-        if not p.everywhere & DEAD_LETTER_PRIVILEGES:
-            raise errors.PermissionDenied(
-                f"token {p.name!r} must name the target queue of a Redrive of {request.queue!r} (`to`, --to QUEUE): "
-                "it has send on only some queues, and the default target is found after authorization",
-                token=p.name, queue=request.queue,
-            )
-        return
-    if not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
-        raise p.denied("send", target, f"Redrive of {request.queue!r}, which sends there,")
-
-
-QUEUE_SERVICE = "spanq.v1.QueueService"
-RULES: dict[str, Rule] = {
-    f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
-    f"{QUEUE_SERVICE}/DropQueue": _one("admin", "name", "DropQueue"),
-    f"{QUEUE_SERVICE}/GetQueue": _get_queue,
-    f"{QUEUE_SERVICE}/ListQueues": _list_queues,
-    f"{QUEUE_SERVICE}/Send": _one("send", "queue", "Send"),
-    f"{QUEUE_SERVICE}/Receive": _one("receive", "queue", "Receive"),
-    f"{QUEUE_SERVICE}/RenewLease": _one("receive", "queue", "RenewLease (and a release, lease_duration 0)"),
-    f"{QUEUE_SERVICE}/Ack": _one("ack", "queue", "Ack"),
-    f"{QUEUE_SERVICE}/Commit": _commit,
-    f"{QUEUE_SERVICE}/GetQueueStats": _one("select", "name", "GetQueueStats"),
-    f"{QUEUE_SERVICE}/Peek": _one("select", "queue", "Peek"),
-    f"{QUEUE_SERVICE}/Purge": _purge,
-    f"{QUEUE_SERVICE}/Redrive": _redrive,
-}
-
-# -- the Spanner front-end (google.spanner.v1 and its admin services) -------------------
-# Its statements are parsed here as its servicer parses them; a statement that does
-# not parse is let through, for the servicer to refuse it with INVALID_ARGUMENT.
-
-
-def _statement_need(statement: st.Statement) -> tuple[str, str]:
-    if isinstance(statement, (st.CreateQueue, st.DropQueue)):
-        return "admin", statement.name
-    if isinstance(statement, (st.Receive, st.RenewLease)):
-        return "receive", statement.queue
-    if isinstance(statement, st.Insert):
-        return "send", statement.queue
-    if isinstance(statement, st.Delete):
-        return "ack", statement.queue
-    return "select", statement.queue
-
-
-def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
-    for i, text in enumerate(texts):
-        # The database's dialect is the servicer's to learn: a statement is checked as each
-        # dialect reads it (one that parses in neither is refused by the servicer, before it
-        # runs anything; the others are still checked).
-        for pg in (False, True):
-            try:
-                statement = st.parse_ddl(text, pg) if ddl else st.parse(text, pg)
-            except errors.InvalidArgument:
-                continue
-            privilege, queue = _statement_need(statement)
-            kind = type(statement).__name__
-            where = f"{label} {i}: " if label else ""
-            if privilege not in p.grants.get(queue, p.everywhere):
-                raise p.denied(privilege, queue, f"{what} ({kind})", where)
-            if isinstance(statement, st.CreateQueue) and statement.parent_table:
-                _require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
-
-
-def _execute_sql(p: Principal, request: Any) -> None:
-    _check_sql(p, (request.sql,), "", "the statement")
-
-
-def _execute_batch_dml(p: Principal, request: Any) -> None:
-    _check_sql(p, (s.sql for s in request.statements), "statement", "the statement")
-
-
-def _update_ddl(p: Principal, request: Any) -> None:
-    _check_sql(p, request.statements, "statement", "the DDL statement", ddl=True)
-
-
-def _create_database(p: Principal, request: Any) -> None:
-    _check_sql(p, request.extra_statements, "extra statement", "the DDL statement", ddl=True)
-
-
-def _spanner_commit(p: Principal, request: Any) -> None:
-    for i, mutation in enumerate(request.mutations):
-        kind = mutation.WhichOneof("operation")
-        if kind in ("send", "ack", "delete"):
-            target = getattr(mutation, kind)
-            queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
-            needs = "ack" if kind == "delete" else kind  # a Delete of a queue's messages acks them
-            if needs not in p.grants.get(queue, p.everywhere):
-                raise p.denied(needs, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
-                               mutation_index=str(i))
-
-
-def _spanner_read(p: Principal, request: Any) -> None:
-    queue = st.fold(request.table)
-    if "select" not in p.grants.get(queue, p.everywhere):
-        raise p.denied("select", queue, "a Read of its messages")
-
-
-def _drops_queues(what: str) -> Rule:
     def rule(p: Principal, request: Any) -> None:
-        if "admin" not in p.everywhere:
-            raise p.denied("admin", EVERY_QUEUE, f"{what} (it drops the queues it holds)")
+        raise errors.PermissionDenied(
+            f"the server has no authorization rule for {method}, so it refuses every token's call to it; "
+            "this is a bug of the server: report it", token=p.name, method=method)
 
     return rule
 
 
-def _database_ddl(p: Principal, request: Any) -> After | None:
-    if p.everywhere:
-        return None
-
-    def hide(response: Any) -> None:
-        found = response.statements
-        for i in range(len(found) - 1, -1, -1):
-            name = ""
-            for pg in (False, True):  # a PostgreSQL-dialect database's DDL is in its dialect
-                try:
-                    name = st.parse_ddl(found[i], pg).name
-                    break
-                except errors.InvalidArgument:
-                    pass
-            if name not in p.grants:
-                del found[i]
-
-    return hide
-
-
-SPANNER = "google.spanner.v1.Spanner"
-INSTANCE_ADMIN = "google.spanner.admin.instance.v1.InstanceAdmin"
-DATABASE_ADMIN = "google.spanner.admin.database.v1.DatabaseAdmin"
-RULES.update({
-    f"{SPANNER}/ExecuteSql": _execute_sql,
-    f"{SPANNER}/ExecuteStreamingSql": _execute_sql,
-    f"{SPANNER}/ExecuteBatchDml": _execute_batch_dml,
-    f"{SPANNER}/Commit": _spanner_commit,
-    f"{SPANNER}/Read": _spanner_read,
-    f"{SPANNER}/StreamingRead": _spanner_read,
-    f"{DATABASE_ADMIN}/UpdateDatabaseDdl": _update_ddl,
-    f"{DATABASE_ADMIN}/CreateDatabase": _create_database,
-    f"{DATABASE_ADMIN}/DropDatabase": _drops_queues("DropDatabase"),
-    f"{DATABASE_ADMIN}/GetDatabaseDdl": _database_ddl,
-    f"{INSTANCE_ADMIN}/DeleteInstance": _drops_queues("DeleteInstance"),
-})
-"""Methods not listed here (sessions, transactions, instance and database
-bookkeeping, operations) need a valid token and no privilege: they touch no queue."""
-
-
 # -- the interceptor --------------------------------------------------------------------
-
-
-async def _refuse(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
-    await context.abort_with_status(rpc_status.to_status(status.to_status(error)))
 
 
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.:/*@\[\]-]+\Z")
@@ -503,25 +314,36 @@ class RefusalLog:
 
 
 class Authorizer(HandlerWrapper):
-    """Authenticates every call (but health and reflection) and checks the privilege
-    its method needs. The guarded handler is built once per method. Refusals are
-    logged through a RefusalLog (rate-limited)."""
+    """Authenticates every call (but health and reflection) and applies its method's rule,
+    from ``rules`` (each front-end's, see Rule). Fails closed: a served method without a
+    rule is PERMISSION_DENIED for every token. The guarded handler is built once per
+    method. Refusals are logged through a RefusalLog (rate-limited)."""
 
-    def __init__(self, tokens: Tokens, clock: Clock | None = None) -> None:
+    def __init__(self, tokens: Tokens, rules: Mapping[str, Rule], clock: Clock | None = None) -> None:
         super().__init__()
         self._tokens = tokens
+        self._rules = dict(rules)
         self._log_refusal = RefusalLog(clock)
+
+    def rule(self, method: str, kind: str = "unary_unary") -> Rule:
+        """The rule a call of ``method`` ("package.Service/Method") is checked with."""
+        rule = self._rules.get(method)
+        if rule is None:
+            return unruled(method)
+        if not kind.startswith("unary_") and rule is not any_token:
+            # A stream of requests cannot be checked before it is read (spanq serves none
+            # but reflection's, which is open): only a method that needs no privilege may take one.
+            return unruled(method)
+        return rule
 
     def wrap(self, method: str, handler: Handler) -> Handler:
         if method.rpartition("/")[0] in OPEN_SERVICES:
             return handler
         found = behaviour_of(handler)
         if found is None:
-            return handler
+            return handler  # nothing to call
         kind, behaviour = found
-        # A stream of requests cannot be checked before it is read: such methods (spanq
-        # has none) get authentication only.
-        rule = RULES.get(method) if kind.startswith("unary_") else None
+        rule = self.rule(method, kind)
         authenticate = self._tokens.authenticate
         log_refusal = self._log_refusal
 
@@ -529,11 +351,10 @@ class Authorizer(HandlerWrapper):
             try:
                 principal = authenticate(context.invocation_metadata())
                 CALLER.set(principal.name)  # for what binds to its caller (Spanner transactions)
-                return rule(principal, request) if rule is not None else None
+                return rule(principal, request)
             except errors.QueueError as exc:
                 log_refusal(method, exc, context.peer())
-                await _refuse(context, exc)
-                raise AssertionError("abort_with_status raises") from exc
+                await status.abort(context, exc)
 
         wrapped = guarded(behaviour, admit)
         if wrapped is not None:

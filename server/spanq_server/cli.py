@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from . import auth
 from .config import Config, ConfigError, Limits
-from .metrics import parse_listen
+from .metrics.endpoint import parse_listen
 
 
 UI_LISTEN = "localhost:9465"

@@ -17,7 +17,7 @@ from typing import Any
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
 from .errors import InvalidArgument
 from .model import ColumnType, Key, KeyColumn, QueueDef

@@ -16,7 +16,6 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
-from grpc_status import rpc_status
 
 from . import errors, status
 from .interceptors import Handler, HandlerWrapper, behaviour_of, guarded
@@ -63,7 +62,7 @@ class DecodeGuard(HandlerWrapper):
 
         async def admit(request: Any, context: grpc.aio.ServicerContext) -> None:
             if isinstance(request, Undecodable):
-                await context.abort_with_status(rpc_status.to_status(status.to_status(refusal(method, request))))
+                await status.abort(context, refusal(method, request))
 
         wrapped = guarded(behaviour, admit)
         if wrapped is None:

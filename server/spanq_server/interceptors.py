@@ -1,4 +1,4 @@
-"""The shape both of the server's interceptors take (metrics.py's timing, auth.py's
+"""The shape both of the server's interceptors take (metrics/timing.py's, auth.py's
 guard): wrap each method's handler once, and hand gRPC the wrapped one per call."""
 
 import contextvars

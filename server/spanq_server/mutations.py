@@ -21,7 +21,7 @@ from .config import Limits
 from .faults import FaultInjector
 from .group_commit import ACKS, SENDS, GroupCommitter
 from .held import Holdings
-from .metrics import Metrics
+from .metrics.counters import Counters
 from .queues import MAX_LEASE
 from .model import AckFound, AckItem, AckResult, ColumnType, Key, OutgoingMessage, QueueDef, RenewResult
 from .store import Handle, HeldTransaction, Store
@@ -95,13 +95,13 @@ class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
     def __init__(self, store: Store, limits: Limits, clock: Clock, wakeups: Wakeups, *,
-                 commit_groups_in_flight: int = 2, metrics: Metrics | None = None,
+                 commit_groups_in_flight: int = 2, metrics: Counters,
                  holdings: Holdings | None = None, faults: FaultInjector | None = None) -> None:
         self._store = store
         self.faults = faults or FaultInjector()
         """The faults injected into commits (off by default; see faults.py)."""
         self._holdings = holdings or Holdings()
-        self._metrics = metrics or Metrics()
+        self._metrics = metrics
         self._limits = limits
         self._clock = clock
         self._wakeups = wakeups

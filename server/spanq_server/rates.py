@@ -1,8 +1,8 @@
 """Send and ack rates per queue over the last minute, for GetQueueStats.
 
-Fed by the metrics hooks (Metrics.sent / Metrics.acked) after each commit, so
-they count what this server process committed: with several servers (or
-``--workers``), each answers for its own share. The database cannot tell: an
+Fed by the metrics hooks (metrics/counters.py: Counters.sent / Counters.acked)
+after each commit, so they count what this server process committed: with
+several servers (or ``--workers``), each answers for its own share. The database cannot tell: an
 acked message is gone. One bucket per second, reused as the seconds go round:
 a hook costs a dict lookup and an addition.
 """

@@ -36,7 +36,7 @@ from .clock import Clock
 from .config import Limits
 from .held import Holdings, StreamHolding
 from .lapses import LapseWatch
-from .metrics import Metrics
+from .metrics.counters import Counters
 from .model import LeasedMessage, QueueDef
 from .store import Store
 from .testsignals import stream_waiting
@@ -98,11 +98,11 @@ class Receiver:
     """Runs Receive streams; counts them per queue for the stream limit."""
 
     def __init__(self, store: Store, wakeups: Wakeups, clock: Clock, limits: Limits,
-                 poll_interval: timedelta, metrics: Metrics | None = None,
+                 poll_interval: timedelta, metrics: Counters,
                  holdings: Holdings | None = None) -> None:
         self._store = store
         self._holdings = holdings or Holdings()
-        self._metrics = metrics or Metrics()
+        self._metrics = metrics
         self._wakeups = wakeups
         self._clock = clock
         self._limits = limits
@@ -129,6 +129,12 @@ class Receiver:
         """Ends every stream with UNAVAILABLE so that clients reconnect (to another server)."""
         self._closing.set()
         self._wakeups.wake_all()
+
+    async def give_back(self, queue: QueueDef, leased: list[LeasedMessage]) -> None:
+        """Undoes leases that no client got (a front-end filtered them out): each message is
+        ready again at once, its delivery attempt as before."""
+        if leased:
+            await self._store.leases_return(queue, leased)
 
     async def given_back(self, timeout: float) -> None:
         """Waits (up to timeout) for the leases of ended streams to be given back."""

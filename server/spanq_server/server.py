@@ -9,15 +9,16 @@ import logging
 import signal
 import ssl
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2_grpc
 
-from . import auth
+from . import access, auth
 from .admin import Operator
 from .clock import Clock
 from .config import Config, ConfigError
@@ -27,18 +28,26 @@ from .exactly_once import ExactlyOnce
 from .faults import FaultInjector
 from .held import Holdings
 from .ledger import Ledger
-from .metrics import Metrics, parse_listen, sample_to_files
+from .metrics import endpoint as metrics_endpoint
+from .metrics.counters import Counters
+from .metrics.endpoint import parse_listen
+from .metrics.exposition import Endpoint
+from .metrics.timing import RpcTiming
 from .mutations import Mutator
 from .queues import Catalog
 from .receive import Receiver
+from .records import Records
 from .service import QueueService
 from .store import Store
 from .wakeups import Wakeups
 from . import spanner as spanner_front_end
 
+if TYPE_CHECKING:
+    from .spanner.servicers import SpannerFrontEnd
+
 logger = logging.getLogger(__name__)
 
-SERVICE_NAME = queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name
+SERVICE_NAME = access.QUEUE_SERVICE
 
 
 @dataclasses.dataclass
@@ -54,13 +63,16 @@ class Running:
     ledger: Ledger
     health: health.aio.HealthServicer
     mutator: Mutator
-    metrics: Metrics
+    metrics: Counters
+    """The domain's counters; ``metrics.registry`` is this server's registry, timing included."""
+    rpc_timing: RpcTiming
+    metrics_endpoint: Endpoint | None
     metrics_port: int | None
     """Where /metrics is served (None: metrics_listen turned it off)."""
-    spanner: Any = None
-    """The Spanner front-end (spanner.servicers.SpannerFrontEnd), or None."""
+    spanner: "SpannerFrontEnd | None" = None
+    """The Spanner front-end, or None (without google-cloud-spanner)."""
     sampler: "asyncio.Task[None] | None" = None
-    """A --workers child's metrics sampler (metrics.sample_to_files), or None."""
+    """A --workers child's metrics sampler (metrics.endpoint.sample_to_files), or None."""
     dashboard: Dashboard | None = None
     ui_port: int | None = None
     """Where the dashboard is served (None: ui_listen turned it off)."""
@@ -77,7 +89,7 @@ class Running:
         self._stopped = True
         if self.sampler is not None:
             self.sampler.cancel()
-        await self.metrics.stop()
+        await _stop_endpoint(self.metrics_endpoint)
         if self.dashboard is not None:
             await self.dashboard.stop()
         await self.health.enter_graceful_shutdown()
@@ -135,7 +147,9 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     check(config)
     tokens = auth.load(config.auth_file) if config.auth_file else None
     clock = clock or Clock()
-    metrics = Metrics()
+    registry = CollectorRegistry()  # this server's, not prometheus_client's global one
+    metrics = Counters(registry)
+    rpc_timing = RpcTiming(registry)
     store = Store(config.database_url, min_size=config.pool_min_size, max_size=config.pool_max_size,
                   reconnect_max_delay=config.reconnect_max_delay.total_seconds(), pooler=config.pooler,
                   listen_dsn=config.listener_url)
@@ -144,6 +158,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     ledger = Ledger(store, clock, config.ledger_retention)
     spanner = None
     sampler: asyncio.Task[None] | None = None
+    endpoint: Endpoint | None = None
     dashboard: Dashboard | None = None
     ui_port: int | None = None
     await store.open()
@@ -168,9 +183,9 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # Timing outermost, so refused calls are timed too; without a token file no
         # authorization interceptor at all (nothing to pay for).
         # Then the decode guard, so an undecodable request is refused before authorization sees it.
-        interceptors = [metrics.interceptor(), DecodeGuard()]
+        interceptors = [rpc_timing, DecodeGuard()]
         if tokens is not None:
-            interceptors.append(auth.Authorizer(tokens, clock))
+            interceptors.append(auth.Authorizer(tokens, authorization_rules(), clock))
         # SO_REUSEPORT (gRPC's default) only for --workers children, which share their port: a
         # plain server refuses a port another process listens on instead of silently sharing it.
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
@@ -182,7 +197,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             catalog, mutator, receiver, exactly_once, operator), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
-        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, store, clock,
+        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, operator, Records(store), clock,
                                            pool_max_size=config.pool_max_size,
                                            idle_timeout=config.spanner_transaction_idle_timeout,
                                            max_lifetime=config.spanner_transaction_max_lifetime)
@@ -204,10 +219,10 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                 port = server.add_insecure_port(config.listen)
         except RuntimeError as exc:  # grpc's "Failed to bind": in use, or not an address of this host
             raise ConfigError(f"cannot serve on {config.listen}: {exc}; give --listen another HOST:PORT") from exc
-        metrics_port = metrics.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
-                                     store=store, receiver=receiver, clock=clock)
+        endpoint = metrics_endpoint.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
+                                          counters=metrics, store=store, receiver=receiver, clock=clock)
         if config.worker:
-            sampler = sample_to_files(metrics, store, receiver)
+            sampler = metrics_endpoint.sample_to_files(registry, store, receiver)
         ui_address = parse_listen(config.ui_listen, "dashboard")
         if ui_address is not None:
             dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, clock)
@@ -222,7 +237,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             await dashboard.stop()
         if sampler is not None:
             sampler.cancel()
-        await metrics.stop()
+        await _stop_endpoint(endpoint)
         if spanner is not None:
             await spanner.stop()
         await ledger.stop()
@@ -234,13 +249,27 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     logger.info("spanq serving on %s (port %d)", config.listen, port)
     if tokens is not None:
         logger.info("authentication on: %d token(s) from %s", len(tokens.by_digest), config.auth_file)
+    metrics_port = None if endpoint is None else endpoint.port
     if metrics_port is not None:
         logger.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, metrics_port)
     if ui_port is not None:
         logger.info("dashboard at %s://%s/ (port %d)", "https" if config.tls_cert and config.tls_key else "http",
                     config.ui_listen, ui_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
-                   metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard, ui_port=ui_port)
+                   rpc_timing, endpoint, metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard,
+                   ui_port=ui_port)
+
+
+async def _stop_endpoint(endpoint: Endpoint | None) -> None:
+    """Stops the /metrics endpoint off the event loop: it waits for the serving thread,
+    which may be waiting for the loop (a scrape's queries)."""
+    if endpoint is not None:
+        await asyncio.to_thread(endpoint.stop)
+
+
+def authorization_rules() -> dict[str, auth.Rule]:
+    """What each method of both front-ends needs of a token (health and reflection are open)."""
+    return {**access.RULES, **spanner_front_end.access_rules()}
 
 
 def _tls_context(config: Config) -> ssl.SSLContext | None:

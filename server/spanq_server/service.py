@@ -6,21 +6,21 @@ import functools
 import logging
 from datetime import timedelta
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import grpc
 from google.protobuf import empty_pb2
-from grpc_status import rpc_status
 
-from spanq._proto.spanq.v1 import queue_pb2, queue_pb2_grpc
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
-from . import admin, codec, errors, queues, status
+from . import admin, codec, errors, queues
 from .exactly_once import Answer, ExactlyOnce, Request
 from .model import (AckItem, AckResult, ColumnType, DeadLetterHistory, Key, KeyColumn, LeasedMessage, OutgoingMessage,
                     PeekedMessage, QueueDef, RenewResult)
 from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
 from .queues import Catalog
 from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
+from .status import translate_errors, translate_stream_errors
 
 logger = logging.getLogger(__name__)
 
@@ -28,7 +28,6 @@ MAX_NACK_REASON = 200
 """Characters of a nack's reason (RenewLeaseRequest.reason): a short note for the
 dead-letter history, not a log."""
 
-Handler = TypeVar("Handler", bound=Callable[..., Any])
 Reply = Any
 """A request or response message of a mutating RPC (they share request_id / replayed)."""
 
@@ -49,26 +48,6 @@ class Response:
         reply = self.type.FromString(recorded)
         reply.replayed = True
         return reply
-
-
-async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
-    await context.abort_with_status(rpc_status.to_status(status.to_status(error)))
-
-
-def translate_errors(method: Handler) -> Handler:
-    """Maps domain errors to their status; anything unexpected is INTERNAL and logged."""
-
-    @functools.wraps(method)
-    async def unary(self: "QueueService", request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await method(self, request, context)
-        except errors.QueueError as exc:
-            await abort(context, exc)
-        except Exception:
-            logger.exception("unexpected error in %s", method.__name__)
-            await abort(context, errors.QueueError("internal error; the server logged it"))
-
-    return unary  # type: ignore[return-value]
 
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
@@ -170,29 +149,24 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     # -- receive ----------------------------------------------------------------
 
+    @translate_errors
     async def Receive(self, request: queue_pb2.ReceiveRequest, context: grpc.aio.ServicerContext) -> None:
         # Writes its responses itself (not a generator): the receiver times each write,
         # so that a client that does not read ends its stream (receive.py).
-        try:
-            options = ReceiveOptions(
-                max_batch_size=request.max_batch_size,
-                max_duration=codec.duration_from_proto(
-                    request.max_duration, "max_duration", default=None,
-                    minimum=timedelta(0), maximum=MAX_STREAM_DURATION,
-                ),
-                lease_duration=codec.duration_from_proto(
-                    request.lease_duration, "lease_duration", default=None,
-                    minimum=queues.MIN_LEASE, maximum=queues.MAX_LEASE,
-                ),
-                max_outstanding=request.max_outstanding,
-            )
-            queue = await self._catalog.get(request.queue, fresh=True)
-            await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write)
-        except errors.QueueError as exc:
-            await abort(context, exc)
-        except Exception:
-            logger.exception("unexpected error in Receive")
-            await abort(context, errors.QueueError("internal error; the server logged it"))
+        options = ReceiveOptions(
+            max_batch_size=request.max_batch_size,
+            max_duration=codec.duration_from_proto(
+                request.max_duration, "max_duration", default=None,
+                minimum=timedelta(0), maximum=MAX_STREAM_DURATION,
+            ),
+            lease_duration=codec.duration_from_proto(
+                request.lease_duration, "lease_duration", default=None,
+                minimum=queues.MIN_LEASE, maximum=queues.MAX_LEASE,
+            ),
+            max_outstanding=request.max_outstanding,
+        )
+        queue = await self._catalog.get(request.queue, fresh=True)
+        await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write)
 
     # -- operator tools (admin.py) ------------------------------------------------
 
@@ -211,18 +185,13 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                   if request.HasField("sent_before") else None)
         return queue_pb2.PurgeResponse(purged=await self._operator.purge(request.queue, before))
 
+    @translate_stream_errors
     async def Redrive(self, request: queue_pb2.RedriveRequest, context: grpc.aio.ServicerContext
                       ) -> AsyncIterator[queue_pb2.RedriveProgress]:
-        try:
-            async for p in self._operator.redrive(request.queue, request.to, batch_size=request.batch_size,
-                                                  rate=request.rate, max_messages=request.max_messages):
-                yield queue_pb2.RedriveProgress(moved=p.moved, remaining=p.remaining, skipped=p.skipped, to=p.to,
-                                                done=p.done)
-        except errors.QueueError as exc:
-            await abort(context, exc)
-        except Exception:
-            logger.exception("unexpected error in Redrive")
-            await abort(context, errors.QueueError("internal error; the server logged it"))
+        async for p in self._operator.redrive(request.queue, request.to, batch_size=request.batch_size,
+                                              rate=request.rate, max_messages=request.max_messages):
+            yield queue_pb2.RedriveProgress(moved=p.moved, remaining=p.remaining, skipped=p.skipped, to=p.to,
+                                            done=p.done)
 
     # -- request -> domain ------------------------------------------------------
 

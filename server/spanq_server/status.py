@@ -1,12 +1,28 @@
-"""Domain errors to gRPC status: the one table, and rich ErrorInfo details."""
+"""Domain errors to gRPC status, once for the whole server: the one table, rich
+ErrorInfo details, and the one way a call is ended with them. Both front-ends'
+servicers and the interceptors (decoding.py, auth.py) answer through here; the
+Spanner front-end with its own codes (spanner/status.py), as a ``Translation``.
+"""
+
+import dataclasses
+import functools
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any, NoReturn, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from . import errors
 
+logger = logging.getLogger(__name__)
+
 DOMAIN = "spanq.dev"
+STATUS_DETAILS_KEY = "grpc-status-details-bin"
+"""The trailing metadata key of the rich google.rpc.Status (grpc_status.rpc_status reads it)."""
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 
 # error class -> (gRPC code, ErrorInfo reason). Subclasses match their own
 # entry first; QueueError is the catch-all.
@@ -38,13 +54,95 @@ def code_and_reason(error: errors.QueueError) -> tuple[grpc.StatusCode, str]:
     raise AssertionError("QueueError is in the table")
 
 
-def to_status(error: errors.QueueError) -> status_pb2.Status:
-    """A google.rpc.Status carrying an ErrorInfo with the reason and metadata."""
-    code, reason = code_and_reason(error)
-    info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=error.metadata)
-    detail = any_pb2.Any()
-    detail.Pack(info)
-    return status_pb2.Status(code=code.value[0], message=error.message, details=[detail])
+def _message(error: errors.QueueError) -> str:
+    return error.message
+
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+    """How a front-end answers the domain's errors: which code and reason each gets, the
+    status message, and whether ABORTED carries a RetryInfo (Spanner's clients wait 2 s
+    and more without one). The default is spanq.v1's."""
+
+    codes: Callable[[errors.QueueError], tuple[grpc.StatusCode, str]] = code_and_reason
+    message: Callable[[errors.QueueError], str] = _message
+    retry_delay: timedelta | None = None
+    """Sent as RetryInfo with ABORTED (None: no RetryInfo)."""
+
+    def to_status(self, error: errors.QueueError) -> status_pb2.Status:
+        """A google.rpc.Status carrying an ErrorInfo with the reason and metadata."""
+        code, reason = self.codes(error)
+        info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=error.metadata)
+        detail = any_pb2.Any()
+        detail.Pack(info)
+        return status_pb2.Status(code=code.value[0], message=self.message(error), details=[detail])
+
+    async def abort(self, context: grpc.aio.ServicerContext, error: errors.QueueError) -> NoReturn:
+        """Ends the call with the error's status (the rich one in the trailing metadata)."""
+        code = self.codes(error)[0]
+        rich = self.to_status(error)
+        trailing = []
+        if self.retry_delay is not None and code is grpc.StatusCode.ABORTED:
+            delay = duration_pb2.Duration()
+            delay.FromTimedelta(self.retry_delay)
+            retry = error_details_pb2.RetryInfo(retry_delay=delay)
+            detail = any_pb2.Any()
+            detail.Pack(retry)
+            rich.details.append(detail)
+            trailing.append((RETRY_INFO_KEY, retry.SerializeToString()))
+        trailing.append((STATUS_DETAILS_KEY, rich.SerializeToString()))
+        await context.abort(code, rich.message, tuple(trailing))
+
+    async def _abort_unexpected(self, context: grpc.aio.ServicerContext, name: str) -> NoReturn:
+        logger.exception("unexpected error in %s", name)
+        await self.abort(context, errors.QueueError("internal error; the server logged it"))
+
+    def translate_errors(self, method: Method) -> Method:
+        """A servicer's coroutine method (bound or not: the context is its last argument)
+        with domain errors answered as their status; anything unexpected is INTERNAL and
+        logged."""
+
+        @functools.wraps(method)
+        async def unary(*args: Any) -> Any:
+            try:
+                return await method(*args)
+            except errors.QueueError as exc:
+                await self.abort(args[-1], exc)
+            except Exception:
+                await self._abort_unexpected(args[-1], method.__name__)
+
+        return unary  # type: ignore[return-value]
+
+    def translate_stream_errors(self, method: Callable[..., AsyncIterator[Any]]
+                                ) -> Callable[..., AsyncIterator[Any]]:
+        """The same for a server-streaming method (an async generator)."""
+
+        @functools.wraps(method)
+        async def streaming(*args: Any) -> AsyncIterator[Any]:
+            responses = method(*args)
+            try:
+                async for response in responses:
+                    yield response
+            except errors.QueueError as exc:
+                await self.abort(args[-1], exc)
+            except Exception:
+                await self._abort_unexpected(args[-1], method.__name__)
+            finally:
+                if isinstance(responses, AsyncGenerator):
+                    await responses.aclose()
+
+        return streaming
+
+
+SPANQ = Translation()
+"""spanq.v1's answers, and the interceptors' (for every method of both front-ends)."""
+to_status = SPANQ.to_status
+abort = SPANQ.abort
+translate_errors = SPANQ.translate_errors
+translate_stream_errors = SPANQ.translate_stream_errors
 
 
 assert code_pb2.UNKNOWN == grpc.StatusCode.UNKNOWN.value[0]

@@ -37,7 +37,7 @@ from prometheus_client.multiprocess import mark_process_dead
 
 from .clock import Clock
 from .config import Config, ConfigError
-from .metrics import parse_listen, serve_files
+from .metrics.endpoint import parse_listen, serve_files
 from .store import Store
 
 logger = logging.getLogger(__name__)

@@ -73,6 +73,22 @@ def test_status_table_maps_each_error_to_its_code():
     assert s.code == grpc.StatusCode.UNKNOWN.value[0] and s.message == "lost" and len(s.details) == 1
 
 
+def test_the_spanner_front_end_codes_the_same_errors_its_own_way():
+    pytest.importorskip("google.cloud.spanner")
+    from spanq_server.spanner.status import SPANNER_ERRORS
+
+    missing = errors.MessageNotFound("message ('k',) is gone", queue="q")
+    ours, theirs = status.to_status(missing), SPANNER_ERRORS.to_status(missing)
+    assert ours.code == grpc.StatusCode.OUT_OF_RANGE.value[0] and ours.message == "message ('k',) is gone"
+    assert theirs.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert theirs.message == "Message not found: message ('k',) is gone"  # Spanner's words, which its tests read
+    for s in (ours, theirs):  # the same ErrorInfo (reason, domain, metadata) on both
+        [detail] = s.details
+        assert detail.type_url.endswith("google.rpc.ErrorInfo") and b"spanq.dev" in detail.value
+    # The rest of the table is spanq.v1's.
+    assert SPANNER_ERRORS.codes(errors.LeaseNotHeld()) == status.code_and_reason(errors.LeaseNotHeld())
+
+
 def test_the_server_type_checks(tmp_path):
     """mypy over spanq_server (configured in pyproject.toml), as `make typecheck` runs it."""
     import os

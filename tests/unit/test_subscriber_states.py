@@ -14,7 +14,7 @@ from google.protobuf import struct_pb2
 
 import spanq
 from spanq import _subscriber
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 from spanq._subscriber import Subscriber, Subscription
 from spanq._types import KeyColumn, Queue, TypeCode
 

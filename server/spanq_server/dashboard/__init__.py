@@ -5,7 +5,7 @@ catalog, the receiver).
 
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by
-auth.py's own rule for the RPC it stands for: a page needs what its RPC needs.
+access.py's rule for the RPC it stands for: a page needs what its RPC needs.
 """
 
 import importlib.resources
@@ -16,9 +16,9 @@ from typing import Any, cast
 
 from google.protobuf import json_format
 
-from spanq._proto.spanq.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2
 
-from .. import auth, errors, status
+from .. import access, auth, errors, status
 from ..admin import Operator, RedriveProgress
 from ..clock import Clock
 from ..queues import Catalog
@@ -100,7 +100,7 @@ class Dashboard:
         if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host"):
             raise HttpError(403, f"a request from origin {origin!r} is not this dashboard's; use the dashboard's page")
 
-    # -- authorization: auth.py's rule of the RPC each call stands for ------------------
+    # -- authorization: access.py's rule of the RPC each call stands for ----------------
 
     def _principal(self, request: Request) -> auth.Principal | None:
         if self._tokens is None:
@@ -117,7 +117,7 @@ class Dashboard:
         if principal is None:
             return
         try:
-            auth.RULES[f"{auth.QUEUE_SERVICE}/{method}"](principal, rpc)
+            access.RULES[f"{access.QUEUE_SERVICE}/{method}"](principal, rpc)
         except errors.QueueError as exc:
             self._refused(request, exc)
             raise
@@ -130,7 +130,7 @@ class Dashboard:
         if principal is None:
             return True
         try:
-            auth.RULES[f"{auth.QUEUE_SERVICE}/{method}"](principal, rpc)
+            access.RULES[f"{access.QUEUE_SERVICE}/{method}"](principal, rpc)
             return True
         except errors.PermissionDenied:
             return False

@@ -2,7 +2,7 @@
 connection (Connection: close), bounded headers and bodies, a response either whole
 or streamed line by line (redrive progress). The standard library's asyncio only:
 the dashboard's handlers call the domain's coroutines directly, which a WSGI server
-in a thread (exposition.py's) could do only by hopping back onto the loop."""
+in a thread (metrics/exposition.py's) could do only by hopping back onto the loop."""
 
 import asyncio
 import dataclasses

@@ -5,7 +5,9 @@ queue code unchanged. See docs/spanner-compat.md.
 
 Modules, one per concern:
 
-- ``servicers``: the gRPC translation (protobuf <-> domain, errors -> status);
+- ``servicers``: the gRPC translation (protobuf <-> domain);
+- ``status``: the domain's errors as Spanner's status codes;
+- ``access``: what each method needs of a token (auth.py applies it);
 - ``statements``: the strict parser for the few statement shapes queue code sends
   (GoogleSQL, and Spanner's PostgreSQL dialect);
 - ``executor``: runs parsed statements on the domain;
@@ -17,20 +19,40 @@ Modules, one per concern:
 - ``values``: Spanner's value encoding.
 
 The message classes come from google-cloud-spanner. Without it installed the
-front-end is simply not served (``create`` returns None).
+front-end is simply not served (``create`` returns None). The seam with the rest
+of the server is this module: ``create`` takes the domain's objects (never the
+store), and ``access_rules`` says what each method needs of a token.
 """
 
 import logging
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..admin import Operator
+    from ..auth import Rule
+    from ..clock import Clock
+    from ..exactly_once import ExactlyOnce
+    from ..mutations import Mutator
+    from ..queues import Catalog
+    from ..receive import Receiver
+    from ..records import Records
+    from .servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
 
+SPANNER = "google.spanner.v1.Spanner"
+INSTANCE_ADMIN = "google.spanner.admin.instance.v1.InstanceAdmin"
+DATABASE_ADMIN = "google.spanner.admin.database.v1.DatabaseAdmin"
+OPERATIONS = "google.longrunning.Operations"
+SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
+"""The services this front-end serves (their methods' rules: access.py)."""
 
-def create(catalog: Any, mutator: Any, receiver: Any, exactly_once: Any, store: Any, clock: Any, *,
-           pool_max_size: int, idle_timeout: timedelta, max_lifetime: timedelta) -> Any:
-    """The Spanner front-end (``servicers.SpannerFrontEnd``), or None when
-    google-cloud-spanner is not installed."""
+
+def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly_once: "ExactlyOnce",
+           operator: "Operator", records: "Records", clock: "Clock", *, pool_max_size: int,
+           idle_timeout: timedelta, max_lifetime: timedelta) -> "SpannerFrontEnd | None":
+    """The Spanner front-end, or None when google-cloud-spanner is not installed."""
     try:
         from .servicers import SpannerFrontEnd
     except ModuleNotFoundError as exc:
@@ -40,6 +62,14 @@ def create(catalog: Any, mutator: Any, receiver: Any, exactly_once: Any, store: 
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
-    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, store, clock,
+    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, operator, records, clock,
                            max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
                            max_lifetime=max_lifetime)
+
+
+def access_rules() -> "dict[str, Rule]":
+    """What each method of this front-end needs of a token (served or not: without
+    google-cloud-spanner the rules stay unused)."""
+    from .access import RULES
+
+    return RULES

@@ -1,8 +1,8 @@
 """Instances, databases and long-running operations, as bookkeeping.
 
 spanq serves ONE PostgreSQL database. Spanner's project, instance and
-database names are recorded in it (the store's ``spanner_instances`` and
-``spanner_databases``), so that the admin calls a client makes (create, get,
+database names are recorded in it (records.py: the store's ``spanner_instances``
+and ``spanner_databases``), so that the admin calls a client makes (create, get,
 list, drop) answer as Spanner's emulator does, after a restart and on every
 server alike. A database's DDL (CREATE QUEUE / DROP QUEUE) runs on that
 PostgreSQL database; the queues it creates are recorded as its own (the
@@ -24,12 +24,12 @@ from google.cloud.spanner_admin_database_v1.types import spanner_database_admin 
 from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as ia
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, timestamp_pb2
-from google.rpc import status_pb2
 
 from .. import errors
-from ..store import Store
+from ..records import Records
 from . import sessions
 from .scope import DEFAULT_SCOPE, Scope
+from .status import SPANNER_ERRORS, AlreadyExists, NotFound
 
 DatabasePb = dba.Database.pb()
 InstancePb = ia.Instance.pb()
@@ -56,8 +56,8 @@ have dropped and re-created the database meanwhile)."""
 
 
 class Admin:
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    def __init__(self, records: Records) -> None:
+        self._records = records
         self._namespaces: dict[str, tuple[float, Scope]] = {}
         self._operations: collections.OrderedDict[str, operations_pb2.Operation] = collections.OrderedDict()
 
@@ -68,7 +68,7 @@ class Admin:
         op = operations_pb2.Operation(name=f"{resource}/operations/{secrets.token_hex(8)}", done=True)
         op.metadata.CopyFrom(packed(metadata))
         if error is not None:
-            op.error.CopyFrom(spanner_status(error))
+            op.error.CopyFrom(SPANNER_ERRORS.to_status(error))
         elif response is not None:
             op.response.CopyFrom(packed(response))
         self._operations[op.name] = op
@@ -112,20 +112,20 @@ class Admin:
             created.node_count = 1
         if created.node_count and not created.processing_units:
             created.processing_units = created.node_count * 1000
-        if not await self._store.spanner_record_put("instance", name, created.SerializeToString()):
+        if not await self._records.put("instance", name, created.SerializeToString()):
             raise AlreadyExists(f"Instance already exists: {name}")
         return created
 
     async def get_instance(self, name: str) -> Any:
         sessions.check(name, sessions.INSTANCE, "instance")
-        found = await self._store.spanner_record_get("instance", name)
+        found = await self._records.get("instance", name)
         if found is None:
             raise NotFound(f"Instance not found: {name} (create it with CreateInstance)")
         return InstancePb.FromString(found)
 
     async def ensure_instance(self, name: str) -> None:
         """A database may be created in an instance nobody created (the emulator's users often skip it)."""
-        if await self._store.spanner_record_get("instance", name) is None:
+        if await self._records.get("instance", name) is None:
             parent, _, instance_id = name.rpartition("/instances/")
             try:
                 await self.create_instance(parent, instance_id, InstancePb(display_name=instance_id))
@@ -134,7 +134,7 @@ class Admin:
 
     async def list_instances(self, parent: str) -> list[Any]:
         sessions.check(parent, sessions.PROJECT, "project")
-        return [InstancePb.FromString(i) for i in await self._store.spanner_record_list("instance", parent)]
+        return [InstancePb.FromString(i) for i in await self._records.listed("instance", parent)]
 
     async def instance_databases(self, name: str) -> list[str]:
         """The databases of an instance that exists (NOT_FOUND otherwise)."""
@@ -142,7 +142,7 @@ class Admin:
         return [d.name for d in await self.list_databases(name)]
 
     async def forget_instance(self, name: str) -> None:
-        await self._store.spanner_record_delete("instance", name)
+        await self._records.delete("instance", name)
 
     # -- databases ---------------------------------------------------------------------
 
@@ -153,29 +153,29 @@ class Admin:
         dialect = dba_common.DatabaseDialect.POSTGRESQL if pg else dba_common.DatabaseDialect.GOOGLE_STANDARD_SQL
         database = DatabasePb(name=name, state=DatabasePb.State.READY, database_dialect=dialect)
         database.create_time.CopyFrom(now_pb())
-        if not await self._store.spanner_record_put("database", name, database.SerializeToString(), instance=parent):
+        if not await self._records.put("database", name, database.SerializeToString(), instance=parent):
             raise AlreadyExists(f"Database already exists: {name}")
         self._namespaces.pop(name, None)  # it was the default namespace until now
         return database
 
     async def get_database(self, name: str) -> Any:
         sessions.check_database(name)
-        found = await self._store.spanner_record_get("database", name)
+        found = await self._records.get("database", name)
         if found is None:
             raise NotFound(f"Database not found: {name}")
         return DatabasePb.FromString(found)
 
     async def list_databases(self, instance: str) -> list[Any]:
         sessions.check(instance, sessions.INSTANCE, "instance")
-        return [DatabasePb.FromString(d) for d in await self._store.spanner_record_list("database", instance)]
+        return [DatabasePb.FromString(d) for d in await self._records.listed("database", instance)]
 
     async def database_queues(self, name: str) -> list[str]:
         """The queues a database's DDL created."""
-        return await self._store.spanner_database_queues(name)
+        return await self._records.database_queues(name)
 
     async def forget_database(self, name: str) -> None:
         self._namespaces.pop(name, None)
-        await self._store.spanner_record_delete("database", name)
+        await self._records.delete("database", name)
 
     async def scope(self, database: str) -> Scope:
         """The database's namespace and dialect: its own for a database CreateDatabase made, the
@@ -183,7 +183,7 @@ class Admin:
         cached = self._namespaces.get(database)
         if cached is not None and time.monotonic() - cached[0] < NAMESPACE_CACHE_SECONDS:
             return cached[1]
-        record = await self._store.spanner_database_namespace(database)
+        record = await self._records.namespace(database)
         found = DEFAULT_SCOPE
         if record is not None:
             pg = DatabasePb.FromString(record[1]).database_dialect == dba_common.DatabaseDialect.POSTGRESQL
@@ -192,18 +192,3 @@ class Admin:
         if len(self._namespaces) > MAX_OPERATIONS:
             self._namespaces.clear()
         return found
-
-
-class NotFound(errors.QueueError):
-    """No such resource."""
-
-
-class AlreadyExists(errors.QueueError):
-    """The resource exists already."""
-
-
-def spanner_status(error: errors.QueueError) -> status_pb2.Status:
-    """The google.rpc.Status of a failed operation."""
-    from .servicers import to_status  # the one status table of this front-end
-
-    return to_status(error)

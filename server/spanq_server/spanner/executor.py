@@ -1,5 +1,5 @@
 """Runs parsed statements on the domain: RECEIVE on the Receiver, RENEWLEASE,
-INSERT and DELETE as the domain's mutations, SELECT on the store; DDL on the
+INSERT and DELETE as the domain's mutations, SELECT on the Operator; DDL on the
 Catalog. Values are resolved from literals and parameters by the column they
 meet. No protobuf beyond google.protobuf.Value, no SQL.
 """
@@ -14,17 +14,19 @@ from typing import Any
 from google.protobuf import struct_pb2
 
 from .. import errors, queues
+from ..admin import Operator
 from ..clock import Clock
 from ..exactly_once import ExactlyOnce
 from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
 from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
 from ..queues import Catalog
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
-from ..store import Store
+from ..records import Records
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
 from .scope import DEFAULT_SCOPE, Scope
+from .status import RowCountMismatch
 from .transactions import Use
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
@@ -71,10 +73,6 @@ def project(available: list[Output], items: tuple[st.Item, ...] | None,
     return chosen, [(item.alias or available[i].name, available[i].type) for i, item in zip(chosen, items)]
 
 
-class RowCountMismatch(errors.QueueError):
-    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
-
-
 @dataclasses.dataclass
 class Result:
     columns: list[tuple[str, ColumnType]]
@@ -108,14 +106,14 @@ class _RenewedRows:
 
 
 class Executor:
-    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, store: Store, clock: Clock,
-                 exactly_once: ExactlyOnce) -> None:
-        self.names = Names(store, catalog)
+    def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
+                 clock: Clock, exactly_once: ExactlyOnce) -> None:
+        self.names = Names(records, catalog)
         self._catalog = catalog
         self._mutator = mutator
         self._once = exactly_once
         self._receiver = receiver
-        self._store = store
+        self._operator = operator
         self._clock = clock
 
     # -- queries and DML ----------------------------------------------------------
@@ -190,7 +188,7 @@ class Executor:
         query: dict[str, Any] = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
                      descending=s.descending, limit=limit)
         if use.read_only:
-            found = await self._store.messages_select(None, queue, now=self._clock.now(), **query)
+            found = await self._operator.select(queue, **query)
         else:
             found = await (await use.hold()).select(queue, **query)
         rows = []
@@ -365,7 +363,7 @@ class Executor:
         chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
         keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
-        return ReceiveStream(queue, columns, chosen, keep, stream, self._store)
+        return ReceiveStream(queue, columns, chosen, keep, stream, self._receiver)
 
     def _priority(self, expr: st.Expr, params: Params) -> str:
         """Spanner's RECEIVE priority: accepted and checked; spanq delivers in deliver-time order whatever
@@ -513,13 +511,13 @@ class ReceiveStream:
 
     def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
                  keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
-                 store: Store) -> None:
+                 receiver: Receiver) -> None:
         self.queue = queue
         self.columns = columns
         self._chosen = chosen
         self._keep = keep
         self._stream = stream
-        self._store = store
+        self._receiver = receiver
 
     async def batches(self) -> AsyncIterator[list[list[struct_pb2.Value]]]:
         try:
@@ -529,7 +527,7 @@ class ReceiveStream:
                     kept = [m for m in batch if self._keep(m)]
                     others = [m for m in batch if not self._keep(m)]
                     if others:
-                        await self._store.leases_return(self.queue, others)
+                        await self._receiver.give_back(self.queue, others)
                     if not kept:
                         await asyncio.sleep(FILTERED_PAUSE)
                         continue

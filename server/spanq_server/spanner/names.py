@@ -19,7 +19,7 @@ from typing import Any
 from .. import errors
 from ..model import QueueDef
 from ..queues import Catalog
-from ..store import Store
+from ..records import Records
 from . import statements as st
 from .statements import fold
 
@@ -69,8 +69,8 @@ class Names:
     """The declared spellings, cached per queue (by name and creation time, so a queue
     dropped and created anew elsewhere is never shown with its predecessor's names)."""
 
-    def __init__(self, store: Store, catalog: Catalog) -> None:
-        self._store = store
+    def __init__(self, records: Records, catalog: Catalog) -> None:
+        self._records = records
         self._cache: dict[str, tuple[datetime | None, Spelling]] = {}
         catalog.on_gone(self.forget)
 
@@ -81,7 +81,7 @@ class Names:
         cached = self._cache.get(queue.name)
         if cached is not None and cached[0] == queue.create_time:
             return cached[1]
-        found = await self._store.spanner_names_get(queue.name)
+        found = await self._records.spelling(queue.name)
         spelling = Spelling.folded(queue)
         if found:
             spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}),
@@ -101,4 +101,4 @@ class Names:
     async def record(self, queue: str, database: str | None, spelling: Spelling) -> None:
         """Records the spelling of a queue just created, and the Spanner database that created it."""
         self.forget(queue)
-        await self._store.spanner_names_put(queue, database, spelling.as_json())
+        await self._records.record_spelling(queue, database, spelling.as_json())

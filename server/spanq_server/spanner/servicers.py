@@ -9,7 +9,6 @@ module only translates between protobuf and the domain and maps errors to
 status codes, as Spanner's clients expect them.
 """
 
-import functools
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -23,116 +22,33 @@ from google.cloud.spanner_admin_database_v1.types import spanner_database_admin 
 from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as ia
 from google.cloud.spanner_v1.types import commit_response, result_set, spanner, transaction
 from google.longrunning import operations_pb2
-from google.protobuf import any_pb2, duration_pb2, empty_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.protobuf import empty_pb2
 
-from .. import codec, errors, exactly_once, status
+from .. import codec, errors, exactly_once
+from ..admin import Operator
 from ..clock import Clock
 from ..exactly_once import Answer, ExactlyOnce, Request
 from ..model import AckItem, OutgoingMessage
 from ..mutations import AckOp, Mutation, Mutator, SendOp
 from ..queues import Catalog
 from ..receive import Receiver
-from ..store import Store
-from . import sessions, statements, values
-from .admin import Admin, AlreadyExists, NotFound, now_pb
+from ..records import Records
+from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, sessions, statements, values
+from .admin import Admin, now_pb
 from .scope import Scope
-from .executor import Executor, Result, RowCountMismatch, queue_ddl
+from .executor import Executor, Result, queue_ddl
+from .status import SPANNER_ERRORS, NotFound
 from .transactions import Transactions, Use, check_read_only
 
 logger = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "x-goog-spanner-request-id"
-ABORT_RETRY_DELAY = timedelta(milliseconds=50)
-"""The RetryInfo delay sent with ABORTED (without one, the Python client waits 2 s and more)."""
-
-SPANNER = "google.spanner.v1.Spanner"
-INSTANCE_ADMIN = "google.spanner.admin.instance.v1.InstanceAdmin"
-DATABASE_ADMIN = "google.spanner.admin.database.v1.DatabaseAdmin"
-OPERATIONS = "google.longrunning.Operations"
-SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
 
 pb = spanner  # the request modules, read below as pb.X.pb()
 CommitResponsePb = commit_response.CommitResponse.pb()
 ResultSetPb = result_set.ResultSet.pb()
 PartialResultSetPb = result_set.PartialResultSet.pb()
 TransactionPb = transaction.Transaction.pb()
-
-
-# -- errors -> status ---------------------------------------------------------------
-
-
-def code_and_reason(error: errors.QueueError) -> tuple[grpc.StatusCode, str]:
-    """The status a Spanner client expects: an Ack mutation of a missing message is
-    NOT_FOUND (not spanq.v1's OUT_OF_RANGE), ASSERT_ROWS_MODIFIED is OUT_OF_RANGE,
-    and an unknown commit outcome that the client's own retry can resolve from the
-    commit ledger (it resends the same x-goog-spanner-request-id) is UNAVAILABLE;
-    the rest as in spanq.v1 (status.py)."""
-    if isinstance(error, errors.MessageNotFound):
-        return grpc.StatusCode.NOT_FOUND, "MESSAGE_NOT_FOUND"
-    if isinstance(error, NotFound):
-        return grpc.StatusCode.NOT_FOUND, "NOT_FOUND"
-    if isinstance(error, AlreadyExists):
-        return grpc.StatusCode.ALREADY_EXISTS, "ALREADY_EXISTS"
-    if isinstance(error, RowCountMismatch):
-        return grpc.StatusCode.OUT_OF_RANGE, "ASSERT_ROWS_MODIFIED"
-    if isinstance(error, errors.CommitOutcomeUnknown) and "replay" in error.metadata:
-        return grpc.StatusCode.UNAVAILABLE, "UNKNOWN_COMMIT"
-    return status.code_and_reason(error)
-
-
-def code_of(error: errors.QueueError) -> grpc.StatusCode:
-    return code_and_reason(error)[0]
-
-
-MESSAGE_NOT_FOUND = "Message not found"
-"""Spanner's words for an Ack of a missing message, which Google's own tests assert on."""
-
-
-def message_of(error: errors.QueueError) -> str:
-    """The status message: Spanner's words first where its clients' tests look for them."""
-    if isinstance(error, errors.MessageNotFound) and not error.message.startswith(MESSAGE_NOT_FOUND):
-        return f"{MESSAGE_NOT_FOUND}: {error.message}"
-    return error.message
-
-
-def to_status(error: errors.QueueError) -> Any:
-    """A google.rpc.Status with an ErrorInfo, as spanq.v1 sends, coded for Spanner's clients."""
-    code, reason = code_and_reason(error)
-    info = error_details_pb2.ErrorInfo(reason=reason, domain=status.DOMAIN, metadata=error.metadata)
-    detail = any_pb2.Any()
-    detail.Pack(info)
-    return status_pb2.Status(code=code.value[0], message=message_of(error), details=[detail])
-
-
-async def abort(context: grpc.aio.ServicerContext, error: errors.QueueError) -> None:
-    code = code_of(error)
-    rich = to_status(error)
-    trailing = []
-    if code is grpc.StatusCode.ABORTED:
-        delay = duration_pb2.Duration()
-        delay.FromTimedelta(ABORT_RETRY_DELAY)
-        retry = error_details_pb2.RetryInfo(retry_delay=delay)
-        detail = any_pb2.Any()
-        detail.Pack(retry)
-        rich.details.append(detail)
-        trailing.append(("google.rpc.retryinfo-bin", retry.SerializeToString()))
-    trailing.append(("grpc-status-details-bin", rich.SerializeToString()))
-    await context.abort(code, message_of(error), tuple(trailing))
-
-
-def translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(method)
-    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        try:
-            return await method(request, context)
-        except errors.QueueError as exc:
-            await abort(context, exc)
-        except Exception:
-            logger.exception("unexpected error in %s", method.__name__)
-            await abort(context, errors.QueueError("internal error; the server logged it"))
-
-    return unary
 
 
 def request_intent(context: grpc.aio.ServicerContext) -> str | None:
@@ -346,22 +262,16 @@ class SpannerService:
         return reply
 
     async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        try:
-            ns = await self._namespace(request.session)
-            statement = statements.parse(request.sql, ns.pg)
-            selector = request.transaction if request.HasField("transaction") else None
-            if isinstance(statement, statements.Receive):
-                async for part in self._receive(statement, request, selector, ns):
-                    yield part
-                return
-            async with self._transactions.use(request.session, selector) as use:
-                reply = await self._statement(request, statement, use, ns)
-            yield streamed(reply)
-        except errors.QueueError as exc:
-            await abort(context, exc)
-        except Exception:
-            logger.exception("unexpected error in ExecuteStreamingSql")
-            await abort(context, errors.QueueError("internal error; the server logged it"))
+        ns = await self._namespace(request.session)
+        statement = statements.parse(request.sql, ns.pg)
+        selector = request.transaction if request.HasField("transaction") else None
+        if isinstance(statement, statements.Receive):
+            async for part in self._receive(statement, request, selector, ns):
+                yield part
+            return
+        async with self._transactions.use(request.session, selector) as use:
+            reply = await self._statement(request, statement, use, ns)
+        yield streamed(reply)
 
     async def _receive(self, statement: statements.Receive, request: Any, selector: Any,
                        ns: Scope) -> AsyncIterator[Any]:
@@ -412,7 +322,7 @@ class SpannerService:
                 except errors.QueueError as exc:
                     if i == 0:
                         raise
-                    reply.status.CopyFrom(to_status(exc))
+                    reply.status.CopyFrom(SPANNER_ERRORS.to_status(exc))
                     break
                 reply.result_sets.append(result_set_pb(result, use.began if i == 0 else None))
         return reply
@@ -425,13 +335,7 @@ class SpannerService:
             return result_set_pb(await self._executor.read(request, use, ns), use.began)
 
     async def StreamingRead(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        try:
-            yield streamed(await self.Read(request, context))
-        except errors.QueueError as exc:
-            await abort(context, exc)
-        except Exception:
-            logger.exception("unexpected error in StreamingRead")
-            await abort(context, errors.QueueError("internal error; the server logged it"))
+        yield streamed(await self.Read(request, context))
 
     async def Unsupported(self, request: Any, context: Any) -> Any:
         raise errors.Unimplemented(
@@ -652,24 +556,24 @@ class OperationsService:
 
 def _unary(method: Callable[..., Awaitable[Any]], request: Any, response: Any) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(
-        translated(method), request_deserializer=request.FromString, response_serializer=response.SerializeToString)
+        SPANNER_ERRORS.translate_errors(method), request_deserializer=request.FromString, response_serializer=response.SerializeToString)
 
 
 def _stream(method: Callable[..., AsyncIterator[Any]], request: Any, response: Any) -> grpc.RpcMethodHandler:
     return grpc.unary_stream_rpc_method_handler(
-        method, request_deserializer=request.FromString, response_serializer=response.SerializeToString)
+        SPANNER_ERRORS.translate_stream_errors(method), request_deserializer=request.FromString, response_serializer=response.SerializeToString)
 
 
 class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, exactly_once_: ExactlyOnce,
-                 store: Store, clock: Clock, *, max_open_transactions: int, idle_timeout: timedelta,
-                 max_lifetime: timedelta) -> None:
-        self.admin = Admin(store)
+                 operator: Operator, records: Records, clock: Clock, *, max_open_transactions: int,
+                 idle_timeout: timedelta, max_lifetime: timedelta) -> None:
+        self.admin = Admin(records)
         self.transactions = Transactions(mutator, exactly_once_, max_open=max_open_transactions,
                                          idle_timeout=idle_timeout, max_lifetime=max_lifetime)
-        self.executor = Executor(catalog, mutator, receiver, store, clock, exactly_once_)
+        self.executor = Executor(catalog, mutator, receiver, operator, records, clock, exactly_once_)
         self.spanner = SpannerService(catalog, mutator, exactly_once_, self.executor, self.transactions, self.admin)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
         self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)

@@ -25,6 +25,7 @@ TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n SECOND|MINUTE|HOUR|DAY|MILLISECOND
 """
 
 import dataclasses
+import functools
 import re
 from datetime import timedelta
 from typing import Any
@@ -791,9 +792,34 @@ class _Parser:
                               f"{token.text or 'the end of the statement'!r} in: {self.text.strip()[:200]}")
 
 
+PARSE_CACHE_SIZE = 1024
+PARSE_CACHE_MAX_TEXT = 4096
+"""The parses kept, and the longest text one is kept for. Queue code sends the same few
+texts (its values go in parameters), and each is read twice per call: by authorization
+(access.py, in both dialects) and by the servicer. The statements are frozen, so one
+parse serves both and every later call of the same text."""
+
+
 def parse(text: str, pg: bool = False) -> Statement:
     """One statement (of Spanner's PostgreSQL dialect with ``pg``), or INVALID_ARGUMENT saying
     what is understood."""
+    if len(text) > PARSE_CACHE_MAX_TEXT:
+        return _parse(text, pg)
+    found = _parse_cached(text, pg)
+    if isinstance(found, tuple):  # a fresh error each time: its callers add to its message
+        raise InvalidArgument(found[0], **found[1])
+    return found
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _parse_cached(text: str, pg: bool) -> Statement | tuple[str, dict[str, str]]:
+    try:
+        return _parse(text, pg)
+    except InvalidArgument as exc:
+        return exc.message, dict(exc.metadata)
+
+
+def _parse(text: str, pg: bool) -> Statement:
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
     return _Parser(text, pg).statement()

@@ -1,5 +1,5 @@
 """The operator's reads and bulk moves over the queue tables: stats and gauges,
-peek, purge, redrive (admin.py, metrics.py)."""
+peek, purge, redrive (admin.py, metrics/endpoint.py)."""
 
 from datetime import datetime
 from typing import Any

@@ -1,50 +1,40 @@
-"""Prometheus metrics: the metric objects, the hooks the rest of the server calls,
-the scrape-time collector and the /metrics HTTP endpoint.
+"""/metrics: what a scrape computes and where it is served.
 
-Named after Spanner's queue metrics (``spanner.googleapis.com/queue/*``): sends,
-acks, buffered ready messages, oldest unacknowledged message age, lease
-expirations (here: redeliveries). Plus RPC latency, open Receive streams and the
-database pool. docs/operations.md describes each one.
-
-Every running server has its own registry (not prometheus_client's global one),
-so several servers in one process do not clash. The hooks are cheap: a counter
-increment on a child looked up once per queue; nothing on the hot path touches
-the database. What needs the database (ready messages, oldest age) is computed
-when the endpoint renders: at most once per --metrics-interval, whatever the
-number of scrapes (exposition.py serves the copy in between). The endpoint's
+The per-queue figures that need the database (ready messages, oldest age) are
+computed when the endpoint renders: at most once per --metrics-interval, whatever
+the number of scrapes (exposition.py serves the copy in between). The endpoint's
 thread hands the query to the server's event loop, which runs it through the
 server's own pool (so it counts against --max-connections), with a timeout.
+
+With --workers, each child writes its counters (and samples its pool and streams)
+to prometheus_client's multiprocess files, and the supervisor serves their sums
+with the queue gauges, computed there once for all (``sample_to_files``,
+``serve_files``).
 """
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
-import inspect
 import logging
-import os
 import threading
-import time
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from .config import ConfigError
+from ..config import ConfigError
+from ..model import QueueGauges
+from .counters import Counters
 from .exposition import Endpoint
-from .interceptors import Handler, HandlerWrapper, behaviour_of
-from .model import LeasedMessage, QueueGauges
-from .rates import Rates
 
 if TYPE_CHECKING:
-    from .clock import Clock
-    from .receive import Receiver
-    from .store import Store
+    from ..clock import Clock
+    from ..receive import Receiver
+    from ..store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +48,6 @@ QUERY_TIMEOUT = 3.0
 """Seconds: the queue gauges' statement_timeout. A scrape waits a second more for them in
 all (a pool connection, then the statement); after that it answers without them and
 counts the failure."""
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                   60.0, 300.0, 3600.0)
-"""Seconds. Unary RPCs take milliseconds; the long ones are Receive streams (up to an hour)."""
-
-
-IN_FILES = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
-"""prometheus_client keeps this process's metrics in multiprocess files (a --workers
-child's); it decides so at import, from the same variable."""
 
 
 def parse_listen(listen: str, what: str = "metrics") -> tuple[str, int] | None:
@@ -80,205 +62,17 @@ def parse_listen(listen: str, what: str = "metrics") -> tuple[str, int] | None:
     return host, int(port)
 
 
-class Metrics:
-    """One server's metrics. The hook methods (sent, acked, nacked, delivered) are
-    called by the domain after the fact; ``serve`` starts the HTTP endpoint."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        r = self.registry
-        self._sent = Counter("spanq_queue_messages_sent", "Messages sent (stored by a committed request) "
-                             "through this server; Spanner's message_send_count.", ["queue"], registry=r)
-        self._acked = Counter("spanq_queue_messages_acked", "Messages acknowledged (deleted by a committed "
-                              "request) through this server; Spanner's message_ack_count.", ["queue"], registry=r)
-        self._nacked = Counter("spanq_queue_nacks", "Lease tokens named in committed releases (RenewLease with "
-                               "lease_duration 0) through this server, whether or not the lease was still held.",
-                               ["queue"], registry=r)
-        self._delivered = Counter("spanq_queue_messages_delivered", "Messages leased to this server's Receive "
-                                  "streams (every delivery attempt).", ["queue"], registry=r)
-        self._redelivered = Counter("spanq_queue_messages_redelivered", "Messages leased to this server's Receive "
-                                    "streams with delivery_attempt > 1: their previous lease expired or was "
-                                    "released (nacked). Stands in for Spanner's lease_expiration_count.",
-                                    ["queue"], registry=r)
-        self._undeliverable = Counter("spanq_queue_messages_undeliverable", "Messages leased to this server's "
-                                      "Receive streams that no client can receive (a value written by SQL that "
-                                      "spanq.v1 cannot encode): moved to the dead-letter queue, or, without one, "
-                                      "left in the queue (counted once per message and server).",
-                                      ["queue"], registry=r)
-        self.rpc_duration = Histogram("spanq_rpc_duration_seconds", "Time from an RPC's start to its status, by "
-                                      "method and status code; for a server stream, its whole life.",
-                                      ["method", "code"], buckets=LATENCY_BUCKETS, registry=r)
-        self._listening = Gauge("spanq_wakeup_listener_listening", "1 while this server's wake-up listener has "
-                                "proved (by hearing its own probe notification) that it hears sends made elsewhere; "
-                                "0 while it cannot, as behind a transaction-mode pooler: streams then poll every "
-                                "--deaf-poll-interval. With --workers, the lowest of the live workers'.",
-                                multiprocess_mode="livemin", registry=r)
-        self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
-        self._children: dict[tuple[Counter, str], Any] = {}
-        self._endpoint: Endpoint | None = None
-        self.rates = Rates()
-        """Send and ack rates over the last minute, fed by the same hooks (GetQueueStats)."""
-
-    # -- hooks (hot path: one dict lookup and one increment) -----------------------
-
-    def _child(self, counter: Counter, queue: str) -> Any:
-        child = self._children.get((counter, queue))
-        if child is None:
-            child = self._children[(counter, queue)] = counter.labels(queue)
-        return child
-
-    def sent(self, queue: str, n: int) -> None:
-        self._child(self._sent, queue).inc(n)
-        self.rates.add(queue, "sent", n)
-
-    def acked(self, queue: str, n: int) -> None:
-        if n:
-            self._child(self._acked, queue).inc(n)
-            self.rates.add(queue, "acked", n)
-
-    def nacked(self, queue: str, n: int) -> None:
-        self._child(self._nacked, queue).inc(n)
-
-    def delivered(self, queue: str, batch: Sequence[LeasedMessage]) -> None:
-        self._child(self._delivered, queue).inc(len(batch))
-        again = sum(1 for m in batch if m.delivery_attempt > 1)
-        if again:
-            self._child(self._redelivered, queue).inc(again)
-
-    def undeliverable(self, queue: str, n: int) -> None:
-        self._child(self._undeliverable, queue).inc(n)
-
-    def listener_listening(self, listening: bool) -> None:
-        self._listening.set(1 if listening else 0)
-
-    def forget_queue(self, queue: str) -> None:
-        """Removes a queue's series from every per-queue counter (it was dropped): they
-        leave the scrape, and a queue created again under the name counts from zero.
-        In a --workers child the files keep them (prometheus_client cannot remove a series
-        there): the supervisor leaves out the series of queues not in the catalog."""
-        self.rates.forget(queue)
-        for counter in self._queue_counters:
-            self._children.pop((counter, queue), None)
-            if IN_FILES:
-                continue
-            try:
-                counter.remove(queue)
-            except KeyError:
-                pass  # nothing counted for it
-
-    def counted_queues(self) -> set[str]:
-        """The queues some per-queue counter has a series for."""
-        return {queue for _, queue in self._children}
-
-    def interceptor(self) -> grpc.aio.ServerInterceptor:
-        """Times every RPC of the server it is given to (rpc_duration)."""
-        return _Timing(self.rpc_duration)
-
-    # -- the endpoint ----------------------------------------------------------------
-
-    def serve(self, listen: str, *, interval: float, store: "Store", receiver: "Receiver", clock: "Clock"
-              ) -> int | None:
-        """Registers the scrape-time collector and serves /metrics on listen (from the
-        running event loop, which the collector's queries then run on), rendered at most
-        once per interval (seconds). Returns the bound port (listen may ask for port 0),
-        or None when listen disables metrics."""
-        address = parse_listen(listen)
-        if address is None:
-            return None
-        self.registry.register(_Collector(asyncio.get_running_loop(), store, receiver, clock, self))
-        # The collector first: it drops the counters of queues it finds gone before they are read.
-        for counter in self._queue_counters:
-            self.registry.unregister(counter)
-            self.registry.register(counter)
-        self._endpoint = _endpoint(self.registry, listen, address, interval)
-        return self._endpoint.port
-
-    async def stop(self) -> None:
-        """Stops the endpoint (idempotent), off the event loop: it waits for the serving
-        thread, which may be waiting for the loop (a scrape's queries)."""
-        endpoint, self._endpoint = self._endpoint, None
-        if endpoint is not None:
-            await asyncio.to_thread(endpoint.stop)
-
-
-# -- RPC latency ---------------------------------------------------------------------
-
-
-class _Timing(HandlerWrapper):
-    """Observes each RPC's duration and final status code. The timed handler is built once
-    per method, and the histogram child once per (method, code): per call, two dict
-    lookups and one observation."""
-
-    def __init__(self, histogram: Histogram) -> None:
-        super().__init__()
-        self._histogram = histogram
-        self._children: dict[tuple[str, grpc.StatusCode], Any] = {}
-
-    @contextlib.contextmanager
-    def _timed(self, method: str, context: grpc.aio.ServicerContext) -> Iterator[None]:
-        """Observes the call's duration under its final status code."""
-        started = time.perf_counter()
-        code = grpc.StatusCode.OK
-        try:
-            yield
-        except (asyncio.CancelledError, GeneratorExit):  # the client went away
-            code = grpc.StatusCode.CANCELLED
-            raise
-        except BaseException:
-            code = _failed(context)
-            raise
-        else:
-            code = _code(context)
-        finally:
-            child = self._children.get((method, code))
-            if child is None:
-                child = self._children[(method, code)] = self._histogram.labels(method, code.name)
-            child.observe(time.perf_counter() - started)
-
-    def wrap(self, method: str, handler: Handler) -> Handler:
-        found = behaviour_of(handler)
-        if found is None:
-            return handler
-        kind, behaviour = found
-        timed = self._timed
-        if inspect.isasyncgenfunction(behaviour):
-            async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                responses = behaviour(request, context)
-                try:
-                    with timed(method, context):
-                        async for response in responses:
-                            yield response
-                finally:
-                    await responses.aclose()  # at once, not when collected: its own finally runs now
-
-            return handler._replace(**{kind: streaming})  # type: ignore[attr-defined, no-any-return]
-        if inspect.iscoroutinefunction(behaviour):
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                with timed(method, context):
-                    return await behaviour(request, context)
-
-            return handler._replace(**{kind: unary})  # type: ignore[attr-defined, no-any-return]
-        return handler  # a synchronous handler (none of spanq's): not timed
-
-
-def _code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
-    """The status of a handler that returned: OK unless it set another."""
-    return _status_code(context) or grpc.StatusCode.OK
-
-
-def _failed(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
-    """The status of a handler that raised: the one it aborted with, else UNKNOWN (gRPC's answer)."""
-    return _status_code(context) or grpc.StatusCode.UNKNOWN
-
-
-def _status_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode | None:
-    code: Any = context.code()
-    if code is None or isinstance(code, grpc.StatusCode):
-        return code
-    for member in grpc.StatusCode:  # some grpcio versions answer the numeric code
-        if member.value[0] == code:
-            return member
-    return None
+def serve(listen: str, *, interval: float, counters: Counters, store: "Store", receiver: "Receiver",
+          clock: "Clock") -> Endpoint | None:
+    """Serves one server's /metrics on listen (from the running event loop, which the
+    scrape's queries then run on): its registry (counters, timing) and the scrape-time
+    gauges, rendered at most once per interval (seconds). None when listen disables
+    metrics; else the started endpoint (``endpoint.port``: listen may ask for port 0)."""
+    address = parse_listen(listen)
+    if address is None:
+        return None
+    counters.register_before_queue_counters(_Collector(asyncio.get_running_loop(), store, receiver, clock, counters))
+    return _endpoint(counters.registry, listen, address, interval)
 
 
 # -- scrape-time gauges ----------------------------------------------------------------
@@ -363,14 +157,14 @@ class _Collector(_OnLoop):
     """One server's scrape-time gauges: the queues', its streams', its pool's."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock",
-                 metrics: Metrics) -> None:
+                 counters: Counters) -> None:
         super().__init__(loop, store, clock)
-        self._metrics = metrics
+        self._counters = counters
         self._receiver = receiver
 
     async def _snapshot(self) -> _Snapshot:
         snapshot = _Snapshot(self._store.pool_stats(), self._receiver.streams_by_queue())
-        counted = self._metrics.counted_queues()  # before the catalog is read: see below
+        counted = self._counters.counted_queues()  # before the catalog is read: see below
         snapshot.queues = await self._queue_gauges()
         if snapshot.queues is None:
             return snapshot
@@ -378,7 +172,7 @@ class _Collector(_OnLoop):
         # counters go now. Only those counted before the catalog was read: a queue created
         # after the read is missing from it, but is not gone.
         for gone in counted - {q.queue for q in snapshot.queues}:
-            self._metrics.forget_queue(gone)
+            self._counters.forget_queue(gone)
         return snapshot
 
     def _families(self, snapshot: _Snapshot) -> Iterable[Metric]:
@@ -523,10 +317,10 @@ class _Gathered(_OnLoop):
         yield streams
 
 
-def sample_to_files(metrics: Metrics, store: "Store", receiver: "Receiver") -> "asyncio.Task[None]":
+def sample_to_files(registry: CollectorRegistry, store: "Store", receiver: "Receiver") -> "asyncio.Task[None]":
     """In a --workers child: keeps its pool and stream figures in the multiprocess files
     (its counters and histogram go there by themselves). Cancel the task to stop."""
-    return asyncio.create_task(_Sampler(metrics.registry, store, receiver).run(), name="metrics-sampler")
+    return asyncio.create_task(_Sampler(registry, store, receiver).run(), name="metrics-sampler")
 
 
 def serve_files(listen: str, *, interval: float, store: "Store", clock: "Clock", path: str) -> Endpoint | None:

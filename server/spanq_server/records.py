@@ -1,0 +1,51 @@
+"""What a front-end records beside the queues, in the same database, so that every
+server answers alike and after a restart: the Spanner front-end's instances and
+databases (each a serialized protobuf, by kind and resource name), which database's
+DDL made each queue, and how that DDL spelled the queue's names (spanner/admin.py,
+spanner/names.py). The domain's door to the store's spanner tables: the front-end
+calls this, never the store."""
+
+from typing import Any, Literal
+
+from .store import Store
+
+Kind = Literal["instance", "database"]
+
+
+class Records:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    # -- instances and databases ---------------------------------------------------
+
+    async def put(self, kind: Kind, name: str, record: bytes, instance: str | None = None) -> bool:
+        """Records an instance or a database (of ``instance``); False when one of the name exists."""
+        return await self._store.spanner_record_put(kind, name, record, instance=instance)
+
+    async def get(self, kind: Kind, name: str) -> bytes | None:
+        return await self._store.spanner_record_get(kind, name)
+
+    async def listed(self, kind: Kind, parent: str) -> list[bytes]:
+        """The instances of a project, or the databases of an instance."""
+        return await self._store.spanner_record_list(kind, parent)
+
+    async def delete(self, kind: Kind, name: str) -> bool:
+        return await self._store.spanner_record_delete(kind, name)
+
+    async def namespace(self, database: str) -> tuple[str, bytes] | None:
+        """A database's namespace (the prefix of its queues) and its record; None for a
+        database no CreateDatabase made."""
+        return await self._store.spanner_database_namespace(database)
+
+    # -- the queues a database's DDL made ------------------------------------------
+
+    async def database_queues(self, database: str) -> list[str]:
+        return await self._store.spanner_database_queues(database)
+
+    async def spelling(self, queue: str) -> dict[str, Any] | None:
+        """How the DDL that made ``queue`` spelled its names (None: not made by DDL)."""
+        return await self._store.spanner_names_get(queue)
+
+    async def record_spelling(self, queue: str, database: str | None, spelled: dict[str, Any]) -> None:
+        """Records the database whose DDL made ``queue`` (None: the default namespace) and its spelling."""
+        await self._store.spanner_names_put(queue, database, spelled)

@@ -1,0 +1,43 @@
+"""Which way the dependencies point, checked in a fresh interpreter (no PostgreSQL):
+the domain counts without gRPC, and the server takes the generated stubs from their
+own package (spanq_proto), not from the SDK."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def imported_after(*modules: str) -> set[str]:
+    """The names in sys.modules of a fresh interpreter once it has imported ``modules``."""
+    script = f"import importlib, json, sys\nfor m in {modules!r}: importlib.import_module(m)\n" \
+             "print(json.dumps(sorted(sys.modules)))"
+    path = os.pathsep.join([str(ROOT / "server"), str(ROOT / "client"), os.environ.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": path},
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return set(json.loads(out))
+
+
+def test_the_domain_and_its_counters_import_no_grpc():
+    """metrics/counters.py is what the domain calls: it, the commit path and the receive
+    stream bring in neither gRPC, nor the SDK, nor the RPC timing or the /metrics endpoint."""
+    loaded = imported_after("spanq_server.metrics.counters", "spanq_server.mutations", "spanq_server.receive")
+    assert loaded & {"grpc", "spanq", "spanq_server.metrics.timing", "spanq_server.metrics.endpoint",
+                     "spanq_server.metrics.exposition"} == set()
+    assert "spanq_proto.v1.queue_pb2" in loaded  # codec.py's messages: protobuf, no gRPC
+
+
+def test_the_server_imports_the_stubs_not_the_sdk():
+    loaded = imported_after("spanq_server.server", "spanq_server.workers")
+    assert {"spanq_proto.v1.queue_pb2", "spanq_proto.v1.queue_pb2_grpc"} <= loaded
+    assert "spanq" not in loaded
+    assert "spanq_proto.v1.queue_pb2" in loaded  # codec.py's messages: protobuf, no gRPC
+
+
+def test_the_server_imports_the_stubs_not_the_sdk():
+    loaded = imported_after("spanq_server.server", "spanq_server.workers")
+    assert {"spanq_proto.v1.queue_pb2", "spanq_proto.v1.queue_pb2_grpc"} <= loaded
+    assert "spanq" not in loaded
