@@ -36,7 +36,7 @@ AGE = r"\d+\.\ds"
 """How `spanq stats` shows an age (0.4s): it differs on every run."""
 
 PROMPT = re.compile(r"^(\w+)[=-][*!]?# (.*)$")
-TOKEN = r"[0-9a-z]+\.[0-9]+\.[0-9a-f]{32}"
+TOKEN = r"[0-9a-z]+\.[0-9]+\.(?:[0-9A-Za-z*,_-]*~)?[0-9a-f]{32}"
 TIME = r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d(?::\d\d)?)"
 VOLATILE = re.compile(rf"(?P<token>(?<![0-9a-z]){TOKEN}(?![0-9a-f]))|(?P<time>{TIME})")
 MARKER = "@@spanq-readme-step-done@@"

@@ -1,8 +1,8 @@
 """What this server knows of the leases its Receive streams hold, for max_outstanding
 without a count query per message.
 
-A stream's tokens share its prefix (``<prefix>.<lease end>.<random>``), so an Ack or
-RenewLease through this server names the stream whose lease it settled. A lease
+A stream's tokens share its prefix (``<prefix>.<lease end>.<key>~<random>``), so an Ack
+or RenewLease through this server names the stream whose lease it settled. A lease
 leaves a stream's holding only on positive knowledge: an ack that deleted the row
 under that very token, or a renewal that replaced it with a new token of the same
 prefix (which the holding keeps in its place). Anything this server cannot be sure
@@ -12,7 +12,9 @@ whose end has passed (it may have been renewed through another server), and the
 poll interval (acks through other servers or SQL).
 
 So the holding is an upper bound on the stream's live leases, as the count was; a
-one-at-a-time worker's loop costs a lease and an ack, and nothing else.
+one-at-a-time worker's loop costs a lease and an ack, and nothing else. The recount
+looks up the messages its tokens name, by key (lease_held in queries.sql): a lease
+renewed elsewhere keeps its key and prefix, and the stream leases no key it is not told.
 """
 
 from collections.abc import Iterable
@@ -26,7 +28,8 @@ behind), the next recount for lapsed leases waits this long."""
 
 
 def token_prefix(token: str) -> str:
-    """The stream prefix of a token (the prefix may hold '.'; the two fixed fields follow it)."""
+    """The stream prefix of a token (the prefix may hold '.'; two fixed fields follow it,
+    neither with a '.': a key a token carries has its '.' escaped)."""
     return token.rsplit(".", 2)[0]
 
 
@@ -41,6 +44,10 @@ class StreamHolding:
 
     def __len__(self) -> int:
         return len(self._leases)
+
+    def tokens(self) -> list[str]:
+        """The tokens of the leases it may hold (a recount looks up their messages)."""
+        return list(self._leases)
 
     def leased(self, batch: Iterable[LeasedMessage]) -> None:
         for m in batch:

@@ -293,7 +293,8 @@ class Receiver:
                 # another server free room that no wake-up here tells of.
                 full_since = full_since or time.monotonic()
                 if holding.needs_recount(now) or time.monotonic() - full_since >= self._poll:
-                    holding.recounted(await self._store.leases_held(queue, prefix, self._clock.now()), now)
+                    holding.recounted(await self._store.leases_held(queue, prefix, holding.tokens(),
+                                                                    self._clock.now()), now)
                     _honour_cancellation()
                     full_since = time.monotonic()
             held = len(holding)

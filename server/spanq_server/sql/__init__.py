@@ -48,7 +48,7 @@ class Migration(NamedTuple):
 
 
 def load_migrations() -> list[Migration]:
-    """The versioned migrations, in order; versions must be 1, 2, 3, ..."""
+    """The versioned migrations, in order; versions are unique, from 1."""
     folder = importlib.resources.files(__name__) / "migrations"
     found = []
     for entry in folder.iterdir():
@@ -58,8 +58,11 @@ def load_migrations() -> list[Migration]:
             found.append(Migration(int(match[1]), match[2], text, bool(_RECREATE_QUEUE_FUNCTIONS.search(text)),
                                    bool(_ADD_HISTORY_COLUMNS.search(text))))
     found.sort()
-    if [m.version for m in found] != list(range(1, len(found) + 1)):
-        raise ValueError(f"migrations must be numbered 1..n without gaps: {[m.version for m in found]}")
+    versions = [m.version for m in found]
+    # Unique and from 1; a gap is allowed, so that two branches can number their migrations
+    # apart (each is applied once, in version order, wherever it is missing).
+    if len(set(versions)) != len(versions) or (versions and versions[0] != 1):
+        raise ValueError(f"migrations must be numbered from 1 with no version twice: {versions}")
     return found
 
 

@@ -19,6 +19,14 @@ SQL_TYPES = {
     ColumnType.TIMESTAMP: "timestamptz",
     ColumnType.JSON: "jsonb",
 }
+TOKEN_FORMS = {
+    ColumnType.BOOL: "bool",
+    ColumnType.INT64: "int",
+    ColumnType.STRING: "string",
+    ColumnType.BYTES: "bytes",
+    ColumnType.TIMESTAMP: "timestamp",
+}
+"""Each key type's lease_token_key_<form> and lease_token_part_<form> in queries.sql."""
 
 
 def query(name: str, **fragments: sql.Composable) -> sql.Composed:
@@ -54,6 +62,43 @@ class QueueStatements:
             sql.SQL("{}::{}[]").format(sql.Placeholder(f"k{i}", PyFormat.BINARY), sql.SQL(SQL_TYPES[c.type]))
             for i, c in enumerate(queue.key_columns)
         )
+
+    def token_key_field(self, alias: str) -> sql.Composed:
+        """The key of ``alias``'s row as a lease token carries it (NULL when a value has no
+        token form: the token then names its row by itself, through the token index)."""
+        return sql.SQL(" || ',' || ").join(
+            query(f"lease_token_key_{TOKEN_FORMS[c.type]}", value=sql.Identifier(alias, c.name))
+            for c in self.queue.key_columns
+        )
+
+    def new_token(self, prefix: sql.Composable, end: sql.Composable, alias: str) -> sql.Composed:
+        """A fresh lease token for ``alias``'s row (lease_token_new)."""
+        return query("lease_token_new", prefix=prefix, end=end, key_field=self.token_key_field(alias))
+
+    def token_keys(self, tokens: sql.Composable) -> sql.Composed:
+        """The rows (key columns, spanq_token) naming the key each lease token of the text
+        array ``tokens`` is for (lease_token_keys): a subquery to join the queue with by key
+        AND token."""
+        field = query("lease_token_key_field", token=sql.SQL("t.spanq_token"))
+        decoded = sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(
+                query(f"lease_token_part_{TOKEN_FORMS[c.type]}",
+                      part=sql.SQL("split_part({}, ',', {})").format(field, sql.Literal(i + 1))),
+                sql.Identifier(c.name))
+            for i, c in enumerate(self.queue.key_columns)
+        )
+        return query("lease_token_keys", tokens=tokens, decoded_key_columns=decoded,
+                     o_key_columns=self.qualified_keys("o"), queue=self.table,
+                     unkeyed=query("lease_token_unkeyed", token=sql.SQL("o.spanq_lease_token")),
+                     token_unkeyed=query("lease_token_unkeyed", token=sql.SQL("t.spanq_token")))
+
+    def by_token(self, name: str, **fragments: sql.Composable) -> sql.Composed:
+        """A named statement that finds rows by the lease tokens of ``%(lease_tokens)s``
+        (lease_token_keys), with the fragments every such statement takes."""
+        return query(name, queue=self.table, token_keys=self.token_keys(sql.SQL("%(lease_tokens)s::text[]")),
+                     m_key_columns=self.qualified_keys("m"), n_key_columns=self.qualified_keys("n"),
+                     f_key_columns=self.qualified_keys("f"), held_key_columns=self.qualified_keys("held"),
+                     unkeyed=query("lease_token_unkeyed", token=sql.SQL("m.spanq_lease_token")), **fragments)
 
     def qualified_keys(self, alias: str) -> sql.Composed:
         return sql.SQL(", ").join(sql.Identifier(alias, c.name) for c in self.queue.key_columns)
@@ -93,6 +138,8 @@ class QueueStatements:
             m_key_columns=self.qualified_keys("m"),
             ready_qualified_key_columns=self.qualified_keys("ready"),
             live_condition=live,
+            new_token=self.new_token(sql.SQL("$3"), sql.SQL("(extract(epoch FROM clock.now + $2) * 1000000)::bigint"),
+                                     "m"),
         )
 
     def history_columns_ddl(self) -> sql.Composed:
@@ -110,5 +157,16 @@ class QueueStatements:
             initial_backoff=sql.Literal(q.initial_backoff),
             m_key_columns=self.qualified_keys("m"),
             held_key_columns=self.qualified_keys("held"),
+            f_key_columns=self.qualified_keys("f"),
+            token_keys=self.token_keys(sql.SQL("$1")),
+            new_token=self.new_token(
+                query("lease_token_prefix", token=sql.SQL("held.spanq_old_token"),
+                      keyed=sql.SQL("NOT {}").format(query("lease_token_unkeyed", token=sql.SQL("held.spanq_old_token")))),
+                sql.SQL("(extract(epoch FROM clock.now + $2) * 1000000)::bigint"), "m"),
         )
+
+    def token_index_ddl(self) -> sql.Composed:
+        """The queue's token index, of the tokens that do not carry their key (lease_token_index)."""
+        return query("lease_token_index", lease_token_index=sql.Identifier(self.lease_token_index), queue=self.table,
+                     unkeyed=query("lease_token_unkeyed", token=sql.SQL("spanq_lease_token")))
 

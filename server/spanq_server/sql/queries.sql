@@ -102,7 +102,9 @@ WHERE i.indrelid = to_regclass(format('public.%%I', %(name)s::text)) AND i.indis
 -- leasing moves it past the lease's end (plus backoff), so one index serves
 -- new, scheduled and expired-lease messages alike. The spanq_ columns are
 -- spanq's own metadata. The lease token is COLLATE "C" so that a stream's
--- tokens (which share a prefix) form one index range.
+-- tokens (which share a prefix) form one range of the token index, which
+-- holds only the tokens that do not carry their key (lease_token_index,
+-- created beside this).
 CREATE TABLE {queue} (
     {key_column_definitions},
     payload                          {payload_type} NOT NULL,
@@ -114,10 +116,119 @@ CREATE TABLE {queue} (
     PRIMARY KEY ({key_columns}){parent_constraint}
 );
 CREATE INDEX {deliver_time_index} ON {queue} (deliver_time);
-CREATE UNIQUE INDEX {lease_token_index} ON {queue} (spanq_lease_token)
-    WHERE spanq_lease_token IS NOT NULL;
 CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
     FOR EACH STATEMENT EXECUTE FUNCTION spanq.notify_send()
+
+-- lease_token_index --
+-- A queue's token index: only of the tokens that do not carry their message's
+-- key (lease_token_unkeyed; lease_token_new makes those only for keys too
+-- long for a token, and tokens granted before migration 0010). A token that
+-- carries its key finds its row by primary key (lease_token_keys), so a lease
+-- writes no entry here: every lease moves deliver_time, so no lease is a HOT
+-- update and each writes an entry into every index whose predicate it meets.
+CREATE UNIQUE INDEX {lease_token_index} ON {queue} (spanq_lease_token)
+    WHERE spanq_lease_token IS NOT NULL AND {unkeyed}
+
+-- lease_token_unkeyed --
+-- Whether a (non-NULL) token lacks its key: a token that carries it has '~'
+-- just before its 32 random hex digits, any other a '.' (lease_token_new).
+-- The same expression as the partial index's predicate (migration 0010 writes
+-- it out too), so that the planner matches it to the index.
+substr({token}, length({token}) - 32, 1) <> '~'
+
+-- lease_token_new --
+-- A fresh lease token, `<prefix>.<lease end, epoch microseconds>.<key>~<32
+-- random hex>`: the prefix first (a stream's tokens share it), the lease end
+-- (renewlease answers for a token after its row is gone), the message's key
+-- (lease_token_key_*, columns joined by ','), so that the token finds its row
+-- by primary key, and the random part, which only the row holds: a token is
+-- good while it equals the row's, so one cannot be made up for another key.
+-- A key that has no token form (NULL) or would make the token longer than
+-- 200 characters (what the server takes: 145 = 200 less the lease end's 20,
+-- the random part's 32 and 3 separators) gets `<prefix>.<lease end>.<32
+-- random hex>`, which the token index finds (lease_token_index).
+CASE WHEN length({prefix}) + length({key_field}) <= 145
+     THEN {prefix} || '.' || {end} || '.' || {key_field} || '~' || replace(gen_random_uuid()::text, '-', '')
+     ELSE {prefix} || '.' || {end} || '.' || replace(gen_random_uuid()::text, '-', '') END
+
+-- lease_token_prefix --
+-- The prefix of a token (the prefix may hold '.'; what follows it has a
+-- fixed form). A token that carries its key: less its last two '.' fields,
+-- the lease end and `<key>~<random>` (string functions, as in
+-- lease_token_key_field); any other: less the lease end (none before
+-- migration 0004) and the random part.
+CASE WHEN {keyed}
+     THEN left({token}, length({token}) - length(split_part(reverse({token}), '.', 1))
+                                        - length(split_part(reverse({token}), '.', 2)) - 2)
+     ELSE regexp_replace({token}, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '') END
+
+-- lease_token_key_field --
+-- The key field of a token that carries its key: between the last '.' and
+-- the '~' before the random part (string functions: a regular expression
+-- took ~20 us a token, as long as the statement's other work per message).
+reverse(split_part(reverse(left({token}, length({token}) - 33)), '.', 1))
+
+-- lease_token_key_bool --
+-- A key value as a token carries it. No form yields '.', '~' or ','.
+CASE WHEN {value} THEN 't' ELSE 'f' END
+
+-- lease_token_key_int --
+{value}::text
+
+-- lease_token_key_string --
+-- '*' escapes itself and the three separators (never '%': these fragments go
+-- into statements with parameters too).
+replace(replace(replace(replace({value}, '*', '*2A'), '.', '*2E'), '~', '*7E'), ',', '*2C')
+
+-- lease_token_key_bytes --
+encode({value}, 'hex')
+
+-- lease_token_key_timestamp --
+-- Epoch microseconds, for years 1 to 9999 (Spanner's range); other values
+-- (SQL can write 'infinity' or a year BC) have no token form.
+CASE WHEN isfinite({value}) AND extract(epoch FROM {value}) >= -62135596800
+          AND extract(epoch FROM {value}) < 253402300800
+     THEN (extract(epoch FROM {value}) * 1000000)::bigint::text END
+
+-- lease_token_part_bool --
+-- A key value from a token's key field, or NULL when it is not one the
+-- lease_token_key_* of its type makes: never an error, whatever the client
+-- sent (a token that decodes to some key is still good only if it is the
+-- row's own).
+CASE {part} WHEN 't' THEN true WHEN 'f' THEN false END
+
+-- lease_token_part_int --
+CASE WHEN {part} ~ '^-?[0-9]{{1,19}}$'
+          AND {part}::numeric BETWEEN -9223372036854775808 AND 9223372036854775807
+     THEN {part}::bigint END
+
+-- lease_token_part_string --
+replace(replace(replace(replace({part}, '*2C', ','), '*7E', '~'), '*2E', '.'), '*2A', '*')
+
+-- lease_token_part_bytes --
+CASE WHEN {part} ~ '^([0-9a-f]{{2}})*$' THEN decode({part}, 'hex') END
+
+-- lease_token_part_timestamp --
+-- Whole days, then microseconds, on a timestamp without time zone: exact
+-- (no float) and free of the session's time zone.
+CASE WHEN {part} ~ '^-?[0-9]{{1,19}}$' AND {part}::numeric >= -62135596800000000
+          AND {part}::numeric < 253402300800000000
+     THEN (timestamp '1970-01-01' + div({part}::bigint, 86400000000) * interval '1 day'
+           + mod({part}::bigint, 86400000000) * interval '1 microsecond') AT TIME ZONE 'UTC' END
+
+-- lease_token_keys --
+-- The key each lease token of a text array names, with the token (a subquery
+-- to join the queue with by key AND token): decoded from the token when it
+-- carries its key, else looked up in the token index (a token that matches
+-- neither names nothing). A row is the token's only while its own token is
+-- that very one: the join's `m.spanq_lease_token = f.spanq_token`.
+SELECT {decoded_key_columns}, t.spanq_token
+FROM unnest({tokens}) AS t(spanq_token)
+WHERE NOT {token_unkeyed}
+UNION ALL
+SELECT {o_key_columns}, o.spanq_lease_token
+FROM {queue} AS o
+WHERE o.spanq_lease_token = ANY ({tokens}) AND {unkeyed}
 
 -- queue_history_columns_add --
 -- A message's dead-letter history, beside the columns of queue_table_create
@@ -145,9 +256,9 @@ ALTER TABLE {queue}
 -- concurrent receivers take disjoint rows instead of queueing on each other.
 -- The new deliver_time is the lease's end plus the backoff for this attempt,
 -- so a lease that lapses is redelivered after backoff with no sweeper.
--- A lease token is `<lease_prefix>.<lease end, epoch microseconds>.<random
--- hex>`: the prefix first, so a stream's tokens form one index range; the
--- lease end lets the renew function answer for a token after its row is gone.
+-- A lease token (lease_token_new) carries the stream's prefix, the lease's
+-- end and the message's key, so that renewals, acks and counts find its row
+-- by primary key.
 -- The columns these functions add beside the key columns (spanq_attempt,
 -- spanq_old_token) are spanq_-prefixed, as no key column can be: a key column
 -- named `attempt` made a reference ambiguous (migration 0006).
@@ -187,8 +298,7 @@ WITH clock AS (
     FOR UPDATE OF m SKIP LOCKED
 ){dead_letter_steps}, leased AS (
     UPDATE {queue} AS m SET
-        spanq_lease_token = $3 || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
-            || '.' || replace(gen_random_uuid()::text, '-', ''),
+        spanq_lease_token = {new_token},
         spanq_lease_expiration_timestamp = clock.now + $2,
         deliver_time = clock.now + $2
             + least({max_backoff}, {initial_backoff} * power(2, least(ready.spanq_attempt - 1, 40))),
@@ -239,16 +349,17 @@ $receive$
 
 -- queue_renew_function_create --
 -- spanq.renewlease_<queue>(lease_tokens): Spanner's RENEWLEASE. A held,
--- unexpired lease gets a new token and a new expiry. The new token keeps the
--- old one's prefix, read from the right (the lease end and the random part
--- are fixed-format, the prefix may hold '.'; a token from before migration
--- 0004 has no lease end). A token with no live lease whose own lease end
+-- unexpired lease gets a new token and a new expiry. A token finds its row by
+-- the key it carries, or through the token index (lease_token_keys), and
+-- holds the lease only while it is the row's own. The new token keeps the old
+-- one's prefix (lease_token_prefix). A token with no live lease whose own lease end
 -- (carried in the token, see queue_receive_function_create) is still ahead
 -- returns a row with a NULL new token: its message was acknowledged, or the
 -- token was superseded by a renewal or released. Unparseable and expired
 -- tokens return no row. A lease_duration of 0 releases the lease (a nack): no
 -- new token, redelivery after backoff. Rows are locked in token order so
--- concurrent renewers cannot deadlock.
+-- concurrent renewers cannot deadlock. The join to the tokens' keys is by
+-- primary key (no hash or merge join: see the receive function).
 CREATE OR REPLACE FUNCTION spanq.{renew_function}(
     lease_tokens   text[],
     lease_duration interval DEFAULT {lease_duration},
@@ -258,21 +369,21 @@ RETURNS TABLE (
     spanq_new_lease_token            text,
     spanq_lease_expiration_timestamp timestamptz)
 LANGUAGE sql VOLATILE
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $renew$
 WITH clock AS (
     SELECT coalesce($3, statement_timestamp()) AS now
 ), held AS (
     SELECT {ready_key_columns}, m.spanq_lease_token AS spanq_old_token, m.spanq_delivery_attempt AS spanq_attempt
-    FROM {queue} AS m, clock
-    WHERE m.spanq_lease_token = ANY ($1) AND m.spanq_lease_expiration_timestamp > clock.now
+    FROM {queue} AS m, ({token_keys}) AS f, clock
+    WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
+      AND m.spanq_lease_expiration_timestamp > clock.now
     ORDER BY m.spanq_lease_token
     FOR UPDATE OF m
 ), renewed AS (
     UPDATE {queue} AS m SET
-        spanq_lease_token = CASE WHEN $2 > interval '0' THEN
-            regexp_replace(held.spanq_old_token, '(\.-?[0-9]{{1,19}})?\.[0-9a-f]{{32}}$', '')
-            || '.' || (extract(epoch FROM clock.now + $2) * 1000000)::bigint
-            || '.' || replace(gen_random_uuid()::text, '-', '') END,
+        spanq_lease_token = CASE WHEN $2 > interval '0' THEN {new_token} END,
         spanq_lease_expiration_timestamp = clock.now + greatest($2, interval '0'),
         deliver_time = clock.now + greatest($2, interval '0')
             + least({max_backoff}, {initial_backoff} * power(2, least(held.spanq_attempt - 1, 40)))
@@ -286,7 +397,7 @@ UNION ALL
 -- Unrenewable until its lease end: nothing is stored for it, the token says it.
 SELECT DISTINCT t.token, NULL::text, NULL::timestamptz
 FROM unnest($1) AS t(token), clock
-WHERE substring(t.token FROM '\.(-?[0-9]{{1,19}})\.[0-9a-f]{{32}}$')::numeric
+WHERE substring(t.token FROM '\.(-?[0-9]{{1,19}})\.(?:[^.~]*~)?[0-9a-f]{{32}}$')::numeric
         > extract(epoch FROM clock.now) * 1000000
   AND t.token NOT IN (SELECT renewed.spanq_old_token FROM renewed)
 $renew$
@@ -360,11 +471,12 @@ WHERE (SELECT CASE WHEN %(create_time)s::timestamptz IS NULL OR q.create_time = 
 
 -- message_lease_history --
 -- The dead-letter history of messages just leased from a dead-letter queue,
--- by lease token (the unique index), for ReceivedMessage.dead_letter.
+-- by lease token (lease_token_keys), for ReceivedMessage.dead_letter.
 SELECT m.spanq_lease_token, m.spanq_dead_letter_source, m.spanq_dead_letter_attempts,
        m.spanq_dead_letter_time, m.spanq_last_failure
-FROM {queue} AS m
-WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[]) AND m.spanq_dead_letter_source IS NOT NULL
+FROM {queue} AS m, ({token_keys}) AS f
+WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
+  AND m.spanq_dead_letter_source IS NOT NULL
 
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
@@ -489,8 +601,10 @@ WITH returned AS (
         spanq_lease_expiration_timestamp = NULL,
         deliver_time = r.deliver_time,
         spanq_delivery_attempt = m.spanq_delivery_attempt - 1
-    FROM unnest(%(lease_tokens)s::text[], %(deliver_times)s::timestamptz[]) AS r(lease_token, deliver_time)
-    WHERE m.spanq_lease_token = r.lease_token
+    FROM unnest(%(lease_tokens)s::text[], %(deliver_times)s::timestamptz[]) AS r(lease_token, deliver_time),
+         ({token_keys}) AS f
+    WHERE f.spanq_token = r.lease_token
+      AND ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
     RETURNING 1
 )
 SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned HAVING count(*) > 0
@@ -498,7 +612,7 @@ SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned H
 -- message_dead_letter --
 -- Moves leased messages that no client can receive (a value written by SQL
 -- that the receive path cannot encode) to the queue's dead-letter queue, by
--- lease token, as stored: the database copies what spanq could not read,
+-- lease token (lease_token_keys), as stored: the database copies what spanq could not read,
 -- with its history as in the receive function (the failure: `reason`). A
 -- key the dead-letter queue holds already stays here, as in the receive
 -- function (its lease released, tried again after max_backoff). Returns how
@@ -506,8 +620,8 @@ SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned H
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), dead AS (
-    DELETE FROM {queue} AS m
-    WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+    DELETE FROM {queue} AS m USING ({token_keys}) AS f
+    WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
     RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_delivery_attempt
 ), buried AS (
@@ -517,8 +631,8 @@ WITH clock AS (
 ), parked AS (
     UPDATE {queue} AS m SET spanq_lease_token = NULL, spanq_lease_expiration_timestamp = clock.now,
                             deliver_time = clock.now + %(max_backoff)s, spanq_last_failure = %(reason)s
-    FROM clock
-    WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+    FROM clock, ({token_keys}) AS f
+    WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
       AND EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
 ), counted AS (
     INSERT INTO spanq.dead_letter_counts AS c (queue, total)
@@ -533,12 +647,12 @@ SELECT count(*) FROM dead
 -- dead-letter history (queue_receive_dead_letter_steps). Rows are locked in
 -- token order, as the renew function locks them.
 UPDATE {queue} AS m SET spanq_last_failure = %(reason)s
-FROM (SELECT n.spanq_lease_token FROM {queue} AS n
-      WHERE n.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+FROM (SELECT {n_key_columns}, n.spanq_lease_token FROM {queue} AS n, ({token_keys}) AS f
+      WHERE ({n_key_columns}) = ({f_key_columns}) AND n.spanq_lease_token = f.spanq_token
         AND n.spanq_lease_expiration_timestamp > coalesce(%(now)s::timestamptz, statement_timestamp())
       ORDER BY n.spanq_lease_token
-      FOR UPDATE) AS held
-WHERE m.spanq_lease_token = held.spanq_lease_token
+      FOR UPDATE OF n) AS held
+WHERE ({m_key_columns}) = ({held_key_columns}) AND m.spanq_lease_token = held.spanq_lease_token
 
 -- lease_lapsed --
 -- Of a batch of one stream's lease tokens (checked when their leases end):
@@ -546,20 +660,36 @@ WHERE m.spanq_lease_token = held.spanq_lease_token
 -- renewed, released nor leased again (lapsed), and how many are still live.
 SELECT count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp <= clock.now),
        count(*) FILTER (WHERE m.spanq_lease_expiration_timestamp > clock.now)
-FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
-WHERE m.spanq_lease_token = ANY (%(lease_tokens)s::text[])
+FROM {queue} AS m, ({token_keys}) AS f,
+     (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
 
 -- lease_held --
 -- Unexpired leases held under one stream's token prefix (for max_outstanding),
--- each token with its lease's end: an index range over the tokens that start
--- with `<prefix>.`, less those whose prefix only starts with it
--- (`<prefix>.more.<lease end>.<random>`: a prefix may hold '.', so what follows
--- the prefix must be exactly the fixed fields).
+-- each token with its lease's end: of the messages whose keys the stream's
+-- tokens as this server knows them name (held.py: a superset of its live
+-- leases, whose tokens may since have been renewed through another server or
+-- SQL, under the same prefix), and of the tokens in the token index (an index
+-- range: tokens that do not carry their key, renewed or not). A token is the
+-- stream's when it starts with `<prefix>.` and what follows is exactly the
+-- fixed fields (a prefix may hold '.': `<prefix>.more.<lease end>...` is
+-- another stream's).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+)
 SELECT m.spanq_lease_token, m.spanq_lease_expiration_timestamp
-FROM {queue} AS m
+FROM {queue} AS m, clock
+WHERE ({m_key_columns}) IN (SELECT {f_key_columns} FROM ({token_keys}) AS f)
+  AND m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %(lease_prefix)s || '/'
+  AND substr(m.spanq_lease_token, length(%(lease_prefix)s) + 2) ~ '^(-?[0-9]{{1,19}}\.)?([^.~]*~)?[0-9a-f]{{32}}$'
+  AND m.spanq_lease_expiration_timestamp > clock.now
+UNION
+SELECT m.spanq_lease_token, m.spanq_lease_expiration_timestamp
+FROM {queue} AS m, clock
 WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %(lease_prefix)s || '/'
+  AND {unkeyed}
   AND substr(m.spanq_lease_token, length(%(lease_prefix)s) + 2) ~ '^(-?[0-9]{{1,19}}\.)?[0-9a-f]{{32}}$'
-  AND m.spanq_lease_expiration_timestamp > coalesce(%(now)s::timestamptz, statement_timestamp())
+  AND m.spanq_lease_expiration_timestamp > clock.now
 
 -- message_next_delivery --
 -- Seconds until the earliest deliver_time (negative when one is due); no row when empty.

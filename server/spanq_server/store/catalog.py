@@ -142,7 +142,6 @@ class CatalogTables(Database):
                     payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
                     parent_constraint=parent or sql.SQL(""),
                     deliver_time_index=sql.Identifier(names.deliver_time_index),
-                    lease_token_index=sql.Identifier(names.lease_token_index),
                     notify_trigger=sql.Identifier("spanq_notify_send"),
                 )
             )
@@ -151,6 +150,7 @@ class CatalogTables(Database):
                 f"the queue's leading key columns must match the primary key of {queue.parent_table!r}: "
                 f"{exc.diag.message_primary}"
             ) from exc
+        await conn.execute(names.token_index_ddl())
         await conn.execute(names.history_columns_ddl())
         await conn.execute(names.receive_function_ddl())
         await conn.execute(names.renew_function_ddl())

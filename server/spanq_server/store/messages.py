@@ -103,7 +103,7 @@ class MessageTables(Database):
     async def leased_history(self, queue: QueueDef, batch: list[LeasedMessage]) -> list[LeasedMessage]:
         """The batch with the dead-letter history of those messages that have one."""
         async with self._read(queue.name) as conn:
-            cur = await conn.execute(query("message_lease_history", queue=QueueStatements(queue).table),
+            cur = await conn.execute(QueueStatements(queue).by_token("message_lease_history"),
                                      {"lease_tokens": [m.lease_token for m in batch]})
             found = {row[0]: _history(row[1:]) for row in await cur.fetchall()}
         if not found:
@@ -178,7 +178,7 @@ class MessageTables(Database):
         conn = connection_of(handle)
         with wrap_errors(queue.name):
             if lease_duration == timedelta(0):  # a nack: its reason (or none) for the dead-letter history
-                await conn.execute(query("message_note_failure", queue=names.table),
+                await conn.execute(names.by_token("message_note_failure"),
                                    {"lease_tokens": list(tokens), "reason": reason, "now": now})
             cur = await conn.execute(
                 query("lease_renew", renew_function=names.renew_function),
@@ -194,7 +194,7 @@ class MessageTables(Database):
         """Undoes leases no receiver got (deliver_time and attempt as before); how many were still held."""
         async with self._read(queue.name) as conn:
             cur = await conn.execute(
-                query("lease_return", queue=QueueStatements(queue).table),
+                QueueStatements(queue).by_token("lease_return"),
                 {"lease_tokens": [m.lease_token for m in leased],
                  "deliver_times": [m.deliver_time for m in leased], "queue_name": queue.name},
             )
@@ -208,9 +208,8 @@ class MessageTables(Database):
         already stays, see message_dead_letter)."""
         assert queue.dead_letter_queue
         names = QueueStatements(queue)
-        statement = query("message_dead_letter", queue=names.table, m_key_columns=names.qualified_keys("m"),
-                          d_key_columns=names.qualified_keys("d"), key_columns=names.keys,
-                          dead_letter_queue=sql.Identifier("public", queue.dead_letter_queue))
+        statement = names.by_token("message_dead_letter", d_key_columns=names.qualified_keys("d"), key_columns=names.keys,
+                                   dead_letter_queue=sql.Identifier("public", queue.dead_letter_queue))
         async with self._read(queue.name) as conn:
             cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens), "reason": reason,
                                                  "queue_name": queue.name, "max_backoff": queue.max_backoff,
@@ -227,10 +226,13 @@ class MessageTables(Database):
             row = await cur.fetchone()
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
-    async def leases_held(self, queue: QueueDef, lease_prefix: str, now: datetime | None) -> dict[str, datetime]:
-        """The live leases under one stream's token prefix: token -> lease end."""
+    async def leases_held(self, queue: QueueDef, lease_prefix: str, lease_tokens: Sequence[str],
+                          now: datetime | None) -> dict[str, datetime]:
+        """The live leases under one stream's token prefix, of the messages its tokens as
+        this server knows them name (and any the token index finds): token -> lease end."""
         async with self._read(queue.name) as conn:
-            cur = await conn.execute(_queue_sql(queue).held, {"lease_prefix": lease_prefix, "now": now})
+            cur = await conn.execute(_queue_sql(queue).held, {"lease_prefix": lease_prefix,
+                                                               "lease_tokens": list(lease_tokens), "now": now})
             return {token: end for token, end in await cur.fetchall()}
 
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
@@ -307,8 +309,8 @@ class _QueueSql:
         self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
         self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
-        self.held = query("lease_held", queue=names.table).as_bytes(None)
-        self.lapsed = query("lease_lapsed", queue=names.table).as_bytes(None)
+        self.held = names.by_token("lease_held").as_bytes(None)
+        self.lapsed = names.by_token("lease_lapsed").as_bytes(None)
         acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
                     m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))
         self.ack = query("message_ack", **acks).as_bytes(None)
