@@ -18,6 +18,8 @@ ROUND_TRIP: dict[type[errors.QueueError], type[spanq.SpanqError]] = {
     errors.QueueAlreadyExists: spanq.AlreadyExists,
     errors.MessageAlreadyExists: spanq.AlreadyExists,
     errors.ParentRowNotFound: spanq.NotFound,
+    errors.RowAlreadyExists: spanq.AlreadyExists,  # Spanner tables' errors: a spanq.v1 client never meets them,
+    errors.RowNotFound: spanq.NotFound,  # but one would catch them by their codes
     errors.MessageNotFound: spanq.MessageGone,
     errors.LeaseNotHeld: spanq.LeaseLost,
     errors.FailedPrecondition: spanq.FailedPrecondition,
