@@ -48,6 +48,9 @@ test: $(STAMP) chromium ## run the whole suite (DATABASE_URL, else an embedded P
 	$(PY) tools/genproto.py --check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+test-unit: $(STAMP) ## the unit tests alone: no PostgreSQL, no server (seconds)
+	$(PY) -m pytest -p no:cacheprovider tests/unit
+
 chaos: $(STAMP) ## the fault and history soaks, ten times longer, and the failover figures (SPANQ_CHAOS_SCALE)
 	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
 		tests/test_faults.py tests/test_history.py tests/test_failover.py

@@ -57,6 +57,31 @@ def _send_for(target: str, queue: str, seconds: float) -> tuple[float, float]:
         return n / elapsed, cpu / n * 1e6
 
 
+def _raw_send_cpu(target: str, queue: str, seconds: float) -> float:
+    """Client CPU microseconds per call of the generated stub's blocking Send, with no SDK:
+    the floor that grpcio itself puts under the SDK's figure above."""
+    import uuid
+
+    import grpc
+
+    from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
+
+    def request() -> queue_pb2.SendRequest:
+        out = queue_pb2.SendRequest(queue=queue, request_id=str(uuid.uuid4()))
+        out.messages.add().payload.string_value = PAYLOAD
+        return out
+
+    with grpc.insecure_channel(target) as channel:
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        stub.Send(request())
+        n = 0
+        cpu0, start = _process_cpu(), time.perf_counter()
+        while time.perf_counter() < start + seconds:
+            stub.Send(request())
+            n += 1
+        return (_process_cpu() - cpu0) / n * 1e6
+
+
 def _publish_for(target: str, queue: str, producers: int, per_call: int, seconds: float, **options: Any) -> float:
     """Messages/s through one blocking Client's publisher, from ``producers`` threads (``options``: the
     Client's, e.g. batch_settings, for measuring the defaults)."""
@@ -133,6 +158,11 @@ async def cell_publish(ctx: Context) -> list[Row]:
         cpu_row.met = cpu.median <= SEND_CPU_TARGET_US
         cpu_row.note = "getrusage of the bench process over the run: every thread of the SDK and gRPC"
         rows.append(cpu_row)
+        floor = Figure()
+        for _ in range(s.runs):
+            floor.add(await asyncio.to_thread(_raw_send_cpu, ctx.target, spanq.name, s.send_seconds))
+        rows.append(Row("pub publish", "generated stub's blocking Send, no SDK: client CPU per call", "us", floor,
+                        None, compare=False, note="grpcio's own cost per call on this machine: the SDK's floor"))
         ctx.log(f"  blocking send: spanq {rate.median:,.0f}  sql {baseline.median:,.0f}  cpu {cpu.median:.0f} us/call")
     finally:
         await _teardown(spanq, sql)

@@ -12,12 +12,12 @@ import pathlib
 import shutil
 import subprocess
 import tempfile
-import time
 import warnings
 from typing import Any
 
 import psycopg
 
+from .helpers import until_sync
 from .spawned import free_port
 
 with warnings.catch_warnings():
@@ -44,9 +44,14 @@ def owned_folder(prefix: str) -> pathlib.Path:
     """A fresh folder that SYSTEM_USER may use."""
     folder = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
     if SYSTEM_USER is not None:
-        ensure_prefix_permissions(folder)
-        folder.chmod(0o755)
-        shutil.chown(folder, SYSTEM_USER, SYSTEM_USER)
+        try:
+            ensure_user_exists(SYSTEM_USER)  # on a fresh machine nothing has made it yet
+            ensure_prefix_permissions(folder)
+            folder.chmod(0o755)
+            shutil.chown(folder, SYSTEM_USER, SYSTEM_USER)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
     return folder
 
 
@@ -119,11 +124,8 @@ class ReplicatedPair:
 
     def wait_replicating(self, synchronous: bool, timeout_s: float = 30) -> None:
         want = "sync" if synchronous else "async"
-        deadline = time.monotonic() + timeout_s
-        while self.primary.sql("SELECT sync_state FROM pg_stat_replication") != [(want,)]:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the standby did not become {want} within {timeout_s}s")
-            time.sleep(0.05)
+        until_sync(lambda: self.primary.sql("SELECT sync_state FROM pg_stat_replication") == [(want,)],
+                   f"the standby to become {want}", timeout_s, 0.05)
 
     def url(self, dbname: str = "postgres", **params: str) -> str:
         """A multi-host URL naming the primary, then the standby."""

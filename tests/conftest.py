@@ -15,8 +15,10 @@ os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "false"
 
 import asyncio  # noqa: E402
 import pathlib
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import grpc
 import psycopg
@@ -28,8 +30,20 @@ from spanq_server.clock import ManualClock
 from spanq_server.config import Config
 from spanq_server.server import Running, start
 from spanq_server.store import Store
+from spanq_server.testsignals import Listener, StreamState, stream_waiting
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# SIGTERM (`timeout`, CI cancelling a job) would end pytest at once: no fixture finalizer, no
+# atexit handler, and the PostgreSQL servers, PgBouncers and spanq servers the session started
+# would outlive it. As an interrupt, pytest unwinds and stops each of them.
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _terminated)
 
 
 def _with_db(url: str, dbname: str) -> str:
@@ -79,6 +93,26 @@ def database_url(pg_url: str, template_db: str) -> Iterator[str]:
 def clock() -> ManualClock:
     """The server's clock: real time plus an offset the test advances instead of sleeping."""
     return ManualClock()
+
+
+@pytest.fixture
+def waiting() -> Iterator[Listener[StreamState]]:
+    """Hears every Receive stream of this process wait (testsignals.stream_waiting) during the
+    test: ``await waiting.wait(...)``, or ``helpers.streams_idle(waiting, queue, n)``."""
+    with stream_waiting.listen() as listener:
+        yield listener
+
+
+@pytest.fixture
+def await_idle_streams(waiting: Listener[StreamState]) -> Any:
+    """``await await_idle_streams(queue, n)``: until n Receive streams of the queue were heard
+    waiting for messages. Modules whose server runs in a subprocess override it."""
+    from .helpers import streams_idle
+
+    async def wait(queue: str, n: int = 1, timeout: float = 10) -> None:
+        await streams_idle(waiting, queue, n, timeout)
+
+    return wait
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """Small helpers shared by the tests: building requests and reading streams."""
 
 import asyncio
+import inspect
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -69,13 +71,48 @@ async def receive_some(stub: queue_pb2_grpc.QueueServiceStub, queue: str, want: 
     return got
 
 
-async def until(condition: Any, what: str, timeout: float = 10) -> None:
-    """Polls ``condition`` every 20 ms until it holds; fails the test after ``timeout`` seconds."""
+async def until(condition: Any, what: str = "a condition", timeout: float = 10, interval: float = 0.02) -> Any:
+    """The suite's one bounded poll: checks ``condition()`` (a plain callable, or one that
+    returns an awaitable) every ``interval`` seconds until it is truthy, and returns that
+    value; fails the test after ``timeout`` seconds. For a state the code can announce, wait
+    on a signal instead (spanq_server.testsignals); poll for what a test can only observe
+    (a row in SQL, a metric of a server in a subprocess, a log line)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+    while True:
+        held = condition()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return held
+        assert loop.time() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        await asyncio.sleep(interval)
+
+
+def until_sync(condition: Any, what: str = "a condition", timeout: float = 10, interval: float = 0.02) -> Any:
+    """``until`` for code without an event loop (fixtures, threads): blocks between checks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = condition()
+        if held:
+            return held
+        assert time.monotonic() < deadline, f"timed out after {timeout:g}s waiting for {what}"
+        time.sleep(interval)
+
+
+def lock_waiters(sql: Any) -> int:
+    """Sessions of the test's database waiting for a lock (a held row, a held ledger key)."""
+    return int(sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                           "AND datname = current_database()").fetchone()[0])
+
+
+async def streams_idle(waiting: Any, queue: str, n: int = 1, timeout: float = 10) -> None:
+    """Until ``n`` different Receive streams of ``queue`` were heard waiting for messages, on a
+    ``testsignals.stream_waiting.listen()`` listener begun before they opened (or cleared)."""
+    def enough(values: list[Any]) -> bool:
+        return len({v.stream for v in values if v.queue == queue and not v.full}) >= n
+
+    await waiting.until(enough, timeout=timeout, what=f"{n} idle streams of {queue!r}")
 
 
 async def until_settled(read: Any, what: str, interval: float = 0.2, timeout: float = 20) -> Any:

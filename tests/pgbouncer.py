@@ -6,11 +6,11 @@ import os
 import pathlib
 import shutil
 import subprocess
-import time
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .clusters import SYSTEM_USER, owned_folder
+from .helpers import until_sync
 from .spawned import free_port
 
 PGBOUNCER = pathlib.Path("/usr/sbin/pgbouncer")
@@ -51,7 +51,11 @@ class PgBouncer:
         user = ["-u", SYSTEM_USER] if SYSTEM_USER else []
         self.process = subprocess.Popen([str(PGBOUNCER), *user, str(self.folder / "pgbouncer.ini")],
                                         stdout=self.log, stderr=subprocess.STDOUT)
-        self._wait_listening()
+        try:
+            self._wait_listening()
+        except BaseException:
+            self.stop()  # nobody else will: the caller never got this object
+            raise
 
     @property
     def url(self) -> str:
@@ -61,17 +65,16 @@ class PgBouncer:
     def _wait_listening(self, timeout_s: float = 10) -> None:
         import socket
 
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def listening() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"pgbouncer exited: {(self.folder / 'log').read_text()}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
             except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                return False
+            return True
+
+        until_sync(listening, f"pgbouncer to listen on {self.port}", timeout_s, 0.05)
 
     def log_text(self) -> str:
         return (self.folder / "log").read_text(errors="replace")

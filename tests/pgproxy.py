@@ -115,7 +115,8 @@ class PgProxy:
                     if mode == "after":
                         writer.write(data)
                         await writer.drain()
-                        # Let PostgreSQL commit before the connection drops.
+                        # Let PostgreSQL commit before the connection drops (the proxy cannot see
+                        # the commit land; a client's answer would never come: that is the fault).
                         await asyncio.sleep(0.2)
                     return
                 writer.write(data)

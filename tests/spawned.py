@@ -2,15 +2,29 @@
 a process to kill, or a synchronous client."""
 
 import asyncio
+import atexit
 import os
 import socket
 import subprocess
 import sys
-import time
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from .helpers import until_sync
+
+_spawned: list[subprocess.Popen[bytes]] = []
+"""Every server spawn_server started: those still running when the session ends are killed
+(a test that failed before its own cleanup must not leave a server on the machine)."""
+
+
+@atexit.register
+def _kill_survivors() -> None:
+    for process in _spawned:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
 
 
 def free_port() -> int:
@@ -21,25 +35,27 @@ def free_port() -> int:
 
 def spawn_server(database_url: str, port: int, *extra: str, **popen: Any) -> subprocess.Popen[bytes]:
     """``spanq serve`` on 127.0.0.1:port; extra flags come last (so they may override these)."""
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [sys.executable, "-m", "spanq_server", "serve", "--database-url", database_url,
          "--listen", f"127.0.0.1:{port}", "--metrics-listen", "off", "--ui-listen", "off", "--log-level", "WARNING", *extra],
         env={**os.environ, "PYTHONUNBUFFERED": "1"}, **popen,
     )
+    _spawned.append(process)
+    return process
 
 
 def wait_serving_sync(target: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
     with grpc.insecure_channel(target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        while True:
+
+        def serving() -> bool:
             try:
                 health.Check(health_pb2.HealthCheckRequest(), timeout=1, wait_for_ready=True)
-                return
             except grpc.RpcError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return False
+            return True
+
+        until_sync(serving, f"a server to serve on {target}", timeout_s, 0.1)
 
 
 # -- spanq serve --workers N: which process serves which connection ----------------------
@@ -53,14 +69,11 @@ def children(pid: int) -> list[int]:
 
 def wait_children(pid: int, n: int, timeout_s: float = 30, *, other_than: set[int] = frozenset()) -> list[int]:
     """Polls until the process has n children, none of them in other_than."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = children(pid)
-        if len(found) == n and not set(found) & other_than:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"pid {pid} has children {found}, wanted {n} other than {sorted(other_than)}")
-        time.sleep(0.05)
+    def found() -> list[int]:
+        now = children(pid)
+        return now if len(now) == n and not set(now) & other_than else []
+
+    return until_sync(found, f"pid {pid} to have {n} children other than {sorted(other_than)}", timeout_s, 0.05)
 
 
 def tcp_sockets(pid: int | str = "self") -> list[tuple[int, int, str]]:

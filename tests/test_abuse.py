@@ -23,7 +23,7 @@ async def responsive(stub) -> None:  # type: ignore[no-untyped-def]
     await stub.Ack(queue_pb2.AckRequest(queue="probe", acks=[queue_pb2.AckMessage(key=got[0].key)]), timeout=10)
 
 
-async def test_streams_that_never_read_do_not_starve_other_clients(server, stub):
+async def test_streams_that_never_read_do_not_starve_other_clients(server, stub, sql):
     await create_queue(stub, "probe", payload_type=queue_pb2.STRING)
     await create_queue(stub, "flood", payload_type=queue_pb2.BYTES)
     blob = base64.b64encode(b"x" * 50_000).decode()
@@ -34,7 +34,9 @@ async def test_streams_that_never_read_do_not_starve_other_clients(server, stub)
     async with grpc.aio.insecure_channel(server.target) as rude_channel:
         rude = queue_pb2_grpc.QueueServiceStub(rude_channel)
         calls = [rude.Receive(queue_pb2.ReceiveRequest(queue="flood", max_batch_size=10)) for _ in range(40)]
-        await asyncio.sleep(1.0)
+        # Every message leased to them, responses they will not read.
+        await until(lambda: sql.execute("SELECT count(*) FROM flood WHERE spanq_lease_expiration_timestamp > now()"
+                                        ).fetchone()[0] == 400, "the forty streams to lease the flood")
         await responsive(stub)
         for call in calls:
             call.cancel()
@@ -55,7 +57,7 @@ async def test_a_burst_of_tiny_rpcs_does_not_starve_other_clients(server, stub):
                 sent += 1
 
         burst = asyncio.gather(*(hammer() for _ in range(64)))
-        await asyncio.sleep(0.5)
+        await until(lambda: sent >= 100, "the burst under way")
         await responsive(stub)  # answered in the middle of the burst
         await burst
     assert sent > 1000

@@ -25,7 +25,7 @@ from psycopg import sql as pgsql
 from spanq_proto.v1 import queue_pb2
 from spanq_server.config import Limits
 
-from .helpers import create_queue, duration, error_of, key, plain, receive_some, send, text_message, value
+from .helpers import create_queue, duration, error_of, key, plain, receive_some, send, text_message, until, value
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
@@ -528,10 +528,7 @@ class TestQueueLimit:
 
 async def wait_for_streams(server: Any, n: int, timeout: float = 10) -> None:
     """Until the server counts `n` open Receive streams."""
-    deadline = time.monotonic() + timeout
-    while server.receiver.open_streams() != n:
-        assert time.monotonic() < deadline, f"{server.receiver.open_streams()} streams open, want {n}"
-        await asyncio.sleep(0.01)
+    await until(lambda: server.receiver.open_streams() == n, f"{n} open streams", timeout, 0.01)
 
 
 class TestStreamLimit:

@@ -12,7 +12,7 @@ import grpc
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
-from .helpers import ack, create_queue, duration, open_stream, plain, send, text_message
+from .helpers import ack, create_queue, duration, open_stream, plain, send, text_message, until
 
 STREAMS = 8
 MESSAGES = 3000
@@ -48,11 +48,18 @@ class AckingConsumer:
 
 
 async def _wait_for(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.02)
+    await until(predicate, "every message", timeout)
+
+
+async def _all_acked(sql, queue: str) -> None:
+    """Until every message's ack committed: none is left to deliver a second time."""
+    await until(lambda: sql.execute(f'SELECT count(*) FROM "{queue}"').fetchone()[0] == 0, "every ack", 10)
+
+
+async def _all_full(waiting, queue: str, n: int) -> None:
+    """Until ``n`` streams were heard waiting for room under max_outstanding: none leases more."""
+    await waiting.until(lambda vs: len({v.stream for v in vs if v.queue == queue and v.full}) >= n,
+                        what=f"{n} full streams")
 
 
 async def _send_all(stub: queue_pb2_grpc.QueueServiceStub, queue: str, keys: list[str]) -> None:
@@ -80,19 +87,19 @@ def _check_once_each(log: list[tuple[int, queue_pb2.ReceivedMessage]], keys: lis
     return Counter(index for index, _ in log)
 
 
-async def test_many_acking_streams_receive_every_message_once(stub, sql):
+async def test_many_acking_streams_receive_every_message_once(stub, sql, await_idle_streams):
     await create_queue(stub, "work", payload_type=queue_pb2.STRING)
     keys = [f"m{i:05}" for i in range(MESSAGES)]
     log: list[tuple[int, queue_pb2.ReceivedMessage]] = []
     consumers = [AckingConsumer(stub, "work", i, log, max_batch_size=20, lease_duration=duration(60))
                  for i in range(STREAMS)]
     try:
-        await asyncio.sleep(0.3)  # every stream open and idle before the first send
+        await await_idle_streams("work", STREAMS)  # every stream open and idle before the first send
         started = time.monotonic()
         await _send_all(stub, "work", keys)
         await _wait_for(lambda: len(log) >= MESSAGES, 20)
         elapsed = time.monotonic() - started
-        await asyncio.sleep(0.3)  # any duplicate delivery would show up now
+        await _all_acked(sql, "work")  # a duplicate delivery would have come before
     finally:
         for c in consumers:
             await c.close()
@@ -103,7 +110,7 @@ async def test_many_acking_streams_receive_every_message_once(stub, sql):
     assert elapsed < 20
 
 
-async def test_streams_on_two_servers_share_one_queue(stub, server, server_config):
+async def test_streams_on_two_servers_share_one_queue(stub, server, server_config, sql, await_idle_streams):
     await create_queue(stub, "work", payload_type=queue_pb2.STRING)
     other = await start(server_config)
     try:
@@ -114,10 +121,10 @@ async def test_streams_on_two_servers_share_one_queue(stub, server, server_confi
             consumers = [AckingConsumer(stub if i % 2 else other_stub, "work", i, log, max_batch_size=10)
                          for i in range(STREAMS)]
             try:
-                await asyncio.sleep(0.3)
+                await await_idle_streams("work", STREAMS)
                 await asyncio.gather(_send_all(stub, "work", keys[:500]), _send_all(other_stub, "work", keys[500:]))
                 await _wait_for(lambda: len(log) >= len(keys), 15)
-                await asyncio.sleep(0.3)
+                await _all_acked(sql, "work")
             finally:
                 for c in consumers:
                     await c.close()
@@ -128,7 +135,7 @@ async def test_streams_on_two_servers_share_one_queue(stub, server, server_confi
     assert [f for c in consumers for f in c.failed_acks] == []
 
 
-async def test_held_leases_partition_the_queue_and_max_outstanding_holds(stub, clock):
+async def test_held_leases_partition_the_queue_and_max_outstanding_holds(stub, clock, waiting):
     limit, total = 100, 1000  # 8 streams x 100 < 1000: the limit, not the queue, stops them
     await create_queue(stub, "work", payload_type=queue_pb2.STRING, initial_backoff=duration(0))
     keys = [f"m{i:05}" for i in range(total)]
@@ -138,7 +145,7 @@ async def test_held_leases_partition_the_queue_and_max_outstanding_holds(stub, c
     opened = [await s.__aenter__() for s in streams]
     try:
         await _wait_for(lambda: sum(len(s.received) for s in opened) >= STREAMS * limit, 15)
-        await asyncio.sleep(0.3)
+        await _all_full(waiting, "work", STREAMS)
         assert [len(s.received) for s in opened] == [limit] * STREAMS
         first = [m for s in opened for m in s.received]
         assert len({plain(m.key)[0] for m in first}) == STREAMS * limit  # no message held twice
@@ -160,9 +167,10 @@ async def test_held_leases_partition_the_queue_and_max_outstanding_holds(stub, c
         for s in opened:
             s.received.clear()
             s.drain()
+        waiting.clear()
         clock.advance(timedelta(seconds=61))
         await _wait_for(lambda: sum(len(s.received) for s in opened) >= STREAMS * limit, 15)
-        await asyncio.sleep(0.3)
+        await _all_full(waiting, "work", STREAMS)
         second = [m for s in opened for m in s.received]
         assert [len(s.received) for s in opened] == [limit] * STREAMS
         assert len({plain(m.key)[0] for m in second}) == STREAMS * limit

@@ -21,7 +21,7 @@ from spanq_server.config import Config
 from spanq_server.store import Store
 from spanq_server.store.database import connection_of
 
-from .helpers import create_queue, error_of, send, spanner_ddl, text_message
+from .helpers import create_queue, error_of, send, spanner_ddl, text_message, until
 
 LOCK_TIMEOUT = 1.5
 """Seconds: the servers' --ddl-lock-timeout here."""
@@ -44,13 +44,9 @@ def holder(database_url: str) -> Iterator[psycopg.Connection]:
 
 async def waiting_for_lock(sql: psycopg.Connection, table: str) -> None:
     """Until a session waits for a lock on the table (a bounded poll)."""
-    for _ in range(500):
-        row = sql.execute("SELECT count(*) FROM pg_locks WHERE relation = to_regclass(%s) AND NOT granted",
-                          [f"public.{table}"]).fetchone()
-        if row and row[0]:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"nobody waited for a lock on {table}")
+    await until(lambda: sql.execute("SELECT count(*) FROM pg_locks WHERE relation = to_regclass(%s) AND NOT granted",
+                                    [f"public.{table}"]).fetchone()[0], f"a session to wait for a lock on {table}", 5,
+                0.01)
 
 
 async def test_drop_queue_behind_an_open_reader_fails_aborted_and_blocks_no_one(server, stub, channel, sql,

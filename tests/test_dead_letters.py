@@ -16,7 +16,7 @@ from spanq_proto.v1 import queue_pb2
 from spanq_server.config import Config
 from spanq_server.store import Store
 
-from .helpers import create_queue, duration, error_of, open_stream, send, stamp, text_message
+from .helpers import create_queue, duration, error_of, open_stream, send, stamp, text_message, until
 from .test_metrics import scrape, value
 
 
@@ -145,10 +145,8 @@ async def test_the_sdk_passes_a_callbacks_exception_and_peek_shows_the_history(s
             raise KeyError("price" * 100)
 
         async with client.subscribe("tasks", handle):
-            for _ in range(200):  # bounded: the second failure moves it
-                if sql.execute("SELECT count(*) FROM graveyard").fetchone()[0]:
-                    break
-                await asyncio.sleep(0.05)
+            await until(lambda: sql.execute("SELECT count(*) FROM graveyard").fetchone()[0],
+                        "the second failure to move it", 10, 0.05)
         [m] = (await client.peek("graveyard")).messages
         assert m.dead_letter is not None and m.dead_letter.source_queue == "tasks"
         assert m.dead_letter.delivery_attempts == 2 == len(attempts)

@@ -23,6 +23,7 @@ from spanq_server.server import start
 
 from .helpers import (
     ack, create_queue, duration, error_of, key, open_stream, plain, receive_some, renew, send, stamp, text_message,
+    until,
 )
 
 POLL = timedelta(seconds=30)
@@ -368,9 +369,10 @@ async def test_nack_redelivers_after_backoff(stub, clock):
 # -- push, not poll -------------------------------------------------------------------
 
 
-async def _idle_stream_roundtrip(stub, s, deliver) -> float:
-    """Lets the stream go idle, then times how long ``deliver()`` takes to reach it."""
-    await asyncio.sleep(0.3)
+async def _idle_stream_roundtrip(stub, s, deliver, waiting) -> float:
+    """Once the stream waits again (``waiting`` was cleared before its last delivery), times
+    how long ``deliver()`` takes to reach it."""
+    await waiting.wait(match=lambda v: v.queue == "tasks", what="the stream to wait again")
     assert s.pending() == 0
     started = time.monotonic()
     await deliver()
@@ -380,80 +382,80 @@ async def _idle_stream_roundtrip(stub, s, deliver) -> float:
     return elapsed
 
 
-async def test_send_wakes_an_idle_stream_at_once(stub, server):
+async def test_send_wakes_an_idle_stream_at_once(stub, server, waiting):
     assert server.config.poll_interval == POLL
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     async with open_stream(stub, "tasks") as s:
         # A first round trip so the stream has certainly started and gone to sleep.
+        waiting.clear()
         await send(stub, "tasks", text_message("warm", "x"))
         await ack(stub, "tasks", await s.next())
-        elapsed = await _idle_stream_roundtrip(stub, s, lambda: send(stub, "tasks", text_message("k", "x")))
+        elapsed = await _idle_stream_roundtrip(stub, s, lambda: send(stub, "tasks", text_message("k", "x")),
+                                               waiting)
     assert elapsed < 1.0
 
 
-async def test_this_servers_sends_and_nacks_wake_its_streams_without_listen(stub, server):
+async def test_this_servers_sends_and_nacks_wake_its_streams_without_listen(stub, server, waiting):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, initial_backoff=duration(0))
     await asyncio.wait_for(server.wakeups.connected.wait(), 5)
     await server.wakeups.stop()  # no notifications any more: only the direct wake-up is left
     assert not server.wakeups.listening
     async with open_stream(stub, "tasks", lease_duration=duration(60)) as s:
+        waiting.clear()
         await send(stub, "tasks", text_message("warm", "x"))
         await ack(stub, "tasks", await s.next())
-        elapsed = await _idle_stream_roundtrip(stub, s, lambda: send(stub, "tasks", text_message("k", "x")))
+        elapsed = await _idle_stream_roundtrip(stub, s, lambda: send(stub, "tasks", text_message("k", "x")),
+                                               waiting)
         assert elapsed < 1.0
 
+        waiting.clear()
         await send(stub, "tasks", text_message("n", "x"))
         m = await s.next()
-        await asyncio.sleep(0.3)
+        await waiting.wait(what="the stream to wait again")
         started = time.monotonic()
         await renew(stub, "tasks", m.lease_token, seconds=0)
         again = await s.next(timeout=3)
         assert time.monotonic() - started < 1.0 and again.delivery_attempt == 2
 
 
-async def test_plain_sql_insert_wakes_an_idle_stream(stub, server, sql):
+async def test_plain_sql_insert_wakes_an_idle_stream(stub, server, sql, waiting):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     await asyncio.wait_for(server.wakeups.connected.wait(), 5)
     async with open_stream(stub, "tasks") as s:
+        waiting.clear()
         await send(stub, "tasks", text_message("warm", "x"))
         await ack(stub, "tasks", await s.next())
 
         async def insert() -> None:
             await asyncio.to_thread(sql.execute, "INSERT INTO tasks (id, payload) VALUES ('from-psql', 'hi')")
 
-        elapsed = await _idle_stream_roundtrip(stub, s, insert)
+        elapsed = await _idle_stream_roundtrip(stub, s, insert, waiting)
     assert elapsed < 1.0
     assert s.received[-1].payload.string_value == "hi"
 
 
-async def test_listener_reconnects_after_its_connection_is_killed(stub, server, sql):
+async def test_listener_reconnects_after_its_connection_is_killed(stub, server, sql, waiting):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     await asyncio.wait_for(server.wakeups.connected.wait(), 5)
     killed = sql.execute(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE datname = current_database() AND query ILIKE 'LISTEN%%' AND pid <> pg_backend_pid()").fetchall()
     assert killed == [(True,)]
-    await _wait_until(lambda: not server.wakeups.connected.is_set(), 5)
+    await until(lambda: not server.wakeups.connected.is_set(), "the listener to notice", 5)
     await asyncio.wait_for(server.wakeups.connected.wait(), 5)
     async with open_stream(stub, "tasks") as s:
+        waiting.clear()
         await send(stub, "tasks", text_message("warm", "x"))
         await ack(stub, "tasks", await s.next())
 
         async def insert() -> None:
             await asyncio.to_thread(sql.execute, "INSERT INTO tasks (id, payload) VALUES ('after', 'hi')")
 
-        elapsed = await _idle_stream_roundtrip(stub, s, insert)
+        elapsed = await _idle_stream_roundtrip(stub, s, insert, waiting)
     assert elapsed < 1.0
 
 
-async def _wait_until(predicate, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
-async def test_send_through_another_server_wakes_an_idle_stream(stub, server, server_config):
+async def test_send_through_another_server_wakes_an_idle_stream(stub, server, server_config, waiting):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     await asyncio.wait_for(server.wakeups.connected.wait(), 5)
     other = await start(server_config)
@@ -461,17 +463,18 @@ async def test_send_through_another_server_wakes_an_idle_stream(stub, server, se
         async with grpc.aio.insecure_channel(other.target) as channel:
             other_stub = queue_pb2_grpc.QueueServiceStub(channel)
             async with open_stream(stub, "tasks") as s:
+                waiting.clear()
                 await send(other_stub, "tasks", text_message("warm", "x"))
                 await ack(other_stub, "tasks", await s.next(timeout=3))
                 elapsed = await _idle_stream_roundtrip(
-                    stub, s, lambda: send(other_stub, "tasks", text_message("k", "x")))
+                    stub, s, lambda: send(other_stub, "tasks", text_message("k", "x")), waiting)
             assert elapsed < 1.0
             assert plain(s.received[-1].key) == ["k"]
     finally:
         await other.stop(0)
 
 
-async def test_nack_through_another_server_wakes_an_idle_stream(stub, server, server_config):
+async def test_nack_through_another_server_wakes_an_idle_stream(stub, server, server_config, waiting):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, initial_backoff=duration(0))
     await asyncio.wait_for(server.wakeups.connected.wait(), 5)
     other = await start(server_config)
@@ -481,7 +484,7 @@ async def test_nack_through_another_server_wakes_an_idle_stream(stub, server, se
             await send(stub, "tasks", text_message("k", "x"))
             async with open_stream(stub, "tasks", lease_duration=duration(60)) as s:
                 m = await s.next()
-                await asyncio.sleep(0.3)
+                await waiting.wait(what="the stream to wait after its one message")
                 started = time.monotonic()
                 await renew(other_stub, "tasks", m.lease_token, seconds=0)
                 again = await s.next(timeout=3)
@@ -585,10 +588,10 @@ async def test_cancelled_streams_are_released(stub, server):
         streams = [open_stream(stub, "tasks") for _ in range(24)]
         for st in streams:
             await st.__aenter__()
-        await asyncio.sleep(round / 1000)
+        await asyncio.sleep(round / 1000)  # the test: each round cancels a moment later, to hit the race
         for st in streams:
             await st.__aexit__(None, None, None)
-        await _wait_until(lambda: server.receiver.open_streams() == 0, 3)
+        await until(lambda: server.receiver.open_streams() == 0, "every stream released", 3)
 
 
 async def test_a_batch_leased_for_a_cancelled_stream_is_given_back(stub, server, sql, database_url):
@@ -602,13 +605,13 @@ async def test_a_batch_leased_for_a_cancelled_stream_is_given_back(stub, server,
     with psycopg.connect(database_url) as locker:
         locker.execute('LOCK TABLE "tasks" IN EXCLUSIVE MODE')
         call = stub.Receive(queue_pb2.ReceiveRequest(queue="tasks"))
-        await _wait_until(lambda: sql.execute(
+        await until(lambda: sql.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%receive_tasks%'"
-        ).fetchone()[0] == 1, 5)
+        ).fetchone()[0] == 1, "the lease statement to wait on the lock", 5)
         call.cancel()
-        await _wait_until(lambda: server.receiver.open_streams() == 0, 5)
+        await until(lambda: server.receiver.open_streams() == 0, "the stream to end", 5)
         locker.rollback()
-    await _wait_until(lambda: sql.execute(f"SELECT {columns}").fetchall() == before, 5)
+    await until(lambda: sql.execute(f"SELECT {columns}").fetchall() == before, "the lease given back", 5)
     # And a new stream gets it at once, as its first delivery.
     got = await receive_some(stub, "tasks", 1, timeout=5)
     assert [(plain(m.key), m.delivery_attempt) for m in got] == [(["k"], 1)]

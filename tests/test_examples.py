@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from types import ModuleType, SimpleNamespace
 
@@ -24,6 +23,7 @@ import spanq.aio
 from spanq_server.server import start
 
 from .conftest import ROOT
+from .helpers import until
 
 EXAMPLES = ROOT / "examples"
 
@@ -186,14 +186,6 @@ async def faulty_server(server_config, clock):
     await running.stop(0)
 
 
-async def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 async def test_exactly_once_with_unknown_commits_and_a_worker_killed_mid_run(faulty_server, database_url, sql):
     eo = load("exactly_once")
     n = 240
@@ -216,7 +208,7 @@ async def test_exactly_once_with_unknown_commits_and_a_worker_killed_mid_run(fau
     first = await asyncio.create_subprocess_exec(*eo.worker_command(target, database_url),
                                                  stdout=asyncio.subprocess.DEVNULL)
     try:
-        await wait_until(lambda: eo.applied_count(sql) >= n // 3, 30, "the first worker to apply a third")
+        await until(lambda: eo.applied_count(sql) >= n // 3, "the first worker to apply a third", 30, 0.01)
         held = eo.kill_while_holding(first.pid, sql)
         await first.wait()
     finally:
@@ -283,26 +275,28 @@ async def gated_sql_acker(server_config, clock, database_url, keys: range, max_m
         await running.stop(0)
 
 
-async def test_a_subscriber_acking_in_sql_is_not_stalled_until_the_servers_poll(server_config, clock, database_url, sql):
+async def test_a_subscriber_acking_in_sql_is_not_stalled_until_the_servers_poll(server_config, clock, database_url, sql,
+                                                                                 waiting):
     """The exactly-once consumer's acks (spanq.sql.ack) bypass the server, so a Receive stream that used up its
     max_outstanding is not woken by them; the subscriber must reopen it rather than wait for the server's poll
     (here 30 s). Found by the exactly-once example: its second worker drained the queue 16 at a time, 5 s apart."""
     async with gated_sql_acker(server_config, clock, database_url, range(1, 5), max_messages=2) as w:
         await w.client.send_many("q", [spanq.OutgoingMessage("m", 1), spanq.OutgoingMessage("m", 2)])
-        await wait_until(lambda: w.delivered == [1, 2], 10, "1 and 2")  # in hand: 2 of 2, paused
+        await until(lambda: w.delivered == [1, 2], "1 and 2", 10, 0.01)  # in hand: 2 of 2, paused
+        waiting.clear()
         w.gates[1].set()  # resumes: a new stream with room for one
-        await wait_until(lambda: w.subscription.in_hand == 1, 10, "1 acked")
-        await asyncio.sleep(0.2)
+        await until(lambda: w.subscription.in_hand == 1, "1 acked", 10, 0.01)
+        await waiting.wait(match=lambda v: v.queue == "q" and not v.full, what="the new stream to wait")
         w.gates[2].set()
-        await wait_until(lambda: w.subscription.in_hand == 0, 10, "2 acked")
+        await until(lambda: w.subscription.in_hand == 0, "2 acked", 10, 0.01)
         await w.client.send("q", "m", key=3)  # fills the new stream's window
-        await wait_until(lambda: w.delivered == [1, 2, 3], 10, "3")
+        await until(lambda: w.delivered == [1, 2, 3], "3", 10, 0.01)
         w.gates[3].set()  # acked in SQL: the server does not know the stream has room again
-        await wait_until(lambda: w.subscription.in_hand == 0, 10, "3 acked")
+        await until(lambda: w.subscription.in_hand == 0, "3 acked", 10, 0.01)
         await w.client.send("q", "m", key=4)
-        await wait_until(lambda: w.delivered == [1, 2, 3, 4], 5, "4, long before the server's 30 s poll")
+        await until(lambda: w.delivered == [1, 2, 3, 4], "4, long before the server's 30 s poll", 5, 0.01)
         w.gates[4].set()
-        await wait_until(lambda: w.subscription.in_hand == 0, 10, "4 acked")
+        await until(lambda: w.subscription.in_hand == 0, "4 acked", 10, 0.01)
     assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
 
 
@@ -315,18 +309,18 @@ async def test_room_freed_by_an_earlier_streams_messages_reopens_a_saturated_str
     monkeypatch.setattr(spanq._subscriber, "NARROW_STREAM_DURATION", timedelta(seconds=60))
     async with gated_sql_acker(server_config, clock, database_url, range(1, 7), max_messages=4) as w:
         await w.client.send_many("q", [spanq.OutgoingMessage("m", i) for i in range(1, 5)])
-        await wait_until(lambda: sorted(w.delivered) == [1, 2, 3, 4], 10, "1-4 on the first stream")
+        await until(lambda: sorted(w.delivered) == [1, 2, 3, 4], "1-4 on the first stream", 10, 0.01)
         w.gates[1].set()  # room for one: a narrow stream opens
-        await wait_until(lambda: w.subscription.in_hand == 3, 10, "1 acked")
+        await until(lambda: w.subscription.in_hand == 3, "1 acked", 10, 0.01)
         await w.client.send("q", "m", key=5)
-        await wait_until(lambda: 5 in w.delivered, 10, "5, which uses up the narrow stream's window")
+        await until(lambda: 5 in w.delivered, "5, which uses up the narrow stream's window", 10, 0.01)
         w.gates[2].set()  # acked in SQL, and from the first stream: no room for the narrow one
-        await wait_until(lambda: w.subscription.in_hand == 3, 10, "2 acked")
+        await until(lambda: w.subscription.in_hand == 3, "2 acked", 10, 0.01)
         await w.client.send("q", "m", key=6)
-        await wait_until(lambda: 6 in w.delivered, 5, "6, long before the narrow stream ends (60 s)")
+        await until(lambda: 6 in w.delivered, "6, long before the narrow stream ends (60 s)", 5, 0.01)
         for gate in w.gates.values():
             gate.set()
-        await wait_until(lambda: w.subscription.in_hand == 0, 10, "all acked")
+        await until(lambda: w.subscription.in_hand == 0, "all acked", 10, 0.01)
     assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0
 
 

@@ -26,7 +26,7 @@ from spanq_server.config import Config
 from spanq_server.server import start
 
 from .clusters import ReplicatedPair
-from .helpers import create_queue, duration, value
+from .helpers import create_queue, duration, until, value
 from .workload import CHANNEL_OPTIONS, Workload, remaining_rows
 
 SCALE = int(os.environ.get("SPANQ_CHAOS_SCALE", "1"))
@@ -80,7 +80,7 @@ class Prober:
                 self.confirmed.append(time.monotonic())
             except grpc.aio.AioRpcError:
                 pass
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # the probe's pace: it times the outage to ~10 ms
 
     def first_after(self, t: float) -> float | None:
         return next((c for c in self.confirmed if c >= t), None)
@@ -104,7 +104,7 @@ async def send_with_the_sdk(target: str, failover: "asyncio.Future[None]", *, de
             key = f"k{len(keys)}"
             await client.send("sdk", "x", key=key)
             keys.append(key)
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # a steady trickle of sends through the failover
     return keys
 
 
@@ -124,17 +124,14 @@ async def fail_over(pair: ReplicatedPair, *, gap_s: float, lease_s: float, messa
 
         async def kill_then_promote() -> None:
             nonlocal outage
-            async with asyncio.timeout(60):
-                while len(work.history.confirmed) < messages // 3:
-                    await asyncio.sleep(0.01)
+            await until(lambda: len(work.history.confirmed) >= messages // 3, "a third of the sends", 60, 0.01)
             killed = time.monotonic()
             await asyncio.to_thread(pair.primary.kill)
-            await asyncio.sleep(max(0.0, gap_s - (time.monotonic() - killed)))
+            await asyncio.sleep(max(0.0, gap_s - (time.monotonic() - killed)))  # the test: the outage's length
             await asyncio.to_thread(pair.standby.promote)
             promoted = time.monotonic()
-            async with asyncio.timeout(gap_s + 30):
-                while (first := prober.first_after(promoted)) is None:
-                    await asyncio.sleep(0.01)
+            first = await until(lambda: prober.first_after(promoted), "a probe served after the promotion",
+                                gap_s + 30, 0.01)
             outage = Outage(promoted - killed, first - killed, first - promoted)
 
         failover = asyncio.ensure_future(kill_then_promote())
@@ -214,7 +211,7 @@ async def test_a_standby_taken_for_the_primary_answers_unavailable_not_internal(
                     except grpc.aio.AioRpcError as exc:
                         codes[exc.code().name] += 1
                         refusals += "standby" in (exc.details() or "")
-                    await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.01)  # a client that sends on, a little apart
             assert "INTERNAL" not in codes and "OK" not in codes, codes
             assert codes["UNAVAILABLE"] >= refusals == 5, codes
             # Each refused connection was closed and replaced by a new one.
@@ -235,7 +232,7 @@ async def test_a_standby_taken_for_the_primary_answers_unavailable_not_internal(
                         await stub.Send(request, timeout=0.25)
                         break
                     except grpc.aio.AioRpcError:
-                        await asyncio.sleep(0.01)
+                        await asyncio.sleep(0.01)  # a client that retries at once: the time measured
             assert time.monotonic() - promoted < SERVING_AGAIN_S
     finally:
         await running.stop(0)
@@ -322,8 +319,8 @@ async def test_a_listener_that_stops_hearing_without_an_error_reconnects(databas
         assert running.wakeups.listening
         proxy.mute_all()
         async with asyncio.timeout(10):
-            while running.wakeups.connected.is_set():  # the unheard probe ends the connection
-                await asyncio.sleep(0.01)
+            # The unheard probe ends the connection.
+            await until(lambda: not running.wakeups.connected.is_set(), "the muted listener to drop", 10, 0.01)
             await running.wakeups.connected.wait()  # a new one, through the proxy again
             running.wakeups.probed.clear()
             await running.wakeups.probed.wait()

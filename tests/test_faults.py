@@ -21,7 +21,7 @@ from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
 
 from .clusters import owned_folder
-from .helpers import create_queue, duration, plain, receive_some, value
+from .helpers import create_queue, duration, plain, receive_some, until, value
 from .pgproxy import PgProxy
 from .spawned import free_port, spawn_server
 from .workload import Workload, remaining_rows
@@ -94,7 +94,7 @@ async def test_postgres_restart_mid_traffic_loses_and_duplicates_nothing(
 
         async def restart_twice() -> None:
             for _ in range(2 * SCALE):
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(0.5)  # the fault schedule: traffic flows a while between restarts
                 await asyncio.to_thread(restart_postgres, restartable_postgres, mode)
 
         restarts = asyncio.ensure_future(restart_twice())
@@ -116,13 +116,15 @@ async def wait_serving(work: Workload, index: int = 0) -> None:
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     health = health_pb2_grpc.HealthStub(work.channels[index])
-    async with asyncio.timeout(30):
-        while True:
-            try:
-                await health.Check(health_pb2.HealthCheckRequest(), timeout=1, wait_for_ready=True)
-                return
-            except Exception:
-                await asyncio.sleep(0.1)
+
+    async def serving() -> bool:
+        try:
+            await health.Check(health_pb2.HealthCheckRequest(), timeout=1, wait_for_ready=True)
+        except Exception:
+            return False
+        return True
+
+    await until(serving, "the server to serve", 30, 0.1)
 
 
 async def test_server_killed_mid_stream_then_restarted_loses_nothing(database_url, sql):
@@ -140,10 +142,10 @@ async def test_server_killed_mid_stream_then_restarted_loses_nothing(database_ur
 
         async def kill_and_restart() -> None:
             nonlocal process
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # the fault schedule: traffic flows, then the kill
             process.send_signal(signal.SIGKILL)
             await asyncio.to_thread(process.wait)
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the fault: no server for a while
             process = spawn_server(database_url, port)
 
         chaos = asyncio.ensure_future(kill_and_restart())
@@ -176,7 +178,7 @@ async def test_database_connections_cut_at_random_moments(database_url, server_c
         async def cut_repeatedly() -> None:
             nonlocal cuts
             for _ in range(8 * SCALE):
-                await asyncio.sleep(rng.uniform(0.05, 0.3))
+                await asyncio.sleep(rng.uniform(0.05, 0.3))  # the fault schedule: cuts at random moments
                 proxy.cut_all()
                 cuts += 1
 
@@ -223,22 +225,20 @@ async def test_server_killed_while_sdk_subscribers_consume_they_reconnect_and_lo
 
         async def handle(message: spanq.Message) -> None:
             processed.setdefault(message.payload["id"], []).append(message.key[0])
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0.01)  # work that takes a moment, so kills land mid-callback
 
         async with spanq.aio.Client(f"127.0.0.1:{port}") as client:
             subscriptions = [client.subscribe("work", handle, flow_control=spanq.FlowControl(max_messages=20))
                              for _ in range(2)]
             producing = asyncio.gather(*(work.produce(p, 100 * SCALE, pace_s=0.01) for p in range(2)))
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(1.0)  # the fault schedule: traffic flows, then the kill
             process.send_signal(signal.SIGKILL)
             await asyncio.to_thread(process.wait)
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # the fault: no server for a while
             process = spawn_server(database_url, port)
             await producing
-            async with asyncio.timeout(60 * SCALE):
-                while sql.execute("SELECT count(*) FROM work").fetchone()[0] or \
-                        not set(work.history.confirmed) <= set(processed):
-                    await asyncio.sleep(0.1)
+            await until(lambda: not sql.execute("SELECT count(*) FROM work").fetchone()[0]
+                        and set(work.history.confirmed) <= set(processed), "every send processed", 60 * SCALE, 0.1)
             for subscription in subscriptions:
                 subscription.cancel()
     finally:

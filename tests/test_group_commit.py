@@ -13,7 +13,9 @@ from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.group_commit import GroupCommitter
 from spanq_server.server import Running, start
 
-from .helpers import create_queue, error_of, outcome, send, text_message
+from spanq_server.testsignals import commits_draining
+
+from .helpers import create_queue, error_of, lock_waiters, outcome, send, text_message, until
 
 
 @pytest.fixture
@@ -43,8 +45,7 @@ async def held_group(database_url: str, stub, queue: str) -> tuple[psycopg.Async
 
 async def until_waiting(committer: GroupCommitter, n: int) -> None:
     """Until n requests wait behind the groups the committer is running."""
-    while committer.waiting < n:
-        await asyncio.sleep(0.01)
+    await until(lambda: committer.waiting >= n, f"{n} requests waiting for a group", 10, 0.01)
 
 
 def xmins(sql, queue: str) -> dict[str, int]:
@@ -130,11 +131,10 @@ async def test_shutdown_finishes_a_group_already_committing(server_config, clock
             stub = queue_pb2_grpc.QueueServiceStub(channel)
             await create_queue(stub, "q", payload_type=queue_pb2.STRING)
             blocker, first = await held_group(database_url, stub, "q")
-            while not sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                  "AND datname = current_database()").fetchone()[0]:
-                await asyncio.sleep(0.01)  # the group waits on the held request_id
-            stopping = asyncio.ensure_future(running.stop(0))  # no grace for calls: the caller is cut off
-            await asyncio.sleep(0.2)
+            await until(lambda: lock_waiters(sql), "the group to wait on the held request_id")
+            with commits_draining.listen() as draining:
+                stopping = asyncio.ensure_future(running.stop(0))  # no grace for calls: the caller is cut off
+                await draining.wait(match=lambda kind: kind == "send", what="stop to wait for the send groups")
             assert not stopping.done(), "stop waits for the committing group"
             await blocker.rollback()
             await blocker.close()

@@ -9,7 +9,7 @@ import psycopg
 
 from spanq_proto.v1 import queue_pb2
 
-from .helpers import create_queue, error_of, outcome, receive_some, renew, send, text_message
+from .helpers import create_queue, error_of, lock_waiters, outcome, receive_some, renew, send, text_message, until
 from .test_group_commit import group_stub, one_group, until_waiting  # noqa: F401  (fixtures)
 
 
@@ -44,9 +44,7 @@ async def held_ack(database_url: str, stub, message: queue_pb2.ReceivedMessage
 
 async def until_blocked(sql) -> None:
     """Until the held group's statement waits on the held request_id."""
-    while not sql.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                          "AND datname = current_database()").fetchone()[0]:
-        await asyncio.sleep(0.01)
+    await until(lambda: lock_waiters(sql), "the group to wait on the held request_id")
 
 
 def keys_left(sql) -> list[str]:

@@ -8,7 +8,7 @@ import time
 
 from spanq_proto.v1 import queue_pb2
 
-from .helpers import create_queue
+from .helpers import create_queue, until
 from .readme_session import GRPCURL, replay
 
 SERVICE = "spanq.v1.QueueService"
@@ -60,10 +60,7 @@ async def test_receive_stream_pushes_a_send_at_once_and_ends_after_max_duration(
         str(GRPCURL), "-plaintext", "-d", '{"queue": "jobs", "max_duration": "2s"}', server.target,
         f"{SERVICE}/Receive", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 5
-        while server.receiver.open_streams() < 1:
-            assert time.monotonic() < deadline, "grpcurl's Receive stream never opened"
-            await asyncio.sleep(0.01)
+        await until(lambda: server.receiver.open_streams() >= 1, "grpcurl's Receive stream to open", 5, 0.01)
         status, out = await grpcurl(server.target, f"{SERVICE}/Send", data=(
             '{"queue": "jobs", "messages": [{"key": [42, "a"], "payload": {"to": "ada", "n": 1}}]}'))
         assert status == 0, out

@@ -11,7 +11,7 @@ import pytest
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
-from .helpers import create_queue, error_of, key, plain, receive_some, send, text_message
+from .helpers import create_queue, error_of, key, lock_waiters, plain, receive_some, send, text_message, until
 from .pgproxy import GROUP_STATEMENT, PgProxy
 
 
@@ -118,7 +118,7 @@ async def test_rolled_back_commit_then_replay_executes_once(server_config, clock
         await running.stop(0)
 
 
-async def test_replay_racing_its_original_waits_on_the_ledger_and_applies_once(stub, sql, database_url):
+async def test_replay_racing_its_original_waits_on_the_ledger_and_applies_once(stub, sql, database_url, server):
     """Two concurrent calls with one request_id: the database's unique key, not an
     application check, makes one of them the effect and the other its replay."""
     import psycopg
@@ -132,8 +132,10 @@ async def test_replay_racing_its_original_waits_on_the_ledger_and_applies_once(s
     )
     calls = [asyncio.ensure_future(send(stub, "q", text_message(None, "raced"), request_id="race"))
              for _ in range(2)]
-    await asyncio.sleep(0.3)
-    assert not any(c.done() for c in calls)  # both wait on the key
+    # Both wait: each group's statement on the key (or the second behind the first, if the
+    # server commits one group at a time).
+    await until(lambda: lock_waiters(sql) + server.mutator.sends.waiting == 2, "both calls to wait on the key")
+    assert not any(c.done() for c in calls)
     await blocker.rollback()
     await blocker.close()
     answers = await asyncio.gather(*calls)

@@ -20,7 +20,9 @@ from spanq_server.cli import parse_config
 from spanq_server.config import Config
 from spanq_server.server import Running, start
 
-from .helpers import ack, create_queue, duration, error_of, key, open_stream, receive_some, renew, send, text_message
+from .helpers import (
+    ack, create_queue, duration, error_of, key, open_stream, receive_some, renew, send, text_message, until,
+)
 from .spawned import tcp_sockets
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -58,12 +60,11 @@ def rpc_count(samples: Samples, method: str, code: str) -> float | None:
 
 async def eventually(server: Running, check, timeout: float = 5) -> Samples:
     """Scrapes until check(samples) holds (the server sees a stream open or close a moment later)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
+    async def holds() -> Samples | None:
         samples = await scrape(server)
-        if check(samples) or asyncio.get_running_loop().time() > deadline:
-            return samples
-        await asyncio.sleep(0.05)
+        return samples if check(samples) else None
+
+    return await until(holds, "the metrics to show it", timeout, 0.05)
 
 
 # -- counters --------------------------------------------------------------------------

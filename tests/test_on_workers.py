@@ -14,6 +14,7 @@ from psycopg.conninfo import make_conninfo
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
+from .helpers import until
 from .spawned import channels_on_each, free_port, spawn_server, wait_children, wait_serving_sync
 from .test_concurrency import (test_concurrent_senders_and_one_stream,  # noqa: F401
                                test_many_acking_streams_receive_every_message_once)
@@ -23,6 +24,7 @@ from .test_delivery import (test_duplicate_key_send_stores_nothing,  # noqa: F40
                             test_one_send_arrives_as_one_batch_with_last_batch_message,
                             test_receive_unknown_queue_is_not_found, test_renew_of_an_acked_message_returns_no_token,
                             test_send_to_unknown_queue_is_not_found)
+from .test_workers import streams_open
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +39,30 @@ def database_url(pg_url: str, template_db: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def workers(database_url: str) -> Iterator[tuple[str, list[int]]]:
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def workers(database_url: str, metrics_port: int) -> Iterator[tuple[str, list[int]]]:
     port = free_port()
-    process = spawn_server(database_url, port, "--workers", "2")
+    process = spawn_server(database_url, port, "--workers", "2", "--metrics-listen", f"127.0.0.1:{metrics_port}",
+                           "--metrics-interval", "0")
     try:
         wait_serving_sync(f"127.0.0.1:{port}")
         yield f"127.0.0.1:{port}", wait_children(process.pid, 2)
     finally:
         process.terminate()
         process.wait(60)
+
+
+@pytest.fixture
+def await_idle_streams(workers: tuple[str, list[int]], metrics_port: int) -> Any:
+    """The workers' signals cannot be heard from here: until their metrics count the streams open."""
+    async def wait(queue: str, n: int = 1, timeout: float = 10) -> None:
+        await until(lambda: streams_open(metrics_port, queue, n), f"{n} open streams of {queue!r}", timeout, 0.1)
+
+    return wait
 
 
 class RoundRobin:

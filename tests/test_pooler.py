@@ -39,7 +39,7 @@ def pgbouncer(pgbouncer_installed, database_url):  # type: ignore[no-untyped-def
 
 
 async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicated_and_streams_poll(
-        pgbouncer, server_config, clock, sql, caplog):
+        pgbouncer, server_config, clock, sql, caplog, waiting):
     caplog.set_level(logging.INFO, logger="spanq_server")
     running = await start(dataclasses.replace(server_config, database_url=pgbouncer.url), clock=clock)
     work = Workload([running.target], "work")
@@ -64,11 +64,14 @@ async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicate
         # stream that waits within the poll interval.
         await create_queue(work.stubs[0], "tasks", payload_type=queue_pb2.STRING)
         async with open_stream(work.stubs[0], "tasks") as stream:
+            waiting.clear()
             await send(work.stubs[0], "tasks", text_message("warm", "x"))
             await ack(work.stubs[0], "tasks", await stream.next())
             delays = []
             for i in range(5):
-                await asyncio.sleep(0.3)  # the stream is waiting again
+                # The stream is waiting again (it was heard so since its last delivery).
+                await waiting.wait(match=lambda v: v.queue == "tasks", what="the stream to wait again")
+                waiting.clear()
                 started = time.monotonic()
                 await asyncio.to_thread(sql.execute, f"INSERT INTO tasks (id, payload) VALUES ('sql-{i}', 'hi')")
                 await ack(work.stubs[0], "tasks", await stream.next(timeout=5))
@@ -81,7 +84,7 @@ async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicate
 
 
 async def test_behind_pgbouncer_a_direct_listener_url_hears_and_streams_need_not_poll(
-        pgbouncer, database_url, server_config, clock, sql):
+        pgbouncer, database_url, server_config, clock, sql, waiting):
     running = await start(dataclasses.replace(server_config, database_url=pgbouncer.url, listener_url=database_url,
                                               deaf_poll_interval=timedelta(seconds=5)), clock=clock)
     try:
@@ -92,7 +95,7 @@ async def test_behind_pgbouncer_a_direct_listener_url_hears_and_streams_need_not
             stub = queue_pb2_grpc.QueueServiceStub(channel)
             await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
             async with open_stream(stub, "tasks") as stream:
-                await asyncio.sleep(0.3)  # the stream waits
+                await waiting.wait(match=lambda v: v.queue == "tasks", what="the stream to wait")
                 started = time.monotonic()
                 await asyncio.to_thread(sql.execute, "INSERT INTO tasks (id, payload) VALUES ('sql', 'hi')")
                 await stream.next(timeout=5)

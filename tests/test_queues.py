@@ -476,7 +476,7 @@ async def test_sql_functions_receive_and_renew(stub, sql):
     assert sql.execute("DELETE FROM tasks WHERE id = %s", (rows[0][0],)).rowcount == 1
 
 
-async def test_dropping_a_queue_ends_its_open_streams_with_not_found(server_config, clock):
+async def test_dropping_a_queue_ends_its_open_streams_with_not_found(server_config, clock, waiting):
     """At once, not at the stream's next poll (30 s here)."""
     import asyncio
 
@@ -488,7 +488,7 @@ async def test_dropping_a_queue_ends_its_open_streams_with_not_found(server_conf
             await stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(name="doomed")))
             call = stub.Receive(queue_pb2.ReceiveRequest(queue="doomed"))
             reader = asyncio.ensure_future(call.read())
-            await asyncio.sleep(0.3)  # open and idle
+            await waiting.wait(match=lambda v: v.queue == "doomed", what="the stream open and idle")
             await stub.DropQueue(queue_pb2.DropQueueRequest(name="doomed"))
             done, _ = await asyncio.wait([reader], timeout=5)
             assert done, "the stream outlived its queue"

@@ -7,7 +7,6 @@ Each server here polls every 30 s unless the test says otherwise, so a message t
 comes within seconds came from what the server knew, not from a poll.
 """
 
-import asyncio
 import contextlib
 import dataclasses
 from collections import Counter
@@ -22,7 +21,7 @@ from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Config
 from spanq_server.server import start
 
-from .helpers import ack, create_queue, duration, open_stream, plain, renew, send, text_message
+from .helpers import ack, create_queue, duration, open_stream, plain, renew, send, text_message, until
 
 
 @pytest.fixture
@@ -138,12 +137,11 @@ async def test_an_ack_in_sql_frees_the_slot_at_the_poll_while_other_streams_ack_
             sql.execute("DELETE FROM tasks WHERE spanq_lease_token = %s", (m.lease_token,))
             sql.commit()
             async with open_stream(stub, "tasks", lease_duration=duration(60), max_outstanding=1) as b:
-                for _ in range(30):  # an ack through the server every ~0.1 s, for up to 3 s
+                async def acked_until_room() -> bool:  # an ack through the server every ~0.1 s, for up to 3 s
                     await ack(stub, "tasks", await b.next())
-                    if len(a.received) > 1:
-                        break
-                    await asyncio.sleep(0.1)
-            assert len(a.received) > 1, "the stream whose message was acked in SQL got no room in 3 s"
+                    return len(a.received) > 1
+
+                await until(acked_until_room, "room for the stream whose message was acked in SQL", 3, 0.1)
 
 
 async def test_a_nack_frees_the_slot(stub, server):

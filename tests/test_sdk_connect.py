@@ -14,6 +14,7 @@ import spanq
 import spanq.aio
 from spanq_server.server import start
 
+from .helpers import until, until_sync
 from .spawned import free_port
 
 
@@ -83,13 +84,6 @@ def warnings_of(caplog, text: str) -> list[str]:
             if r.name == "spanq._subscriber" and r.levelno == logging.WARNING and text in r.getMessage()]
 
 
-async def eventually(check, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_subscriber_warns_while_it_cannot_connect_and_when_it_connects(server, server_config, clock, caplog):
     caplog.set_level(logging.WARNING, logger="spanq._subscriber")
     async with spanq.aio.Client(server.target) as admin:
@@ -99,18 +93,18 @@ async def test_a_subscriber_warns_while_it_cannot_connect_and_when_it_connects(s
     got: list[str] = []
     async with spanq.aio.Client(target, connect_timeout=0.3) as client:
         subscription = client.subscribe("jobs", lambda m: got.append(m.payload))
-        await eventually(lambda: warnings_of(caplog, "(attempt 2)"))
+        await until(lambda: warnings_of(caplog, "(attempt 2)"), "the second warning", 20, 0.05)
         [first, *_] = warnings_of(caplog, "cannot connect")
         assert first.startswith(f"jobs: cannot connect to {target} (attempt 1): cannot connect to {target} within 0.3s")
         # The same database served on the port the subscriber is trying.
         late = await start(dataclasses.replace(server_config, listen=target), clock=clock)
         try:
-            await eventually(lambda: warnings_of(caplog, "again after"))
+            await until(lambda: warnings_of(caplog, "again after"), "the reconnect warning", 20, 0.05)
             failed = len(warnings_of(caplog, "cannot connect"))
             assert warnings_of(caplog, "again after") == [
                 f"jobs: connected to {target} again after {failed} failed attempt(s)"]
             await client.send("jobs", "hello")
-            await eventually(lambda: got == ["hello"])
+            await until(lambda: got == ["hello"], "the message", 20, 0.05)
             subscription.cancel()
             await subscription.result()
         finally:
@@ -124,10 +118,7 @@ def test_leaving_a_subscription_and_a_client_to_a_down_server_is_prompt(caplog):
         started = time.monotonic()  # in the first connect attempt: leaving must not wait for it
     assert time.monotonic() - started < 1
     with client.subscribe("jobs", lambda m: None):
-        deadline = time.monotonic() + 20
-        while not warnings_of(caplog, "(attempt 1)"):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        until_sync(lambda: warnings_of(caplog, "(attempt 1)"), "the first warning", 20, 0.05)
         started = time.monotonic()  # now between attempts
     assert time.monotonic() - started < 1
     started = time.monotonic()
@@ -150,14 +141,14 @@ async def test_a_subscribers_ack_waits_out_an_outage_longer_than_connect_timeout
 
         subscription = client.subscribe("jobs", handle)
         try:
-            await eventually(lambda: subscription.in_hand == 1)
+            await until(lambda: subscription.in_hand == 1, "one message in hand", 20, 0.05)
             await first.stop(0)
             release.set()
-            await eventually(lambda: any("ack on jobs" in r.getMessage() and "cannot connect" in r.getMessage()
-                                         for r in caplog.records))
+            await until(lambda: any("ack on jobs" in r.getMessage() and "cannot connect" in r.getMessage()
+                                    for r in caplog.records), "the ack's warning", 20, 0.05)
             second = await start(config, clock=clock)
             try:
-                await eventually(lambda: sql.execute("SELECT count(*) FROM jobs").fetchone() == (0,))
+                await until(lambda: sql.execute("SELECT count(*) FROM jobs").fetchone() == (0,), "the ack to commit", 20, 0.05)
             finally:
                 subscription.cancel()
                 await subscription.result()

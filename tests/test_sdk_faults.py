@@ -12,6 +12,8 @@ import pytest
 import spanq
 import spanq.aio
 
+from .helpers import until
+
 N = 3000
 FAST = spanq.Retry(initial_backoff=0.005, max_backoff=0.05, deadline=30)
 
@@ -56,8 +58,8 @@ async def test_unknown_commits_store_each_message_once_and_ack_it_once(server, s
 
         rest = N - len(moved)
         async with client.subscribe("inbox", handle, flow_control=spanq.FlowControl(max_messages=200)):
-            while sql.execute("SELECT count(*) FROM inbox").fetchone()[0]:
-                await asyncio.sleep(0.05)
+            await until(lambda: not sql.execute("SELECT count(*) FROM inbox").fetchone()[0], "every message settled",
+                        60, 0.05)
         assert len(seen) == rest and set(seen).isdisjoint(moved) and max(seen.values()) == 1
         assert sorted([*moved, *seen]) == list(range(N))
 

@@ -16,6 +16,8 @@ import spanq
 import spanq.aio
 from spanq_server.config import Limits
 
+from .helpers import until, until_sync
+
 SLOW = spanq.BatchSettings(max_latency=30)
 """Batches leave only when full or flushed: the tests decide when."""
 
@@ -44,13 +46,6 @@ def stored(sql, queue: str) -> list[int]:
     return [row[0] for row in sql.execute(f'SELECT id FROM "{queue}" ORDER BY spanq_enqueue_time, id')]
 
 
-async def poll(check, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 # -- batching ------------------------------------------------------------------------------------
 
 
@@ -59,7 +54,7 @@ async def test_messages_are_gathered_into_sends_by_count_and_flush(server, sql):
         await c.create_queue("jobs", key_columns=[("id", "INT64")], payload_type="STRING")
         before = ledger_rows(sql)
         futures = [await c.publish("jobs", f"job {i}", key=i) for i in range(250)]
-        await poll(lambda: sum(f.done() for f in futures) == 200)  # two full batches went at once
+        await until(lambda: sum(f.done() for f in futures) == 200, "200 sends", 10, 0.01)  # two full batches went at once
         assert not any(f.done() for f in futures[200:])  # the rest waits for its latency, or a flush
         await c.flush()
         assert [await f for f in futures] == [(i,) for i in range(250)]
@@ -178,7 +173,7 @@ async def test_flow_control_makes_an_async_publish_wait_for_room(server):
         await c.create_queue("bytes_bound")
         first = [await c.publish("bytes_bound", b"z" * 1000) for _ in range(2)]
         waiting = asyncio.ensure_future(c.publish("bytes_bound", b"z" * 1000))
-        await poll(lambda: bool(c._publisher.gate._waiters))
+        await until(lambda: c._publisher.gate._waiters, "the publish to wait for room", 10, 0.01)
         assert not waiting.done()  # it waits for room: two of 3,000 bytes' worth are outstanding
         await c.flush()
         await asyncio.gather(*first)
@@ -203,10 +198,8 @@ def blocked_producer(server) -> None:
 
         thread = threading.Thread(target=producer)
         thread.start()
-        deadline = time.monotonic() + 10
-        while len(published) < 5 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        thread.join(0.2)  # time enough for a sixth publish that did not wait
+        until_sync(lambda: len(published) >= 5, "five publishes", 10, 0.01)
+        thread.join(0.2)  # time enough for a sixth publish that did not wait (a blocked thread shows nothing)
         assert thread.is_alive() and len(published) == 5  # the sixth waits: five are outstanding
         c.flush()
         thread.join(5)

@@ -11,6 +11,8 @@ import pytest
 import spanq
 import spanq.aio
 
+from .helpers import until
+
 
 async def test_sql_send_commits_and_rolls_back_with_the_applications_writes(server, database_url, sql):
     async with spanq.aio.Client(server.target) as client:
@@ -107,8 +109,7 @@ async def test_exactly_once_consumer_acks_in_its_own_transaction(server, databas
                 applied.append(message.key[0])
 
             async with client.subscribe("payments", apply):
-                while len(applied) < 40:
-                    await asyncio.sleep(0.02)
+                await until(lambda: len(applied) >= 40, "every payment applied", 30)
         totals = dict(sql.execute("SELECT account, total FROM balances").fetchall())
         assert totals == {"a": sum(range(0, 40, 2)), "b": sum(range(1, 40, 2))}
         assert sorted(applied) == list(range(40))

@@ -18,13 +18,7 @@ import spanq._subscriber
 import spanq.aio
 from spanq_server.server import start
 
-
-async def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
+from .helpers import until, until_sync
 
 
 async def test_a_callback_slower_than_three_leases_is_never_redelivered_while_alive(server, sql, caplog):
@@ -41,18 +35,18 @@ async def test_a_callback_slower_than_three_leases_is_never_redelivered_while_al
             deliveries.append((message.key[0], message.delivery_attempt))
             for _ in range(28):  # 7 s, watching the lease token change as the leaser renews it
                 tokens[message.key[0]].add(message.lease_token)
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.25)  # the test: a callback slower than three leases
 
         def slow_sync(message: spanq.Message) -> None:  # runs on the subscriber's thread pool
             deliveries.append((message.key[0], message.delivery_attempt))
             for _ in range(28):
                 tokens[message.key[0]].add(message.lease_token)
-                time.sleep(0.25)
+                time.sleep(0.25)  # the test: a callback slower than three leases
 
         one = spanq.FlowControl(max_messages=1)
         async with client.subscribe("slow", slow_async, flow_control=one), \
                 client.subscribe("slow", slow_sync, flow_control=one):
-            await wait_for(lambda: len(deliveries) == 2, what="both deliveries")
+            await until(lambda: len(deliveries) == 2, "both deliveries")
             # A free competitor polls all along: had a lease lapsed, it would get the message.
             stolen = []
             while sql.execute("SELECT count(*) FROM slow").fetchone()[0]:
@@ -76,18 +70,22 @@ async def test_flow_control_bounds_the_messages_in_hand(server, sql):
             running += 1
             peak = max(peak, running)
             held_peak = max(held_peak, subscription.in_hand)
-            await asyncio.sleep(0.03)
+            await asyncio.sleep(0.03)  # work that takes a while, so callbacks overlap
             running -= 1
             done.add(message.key[0])
 
         subscription = client.subscribe("flow", handle, flow_control=spanq.FlowControl(max_messages=5))
         async with subscription:
             leased_peak = 0
-            while len(done) < 40:
+
+            def sampled_until_done() -> bool:  # the peak of leased rows, sampled while it works
+                nonlocal leased_peak
                 leased = sql.execute(
                     "SELECT count(*) FROM flow WHERE spanq_lease_expiration_timestamp > now()").fetchone()[0]
                 leased_peak = max(leased_peak, leased)
-                await asyncio.sleep(0.01)
+                return len(done) >= 40
+
+            await until(sampled_until_done, "every message", 20, 0.01)
         assert peak <= 5 and held_peak <= 5 and leased_peak <= 5
         assert peak >= 3  # and it does run callbacks side by side
 
@@ -98,7 +96,7 @@ async def test_flow_control_bounds_the_messages_in_hand(server, sql):
         subscription = client.subscribe("flow", handle, max_batch_size=1,
                                         flow_control=spanq.FlowControl(max_messages=100, max_bytes=250))
         async with subscription:
-            await wait_for(lambda: len(done) == 12, timeout=15, what="the byte-limited messages")
+            await until(lambda: len(done) == 12, "the byte-limited messages", 15)
         assert held_peak <= 3
 
 
@@ -129,13 +127,13 @@ async def test_flow_control_pauses_without_reopening_the_stream(server, sql):
         async def handle(message: spanq.Message) -> None:
             nonlocal held_peak
             held_peak = max(held_peak, subscription.in_hand)
-            await asyncio.sleep(0.005)
+            await asyncio.sleep(0.005)  # work that takes a moment, so the window fills
             done.add(message.key[0])
 
         subscription = client.subscribe("paced", handle, max_batch_size=3,
                                         flow_control=spanq.FlowControl(max_messages=5))
         async with subscription:
-            await wait_for(lambda: len(done) == 40, what="every message")
+            await until(lambda: len(done) == 40, "every message")
         assert sql.execute("SELECT count(*) FROM paced").fetchone()[0] == 0
         assert len(opened) == 1 and opened[0].max_outstanding == 5
         assert 3 <= held_peak <= 5  # paused at the limit many times over, on one stream
@@ -148,7 +146,7 @@ async def test_flow_control_pauses_without_reopening_the_stream(server, sql):
         subscription = client.subscribe("paced", handle, max_batch_size=1,
                                         flow_control=spanq.FlowControl(max_messages=5, max_bytes=250))
         async with subscription:
-            await wait_for(lambda: len(done) == 40, what="every message, by bytes")
+            await until(lambda: len(done) == 40, "every message, by bytes")
         assert len(opened) == 1 and held_peak <= 3
 
 
@@ -167,14 +165,14 @@ async def test_a_stream_opened_narrow_ends_soon_and_loses_no_message(server, sql
         async def handle(message: spanq.Message) -> None:
             nonlocal held_peak
             held_peak = max(held_peak, subscription.in_hand)
-            await asyncio.sleep(0.01 * (message.key[0] % 3))
+            await asyncio.sleep(0.01 * (message.key[0] % 3))  # uneven work: settled out of order
             done.add(message.key[0])
 
         subscription = client.subscribe("narrow", handle, max_batch_size=4, stream_duration=0.3,
                                         flow_control=spanq.FlowControl(max_messages=10))
         async with subscription:
-            await wait_for(lambda: len(done) == 300, timeout=30, what="every message")
-            await wait_for(lambda: sql.execute("SELECT count(*) FROM narrow").fetchone()[0] == 0, what="all acked")
+            await until(lambda: len(done) == 300, "every message", 30)
+            await until(lambda: sql.execute("SELECT count(*) FROM narrow").fetchone()[0] == 0, "all acked")
         assert held_peak <= 10
         durations = {r.max_outstanding == 10: r.max_duration.ToTimedelta() for r in opened}
         assert durations == {True: timedelta(seconds=0.3), False: timedelta(seconds=0.1)}, opened
@@ -193,17 +191,18 @@ async def test_the_subscriber_survives_a_server_restart(server, server_config, c
         try:
             async with client.subscribe("jobs", handle):
                 await client.send_many("jobs", [spanq.OutgoingMessage({"n": i}, i) for i in range(10)])
-                await wait_for(lambda: len(seen) == 10, what="the first ten")
+                await until(lambda: len(seen) == 10, "the first ten")
 
                 await server.stop(0)
                 # Sent while no server is up: the send retries (one request_id) until the new one answers.
                 sending = asyncio.create_task(
                     client.send_many("jobs", [spanq.OutgoingMessage({"n": i}, i) for i in range(10, 20)]))
-                await asyncio.sleep(0.5)
+                done, _ = await asyncio.wait([sending], timeout=0.5)
+                assert not done, "with no server up, the send waits for one"
                 replacement = await start(dataclasses.replace(server_config, listen=f"127.0.0.1:{server.port}"),
                                           clock=clock)
                 await sending
-                await wait_for(lambda: len(seen) == 20, timeout=15, what="the ten sent after the restart")
+                await until(lambda: len(seen) == 20, "the ten sent after the restart", 15)
             assert await client.receive("jobs", timeout=0.2) == []  # and acked them all
         finally:
             if replacement is not None:
@@ -226,11 +225,11 @@ async def test_graceful_shutdown_finishes_running_callbacks_and_nacks_the_rest(s
             if key == 0:
                 failing_seen.set()
                 raise RuntimeError("a failing callback nacks its message")
-            time.sleep(0.3 if key == 1 else 5)  # key 1 finishes within the grace period, the others do not
+            time.sleep(0.3 if key == 1 else 5)  # the test: key 1 finishes within the grace period, the others do not
             finished.append(key)
 
         subscription = client.subscribe("batch", handle, max_workers=3, shutdown_timeout=0.8)
-        await wait_for(lambda: {0, 1} <= set(started) and len(started) >= 3, what="callbacks to start")
+        await until(lambda: {0, 1} <= set(started) and len(started) >= 3, "callbacks to start")
         subscription.cancel()
         await subscription
         assert subscription.done() and 1 in finished
@@ -252,9 +251,7 @@ async def test_sync_subscriber_and_message_acks_from_threads(server, sql):
                 got.append(message.key[0])
 
             with client.subscribe("tasks", handle, auto_ack=True) as subscription:
-                deadline = time.monotonic() + 10
-                while len(got) < 8 and time.monotonic() < deadline:
-                    time.sleep(0.02)
+                until_sync(lambda: len(got) >= 8, "every task")
             assert subscription.done()
         return got
 
@@ -275,11 +272,12 @@ async def test_streams_that_end_at_max_duration_are_restarted(server, caplog):
     async with spanq.aio.Client(server.target) as client:
         await client.create_queue("ticks", key_columns=[("id", "INT64")], payload_type="STRING")
         seen: list[int] = []
+        opened = count_receive_streams(client)
         async with client.subscribe("ticks", lambda m: seen.append(m.key[0]), stream_duration=0.2):
-            for i in range(4):  # each send lands after at least one stream has ended normally
-                await asyncio.sleep(0.3)
+            for i in range(4):  # each send lands after at least one more stream has ended normally
+                await until(lambda: len(opened) >= i + 2, "a stream to end and be reopened")
                 await client.send("ticks", "tick", key=i)
-            await wait_for(lambda: len(seen) == 4, what="every tick")
+            await until(lambda: len(seen) == 4, "every tick")
         assert sorted(seen) == [0, 1, 2, 3]
         assert not [r for r in caplog.records if "reconnecting" in r.getMessage()]  # normal ends, no errors
 
@@ -292,10 +290,10 @@ client = spanq.Client(sys.argv[1])
 
 def handle(message):
     print("holding", message.key[0], flush=True)
-    time.sleep(60)
+    time.sleep(60)  # holds the message until the test kills it
 
 client.subscribe("jobs", handle)
-time.sleep(60)
+time.sleep(60)  # the subscriber runs in its threads until the test kills this process
 """
 
 
@@ -309,7 +307,7 @@ async def test_a_killed_worker_has_its_message_redelivered_after_the_lease(serve
         try:
             line = await asyncio.wait_for(worker.stdout.readline(), 20)
             assert line.split() == [b"holding", b"7"]
-            await asyncio.sleep(1.5)  # past its first lease: the worker's leaser keeps it
+            await asyncio.sleep(1.5)  # the test, on the real clock: past its first lease the worker's leaser keeps it
             assert await client.receive("jobs", timeout=0.2) == []
         finally:
             worker.kill()
@@ -347,7 +345,7 @@ async def test_callbacks_may_settle_their_messages_every_way(server, sql, caplog
                 raise ValueError("fails once")
 
         async with client.subscribe("ways", handle):
-            await wait_for(lambda: sql.execute("SELECT count(*) FROM ways").fetchone()[0] == 0, what="all settled")
+            await until(lambda: sql.execute("SELECT count(*) FROM ways").fetchone()[0] == 0, "all settled")
         assert attempts == {0: 1, 1: 1, 2: 1, 3: 2, 4: 2}
         assert sql.execute("SELECT id FROM next").fetchall() == [(2,)]
         # Only the failing callback is reported; no ack or renewal went wrong.

@@ -16,7 +16,7 @@ from spanq_server.config import Config, ConfigError
 from spanq_server.server import is_loopback, start
 from spanq_server.sql import MIGRATIONS
 
-from .helpers import create_queue
+from .helpers import create_queue, until
 
 
 @pytest.fixture
@@ -47,14 +47,14 @@ async def test_two_servers_starting_at_once_migrate_once(empty_database):
     await again.stop(0)
 
 
-async def test_health_and_graceful_shutdown_ends_streams_with_unavailable(server, stub, channel):
+async def test_health_and_graceful_shutdown_ends_streams_with_unavailable(server, stub, channel, waiting):
     health = health_pb2_grpc.HealthStub(channel)
     reply = await health.Check(health_pb2.HealthCheckRequest(service="spanq.v1.QueueService"))
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
     await create_queue(stub, "q", payload_type=queue_pb2.STRING)
     call = stub.Receive(queue_pb2.ReceiveRequest(queue="q"))
     reader = asyncio.ensure_future(call.read())
-    await asyncio.sleep(0.2)  # the stream is open and idle
+    await waiting.wait(what="the stream open and idle")
     await server.stop(grace=2)
     with pytest.raises(grpc.aio.AioRpcError) as failure:
         await reader
@@ -83,5 +83,5 @@ async def test_an_address_in_use_is_a_clear_refusal_and_leaves_nothing_running(d
         with pytest.raises(ConfigError, match=f"cannot serve .*on {address}.*give --"):
             await start(dataclasses.replace(config, **{taken: address}))
     # Nothing the failed start began is left behind (the ledger pruner, the listener).
-    await asyncio.sleep(0.1)
-    assert {t for t in asyncio.all_tasks() if not t.done()} <= before | {asyncio.current_task()}
+    await until(lambda: {t for t in asyncio.all_tasks() if not t.done()} <= before | {asyncio.current_task()},
+                "the failed start's tasks to end", 2)

@@ -25,6 +25,7 @@ from spanq_server.config import Config
 from spanq_server.server import start
 
 from .conftest import ROOT
+from .helpers import until
 
 pytestmark = [
     # The client library's own deprecations and thread warnings are not ours to fix.
@@ -430,11 +431,8 @@ async def test_abandoned_transactions_are_reaped(database, server, sql) -> None:
     with pytest.raises(exceptions.OutOfRange):
         await asyncio.to_thread(database.run_in_transaction, abandon)
     assert transactions.open_count() == 1
-    for _ in range(100):
-        if transactions.open_count() == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert transactions.open_count() == 0 and transactions.reaped >= 1
+    await until(lambda: transactions.open_count() == 0, "the reaper to roll it back", 5, 0.05)
+    assert transactions.reaped >= 1
     # Rolled back: the message is still there and deliverable.
     seen = await asyncio.to_thread(receive, database, "300ms")
     assert [r[:2] for _, r in seen[:-1]] == [[5, "held"]]

@@ -3,7 +3,6 @@ real server and PostgreSQL: long request ids, transaction lifetime and idle limi
 transactions bound to their token, out-of-range literals, timestamps of years
 before 1000 and with nanoseconds (and the same timestamps through spanq.v1)."""
 
-import asyncio
 import dataclasses
 import time
 from datetime import timedelta
@@ -19,7 +18,7 @@ from spanq_server import auth
 from spanq_server.config import Config
 from spanq_server.server import start
 
-from .helpers import error_of, key, receive_some, value
+from .helpers import error_of, key, receive_some, until, value
 
 SESSION = "projects/p/instances/i/databases/d/sessions/s1"
 REQUEST_ID = "x-goog-spanner-request-id"
@@ -112,13 +111,6 @@ def raw(channel: grpc.aio.Channel) -> RawSpanner:
     return RawSpanner(channel)
 
 
-async def until(predicate: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 # -- 3: request ids of any length key the commit ledger whole ----------------------------
 
 
@@ -156,14 +148,15 @@ async def test_a_busy_transaction_ends_at_its_lifetime(stub, raw, server, sql) -
     txn = await raw.begin()
     began = time.monotonic()
     await raw.sql("INSERT INTO jobs (id, Payload) VALUES ('held', 'x')", txn)
-    failed = None
-    while failed is None and time.monotonic() - began < 5:
+
+    async def used_until_refused() -> grpc.aio.AioRpcError | None:
         try:
-            await raw.sql("SELECT * FROM jobs", txn)
-            await asyncio.sleep(0.3)
+            await raw.sql("SELECT * FROM jobs", txn)  # busy, never idle: only its lifetime ends it
         except grpc.aio.AioRpcError as exc:
-            failed = exc
-    assert failed is not None, "the transaction outlived its lifetime"
+            return exc
+        return None
+
+    failed = await until(used_until_refused, "the transaction to be refused past its lifetime", 5, 0.3)
     assert failed.code() == grpc.StatusCode.ABORTED and "open longer than 1.5s" in failed.details(), failed
     assert time.monotonic() - began >= 1.5
     code, message, _ = await error_of(raw.commit(txn=txn))

@@ -6,10 +6,10 @@ processes."""
 import asyncio
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from collections.abc import Iterator
 
@@ -24,7 +24,7 @@ from spanq_server.config import Config, ConfigError
 from spanq_server.server import start
 from spanq_server.workers import connections_per_worker, reserve
 
-from .helpers import ack, create_queue, open_stream, send, text_message
+from .helpers import ack, create_queue, open_stream, send, text_message, until, until_sync
 from .spawned import (channels_on_each, children, free_port, listens_on, spawn_server, wait_children,
                       wait_serving_sync)
 
@@ -42,10 +42,8 @@ class Workers:
 
 
 def wait_listening(pids: list[int], port: int, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not all(listens_on(pid, port) for pid in pids):
-        assert time.monotonic() < deadline, f"not every one of {pids} listens on {port}"
-        time.sleep(0.05)
+    until_sync(lambda: all(listens_on(pid, port) for pid in pids), f"every one of {pids} to listen on {port}",
+               timeout_s, 0.05)
 
 
 @pytest.fixture
@@ -53,15 +51,33 @@ def workers(database_url: str) -> Iterator[Workers]:
     port, metrics_port = free_port(), free_port()
     process = spawn_server(database_url, port, "--workers", "2", "--metrics-listen", f"127.0.0.1:{metrics_port}",
                            "--metrics-interval", "0")
+    pids: list[int] = []
+    files = None
     try:
         wait_serving_sync(f"127.0.0.1:{port}")
         pids = wait_children(process.pid, 2)
+        files = metrics_folder(pids[0])
         wait_listening(pids, port)
         yield Workers(process, port, metrics_port, pids)
     finally:
         if process.poll() is None:
             process.terminate()
             process.wait(60)
+        # A supervisor that was killed could neither stop its workers nor remove their metrics files.
+        for pid in pids:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        if files is not None:
+            shutil.rmtree(files, ignore_errors=True)
+
+
+def metrics_folder(pid: int) -> str | None:
+    """Where a worker writes its metrics (the supervisor made the folder and removes it as it stops)."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for entry in f.read().split(b"\0"):
+            if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR="):
+                return entry.split(b"=", 1)[1].decode()
+    return None
 
 
 async def stubs_on_each(workers: Workers) -> tuple[list[grpc.aio.Channel], list[queue_pb2_grpc.QueueServiceStub]]:
@@ -114,7 +130,8 @@ async def test_sigterm_ends_every_worker_gracefully(workers):
         await create_queue(stubs[0], "tasks", payload_type=queue_pb2.STRING)
         calls = [stub.Receive(queue_pb2.ReceiveRequest(queue="tasks")) for stub in stubs]
         readers = [asyncio.ensure_future(call.read()) for call in calls]
-        await asyncio.sleep(0.2)  # the streams are open and idle
+        # The streams are open: the workers count them (a subprocess's signals cannot be heard).
+        await until(lambda: streams_open(workers.metrics_port, "tasks", 2), "both workers' streams", 10, 0.1)
         workers.process.send_signal(signal.SIGTERM)
         for reader in readers:  # each worker ended its stream as a graceful shutdown does
             with pytest.raises(grpc.aio.AioRpcError) as failure:
@@ -143,10 +160,8 @@ def gone(pid: int) -> bool:
 async def test_workers_shut_down_when_the_supervisor_is_killed(workers):
     workers.process.kill()  # SIGKILL: it cannot tell them
     workers.process.wait()
-    deadline = time.monotonic() + 30
-    while not all(gone(pid) for pid in workers.pids):  # each sees its pipe to the supervisor close
-        assert time.monotonic() < deadline, "orphaned workers kept running"
-        await asyncio.sleep(0.05)
+    # Each sees its pipe to the supervisor close.
+    await until(lambda: all(gone(pid) for pid in workers.pids), "the orphaned workers to stop", 30, 0.05)
 
 
 def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -154,6 +169,12 @@ def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         text = response.read().decode()
     return {(s.name, frozenset(s.labels.items())): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def streams_open(port: int, queue: str, n: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The workers' metrics if they count ``n`` open streams of ``queue`` (sampled once a second), else {}."""
+    samples = await asyncio.to_thread(scrape, port)
+    return samples if samples.get(("spanq_receive_streams_open", frozenset({("queue", queue)}))) == n else {}
 
 
 async def test_one_endpoint_sums_the_workers_metrics(workers):
@@ -165,13 +186,8 @@ async def test_one_endpoint_sums_the_workers_metrics(workers):
         for i in range(2):
             await send(b, "tasks", text_message(f"b{i}", "x"))
         async with open_stream(a, "tasks", max_outstanding=1), open_stream(b, "tasks", max_outstanding=1):
-            deadline = time.monotonic() + 10  # a worker samples its streams once a second
-            while True:
-                s = await asyncio.to_thread(scrape, workers.metrics_port)
-                if s.get(("spanq_receive_streams_open", frozenset({("queue", "tasks")}))) == 2:
-                    break
-                assert time.monotonic() < deadline, "the streams of both workers never showed"
-                await asyncio.sleep(0.1)
+            s = await until(lambda: streams_open(workers.metrics_port, "tasks", 2), "the streams of both workers",
+                            10, 0.1)
         await create_queue(b, "other", payload_type=queue_pb2.STRING)
         await send(b, "other", text_message("o", "x"))
         await a.DropQueue(queue_pb2.DropQueueRequest(name="other"))

@@ -13,7 +13,7 @@ import grpc
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
-from .helpers import duration, plain, value
+from .helpers import duration, plain, until, value
 from .history import Delivery, History
 
 RETRYABLE = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -62,7 +62,7 @@ class Workload:
                 if exc.code() not in RETRYABLE or loop.time() > give_up:
                     raise
                 self.history.faults_seen += 1
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay)  # the client's backoff, as a real one retries
                 delay = min(delay * 2, 0.5)
 
     async def produce(self, producer: int, count: int, pace_s: float = 0.0) -> None:
@@ -74,7 +74,7 @@ class Workload:
             reply = await self.replay_until_known(lambda stub: stub.Send(request, timeout=10))
             self.history.send_confirmed(message_id, plain(reply.keys[0])[0])
             if pace_s:
-                await asyncio.sleep(pace_s)
+                await asyncio.sleep(pace_s)  # the producer's pace
 
     async def consume(self, name: str, server: int, stop: asyncio.Event) -> None:
         """Holds a Receive stream on one server, reopening it whenever it ends or fails."""
@@ -92,7 +92,7 @@ class Workload:
                 if exc.code() not in RETRYABLE:
                     raise
                 self.history.faults_seen += 1
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # the consumer's reconnect backoff
             finally:
                 call.cancel()
 
@@ -132,11 +132,13 @@ class Workload:
                 await asyncio.gather(*(self.produce(p, per_producer, pace_s) for p in range(producers)))
                 if during is not None:
                     await during
-                while not set(self.history.confirmed.values()) <= self.history.acked:
+                def all_acked() -> bool:
                     for task in tasks:
                         if task.done() and task.exception():
                             raise task.exception()  # type: ignore[misc]
-                    await asyncio.sleep(0.05)
+                    return set(self.history.confirmed.values()) <= self.history.acked
+
+                await until(all_acked, "every confirmed send acked", timeout_s, 0.05)
         finally:
             stop.set()
             for task in tasks:

@@ -41,6 +41,7 @@ from .clock import Clock
 from .faults import FaultInjector
 from .model import Claim, LedgeredAck, LedgeredSend, QueueDef
 from .store import Handle, Store
+from .testsignals import commits_draining
 
 MAX_GROUP_ITEMS = 2000
 """Messages (sent or acked) in one group at most (a single request may bring 1,000)."""
@@ -130,6 +131,7 @@ class GroupCommitter(Generic[R]):
     async def close(self, timeout: float) -> None:
         """Lets the groups started or waiting finish (shutdown finishes in-flight commits),
         then cancels what still runs after timeout seconds (a claim stuck on a lock)."""
+        commits_draining.emit(self._kind.name)
         deadline = asyncio.get_running_loop().time() + timeout
         while self._tasks:
             left = deadline - asyncio.get_running_loop().time()

@@ -39,6 +39,7 @@ from .lapses import LapseWatch
 from .metrics.counters import Counters
 from .model import LeasedMessage, QueueDef
 from .store import Store
+from .testsignals import stream_waiting
 from .wakeups import Wakeups
 
 logger = logging.getLogger(__name__)
@@ -331,6 +332,7 @@ class Receiver:
                         due = await self._store.next_delivery_in(queue, self._clock.now())
                         _honour_cancellation()
                         waits.append(None if due is None else max(due, MIN_WAIT))
+                    stream_waiting.emit(queue.name, prefix, False)
                     await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
                 finally:
                     if keeper:
@@ -342,6 +344,7 @@ class Receiver:
                 recount = self._poll - (time.monotonic() - (full_since or time.monotonic()))
                 waits = [max(recount, MIN_WAIT), remaining, probe,
                          None if ends is None else max((ends - now).total_seconds(), MIN_WAIT)]
+                stream_waiting.emit(queue.name, prefix, True)
                 await _wait_any([room, self._closing], min(w for w in waits if w is not None))
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 

@@ -33,7 +33,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..errors import InvalidArgument
-from .statements import _unquote, fold
+from .lexing import Cursor, Token, googlesql_token
 
 SUPPORTED = (
     "CREATE TABLE, DROP TABLE, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / DELETE of a table with a "
@@ -341,20 +341,6 @@ RESERVED = frozenset({
 })
 
 
-@dataclasses.dataclass(frozen=True)
-class Token:
-    kind: str
-    text: str
-    value: Any = None
-
-    def is_word(self, *words: str) -> bool:
-        return self.kind == "ident" and not self.text.startswith("`") and self.value in words
-
-    @property
-    def spelled(self) -> str:
-        return self.text[1:-1] if self.text.startswith("`") else self.text
-
-
 def tokenize(text: str) -> list[Token]:
     tokens, pos = [], 0
     while pos < len(text):
@@ -365,16 +351,8 @@ def tokenize(text: str) -> list[Token]:
         kind, raw = match.lastgroup or "", match.group()
         if kind == "space":
             continue
-        if kind == "string":
-            is_raw = raw[0] in "rR"
-            tokens.append(Token("string", raw, _unquote(raw[1:] if is_raw else raw, is_raw)))
-        elif kind == "bytes":
-            is_raw = raw[1] in "rR"
-            tokens.append(Token("bytes", raw, _unquote(raw[2:] if is_raw else raw[1:], is_raw, as_bytes=True)))
-        elif kind == "param":
-            tokens.append(Token("param", raw, raw[1:]))
-        elif kind == "ident":
-            tokens.append(Token("ident", raw, fold(raw[1:-1] if raw.startswith("`") else raw)))
+        if (token := googlesql_token(kind, raw)) is not None:
+            tokens.append(token)
         elif kind == "float":
             tokens.append(Token("float", raw, float(raw)))
         elif kind == "number":
@@ -391,58 +369,13 @@ def _supported() -> str:
     return f"spanq's Spanner front-end understands, on tables: {SUPPORTED}"
 
 
-class _Parser:
+class _Parser(Cursor):
     def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = tokenize(text)
-        self.pos = 0
-
-    @property
-    def peek(self) -> Token:
-        return self.tokens[self.pos]
-
-    def ahead(self, n: int = 1) -> Token:
-        return self.tokens[min(self.pos + n, len(self.tokens) - 1)]
-
-    def next(self) -> Token:
-        token = self.tokens[self.pos]
-        self.pos += 1
-        return token
-
-    def error(self, expected: str) -> InvalidArgument:
-        token = self.peek
-        found = "the end of the statement" if token.kind == "end" else repr(token.text)
-        return InvalidArgument(f"expected {expected} but found {found} in: {self.text.strip()[:200]}; "
-                               f"{_supported()}")
+        super().__init__(text, tokenize(text), _supported)
 
     def unsupported(self, what: str) -> InvalidArgument:
         return InvalidArgument(f"{what} is not supported by spanq's Spanner front-end (in: "
                                f"{self.text.strip()[:120]}); {_supported()}")
-
-    def word(self, *words: str) -> str:
-        if not self.peek.is_word(*words):
-            raise self.error(" or ".join(w.upper() for w in words))
-        return str(self.next().value)
-
-    def accept_word(self, *words: str) -> bool:
-        if self.peek.is_word(*words):
-            self.pos += 1
-            return True
-        return False
-
-    def punct(self, *marks: str) -> str:
-        if self.peek.kind != "punct" or self.peek.value not in marks:
-            raise self.error(" or ".join(repr(m) for m in marks))
-        return str(self.next().value)
-
-    def accept_punct(self, mark: str) -> bool:
-        if self.peek.kind == "punct" and self.peek.value == mark:
-            self.pos += 1
-            return True
-        return False
-
-    def at_punct(self, mark: str) -> bool:
-        return self.peek.kind == "punct" and self.peek.value == mark
 
     def name(self, what: str) -> tuple[str, str]:
         """(folded, as written)."""
@@ -451,11 +384,6 @@ class _Parser:
             raise self.error(what)
         self.pos += 1
         return token.value, token.spelled
-
-    def end(self) -> None:
-        self.accept_punct(";")
-        if self.peek.kind != "end":
-            raise self.error("the end of the statement")
 
     # -- statements --------------------------------------------------------
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..model import ColumnType
+from .lexing import Cursor, Token, fold, googlesql_token
 
 SUPPORTED = (
     "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
@@ -195,71 +196,6 @@ MAX_INTERVAL = timedelta(days=3_652_059)
 """The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
 
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def fold(name: str) -> str:
-    """A name as spanq knows it: A-Z become a-z, and nothing else changes. Unicode's own
-    lower-casing would turn a few other characters into ASCII letters (KELVIN SIGN
-    U+212A into "k"), making two spellings of one queue; kept as they are, they fail
-    the name rules (lowercase ASCII letters, digits, _) with INVALID_ARGUMENT. The one
-    rule for every name of this front-end: statements, mutations and the token checks."""
-    return name.translate(_ASCII_LOWER)
-
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "0": "\0"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Token:
-    kind: str
-    text: str
-    value: Any = None
-    shown: str | None = None
-    """A name as results show it, when not as written (PostgreSQL folds unquoted names)."""
-
-    def is_word(self, *words: str) -> bool:
-        return self.kind == "ident" and not self.text.startswith(("`", '"')) and self.value in words
-
-    @property
-    def spelled(self) -> str:
-        """An identifier as written (without quotes): the name results show."""
-        if self.shown is not None:
-            return self.shown
-        if self.text.startswith('"'):
-            return self.text[1:-1].replace('""', '"')
-        return self.text[1:-1] if self.text.startswith("`") else self.text
-
-
-def _unquote(text: str, raw: bool, as_bytes: bool = False) -> Any:
-    """A quoted literal's value; \\xHH is a byte in a bytes literal, a character in a string."""
-    body = text[1:-1]
-    if raw:
-        return body.encode() if as_bytes else body
-    out, i = bytearray(), 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "xX" and re.fullmatch(r"[0-9A-Fa-f]{2}", body[i + 2:i + 4]):
-                code = int(body[i + 2:i + 4], 16)
-                out += bytes([code]) if as_bytes else chr(code).encode()
-                i += 4
-                continue
-            if nxt not in _ESCAPES:
-                raise InvalidArgument(f"unsupported escape \\{nxt} in {text[:40]}")
-            out += _ESCAPES[nxt].encode()
-            i += 2
-        else:
-            out += ch.encode()
-            i += 1
-    if as_bytes:
-        return bytes(out)
-    try:
-        return out.decode()
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"the string literal {text[:40]} is not valid UTF-8") from None
-
-
 def tokenize(text: str, pg: bool = False) -> list[Token]:
     tokens, pos = [], 0
     pattern = _PG_TOKEN if pg else _TOKEN
@@ -282,18 +218,8 @@ def tokenize(text: str, pg: bool = False) -> list[Token]:
             tokens.append(Token("param", raw, f"p{raw[1:]}"))
         elif pg and raw == ":=":
             tokens.append(Token("punct", raw, "=>"))
-        elif kind == "string":
-            is_raw = raw[0] in "rR"
-            tokens.append(Token("string", raw, _unquote(raw[1:] if is_raw else raw, is_raw)))
-        elif kind == "bytes":
-            is_raw = raw[1] in "rR"
-            body = raw[2:] if is_raw else raw[1:]
-            tokens.append(Token("bytes", raw, _unquote(body, is_raw, as_bytes=True)))
-        elif kind == "param":
-            tokens.append(Token("param", raw, raw[1:]))
-        elif kind == "ident":
-            name = raw[1:-1] if raw.startswith("`") else raw
-            tokens.append(Token("ident", raw, fold(name)))
+        elif (token := googlesql_token(kind or "", raw)) is not None:
+            tokens.append(token)
         elif kind == "number":
             if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
                 raise InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
@@ -312,50 +238,10 @@ def _supported() -> str:
 # -- the parser ------------------------------------------------------------------
 
 
-class _Parser:
+class _Parser(Cursor):
     def __init__(self, text: str, pg: bool = False) -> None:
-        self.text = text
+        super().__init__(text, tokenize(text, pg), _supported)
         self.pg = pg
-        self.tokens = tokenize(text, pg)
-        self.pos = 0
-
-    # token helpers
-    @property
-    def peek(self) -> Token:
-        return self.tokens[self.pos]
-
-    def next(self) -> Token:
-        token = self.tokens[self.pos]
-        self.pos += 1
-        return token
-
-    def error(self, expected: str) -> InvalidArgument:
-        token = self.peek
-        found = "the end of the statement" if token.kind == "end" else repr(token.text)
-        return InvalidArgument(f"expected {expected} but found {found} in: {self.text.strip()[:200]}; "
-                               f"{_supported()}")
-
-    def word(self, *words: str) -> str:
-        if not self.peek.is_word(*words):
-            raise self.error(" or ".join(w.upper() for w in words))
-        return self.next().value
-
-    def accept_word(self, *words: str) -> bool:
-        if self.peek.is_word(*words):
-            self.pos += 1
-            return True
-        return False
-
-    def punct(self, *marks: str) -> str:
-        if self.peek.kind != "punct" or self.peek.value not in marks:
-            raise self.error(" or ".join(repr(m) for m in marks))
-        return self.next().value
-
-    def accept_punct(self, mark: str) -> bool:
-        if self.peek.kind == "punct" and self.peek.value == mark:
-            self.pos += 1
-            return True
-        return False
 
     def name(self, what: str) -> str:
         return self.spelled_name(what)[0]
@@ -366,11 +252,6 @@ class _Parser:
             raise self.error(what)
         token = self.next()
         return token.value, token.spelled
-
-    def end(self) -> None:
-        self.accept_punct(";")
-        if self.peek.kind != "end":
-            raise self.error("the end of the statement")
 
     # statements
     def statement(self) -> Statement:

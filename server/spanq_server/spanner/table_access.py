@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import errors
 from . import googlesql as g
+from .lexing import fold
 
 Need = tuple[str, str]
 """(privilege, table or queue name, folded)."""
@@ -60,7 +61,7 @@ def mutation_needs(mutation: Any) -> Iterable[Need]:
     """A Write mutation's privileges on its table (Delete is checked as a queue's, ``ack``)."""
     kind = mutation.WhichOneof("operation")
     for privilege in MUTATION_NEEDS.get(kind, ()):
-        yield privilege, g.fold(getattr(mutation, kind).table)
+        yield privilege, fold(getattr(mutation, kind).table)
 
 
 def ddl_name(text: str) -> str | None:

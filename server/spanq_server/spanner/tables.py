@@ -29,6 +29,7 @@ from ..sql import tables as t
 from ..store import Handle
 from ..store.tables import SpannerTables
 from . import googlesql as g
+from .lexing import fold
 from . import table_values, values
 from .names import Names
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
@@ -191,14 +192,14 @@ class Tables:
         """A Commit's Write or Delete mutation of a table, as a TableOp; None when it changes nothing."""
         kind = mutation.WhichOneof("operation")
         body = getattr(mutation, kind)
-        table = await self.table(ns, g.fold(body.table))
+        table = await self.table(ns, fold(body.table))
         if table is None:
             raise errors.RowNotFound(f"Table not found: {body.table}")
         if kind == "delete":
             return self._delete(table, body.key_set)
         columns = []
         for name in body.columns:
-            column = table.column(g.fold(name))
+            column = table.column(fold(name))
             if column is None:
                 raise errors.RowNotFound(f"Column not found in table {table.spelled}: {name}")
             if column in columns:
@@ -277,13 +278,13 @@ class Tables:
     # -- Read / StreamingRead ---------------------------------------------------------
 
     async def read(self, request: Any, use: Any, ns: Scope) -> "TableResult":
-        table = await self.table(ns, g.fold(request.table))
+        table = await self.table(ns, fold(request.table))
         assert table is not None
         if not request.columns:
             raise errors.InvalidArgument("Read needs the columns to return")
         columns = []
         for name in request.columns:
-            column = table.column(g.fold(name))
+            column = table.column(fold(name))
             if column is None:
                 raise errors.InvalidArgument(f"Column not found in table {table.spelled}: {name}")
             columns.append(column)
@@ -291,7 +292,7 @@ class Tables:
             raise errors.InvalidArgument("Read's limit cannot be negative")
         order: list[tuple[Col, bool]] = [(c, False) for c in table.key]
         if request.index:
-            found = await self._store.table_definitions([ns.prefix + g.fold(request.index)])
+            found = await self._store.table_definitions([ns.prefix + fold(request.index)])
             index = next((IndexDef.of_json(n, d) for n, kind, d in found if kind == "index"), None)
             if index is None or index.table != table.name:
                 raise errors.RowNotFound(f"Index not found on table {table.spelled}: {request.index}")

@@ -103,7 +103,7 @@ def test_the_server_type_checks(tmp_path):
     import subprocess
     import sys
 
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]
     result = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path), "-p", "spanq_server"],
                             cwd=root, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -174,12 +174,14 @@ def test_every_serve_flag_has_help_and_its_default(capsys):
 async def test_a_background_task_that_swallows_a_cancellation_is_still_stopped():
     # What asyncio.wait_for does on Python 3.11 when the cancel races its inner call (gh-86296).
     swallowed = 0
+    running = asyncio.Event()
 
     async def run() -> None:
         nonlocal swallowed
+        running.set()
         while True:
             try:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # a task at work, cancelled in the middle of it
             except asyncio.CancelledError:
                 if swallowed:
                     raise
@@ -187,7 +189,7 @@ async def test_a_background_task_that_swallows_a_cancellation_is_still_stopped()
 
     task = BackgroundTask("swallower", run)
     task.start()
-    await asyncio.sleep(0.02)
+    await running.wait()
     loop = asyncio.get_running_loop()
     started = loop.time()
     stopping = asyncio.ensure_future(task.stop())

@@ -172,3 +172,67 @@ def test_select_lists_aliases_and_qualifiers() -> None:
         st.parse("SELECT x.Id FROM q AS r")
     with pytest.raises(InvalidArgument, match="RENEWLEASE_ takes no WHERE"):
         st.parse("SELECT * FROM RENEWLEASE_q(['t']) WHERE x = 1")
+
+
+# -- tokens, the PostgreSQL dialect, and the small parsers beside them ---------------------
+
+
+def test_string_and_bytes_literals_unescape_and_raw_ones_do_not() -> None:
+    [tok, _] = st.tokenize(r"'a\tb\x41\'c'")
+    assert tok.value == "a\tbA'c"
+    [raw, _] = st.tokenize(r"r'a\tb'")
+    assert raw.value == r"a\tb"
+    [blob, _] = st.tokenize(r"b'\xff\x00'")
+    assert blob.kind == "bytes" and blob.value == b"\xff\x00"
+    with pytest.raises(InvalidArgument, match=r"unsupported escape \\q"):
+        st.tokenize(r"'\q'")
+    [char, _] = st.tokenize(r"'\xff'")
+    assert char.value == "\u00ff"  # in a string, \xHH is a character; in bytes, a byte
+
+
+def test_comments_are_space_and_numbers_past_int64s_digits_are_refused_before_int() -> None:
+    assert [t.kind for t in st.tokenize("1 -- a comment\n/* and\nanother */ # and this")] == ["number", "end"]
+    assert st.tokenize("9223372036854775807")[0].value == 2**63 - 1
+    assert st.tokenize("000" + "9" * 19)[0].value == int("9" * 19)  # leading zeros are not digits of the value
+    with pytest.raises(InvalidArgument, match="has 20 digits"):
+        st.tokenize("1" * 20)
+
+
+def test_the_postgresql_dialect_quotes_names_with_double_quotes_and_numbers_its_parameters() -> None:
+    name, param, arrow, string, _ = st.tokenize('"My""Queue" $2 := \'it\'\'s\'', pg=True)
+    assert (name.kind, name.value, name.spelled) == ("ident", 'my"queue', 'My"Queue')
+    assert (param.kind, param.value) == ("param", "p2")
+    assert (arrow.kind, arrow.value) == ("punct", "=>")
+    assert string.value == "it's"  # backslashes are plain, '' is a quote
+    [plain, _] = st.tokenize("UserTasks", pg=True)
+    assert (plain.value, plain.spelled) == ("usertasks", "usertasks")  # unquoted names fold, as shown
+    with pytest.raises(InvalidArgument, match="cannot read"):
+        st.tokenize("@named", pg=True)
+
+
+def test_postgresql_intervals() -> None:
+    assert st.pg_interval("1 hour 30 minutes") == timedelta(minutes=90)
+    assert st.pg_interval("10 seconds") == timedelta(seconds=10)
+    assert st.pg_interval("1 day") == timedelta(days=1)
+    for bad in ["", "1 fortnight", "1.5 hours", "hour"]:
+        with pytest.raises(InvalidArgument, match="give whole units"):
+            st.pg_interval(bad)
+
+
+def test_create_database_names() -> None:
+    assert st.parse_database_name("CREATE DATABASE orders") == "orders"
+    assert st.parse_database_name("create database `my-db`;") == "my-db"
+    assert st.parse_database_name('CREATE DATABASE "Quoted"') == "Quoted"
+    for bad in ["CREATE TABLE t", "CREATE DATABASE a b", "CREATE DATABASE 1abc"]:
+        with pytest.raises(InvalidArgument, match="must be CREATE DATABASE"):
+            st.parse_database_name(bad)
+
+
+def test_durations_at_their_edges() -> None:
+    assert st.duration(" 1.5s ", "d") == timedelta(seconds=1.5)
+    assert st.duration("2D", "d") == timedelta(days=2)  # units in either case
+    for bad in ["", "20", "20 m", "m20", "1h-5m"]:
+        with pytest.raises(InvalidArgument, match="must be a duration"):
+            st.duration(bad, "max_duration")
+    with pytest.raises(InvalidArgument, match="out of range"):
+        st.duration("9" * 15 + "d", "max_duration")
