@@ -10,9 +10,11 @@ the tests look them up by the declared name too.
 """
 
 import asyncio
+import base64
 import dataclasses
 import os
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1.backup import Backup
 from google.cloud.spanner_v1.database import Database
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
@@ -217,9 +221,9 @@ def java_node_go_sequence(database_id: str) -> list[Any]:
 async def test_java_node_and_go_samples_find_columns_by_their_declared_names(spanner_env) -> None:  # type: ignore[no-untyped-def]
     fields, row, error = await asyncio.to_thread(java_node_go_sequence, "java-sample")
     assert fields == ["Id", "Payload"] and row == [7, "from-java"]
-    assert error[0].startswith("Message not found")
+    assert error[0].startswith("Message not found")  # the client adds ", request_id = ..." to it
     # The domain's errors name the queue as declared, not its table in the database's namespace.
-    for message in error:
+    for message in error[1:]:
         assert "'MyQueue'" in message and "d1_" not in message, message
 
 
@@ -654,3 +658,165 @@ def test_postgresql_dialect_statements_outside_the_subset(statement: str, messag
 
     with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
         st.parse(statement, pg=True)
+
+
+# -- Java's ITQueueTest, translated call for call -------------------------------------------
+
+IT_QUEUE_DDL = [
+    "CREATE Queue Q1 (  Id INT64 NOT NULL,  Payload BYTES(MAX) NOT NULL,) PRIMARY KEY (Id), "
+    "OPTIONS (receive_mode = 'PULL')",
+    "CREATE TABLE T1 (  K1                  INT64 NOT NULL,  K                   INT64 NOT NULL,) PRIMARY KEY (K1)",
+]
+
+
+def as_bytes(text: str) -> bytes:
+    """Java's Value.bytes(ByteArray.copyFrom(text)): the Python client sends a BYTES value as
+    the base64 the caller gives it (and reads one back as base64 too)."""
+    return base64.b64encode(text.encode())
+
+
+def read_row(database: Any, queue: str, key: list[Any], *columns: str) -> Any:
+    """Java's readRow: a strong single-use Read of one key; None when the row is not there."""
+    with database.snapshot() as snapshot:
+        rows = list(snapshot.read(queue, list(columns), spanner.KeySet(keys=[key])))
+    return [base64.b64decode(v) if isinstance(v, bytes) else v for v in rows[0]] if rows else None
+
+
+def java_status_text(exc: exceptions.GoogleAPICallError) -> tuple[str, Any]:
+    """What Java's SpannerException says ("<CODE>: " + the status message, which the Python
+    client decorates with ", request_id = ..."), and the status's ErrorInfo metadata."""
+    [rpc] = exc.errors
+    info = error_details_pb2.ErrorInfo()
+    assert any(detail.Unpack(info) for detail in rpc_status.from_call(rpc).details)
+    return f"{rpc.code().name}: {rpc.details()}", dict(info.metadata)
+
+
+def it_queue_test(database_id: str) -> dict[str, Any]:
+    steps: dict[str, Any] = {}
+    database = sample_database(sample_instance(spanner.Client(project=PROJECT)), database_id, IT_QUEUE_DDL)
+    steps["ddl"] = list(database.reload() or database.ddl_statements)
+    # testSendAndAckMutation
+    with database.batch() as batch:  # Java's client.write: one commit of three sends
+        batch.send(queue="Q1", key=[1], payload=as_bytes("payload1"))
+        batch.send(queue="Q1", key=[2], payload=as_bytes("payload2"))
+        batch.send(queue="Q1", key=[3], payload=as_bytes("payload3"), deliver_time=datetime.now(timezone.utc))
+    steps["sent"] = [read_row(database, "Q1", [k], "Payload") for k in (1, 2, 3)]
+    with database.batch() as batch:
+        batch.ack(queue="Q1", key=[1])
+        batch.ack(queue="Q1", key=[2])
+    steps["after_ack"] = [read_row(database, "Q1", [k], "Payload") for k in (1, 2, 3)]
+    # testAckNotFound
+    with database.batch() as batch:
+        batch.ack(queue="Q1", key=[1], ignore_not_found=True)
+    steps["ignored"] = read_row(database, "Q1", [1], "Payload")
+    with pytest.raises(exceptions.NotFound) as raised:
+        with database.batch() as batch:
+            batch.ack(queue="Q1", key=[1], ignore_not_found=False)
+    steps["not_found"] = java_status_text(raised.value)
+    # The test's table T1 is a table like any other: written and read beside the queue.
+    with database.batch() as batch:
+        batch.insert("T1", ["K1", "K"], [[1, 10]])
+    steps["t1"] = read_row(database, "T1", [1], "K1", "K")
+    teardown(database._instance)
+    return steps
+
+
+async def test_javas_it_queue_test_runs_step_by_step(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    steps = await asyncio.to_thread(it_queue_test, "it-queue-test")
+    # GetDatabaseDdl lists tables before queues (Spanner: in the order made).
+    assert sorted(d.split(" (")[0] for d in steps["ddl"]) == ["CREATE QUEUE Q1", "CREATE TABLE T1"]
+    assert steps["sent"] == [[b"payload1"], [b"payload2"], [b"payload3"]]
+    assert steps["after_ack"] == [None, None, [b"payload3"]]
+    assert steps["ignored"] is None
+    text, metadata = steps["not_found"]
+    assert "NOT_FOUND: Message not found" in text  # the Java test's own assertion
+    assert text == "NOT_FOUND: Message not found"  # and exactly Spanner's words, nothing after them
+    # spanq's explanation moved to the ErrorInfo, with the key and the queue as declared.
+    assert metadata["key"] == "[1]", metadata
+    assert "'Q1'" in metadata["detail"] and "ignore_not_found" in metadata["detail"]
+    assert steps["t1"] == [1, 10]
+
+
+# -- the queues pages of Spanner's documentation: their GoogleSQL statements ----------------------
+
+USERS_DDL = [
+    "CREATE TABLE Users (UserId INT64 NOT NULL, UserName STRING(MAX)) PRIMARY KEY (UserId)",
+    "CREATE QUEUE UserTasks (UserId INT64 NOT NULL, MessageId STRING(36) NOT NULL, Payload BYTES(MAX) NOT NULL) "
+    "PRIMARY KEY (UserId, MessageId), INTERLEAVE IN PARENT Users ON DELETE CASCADE",
+    "CREATE TABLE ImageUploads (UserId INT64 NOT NULL, ImageId STRING(36) NOT NULL, ImageData BYTES(MAX), "
+    "Status STRING(MAX)) PRIMARY KEY (UserId, ImageId), INTERLEAVE IN PARENT Users",
+    "CREATE QUEUE ImageProcessingQueue (UserId INT64 NOT NULL, ImageId STRING(36) NOT NULL, "
+    "Payload BYTES(1) NOT NULL) PRIMARY KEY (UserId, ImageId), INTERLEAVE IN PARENT ImageUploads ON DELETE CASCADE",
+]
+RECEIVE_COLUMNS = "UserId, MessageId, Payload, DeliverTime, SpannerLeaseExpirationTimestamp, SpannerLeaseToken"
+
+
+def documentation_statements(database_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    database = sample_database(sample_instance(spanner.Client(project=PROJECT)), database_id, USERS_DDL)
+
+    def sign_up(transaction: Any) -> None:  # a business row and its message in one commit
+        transaction.execute_update("INSERT INTO Users (UserId) VALUES (31)")
+        transaction.execute_update("INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) "
+                                   "VALUES (31, 'task-a', b'first task', CURRENT_TIMESTAMP())")
+        transaction.execute_update("INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES "
+                                   "(31, 'task-later', b'later task', TIMESTAMP_ADD(CURRENT_TIMESTAMP(), "
+                                   "INTERVAL 1 HOUR))")
+        transaction.execute_update("INSERT INTO Users (UserId, UserName) VALUES (32, 'Someone')")
+        transaction.execute_update("INSERT INTO UserTasks (UserId, MessageId, Payload) "
+                                   "VALUES (32, 'welcome', b'{\"kind\": \"welcome\"}')")
+
+    database.run_in_transaction(sign_up)
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql(f"SELECT {RECEIVE_COLUMNS} FROM RECEIVE_UserTasks(max_duration=>'20m')")
+        rows = []
+        for row in results:
+            rows.append(row)
+            if len(rows) == 2:
+                break
+        out["fields"] = [f.name for f in results.fields]
+    out["received"] = {(row[0], row[1]) for row in rows}
+    with database.batch() as batch:
+        batch.send(queue="UserTasks", key=[32, "batched"], payload=as_bytes("in a batch"))
+    with database.snapshot() as snapshot:
+        results = snapshot.execute_sql(f"SELECT {RECEIVE_COLUMNS}, SpannerLastBatchMessage "
+                                       "FROM RECEIVE_UserTasks(max_duration=>'20m', max_batch_size=>20)")
+        out["batched"] = next(iter(results))
+        out["batch_fields"] = [f.name for f in results.fields]
+
+    def ack(transaction: Any) -> list[int]:  # one by DML with the assertion, one as the welcome example does
+        counts = [transaction.execute_update(
+            "DELETE FROM UserTasks WHERE UserId = @userId AND MessageId = @messageId ASSERT_ROWS_MODIFIED 1",
+            params={"userId": 31, "messageId": "task-a"},
+            param_types={"userId": spanner.param_types.INT64, "messageId": spanner.param_types.STRING})]
+        counts.append(transaction.execute_update("DELETE FROM UserTasks WHERE UserId = 32 AND MessageId = 'welcome'"))
+        return counts
+
+    out["acked"] = database.run_in_transaction(ack)
+
+    def upload(transaction: Any) -> None:  # the out-of-band payload pattern: a table row, a minimal message
+        transaction.execute_update("INSERT INTO ImageUploads (UserId, ImageId, Status) "
+                                   "VALUES (31, 'img-1', 'PENDING')")
+        transaction.execute_update("INSERT INTO ImageProcessingQueue (UserId, ImageId, Payload) "
+                                   "VALUES (31, 'img-1', b'')")
+
+    database.run_in_transaction(upload)
+    with database.snapshot() as snapshot:
+        out["image"] = next(iter(snapshot.execute_sql(
+            "SELECT UserId, ImageId, Payload FROM RECEIVE_ImageProcessingQueue(max_duration=>'20m')")))
+    with database.snapshot() as snapshot:
+        out["left"] = list(snapshot.execute_sql("SELECT UserId, MessageId FROM UserTasks ORDER BY DeliverTime"))
+    teardown(database._instance)
+    return out
+
+
+async def test_the_documentations_statements_run_with_tables(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    out = await asyncio.to_thread(documentation_statements, "queue-docs")
+    assert out["fields"] == RECEIVE_COLUMNS.split(", ")
+    assert out["batch_fields"] == RECEIVE_COLUMNS.split(", ") + ["SpannerLastBatchMessage"]
+    assert out["received"] == {(31, "task-a"), (32, "welcome")}
+    assert out["batched"][:3] == [32, "batched", base64.b64encode(b"in a batch")]
+    assert out["batched"][6] is True  # a batch of one: its last message
+    assert out["acked"] == [1, 1]
+    assert out["image"] == [31, "img-1", b""]
+    assert out["left"] == [[32, "batched"], [31, "task-later"]]

@@ -60,6 +60,10 @@ def _message(error: errors.QueueError) -> str:
     return error.message
 
 
+def _metadata(error: errors.QueueError) -> dict[str, str]:
+    return error.metadata
+
+
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
@@ -71,13 +75,15 @@ class Translation:
 
     codes: Callable[[errors.QueueError], tuple[grpc.StatusCode, str]] = code_and_reason
     message: Callable[[errors.QueueError], str] = _message
+    metadata: Callable[[errors.QueueError], dict[str, str]] = _metadata
+    """The ErrorInfo's metadata (a front-end whose message is shorter keeps the rest here)."""
     retry_delay: timedelta | None = None
     """Sent as RetryInfo with ABORTED (None: no RetryInfo)."""
 
     def to_status(self, error: errors.QueueError) -> status_pb2.Status:
         """A google.rpc.Status carrying an ErrorInfo with the reason and metadata."""
         code, reason = self.codes(error)
-        info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=error.metadata)
+        info = error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=self.metadata(error))
         detail = any_pb2.Any()
         detail.Pack(info)
         return status_pb2.Status(code=code.value[0], message=self.message(error), details=[detail])
