@@ -192,9 +192,7 @@ class Tables:
         """A Commit's Write or Delete mutation of a table, as a TableOp; None when it changes nothing."""
         kind = mutation.WhichOneof("operation")
         body = getattr(mutation, kind)
-        table = await self.table(ns, fold(body.table))
-        if table is None:
-            raise errors.RowNotFound(f"Table not found: {body.table}")
+        table = await self._existing(ns, fold(body.table), body.table)
         if kind == "delete":
             return self._delete(table, body.key_set)
         columns = []
@@ -328,6 +326,13 @@ class Tables:
         finally:  # what was read while it ran may be stale
             self._cache.clear()
 
+    async def _existing(self, ns: Scope, name: str, shown: str, context: str = "") -> TableDef:
+        """The table ``name`` (folded) of the database, or NOT_FOUND in Spanner's words."""
+        table = await self.table(ns, name)
+        if table is None:
+            raise errors.RowNotFound(f"Table not found: {shown}" + (f" ({context})" if context else ""))
+        return table
+
     def _name(self, ns: Scope, name: str) -> str:
         queues.check_name(name, "table name", queues.MAX_QUEUE_NAME - len(ns.prefix))
         return ns.prefix + name
@@ -338,9 +343,7 @@ class Tables:
             return
         parent = None
         if s.parent is not None:
-            parent = await self.table(ns, s.parent)
-            if parent is None:
-                raise errors.RowNotFound(f"Table not found: {s.parent} (the parent of {s.spelled})")
+            parent = await self._existing(ns, s.parent, s.parent, f"the parent of {s.spelled}")
         table = table_of(s, name, parent.name if parent else None)
         if parent is not None:
             width = len(parent.primary_key)
@@ -356,17 +359,13 @@ class Tables:
 
     async def _create_index(self, s: g.CreateIndex, database: str | None, ns: Scope) -> None:
         name = self._name(ns, s.name)
-        table = await self.table(ns, s.table)
-        if table is None:
-            raise errors.RowNotFound(f"Table not found: {s.table} (CREATE INDEX {s.spelled})")
+        table = await self._existing(ns, s.table, s.table, f"CREATE INDEX {s.spelled}")
         if s.if_not_exists and await self._store.table_definitions([name]):
             return
         interleave = None
         if s.interleave_in is not None:
-            parent = await self.table(ns, s.interleave_in)
-            if parent is None:
-                raise errors.RowNotFound(f"Table not found: {s.interleave_in} (CREATE INDEX {s.spelled})")
-            interleave = parent.name
+            interleave = (await self._existing(ns, s.interleave_in, s.interleave_in,
+                                               f"CREATE INDEX {s.spelled}")).name
         index = index_of(s, name, table, interleave)
         await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
