@@ -641,13 +641,9 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercepto
         return continuation(self._with_token(details), request)
 
 
-async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypatch, sql) -> None:
-    pytest.importorskip("google.cloud.spanner")
-    from google.api_core import exceptions
-    from google.cloud import spanner
-
-    from .test_spanner_client import DATABASE, INSTANCE, PROJECT, b64, make_database
-
+def _spanner_client_on(server: Any, monkeypatch: Any) -> dict[str, str | None]:
+    """Points the official client at ``server``; each channel it opens carries the bearer token
+    that ``token["now"]`` holds then (OPS at first; None: no token)."""
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
     token: dict[str, str | None] = {"now": OPS}
@@ -658,6 +654,17 @@ async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypa
         return grpc.intercept_channel(made, _Bearer(token["now"])) if token["now"] else made
 
     monkeypatch.setattr(grpc, "insecure_channel", channel)
+    return token
+
+
+async def test_the_spanner_front_end_checks_the_same_privileges(server, monkeypatch, sql) -> None:
+    pytest.importorskip("google.cloud.spanner")
+    from google.api_core import exceptions
+    from google.cloud import spanner
+
+    from .test_spanner_client import DATABASE, INSTANCE, PROJECT, b64, make_database
+
+    token = _spanner_client_on(server, monkeypatch)
     await asyncio.to_thread(make_database, server.target)  # as ops: admin on "*"
 
     def database_as(who: str | None) -> Any:
@@ -727,15 +734,7 @@ async def test_spanner_tables_need_their_privileges_fail_closed(server, monkeypa
 
     from .test_spanner_client import DATABASE, INSTANCE, PROJECT, make_database
 
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
-    token: dict[str, str | None] = {"now": OPS}
-    plain = grpc.insecure_channel
-
-    def channel(target: str, *args: Any, **kwargs: Any) -> grpc.Channel:
-        return grpc.intercept_channel(plain(target, *args, **kwargs), _Bearer(token["now"]))
-
-    monkeypatch.setattr(grpc, "insecure_channel", channel)
+    token = _spanner_client_on(server, monkeypatch)
 
     def scenario() -> None:
         make_database(server.target)
