@@ -97,9 +97,8 @@ async def test_nacks_go_out_per_reason_as_zero_length_renewals_and_renewals_per_
     assert outcomes[4][1].new_lease_token == "t4+" and outcomes[1][1].new_lease_token is None
 
 
-async def test_a_batch_that_fails_for_one_message_is_retried_message_by_message(setup):
-    dispatcher, server, outcomes = setup
-    server.fail_when = lambda keys: LeaseLost("not held") if 2 in keys else None
+async def ack_1_2_3_behind_one_in_flight(dispatcher, server) -> None:
+    """Acks 1, 2 and 3 while an ack of "first" is in flight, so that they go as one batch; then flushes."""
     server.gate.clear()
     dispatcher.put_nowait(Request("ack", message("first"), None))
     await server.in_flight.wait()
@@ -107,6 +106,11 @@ async def test_a_batch_that_fails_for_one_message_is_retried_message_by_message(
         dispatcher.put_nowait(Request("ack", message(key), None))
     server.gate.set()
     await dispatcher.flush()
+
+async def test_a_batch_that_fails_for_one_message_is_retried_message_by_message(setup):
+    dispatcher, server, outcomes = setup
+    server.fail_when = lambda keys: LeaseLost("not held") if 2 in keys else None
+    await ack_1_2_3_behind_one_in_flight(dispatcher, server)
     assert server.acks == [["first"], [1, 2, 3], [1], [2], [3]]
     assert outcomes[1] == ("ok", True) and outcomes[3] == ("ok", True)
     assert outcomes[2][0] == "error" and isinstance(outcomes[2][1], LeaseLost)
@@ -115,13 +119,7 @@ async def test_a_batch_that_fails_for_one_message_is_retried_message_by_message(
 async def test_a_batch_wide_error_is_not_retried_message_by_message(setup):
     dispatcher, server, outcomes = setup
     server.fail_when = lambda keys: Unavailable("the server went away")
-    server.gate.clear()
-    dispatcher.put_nowait(Request("ack", message("first"), None))
-    await server.in_flight.wait()
-    for key in (1, 2, 3):
-        dispatcher.put_nowait(Request("ack", message(key), None))
-    server.gate.set()
-    await dispatcher.flush()
+    await ack_1_2_3_behind_one_in_flight(dispatcher, server)
     assert server.acks == [["first"], [1, 2, 3]]  # one message cannot be to blame
     assert all(kind == "error" and isinstance(e, Unavailable) for kind, e in outcomes.values())
 
