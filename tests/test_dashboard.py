@@ -333,7 +333,7 @@ async def test_bad_bodies_and_numbers_are_400_and_change_nothing(ui, sql):
     host = f"127.0.0.1:{ui.ui_port}"
     post = {"Host": host, "Origin": f"http://{host}", "Content-Type": "application/json"}
     for action in ("redrive", "purge"):
-        for body, says in (('["work"]', "must be a JSON object, not list"), ("7", "must be a JSON object, not int"),
+        for body, says in (('["work"]', "must be a JSON object, not an array"), ("7", "must be a JSON object, not a number"),
                            ("[" * 30_000 + "]" * 30_000, "nested too deep")):
             status, answer = await http(ui.ui_port, f"POST /api/queues/dead/{action}", post, body)
             assert (status, says in answer) == (400, True), (action, body[:10], status, answer)

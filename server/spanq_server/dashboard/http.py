@@ -57,8 +57,8 @@ class Request:
         except RecursionError:
             raise HttpError(400, "the request body is JSON nested too deep") from None
         if not isinstance(data, dict):
-            raise HttpError(400, f"the request body must be a JSON object, not {type(data).__name__}: "
-                                 'e.g. {} or {"to": "QUEUE"}')
+            what = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+            raise HttpError(400, f'the request body must be a JSON object, not {what}: e.g. {{}} or {{"to": "QUEUE"}}')
         return data
 
 
