@@ -219,3 +219,46 @@ async def test_the_token_goes_with_every_command(server_config, clock, tmp_path)
         assert code == 5 and "lacks the 'admin' privilege" in one_line(err)
     finally:
         await running.stop(0)
+
+
+HOSTILE = {"[b]k1[/b]": "[bold red]PAYMENT OK[/bold red]", "k2\x1b]0;title\x07": "[/oops] x",
+           "k3": ":thumbs_up: \x1b[31mred\x1b[0m \x9b2J\x07 a\tb\nc \u202eevil\x7f"}
+"""Keys and payloads that rich would take for markup (or emoji codes), and terminal control codes:
+an OSC title, SGR colours, C1 CSI, BEL, a tab, a newline, a bidi override, DEL."""
+SHOWN = {"[b]k1[/b]": "[bold red]PAYMENT OK[/bold red]", "k2\\x1b]0;title\\x07": "[/oops] x",
+         "k3": ":thumbs_up: \\x1b[31mred\\x1b[0m \\x9b2J\\x07 a\\tb\\nc \\u202eevil\\x7f"}
+RAW = "\x1b\x9b\x07\t\u202e\x7f"
+
+
+async def test_payloads_and_keys_print_as_text_never_as_markup_or_terminal_codes(server, sql):
+    t = server.target
+    async with spanq.aio.Client(t) as client:
+        await client.create_queue("q", key_columns=[("k", "STRING")], payload_type="STRING")
+        await client.send_many("q", [spanq.OutgoingMessage(p, k) for k, p in HOSTILE.items()])
+
+    code, out, err = await spanq_cli(t, "peek", "q")
+    assert code == 0, err
+    rows = out.splitlines()
+    assert len(rows) == 4 and not any(c in out for c in RAW), out  # one line each, no control code
+    for row, (key, payload) in zip(rows[1:], SHOWN.items()):
+        assert row.startswith(key + " ") and row.rstrip().endswith(payload), row
+    code, out, err = await spanq_cli(t, "peek", "q", "--json")
+    assert code == 0 and {m["key"][0]: m["payload"] for m in json.loads(out)} == HOSTILE, err
+    assert not any(c in out for c in RAW)  # exact once parsed, and escaped in the text itself
+
+    # receive and tail: one line per message, tab-separated fields, and the same escapes.
+    code, out, err = await spanq_cli(t, "receive", "q", "-n", "3")
+    assert code == 0, err
+    assert [line.split("\t") for line in out.splitlines()] == [
+        [k, "attempt 1", "released", p] for k, p in SHOWN.items()]
+    code, out, err = await spanq_cli(t, "tail", "q", "--max", "3", "--ack")
+    assert code == 0, err
+    assert [line.split("\t") for line in out.splitlines()] == [
+        [k, "attempt 2", "acked", p] for k, p in SHOWN.items()]
+
+    # An error that quotes a key: one line on stderr, the key escaped.
+    code, _, err = await spanq_cli(t, "send", "q", "again", "--key", "k2\x1b]0;title\x07")
+    assert code == 0, err
+    code, _, err = await spanq_cli(t, "send", "q", "again", "--key", "k2\x1b]0;title\x07")
+    assert code == 4 and not any(c in err for c in RAW) and "k2\\x1b]0;title\\x07" in one_line(err), err
+    assert sql.execute("SELECT k, payload FROM q").fetchall() == [("k2\x1b]0;title\x07", "again")]

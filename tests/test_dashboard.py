@@ -31,6 +31,13 @@ from .helpers import duration
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+REBINDING = "rebind.evil.example"
+"""A name that resolves to this machine in the browser, as a DNS-rebinding attacker's does."""
+REBINDING_ARGS = [f"--host-resolver-rules=MAP {REBINDING} 127.0.0.1",
+                  # Chromium's own guard (Local/Private Network Access: a public page may not call
+                  # loopback) off, as in browsers that have none (Firefox, Safari): the dashboard's check alone.
+                  "--disable-features=BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights,"
+                  "LocalNetworkAccessChecks"]
 DOCS = ROOT / "docs" if os.environ.get("SPANQ_SCREENSHOTS") == "docs" else \
     pathlib.Path(tempfile.mkdtemp(prefix="spanq-screenshots-"))
 if DOCS.name != "docs":
@@ -245,13 +252,109 @@ async def test_actions_refuse_another_sites_requests(ui):
 
 
 async def http_post(host: str, path: str, content_type: str, origin: str) -> tuple[int, str]:
-    reader, writer = await asyncio.open_connection(*host.split(":"))
-    writer.write((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: {content_type}\r\n"
-                  + (f"Origin: {origin}\r\n" if origin else "") + "Content-Length: 2\r\n\r\n{}").encode())
+    return await http(int(host.split(":")[1]), f"POST {path}", {"Host": host, "Content-Type": content_type,
+                                                                **({"Origin": origin} if origin else {})}, "{}")
+
+
+async def http(port: int, request: str, headers: dict[str, str], body: str = "") -> tuple[int, str]:
+    """One raw HTTP/1.1 exchange with the dashboard on 127.0.0.1 (headers as given: no Host
+    unless named; Content-Length added unless named): (status, body)."""
+    data = body.encode()
+    headers = {"Content-Length": str(len(data)), **headers} if body else headers
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{request} HTTP/1.1\r\n".encode() + "".join(f"{k}: {v}\r\n" for k, v in headers.items()
+                                                              ).encode("latin-1") + b"\r\n" + data)
     answer = (await reader.read()).decode()
     writer.close()
-    head, _, body = answer.partition("\r\n\r\n")
-    return int(head.split(" ")[1]), body
+    head, _, text = answer.partition("\r\n\r\n")
+    return int(head.split(" ")[1]), text
+
+
+async def test_a_dns_rebinding_page_reads_and_purges_nothing(ui, sql):
+    """The attacker's page, served under its own name, which then resolves to this machine:
+    its fetches are same-origin for the browser, and reach the dashboard with the attacker's Host."""
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send("work", "secret payload", key=1)
+    origin = f"http://{REBINDING}:{ui.ui_port}"
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=ensure_chromium(), args=CHROMIUM_ARGS + REBINDING_ARGS)
+        page = await browser.new_page()
+        # The page comes from the attacker's server (here: Playwright), its calls from the dashboard.
+        await page.route(f"{origin}/", lambda route: route.fulfill(content_type="text/html", body="the attacker's"))
+        await page.goto(f"{origin}/")
+        read, purge, script = await page.evaluate("""async () => {
+            const read = await fetch('/api/queues/work/messages');
+            const purge = await fetch('/api/queues/work/purge',
+                                      {method: 'POST', body: '{}', headers: {'Content-Type': 'application/json'}});
+            const script = await fetch('/static/app.js');
+            return [[read.status, await read.text()], [purge.status, await purge.text()], [script.status, '']];
+        }""")
+        await browser.close()
+    assert read[0] == purge[0] == script[0] == 421, (read, purge, script)
+    assert "secret payload" not in read[1] and f"does not answer for host '{REBINDING}:{ui.ui_port}'" in read[1]
+    assert "--ui-allowed-hosts" in purge[1]
+    assert sql.execute("SELECT id, payload FROM work").fetchall() == [(1, "secret payload")]
+
+
+async def test_the_dashboard_answers_for_its_own_host_names_only(server_config, clock, sql):
+    config = dataclasses.replace(server_config, ui_listen="127.0.0.1:0", ui_allowed_hosts=("Spanq.Internal", "fd00::1"))
+    running = await start(config, clock=clock)
+    try:
+        async with spanq.aio.Client(running.target) as client:
+            await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+            await client.send("work", "keep me", key=1)
+        port = running.ui_port
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", f"[0:0:0:0:0:0:0:1]:{port}",
+                     f"LOCALHOST:{port}", "localhost", "localhost:8080",  # a port another (an ssh tunnel's)
+                     f"spanq.internal:{port}", "spanq.internal", f"[fd00::1]:{port}"):
+            status, body = await http(port, "GET /api/queues", {"Host": host})
+            assert status == 200 and '"name":"work"' in body, (host, body)
+        for host in (f"{REBINDING}:{port}", REBINDING, f"localhost.{REBINDING}:{port}", f"spanq.internal.:{port}",
+                     f"[fd00::2]:{port}", "localhost:x", "localhost/x", "local host", "127.0.0.1@evil"):
+            for request in ("GET /", "GET /static/app.js", "GET /api/queues", "GET /api/queues/work/messages"):
+                status, body = await http(port, request, {"Host": host})
+                assert status == 421 and "does not answer for host" in body and "keep me" not in body, (host, request)
+            status, body = await http(port, "POST /api/queues/work/purge", {
+                "Host": host, "Origin": f"http://{host}", "Content-Type": "application/json"}, "{}")
+            assert status == 421, (host, body)
+        assert (await http(port, "GET /api/queues", {}))[0] == 400  # no Host at all
+        assert sql.execute("SELECT id, payload FROM work").fetchall() == [(1, "keep me")]
+    finally:
+        await running.stop(0)
+
+
+async def test_bad_bodies_and_numbers_are_400_and_change_nothing(ui, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=1, dead_letter_queue="dead")
+        await client.send_many("dead", [spanq.OutgoingMessage(f"d{i}", i) for i in range(3)])
+    host = f"127.0.0.1:{ui.ui_port}"
+    post = {"Host": host, "Origin": f"http://{host}", "Content-Type": "application/json"}
+    for action in ("redrive", "purge"):
+        for body, says in (('["work"]', "must be a JSON object, not an array"), ("7", "must be a JSON object, not a number"),
+                           ("[" * 30_000 + "]" * 30_000, "nested too deep")):
+            status, answer = await http(ui.ui_port, f"POST /api/queues/dead/{action}", post, body)
+            assert (status, says in answer) == (400, True), (action, body[:10], status, answer)
+    status, answer = await http(ui.ui_port, "POST /api/queues/dead/purge", {**post, "Content-Length": "\u00b2"}, "{}")
+    assert (status, "Content-Length is not a number" in answer) == (400, True), answer
+    for size in ("%C2%B2", "%D9%A3", "-1"):  # "²" and ARABIC-INDIC DIGIT THREE, which str.isdigit() takes
+        status, answer = await http(ui.ui_port, f"GET /api/queues/dead/messages?page_size={size}", {"Host": host})
+        assert (status, "page_size must be a whole number" in answer) == (400, True), (size, answer)
+    assert (count(sql, "dead"), count(sql, "work")) == (3, 0)
+
+
+def test_serve_takes_more_dashboard_host_names():
+    from spanq_server import cli
+
+    assert cli.parse_config(["serve"], {}).ui_allowed_hosts == ()
+    assert cli.parse_config(["serve", "--ui-allowed-hosts", "Spanq.Internal, 10.0.0.5,[FD00::1],fd00::2"],
+                            {}).ui_allowed_hosts == ("spanq.internal", "10.0.0.5", "fd00::1", "fd00::2")
+    assert cli.parse_config(["serve"], {"SPANQ_UI_ALLOWED_HOSTS": "a.example"}).ui_allowed_hosts == ("a.example",)
+    for bad in ("spanq.internal:443", "http://x", "a b", "[::1]:9465"):
+        with pytest.raises(SystemExit):
+            cli.parse_config(["serve", "--ui-allowed-hosts", bad], {})
 
 
 def test_serve_defaults_to_a_loopback_dashboard_and_refuses_plaintext_elsewhere():

@@ -5,6 +5,7 @@ Redrive (default target, batches, rate, interrupted and resumed with nothing
 lost or duplicated, conflicts left in place)."""
 
 import asyncio
+import base64
 from datetime import datetime, timedelta, timezone
 
 import grpc
@@ -213,3 +214,37 @@ def test_rates_count_the_last_minute_only():
     rates.add("q", "acked", 6)
     rates.forget("q")
     assert rates.rate("q", "acked") == 0.0
+
+
+def token_of(data: str) -> str:
+    return base64.urlsafe_b64encode(data.encode()).decode()
+
+
+async def test_a_page_token_of_deep_json_is_invalid_argument(server, stub, sql):
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("tasks", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send_many("tasks", [spanq.OutgoingMessage(f"m{i}", i) for i in range(3)])
+    token = token_of("[" * 30_000 + "]" * 30_000)  # deeper than the JSON decoder goes
+    code, message, _ = await error_of(stub.Peek(queue_pb2.PeekRequest(queue="tasks", page_token=token)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, message
+    assert "page_token is not one this server returned" in message
+    assert keys(sql, "tasks") == [0, 1, 2]
+    assert sql.execute("SELECT count(*) FROM tasks WHERE spanq_delivery_attempt > 0").fetchone() == (0,)
+
+
+MAX_REDRIVE_RATE = 1_000_000
+"""docs/operations.md's limit of a redrive's rate."""
+
+
+async def test_redrive_takes_a_finite_rate_up_to_its_limit(server, stub, sql):
+    async with spanq.aio.Client(server.target) as client:
+        await dead_letter_pair(client)
+        await client.send_many("dead", [spanq.OutgoingMessage(f"d{i}", i) for i in range(5)])
+    for rate in (float("inf"), float("-inf"), float("nan"), MAX_REDRIVE_RATE * 2, -1.0):
+        code, message, _ = await error_of(anext(aiter(stub.Redrive(queue_pb2.RedriveRequest(queue="dead", rate=rate)))))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT, (rate, message)
+        assert f"rate must be 0 (no limit) or a positive number of messages a second up to {MAX_REDRIVE_RATE:,}" \
+            in message, message
+        assert (keys(sql, "dead"), keys(sql, "work")) == ([0, 1, 2, 3, 4], [])
+    done = [p async for p in stub.Redrive(queue_pb2.RedriveRequest(queue="dead", rate=MAX_REDRIVE_RATE))]
+    assert done[-1].done and done[-1].moved == 5 and keys(sql, "work") == [0, 1, 2, 3, 4]

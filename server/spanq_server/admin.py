@@ -13,6 +13,7 @@ import binascii
 import dataclasses
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime, timedelta
@@ -31,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_REDRIVE_BATCH = 100
 MAX_REDRIVE_BATCH = 1000
+MAX_REDRIVE_RATE = 1_000_000
+"""The highest rate (messages a second) a redrive may ask for, far above what one reaches; 0: no limit."""
 REDRIVE_CONFLICT_RETRIES = 5
 """Times one batch is tried again when a key was sent to the target while it moved."""
 
@@ -131,9 +134,9 @@ class Operator:
         """Yields progress after each committed batch and once at the end (done)."""
         if not 0 <= batch_size <= MAX_REDRIVE_BATCH:
             raise errors.InvalidArgument(f"batch_size must be between 0 and {MAX_REDRIVE_BATCH}, got {batch_size}")
-        if rate < 0 or rate != rate:
-            raise errors.InvalidArgument(f"rate must be 0 (no limit) or a positive number of messages a second, "
-                                         f"got {rate}")
+        if not (math.isfinite(rate) and 0 <= rate <= MAX_REDRIVE_RATE):
+            raise errors.InvalidArgument(f"rate must be 0 (no limit) or a positive number of messages a second "
+                                         f"up to {MAX_REDRIVE_RATE:,}, got {rate}")
         if max_messages < 0:
             raise errors.InvalidArgument(f"max_messages must be 0 (all) or more, got {max_messages}")
         dead = await self._catalog.get(name)
@@ -219,6 +222,7 @@ def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | No
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
         key = codec.key_from_proto(queue, json_format.ParseDict(data["k"], struct_pb2.ListValue()), "page_token")
         return datetime.fromisoformat(data["t"]), key
-    except (binascii.Error, ValueError, KeyError, TypeError, json_format.ParseError, errors.InvalidArgument):
+    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError, json_format.ParseError,
+            errors.InvalidArgument):  # RecursionError: JSON nested deeper than the decoders go
         raise errors.InvalidArgument(
             "page_token is not one this server returned for this queue; start again with an empty token") from None

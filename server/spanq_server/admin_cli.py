@@ -12,6 +12,10 @@ application would. Output is a table for people, or with ``--json`` JSON for
 scripts (one document, or one line per message for receive and tail). An error
 is one line on stderr, ``spanq: <what went wrong and what to do>``, and the exit
 status says what happened (EXIT_CODES).
+
+What the server sends (payloads, keys, error messages) is shown as text, never as rich
+markup, and its control characters escaped (``_escaped``): a message cannot restyle, break
+or take over the terminal of whoever looks at it. JSON output stays exact.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import signal
 import sys
 import threading
@@ -36,6 +41,7 @@ import grpc
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 import spanq
 
@@ -72,7 +78,7 @@ class CliError(click.ClickException):
         self.exit_code = exit_code  # type: ignore[misc]  # click's is a class default
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"spanq: {self.format_message()}", err=True)
+        click.echo(f"spanq: {_escaped(self.format_message())}", err=True)
 
 
 @dataclasses.dataclass
@@ -153,6 +159,18 @@ def _explain(exc: spanq.SpanqError, conn: Connection) -> str:
     return message
 
 
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""C0 and C1 controls (ESC, CSI, BEL, newline...), DEL, and the bidi overrides and isolates
+(which reorder what a terminal shows): escaped in text output."""
+JSON_UNSAFE = re.compile(r"[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""What json.dumps(ensure_ascii=False) leaves raw of CONTROL: it escapes C0 itself."""
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each CONTROL character as its Python escape (\\x1b, \\n, \\u202e)."""
+    return CONTROL.sub(lambda m: ascii(m[0])[1:-1], text)
+
+
 def _console(err: bool = False) -> Console:
     # Off a terminal, no wrapping: a pipe or a file gets whole lines.
     stream = sys.stderr if err else sys.stdout
@@ -165,12 +183,14 @@ def _table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text(_escaped("" if v is None else str(v))) for v in row))  # Text: no markup
     _console().print(table)
 
 
 def _json(data: Any) -> None:
-    click.echo(json.dumps(data, default=_json_default, ensure_ascii=False))
+    # Those characters appear only inside strings, where \uXXXX is the same value.
+    text = json.dumps(data, default=_json_default, ensure_ascii=False)
+    click.echo(JSON_UNSAFE.sub(lambda m: f"\\u{ord(m[0]):04x}", text))
 
 
 def _json_default(value: Any) -> Any:
@@ -493,7 +513,7 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
     if conn.json:
         _json({"sent": len(sent), "keys": [list(k) for k in sent]})
     elif len(sent) == 1:
-        click.echo(f"sent 1 message to {queue} (key {_shown_key(sent[0])})")
+        click.echo(f"sent 1 message to {queue} (key {_escaped(_shown_key(sent[0]))})")
     else:
         click.echo(f"sent {len(sent)} messages to {queue}")
 
@@ -516,8 +536,8 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, lin
 
 
 def _progress(show: bool) -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=_console(err=True), disable=not show, transient=False)
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+                    TimeRemainingColumn(), console=_console(err=True), disable=not show, transient=False)
 
 
 def _message_json(m: spanq.Message) -> dict[str, Any]:
@@ -529,8 +549,8 @@ def _print_message(conn: Connection, m: spanq.Message, acked: bool) -> None:
     if conn.json:
         _json({**_message_json(m), "acked": acked})
     else:
-        click.echo(f"{_shown_key(m.key)}\tattempt {m.delivery_attempt}\t{'acked' if acked else 'released'}\t"
-                   f"{_shown_payload(m.payload)}")
+        click.echo(f"{_escaped(_shown_key(m.key))}\tattempt {m.delivery_attempt}\t"
+                   f"{'acked' if acked else 'released'}\t{_escaped(_shown_payload(m.payload))}")
 
 
 @main.command("receive")

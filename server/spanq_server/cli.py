@@ -45,6 +45,10 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     serve.add_argument("--ui-listen", default=environ.get("SPANQ_UI_LISTEN", UI_LISTEN),
                        help=f"host:port serving the web dashboard, or 'off' (env SPANQ_UI_LISTEN; default {UI_LISTEN}; "
                             "TLS and tokens as for gRPC)")
+    serve.add_argument("--ui-allowed-hosts", default=environ.get("SPANQ_UI_ALLOWED_HOSTS", ""), metavar="NAMES",
+                       help="comma-separated host names or IP addresses the dashboard also answers for, beside "
+                            "its listen address and localhost: other Host headers are refused against DNS "
+                            "rebinding (env SPANQ_UI_ALLOWED_HOSTS)")
     serve.add_argument("--metrics-interval", type=float, default=default.metrics_interval.total_seconds(),
                        help=f"seconds: /metrics is computed at most once per interval, scrapes in between get "
                             f"that copy (default {default.metrics_interval.total_seconds():g})")
@@ -116,6 +120,14 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         parse_listen(args.ui_listen, "dashboard")
     except ValueError as exc:
         parser.error(str(exc))
+    from .dashboard.http import split_host  # noqa: PLC0415  # serve's alone, not every client command's
+
+    allowed_hosts = []
+    for entry in filter(None, (e.strip() for e in args.ui_allowed_hosts.split(","))):
+        host = split_host(entry)
+        if host is None or host[1] is not None:
+            parser.error(f"--ui-allowed-hosts: {entry!r} is not a host name or IP address (give names without a port)")
+        allowed_hosts.append(host[0])
     if min(args.spanner_transaction_idle_timeout, args.spanner_transaction_max_lifetime) <= 0:
         parser.error("--spanner-transaction-idle-timeout and --spanner-transaction-max-lifetime must be positive")
     if args.ddl_lock_timeout <= 0:
@@ -149,6 +161,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         auth_file=args.auth_file,
         metrics_listen=args.metrics_listen,
         ui_listen=args.ui_listen,
+        ui_allowed_hosts=tuple(allowed_hosts),
         metrics_interval=timedelta(seconds=args.metrics_interval),
         limits=limits,
         max_connections=args.max_connections,

@@ -225,7 +225,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             sampler = metrics_endpoint.sample_to_files(registry, store, receiver)
         ui_address = parse_listen(config.ui_listen, "dashboard")
         if ui_address is not None:
-            dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, clock)
+            dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, clock, config.ui_allowed_hosts)
             try:
                 ui_port = await dashboard.start(*ui_address, _tls_context(config))
             except OSError as exc:

@@ -6,12 +6,16 @@ catalog, the receiver).
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by
 access.py's rule for the RPC it stands for: a page needs what its RPC needs.
+
+Every request must name an allowed host (the listen address, localhost, or
+--ui-allowed-hosts): a DNS-rebinding page, whose own name resolves to this
+machine, would otherwise be same-origin here.
 """
 
 import importlib.resources
 import json
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, cast
 
 from google.protobuf import json_format
@@ -25,7 +29,7 @@ from ..queues import Catalog
 from ..rates import Rates
 from ..receive import Receiver
 from ..service import peek_response, queue_to_proto, stats_response
-from .http import HttpError, HttpServer, Request, Response, json_response
+from .http import HttpError, HttpServer, Request, Response, json_response, split_host
 
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
           "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -35,6 +39,8 @@ HTTP_STATUS = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENI
                "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
 RATE_STEP = 10
 """Seconds per point of the rate charts (the last rates.HISTORY seconds)."""
+LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""Host names the dashboard always answers for, beside its listen address and --ui-allowed-hosts."""
 
 
 def _dict(message: Any) -> dict[str, Any]:
@@ -44,18 +50,22 @@ def _dict(message: Any) -> dict[str, Any]:
 
 class Dashboard:
     def __init__(self, catalog: Catalog, operator: Operator, receiver: Receiver, rates: Rates,
-                 tokens: auth.Tokens | None, clock: Clock) -> None:
+                 tokens: auth.Tokens | None, clock: Clock, allowed_hosts: Sequence[str] = ()) -> None:
         self._catalog = catalog
         self._operator = operator
         self._receiver = receiver
         self._rates = rates
         self._tokens = tokens
         self._refusals = auth.RefusalLog(clock)
+        self._hosts = {host[0] for host in map(split_host, (*LOCAL_HOSTS, *allowed_hosts)) if host is not None}
         self._http = HttpServer(self._handle)
         self._files = {path: importlib.resources.files(__package__).joinpath("static", name).read_bytes()
                        for path, (name, _) in STATIC.items()}
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None) -> int:
+        listen = split_host(host)
+        if listen is not None:
+            self._hosts.add(listen[0])
         return await self._http.start(host, port, tls)
 
     async def stop(self) -> None:
@@ -64,13 +74,16 @@ class Dashboard:
     # -- routing ---------------------------------------------------------------------
 
     async def _handle(self, request: Request) -> Response:
+        self._check_host(request)
         if request.method == "GET" and request.path in STATIC:
             return Response(body=self._files[request.path], content_type=STATIC[request.path][1], cache=True)
         parts = request.path.strip("/").split("/")
         if parts[0] != "api":
             raise HttpError(404, f"no page at {request.path}; the dashboard is at /")
+        body: dict[str, Any] = {}
         if request.method == "POST":
             self._check_same_origin(request)
+            body = request.json()  # a JSON object, checked before any action runs
         route = (request.method, *parts[1:2], *(["*"] if len(parts) > 2 else []), *parts[3:])
         try:
             if route == ("GET", "queues"):
@@ -84,11 +97,24 @@ class Dashboard:
             if route == ("POST", "queues", "*", "purge"):
                 return json_response(await self._purge(request, parts[2]))
             if route == ("POST", "queues", "*", "redrive"):
-                return await self._redrive(request, parts[2])
+                return await self._redrive(request, parts[2], body)
         except errors.QueueError as exc:
             return _error(exc)
         raise HttpError(404 if request.method in ("GET", "POST") else 405,
                         f"no API at {request.method} {request.path}")
+
+    def _check_host(self, request: Request) -> None:
+        """A DNS-rebinding page (its own name made to resolve to this machine) passes the
+        same-origin rules: its Host header gives it away. The name is checked, not the port,
+        which a tunnel may change (a page on another port is another origin anyway)."""
+        header = request.headers.get("host")
+        if not header:
+            raise HttpError(400, "the request has no Host header")
+        host = split_host(header)
+        if host is None or host[0] not in self._hosts:
+            raise HttpError(421, f"this dashboard does not answer for host {header[:100]!r}: open it at its listen "
+                                 "address or localhost, or give that name to `spanq serve --ui-allowed-hosts` "
+                                 "(other names are refused against DNS rebinding)")
 
     @staticmethod
     def _check_same_origin(request: Request) -> None:
@@ -189,7 +215,7 @@ class Dashboard:
     async def _messages(self, request: Request, name: str) -> dict[str, Any]:
         self._require(request, self._principal(request), "Peek", queue_pb2.PeekRequest(queue=name))
         size = request.query.get("page_size", "0")
-        if not size.isdigit():
+        if not (size.isascii() and size.isdigit()):  # str.isdigit() takes '²', which int() refuses
             raise errors.InvalidArgument(f"page_size must be a whole number, got {size!r}")
         queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""))
         out = _dict(peek_response(queue, found, token))
@@ -200,9 +226,8 @@ class Dashboard:
         self._require(request, self._principal(request), "Purge", queue_pb2.PurgeRequest(queue=name))
         return {"purged": await self._operator.purge(name, None)}
 
-    async def _redrive(self, request: Request, name: str) -> Response:
-        body = request.json()
-        to = body.get("to", "") if isinstance(body, dict) else ""
+    async def _redrive(self, request: Request, name: str, body: dict[str, Any]) -> Response:
+        to = body.get("to", "")
         if not isinstance(to, str):
             raise errors.InvalidArgument("`to` must be a queue name")
         self._require(request, self._principal(request), "Redrive", queue_pb2.RedriveRequest(queue=name, to=to))

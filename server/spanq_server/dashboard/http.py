@@ -6,8 +6,10 @@ in a thread (metrics/exposition.py's) could do only by hopping back onto the loo
 
 import asyncio
 import dataclasses
+import ipaddress
 import json
 import logging
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,8 +24,9 @@ READ_TIMEOUT = 10.0
 """Seconds a client may take to send its request."""
 
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           405: "Method Not Allowed", 409: "Conflict", 413: "Payload Too Large", 429: "Too Many Requests",
-           500: "Internal Server Error", 503: "Service Unavailable", 504: "Gateway Timeout"}
+           405: "Method Not Allowed", 409: "Conflict", 413: "Payload Too Large", 421: "Misdirected Request",
+           429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable",
+           504: "Gateway Timeout"}
 SECURITY_HEADERS = (
     ("X-Content-Type-Options", "nosniff"),
     ("Referrer-Policy", "no-referrer"),
@@ -43,13 +46,20 @@ class Request:
     peer: str = ""
     """The client's address, for the refusal log."""
 
-    def json(self) -> Any:
+    def json(self) -> dict[str, Any]:
+        """The body, a JSON object ({} when empty)."""
         if not self.body:
             return {}
         try:
-            return json.loads(self.body)
+            data = json.loads(self.body)
         except ValueError:
             raise HttpError(400, "the request body is not JSON") from None
+        except RecursionError:
+            raise HttpError(400, "the request body is JSON nested too deep") from None
+        if not isinstance(data, dict):
+            what = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(data), "a number")
+            raise HttpError(400, f'the request body must be a JSON object, not {what}: e.g. {{}} or {{"to": "QUEUE"}}')
+        return data
 
 
 @dataclasses.dataclass
@@ -73,6 +83,27 @@ def json_response(data: Any, status: int = 200) -> Response:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::(?P<port>[0-9]{1,5}))?",
+                  re.ASCII | re.IGNORECASE)
+
+
+def split_host(text: str) -> tuple[str, int | None] | None:
+    """A Host header's name and port, or a --ui-allowed-hosts entry's: the name in lowercase
+    (an IPv6 address in its short form, with or without brackets); None when it is not a
+    DNS name or an IP address, with a port or not."""
+    text = text.strip()
+    if text.count(":") > 1 and not text.startswith("["):
+        text = f"[{text}]"  # a bare IPv6 address
+    found = HOST.fullmatch(text)
+    if found is None:
+        return None
+    name = found["name"] or found["v6"]
+    if found["v6"]:
+        try:
+            name = ipaddress.IPv6Address(found["v6"]).compressed
+        except ValueError:
+            return None
+    return name.lower(), int(found["port"]) if found["port"] else None
 
 
 class HttpServer:
@@ -139,12 +170,15 @@ async def _read(reader: asyncio.StreamReader) -> Request:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
     length = headers.get("content-length", "0")
-    if not length.isdigit():
+    if not (length.isascii() and length.isdigit()):  # str.isdigit() takes '²', which int() refuses
         raise HttpError(400, "Content-Length is not a number")
     if int(length) > MAX_BODY:
         raise HttpError(413, f"request body over {MAX_BODY} bytes")
     body = await reader.readexactly(int(length)) if int(length) else b""
-    url = urlsplit(parts[1])
+    try:
+        url = urlsplit(parts[1])
+    except ValueError:  # "//[x": an unclosed IPv6 authority
+        raise HttpError(400, "the request's path is not a URL path") from None
     query = {k: v[0] for k, v in parse_qs(url.query).items()}
     return Request(parts[0], unquote(url.path), query, headers, body)
 
