@@ -177,7 +177,8 @@ class Tables:
         else:
             op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what)
             rows, count = (await (await use.hold()).apply([op]))[0]
-        encoded = [[table_values.encode(v, c[1]) for v, c in zip(row, translated.columns)] for row in rows]
+        shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
+        encoded = [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
         return TableResult(translated.columns, encoded, count if writing else None, partitioned)
 
     def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1) -> TableOp:
@@ -308,7 +309,9 @@ class Tables:
         else:
             rows = (await (await use.hold()).apply([self._op(table.name, statement, params, what)]))[0][0]
         typed = [(c.spelled, c.type) for c in columns]
-        return TableResult(typed, [[table_values.encode(v, c.type) for v, c in zip(row, columns)] for row in rows])
+        shown = [(f"{what}: column {c.spelled}", c.type) for c in columns]
+        return TableResult(typed, [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)]
+                                   for row in rows])
 
     # -- DDL --------------------------------------------------------------------------
 

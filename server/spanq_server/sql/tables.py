@@ -15,6 +15,7 @@ from psycopg import sql
 
 from ..errors import InvalidArgument
 from ..spanner import googlesql as g
+from ..spanner import values as spanner_values
 from ..spanner.schema import Col, IndexDef, TableDef
 
 PG_TYPES = {"BOOL": "boolean", "INT64": "bigint", "FLOAT64": "double precision", "NUMERIC": "numeric",
@@ -184,7 +185,7 @@ class _Translator:
 
     def literal(self, value: Any, t: g.SpannerType) -> sql.Composable:
         key = f"l{len(self.params)}"
-        self.params[key] = value
+        self.params[key] = spanner_values.literal(value, t.code, "a literal")
         return sql.SQL("{}::{}").format(sql.Placeholder(key), _cast_type(t))
 
     def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
@@ -222,6 +223,8 @@ class _Translator:
             items = []
             for item in e.items:
                 text, t = self.expr(item, scope, element)
+                if t is not None and t.code == "ARRAY":  # PostgreSQL would make a 2-D array of it
+                    raise InvalidArgument("an ARRAY cannot hold arrays (Spanner has no arrays of arrays)")
                 element = element or t
                 items.append(text)
             array_type = g.SpannerType("ARRAY", element or g.STRING)
@@ -280,6 +283,13 @@ class _Translator:
             inner, _ = self.expr(e.item, scope)
             return sql.SQL("count({})").format(inner), g.INT64
         raise InvalidArgument(f"unsupported expression {type(e).__name__}")
+
+    def assigned(self, e: g.Expr, scope: _Scope, column: Col) -> sql.Composable:
+        """A value written to a column: an error in it names the column."""
+        try:
+            return self.expr(e, scope, column.type)[0]
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"column {column.spelled}: {exc}") from None
 
     def coerced(self, given: g.SpannerType, want: g.SpannerType, e: g.Literal) -> g.SpannerType:
         """A literal meeting a column of another type: the coercions Spanner makes (an INT64 literal is a
@@ -431,7 +441,7 @@ class _Translator:
             columns.append(column)
         rows = []
         for row in s.rows:
-            values = [self.expr(e, _Scope([]), c.type)[0] for e, c in zip(row, columns)]
+            values = [self.assigned(e, _Scope([]), c) for e, c in zip(row, columns)]
             rows.append(sql.SQL("({})").format(sql.SQL(", ").join(values)))
         statement = sql.SQL("INSERT INTO {} AS {} ({}) VALUES {}").format(
             table_id(table.name), sql.Identifier(table.name), sql.SQL(", ").join(sql.Identifier(c.pg) for c in columns),
@@ -452,7 +462,7 @@ class _Translator:
             if name in table.primary_key:
                 raise InvalidArgument(f"Cannot UPDATE value on non-writable column: {column.spelled} (a primary-key "
                                       "column)")
-            sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.expr(e, scope, column.type)[0]))
+            sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.assigned(e, scope, column)))
         where = self.condition(s.where, scope)
         returning, result = self.returning(s.returning, scope)
         statement = sql.SQL("UPDATE {} AS {} SET {} WHERE {}{}").format(

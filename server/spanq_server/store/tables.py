@@ -11,13 +11,16 @@ the translation of PostgreSQL's errors into Spanner's codes.
 """
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
+from psycopg import DataError
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.types.json import Jsonb
+from psycopg.types.datetime import DateLoader, TimestamptzLoader
+from psycopg.types.json import Jsonb, JsonbLoader
 
 from .. import errors
 from ..sql import tables as t
@@ -67,10 +70,54 @@ def table_errors(what: str) -> Iterator[None]:
         raise errors.RowNotFound(f"{what}: the table does not exist (it was dropped)") from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class OutOfRange:
+    """What a read returns for a value Python cannot hold (a date 'infinity', BC or of year
+    10000, JSON nested past Python's recursion limit), stored by psql: the front-end refuses
+    it naming its column, instead of the whole read failing."""
+
+    text: str
+
+
+def _text(data: Any) -> str:
+    return repr(bytes(data).decode("utf-8", "replace"))
+
+
+class _Date(DateLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except DataError:
+            return OutOfRange(_text(data))
+
+
+class _Timestamptz(TimestamptzLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except DataError:
+            return OutOfRange(_text(data))
+
+
+class _Jsonb(JsonbLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except RecursionError:
+            return OutOfRange("JSON nested too deep to read")
+
+
+TOLERANT_LOADERS = (("date", _Date), ("timestamptz", _Timestamptz), ("jsonb", _Jsonb))
+"""Loaded so in every read of Spanner tables (arrays' elements too)."""
+
+
 async def _run(conn: Connection, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
                ) -> tuple[Rows, int]:
     with table_errors(what):
-        cur = await conn.execute(statement, params)
+        cur = conn.cursor()
+        for name, loader in TOLERANT_LOADERS:  # the cursor's own adapters: the connection's stay as they are
+            cur.adapters.register_loader(name, loader)
+        await cur.execute(statement, params)
         rows = await cur.fetchall() if cur.description is not None else []
         return rows, cur.rowcount
 
