@@ -39,6 +39,21 @@ REGISTRY_INDEXES_OF = sql.SQL(
 REGISTRY_CHILDREN_OF = sql.SQL(
     "SELECT name FROM spanq.spanner_tables WHERE kind = 'table' AND definition ->> 'parent' = %(table)s")
 LOCK_TIMEOUT = sql.SQL("SELECT set_config('lock_timeout', %(lock_timeout)s, true)")
+OUTSIDE_DEPENDENTS = sql.SQL("""
+WITH mine AS (SELECT n AS name, to_regclass(format('public.%%I', n)) AS oid FROM unnest(%(names)s::text[]) AS n),
+     oids AS (SELECT oid FROM mine WHERE oid IS NOT NULL)
+SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint AS c
+WHERE c.contype = 'f' AND c.confrelid IN (SELECT oid FROM oids) AND c.conrelid NOT IN (SELECT oid FROM oids)
+UNION
+SELECT r.ev_class::regclass::text, d.refobjid::regclass::text
+FROM pg_depend AS d JOIN pg_rewrite AS r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+WHERE d.refobjid IN (SELECT oid FROM oids) AND r.ev_class NOT IN (SELECT oid FROM oids)
+UNION
+SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
+WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
+ORDER BY 1, 2""")
+"""What depends on one of the relations ``names`` from outside them: a foreign key (an interleaved
+table or queue, or psql's), a view, a queue's dead-letter queue; (dependent, relation)."""
 
 
 def pg_type(t: g.SpannerType) -> sql.Composable:

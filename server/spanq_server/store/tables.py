@@ -180,3 +180,9 @@ class SpannerTables(Database):
             found = [r[0] for r in await indexes.fetchall()]
             children = await conn.execute(t.REGISTRY_CHILDREN_OF, {"table": table})
             return found, [r[0] for r in await children.fetchall()]
+
+    async def table_outside_dependents(self, names: Sequence[str]) -> list[tuple[str, str]]:
+        """(dependent, relation): what depends on one of the relations ``names`` from outside them."""
+        async with self._read() as conn:
+            cur = await conn.execute(t.OUTSIDE_DEPENDENTS, {"names": list(names)})
+            return [(r[0], r[1]) for r in await cur.fetchall()]
