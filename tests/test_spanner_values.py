@@ -239,9 +239,21 @@ async def test_values_psql_stored_out_of_range_read_as_failed_precondition_namin
             with database.snapshot(multi_use=True) as snapshot:  # the rest of the table reads
                 assert list(snapshot.execute_sql("SELECT Id FROM Events ORDER BY Id")) == [[1], [2]]
                 assert len(list(snapshot.read("Events", COLUMNS, KeySet(keys=[[1]])))) == 1
-            # In a read-write transaction too, and the row can be deleted through the API.
+            # In a read-write transaction too, where a THEN RETURN that meets it changes nothing
+            # (the transaction goes on and commits), and the row can be deleted through the API.
             with pytest.raises(exceptions.FailedPrecondition, match=f"column {column}"):
                 database.run_in_transaction(lambda txn: list(txn.execute_sql("SELECT * FROM Events")))
+            before = stored(sql, table)
+
+            def update_returning(txn: Any) -> None:
+                txn.execute_update("UPDATE Events SET Amount = 8 WHERE Id = 1")  # begins the transaction
+                with pytest.raises(exceptions.FailedPrecondition, match=f"column {column}"):
+                    list(txn.execute_sql("UPDATE Events SET Amount = 7 WHERE true THEN RETURN *"))
+
+            database.run_in_transaction(update_returning)
+            after = stored(sql, table)
+            assert after[1] == before[1] and after[0] == (before[0][0].replace(",12.5,", ",8,"),), (before, after)
+            sql.execute(f"UPDATE {table} SET amount = 12.5 WHERE id = 1")
             database.run_in_transaction(lambda txn: txn.execute_update("DELETE FROM Events WHERE Id = 2"))
             selected, read = read_all(database)
             assert [r[0] for r in selected] == [1] and [r[0] for r in read] == [1]

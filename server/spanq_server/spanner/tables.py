@@ -15,7 +15,7 @@ read-write transactions do), in a read-only one a strong read.
 
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -173,20 +173,26 @@ class Tables:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
             bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
+        shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
+
+        def encoded(rows: list[Any]) -> list[Any]:
+            return [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
+
         if use.read_only and not writing:
-            rows, count = await self._store.table_read(translated.statement, bound, what), None
+            rows, count = encoded(await self._store.table_read(translated.statement, bound, what)), None
         elif partitioned:
             rows, count = await self._store.table_alone(translated.statement, bound, what)
-        else:
-            op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what)
+        else:  # encoded in the statement's savepoint: a THEN RETURN that cannot be read changes nothing
+            op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what,
+                          encode=encoded)
             rows, count = (await (await use.hold()).apply([op]))[0]
-        shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
-        encoded = [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
-        return TableResult(translated.columns, encoded, count if writing else None, partitioned)
+        return TableResult(translated.columns, rows, count if writing else None, partitioned)
 
-    def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1) -> TableOp:
+    def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1,
+            encode: Callable[[list[Any]], list[Any]] | None = None) -> TableOp:
         async def run(conn: Handle) -> tuple[list[Any], int]:
-            return await self._store.table_run_in(conn, statement, values, what)
+            found, count = await self._store.table_run_in(conn, statement, values, what)
+            return (encode(found) if encode else found), count
 
         return TableOp(table, run, rows)
 
