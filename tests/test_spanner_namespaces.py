@@ -163,6 +163,10 @@ async def test_drop_database_drops_nothing_while_something_outside_depends_on_it
         message = caught.value.message
         assert dependent in message and "Nothing was dropped" in message, message
         assert everything(sql, ns) == before
+        if dependent == "elsewhere_child":  # DeleteInstance checks first too
+            with pytest.raises(exceptions.FailedPrecondition, match="elsewhere_child"):
+                await run(spanner.Client(project=PROJECT).instance(INSTANCE).delete)
+            assert everything(sql, ns) == before
         assert await run(database.exists)
         assert await run(lambda: secret_rows(database)) == [[1, "hunter2"]]
         if undo:

@@ -100,11 +100,15 @@ def decode(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
         try:
             return date.fromisoformat(value.string_value)
         except ValueError:
-            raise InvalidArgument(f"{what} must be a DATE like 2026-01-31, got {value.string_value[:40]!r}") from None
+            raise InvalidArgument(f"{what} must be a DATE like 2026-01-31 within Spanner's range "
+                                  f"({values.RANGES['DATE']}), got {value.string_value[:40]!r}") from None
     if code == "TIMESTAMP" and kind == "string_value":
         if value.string_value == COMMIT_TIMESTAMP:
             return datetime.now(timezone.utc)
-        return values.timestamp(value.string_value, what)
+        try:
+            return values.timestamp(value.string_value, what)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{exc} (Spanner's range: {values.RANGES['TIMESTAMP']})") from None
     if code == "JSON":
         if kind == "string_value":
             return Jsonb(values.json_text(value.string_value, what))
