@@ -167,10 +167,11 @@ def numeric(number: Decimal, what: str) -> Decimal:
         raise InvalidArgument(f"{what}: NUMERIC {number} is outside Spanner's range ({RANGES['NUMERIC']})")
     _, digits, exponent = number.as_tuple()
     assert isinstance(exponent, int)
-    text = "".join(map(str, digits))
-    significant = text.rstrip("0")
-    exponent += len(text) - len(significant)  # 1.50 is 1.5
-    if significant and (-exponent > NUMERIC_SCALE or len(significant) + exponent > NUMERIC_INTEGER_DIGITS):
+    count = len(digits)
+    if exponent < -NUMERIC_SCALE:  # 1.5000000000 is 1.5
+        significant = len(bytes(digits).rstrip(b"\0"))
+        exponent, count = exponent + count - significant, significant
+    if not number.is_zero() and (-exponent > NUMERIC_SCALE or count + exponent > NUMERIC_INTEGER_DIGITS):
         shown = str(number)
         raise InvalidArgument(f"{what}: NUMERIC {shown if len(shown) <= 60 else shown[:57] + '...'} is outside "
                               f"Spanner's range ({RANGES['NUMERIC']})")
