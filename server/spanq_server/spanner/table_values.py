@@ -24,7 +24,6 @@ from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-
 from google.cloud.spanner_v1.types import type as spanner_type
 from google.protobuf import struct_pb2
 from psycopg.types.json import Jsonb
