@@ -101,6 +101,11 @@ async def test_out_of_range_literals_are_invalid_naming_the_column_and_store_not
                 message = caught.value.message
                 assert f"column {column}" in message and words in message, (statement[:90], message)
                 seen.append((statement[:60], message[:160]))
+        # A NUMERIC computed past the range (from values within it) is refused too.
+        for statement in ("UPDATE Events SET Amount = Amount * NUMERIC '1e28' WHERE Id = 1",
+                          "INSERT INTO Events (Id, Amount) VALUES (2, NUMERIC '99999999999999999999999999999' + 1)"):
+            with pytest.raises(exceptions.InvalidArgument, match="numeric field overflow"):
+                database.run_in_transaction(lambda txn: txn.execute_update(statement))
         # Nothing changed, and the table reads whole.
         assert stored(sql, table_of(sql, "literals")) == before
         selected, read = read_all(database)
@@ -123,6 +128,8 @@ async def test_the_edges_of_the_ranges_are_values(spanner_env) -> None:  # type:
                 "(11, '9999-12-31', TIMESTAMP '9999-12-31 23:59:59.999999+00', NUMERIC '-0.000000001', NULL), "
                 "(12, DATE '2026-7-1', TIMESTAMP '2026-07-01 00:00:00 America/Los_Angeles', "
                 "NUMERIC '1.500000000000', NULL)")
+            # Arithmetic rounds to 9 places, as Spanner's NUMERIC does.
+            txn.execute_update("UPDATE Events SET Amount = NUMERIC '0.00003' * NUMERIC '0.0000255' WHERE Id = 11")
 
         database.run_in_transaction(insert)
         with database.snapshot() as snapshot:
@@ -134,7 +141,7 @@ async def test_the_edges_of_the_ranges_are_values(spanner_env) -> None:  # type:
         [datetime.date(1, 1, 1), datetime.datetime(1, 1, 1, tzinfo=utc),
          decimal.Decimal("99999999999999999999999999999.999999999")],
         [datetime.date(9999, 12, 31), datetime.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=utc),
-         decimal.Decimal("-0.000000001")],
+         decimal.Decimal("0.000000001")],  # 0.000000000765 rounded
         [datetime.date(2026, 7, 1), datetime.datetime(2026, 7, 1, 7, tzinfo=utc), decimal.Decimal("1.5")]]
 
 

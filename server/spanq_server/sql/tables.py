@@ -302,9 +302,13 @@ class _Translator:
     def assigned(self, e: g.Expr, scope: _Scope, column: Col) -> sql.Composable:
         """A value written to a column: an error in it names the column."""
         try:
-            return self.expr(e, scope, column.type)[0]
+            text = self.expr(e, scope, column.type)[0]
         except InvalidArgument as exc:
             raise InvalidArgument(f"column {column.spelled}: {exc}") from None
+        if column.type.code == "NUMERIC" and isinstance(e, g.Arithmetic):
+            # Spanner's NUMERIC: the result rounded to 9 places; past 29 digits, "numeric field overflow"
+            text = sql.SQL("({})::numeric(38, 9)").format(text)
+        return text
 
     def coerced(self, given: g.SpannerType, want: g.SpannerType, e: g.Literal) -> g.SpannerType:
         """A literal meeting a column of another type: the coercions Spanner makes (an INT64 literal is a
