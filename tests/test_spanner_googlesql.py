@@ -2,6 +2,7 @@
 PostgreSQL text and parameters out (spanner/googlesql.py parses, sql/tables.py composes),
 and every statement outside the subset INVALID_ARGUMENT naming what is not supported."""
 
+from datetime import date
 from decimal import Decimal
 
 import pytest
@@ -41,7 +42,7 @@ TRANSLATIONS = [
     ("SELECT UserId FROM Users WHERE UserId IN (1, 2) AND Born < '2020-01-01' ORDER BY UserId DESC LIMIT 5",
      f'SELECT "users"."userid" FROM {U} AS "users" WHERE (("users"."userid" IN (%(l0)s::bigint, %(l1)s::bigint)) '
      'AND ("users"."born" < %(l2)s::date)) ORDER BY "users"."userid" DESC LIMIT %(l3)s::bigint',
-     {"l0": 1, "l1": 2, "l2": "2020-01-01", "l3": 5}),
+     {"l0": 1, "l1": 2, "l2": date(2020, 1, 1), "l3": 5}),  # a DATE literal is checked, bound as a date
     ("SELECT q.Payload, u.Name FROM Inbox q JOIN Users u ON u.UserId = q.UserId",
      'SELECT "q"."payload", "u"."name" FROM "public"."d1_inbox" AS "q" INNER JOIN ' + U +
      ' AS "u" ON ("u"."userid" = "q"."userid")', {}),

@@ -26,7 +26,7 @@ from . import googlesql
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
-from .scope import DEFAULT_SCOPE, Scope
+from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
 from .status import RowCountMismatch
 from .tables import Tables, TableResult, TableStatement
 from .transactions import Use
@@ -127,6 +127,8 @@ class Executor:
         ``fresh`` as Catalog.get's."""
         if ns.prefix:
             queues.check_name(name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
+        elif not ns.owns(name):
+            raise errors.QueueNotFound(f"queue {name!r} does not exist in this database ({RESERVED})")
         try:
             return await self._catalog.get(ns.prefix + name, fresh=fresh)
         except errors.QueueNotFound:
@@ -471,6 +473,8 @@ class Executor:
                     raise
             return None
         queue = queue_from_ddl(statement)
+        if not ns.owns(queue.name):
+            raise errors.InvalidArgument(f"{queue.name!r} is not a name of this database: {RESERVED}")
         if ns.prefix:
             queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
             parent = queue.parent_table
@@ -478,6 +482,10 @@ class Executor:
                            or await self.tables.is_table(ns, parent)):  # a table of its; else a psql table
                 parent = ns.prefix + parent
             queue = dataclasses.replace(queue, name=ns.prefix + queue.name, parent_table=parent)
+        parent = queue.parent_table
+        if parent and in_a_namespace(parent) and not (ns.prefix and parent.startswith(ns.prefix)):
+            raise errors.InvalidArgument(f"INTERLEAVE IN PARENT {queue.parent_table}: another database's "
+                                         f"table ({RESERVED})")
         try:
             await self._catalog.create(queue)
         except errors.QueueAlreadyExists:

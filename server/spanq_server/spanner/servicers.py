@@ -416,6 +416,7 @@ class InstanceAdminService:
         call is FAILED_PRECONDITION."""
         databases = await self._admin.instance_databases(request.name)
         queues = [q for d in databases for q in await self._admin.database_queues(d)]
+        await self._executor.tables.check_droppable(databases, queues)  # all or nothing
         await _drop_all(self._catalog, queues)
         for database in databases:
             await self._executor.tables.drop_all(database)
@@ -482,7 +483,9 @@ class DatabaseAdminService:
 
     async def DropDatabase(self, request: Any, context: Any) -> Any:
         await self._admin.get_database(request.database)
-        await _drop_all(self._catalog, await self._admin.database_queues(request.database))
+        queues = await self._admin.database_queues(request.database)
+        await self._executor.tables.check_droppable([request.database], queues)  # all or nothing
+        await _drop_all(self._catalog, queues)
         await self._executor.tables.drop_all(request.database)
         await self._admin.forget_database(request.database)
         return empty_pb2.Empty()

@@ -6,6 +6,15 @@ INT64 and NUMERIC travel as decimal strings, FLOAT64 as a number (NaN and the
 infinities as the strings "NaN", "Infinity", "-Infinity"), BYTES as base64,
 DATE as YYYY-MM-DD, TIMESTAMP as RFC 3339 in UTC, JSON as its text, ARRAY as a
 list of its elements, NULL as null_value.
+
+Every value written is in Spanner's range of its type, whichever way it came
+(a literal, a parameter, a mutation): DATE 0001-01-01 to 9999-12-31, TIMESTAMP
+0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z, NUMERIC at most 29 digits
+before the point and 9 after it, finite, JSON nested at most 80 levels.
+PostgreSQL holds more (``infinity``, BC dates, year 10000, NaN, any NUMERIC)
+and Python reads less: a value out of range would make every read of its table
+fail. One that is stored anyway (by psql) reads as FAILED_PRECONDITION naming
+its column and value (``OutOfRange``), never INTERNAL.
 """
 
 import base64
@@ -20,7 +29,8 @@ from google.protobuf import struct_pb2
 from psycopg.types.json import Jsonb
 
 from .. import codec
-from ..errors import InvalidArgument
+from ..errors import FailedPrecondition, InvalidArgument
+from ..store.tables import OutOfRange
 from . import values
 from .googlesql import SpannerType
 
@@ -80,9 +90,7 @@ def decode(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
             number = Decimal(value.string_value if kind == "string_value" else repr(value.number_value))
         except InvalidOperation:
             raise InvalidArgument(f"{what} must be a NUMERIC as a decimal string") from None
-        if not number.is_finite():
-            raise InvalidArgument(f"{what}: NUMERIC is finite")
-        return number
+        return values.numeric(number, what)
     if code == "STRING" and kind == "string_value":
         return codec.text_value(value.string_value, what)
     if code == "BYTES" and kind == "string_value":
@@ -91,11 +99,15 @@ def decode(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
         try:
             return date.fromisoformat(value.string_value)
         except ValueError:
-            raise InvalidArgument(f"{what} must be a DATE like 2026-01-31, got {value.string_value[:40]!r}") from None
+            raise InvalidArgument(f"{what} must be a DATE like 2026-01-31 within Spanner's range "
+                                  f"({values.RANGES['DATE']}), got {value.string_value[:40]!r}") from None
     if code == "TIMESTAMP" and kind == "string_value":
         if value.string_value == COMMIT_TIMESTAMP:
             return datetime.now(timezone.utc)
-        return values.timestamp(value.string_value, what)
+        try:
+            return values.timestamp(value.string_value, what)
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{exc} (Spanner's range: {values.RANGES['TIMESTAMP']})") from None
     if code == "JSON":
         if kind == "string_value":
             return Jsonb(values.json_text(value.string_value, what))
@@ -103,14 +115,20 @@ def decode(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
     raise InvalidArgument(f"{what} ({t.ddl()}) cannot be given as a {kind.replace('_value', '')}")
 
 
-def encode(data: Any, t: SpannerType) -> struct_pb2.Value:
+def encode(data: Any, t: SpannerType, what: str = "a value") -> struct_pb2.Value:
+    """A stored value in Spanner's encoding; FAILED_PRECONDITION naming ``what`` (its column)
+    for one outside Spanner's range of t (stored by psql, or before spanq checked)."""
     if data is None:
         return NULL
+    if isinstance(data, OutOfRange):
+        raise out_of_range(data.text, what, t)
     code = t.code
     if code == "ARRAY":
         assert t.element is not None
+        if not isinstance(data, list) or (t.element.code != "ARRAY" and any(isinstance(v, list) for v in data)):
+            raise out_of_range(f"a {_dimensions(data)}-dimensional array", what, t)
         out = struct_pb2.Value()
-        out.list_value.values.extend(encode(v, t.element) for v in data)
+        out.list_value.values.extend(encode(v, t.element, what) for v in data)
         return out
     if code == "BOOL":
         return struct_pb2.Value(bool_value=bool(data))
@@ -134,3 +152,15 @@ def encode(data: Any, t: SpannerType) -> struct_pb2.Value:
     if code == "JSON":
         return struct_pb2.Value(string_value=json.dumps(data, separators=(",", ":"), sort_keys=True))
     return struct_pb2.Value(string_value=str(data))
+
+
+def out_of_range(text: str, what: str, t: SpannerType) -> FailedPrecondition:
+    """A value read that is outside Spanner's range of t (``text`` shows it)."""
+    shown = text if len(text) <= 40 else text[:37] + "..."
+    within = f" ({values.RANGES[t.code]})" if t.code in values.RANGES else ""
+    return FailedPrecondition(f"{what} ({t.ddl()}) holds {shown}, outside Spanner's range{within}: stored by psql "
+                              "(or before spanq checked values); update or delete that row by hand")
+
+
+def _dimensions(data: Any) -> int:
+    return 1 + _dimensions(data[0]) if isinstance(data, list) and data else 0

@@ -15,7 +15,7 @@ read-write transactions do), in a read-only one a strong read.
 
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -33,7 +33,7 @@ from .lexing import fold
 from . import table_values, values
 from .names import Names
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
-from .scope import Scope
+from .scope import RESERVED, Scope
 
 DDL_LOCK_TIMEOUT = timedelta(seconds=5)
 DEFINITION_CACHE_SECONDS = 1.0
@@ -85,6 +85,8 @@ class Tables:
 
     async def table(self, ns: Scope, name: str) -> TableDef | None:
         """A table of the database made through the Spanner API, by its (folded) name."""
+        if not ns.owns(name):
+            return None
         key = ns.prefix + name
         cached = self._cache.get(key)
         if cached is not None and time.monotonic() - cached[0] < DEFINITION_CACHE_SECONDS:
@@ -103,7 +105,7 @@ class Tables:
 
     async def schema(self, ns: Scope, names: Iterable[str]) -> dict[str, TableDef]:
         """The tables and queues of the database the names name (those it has)."""
-        wanted = sorted(set(names))
+        wanted = sorted(n for n in set(names) if ns.owns(n))
         out: dict[str, TableDef] = {}
         for relation, kind, definition in await self._store.table_definitions([ns.prefix + n for n in wanted]):
             if kind == "table":
@@ -140,7 +142,8 @@ class Tables:
         return TableStatement(statement, text)
 
     async def _any_table(self, ns: Scope, names: Iterable[str]) -> bool:
-        return bool([r for r in await self._store.table_definitions([ns.prefix + n for n in names]) if r[1] == "table"])
+        owned = [ns.prefix + n for n in names if ns.owns(n)]
+        return bool([r for r in await self._store.table_definitions(owned) if r[1] == "table"])
 
     # -- statements ------------------------------------------------------------
 
@@ -170,19 +173,26 @@ class Tables:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
             bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
+        shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
+
+        def encoded(rows: list[Any]) -> list[Any]:
+            return [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
+
         if use.read_only and not writing:
-            rows, count = await self._store.table_read(translated.statement, bound, what), None
+            rows, count = encoded(await self._store.table_read(translated.statement, bound, what)), None
         elif partitioned:
             rows, count = await self._store.table_alone(translated.statement, bound, what)
-        else:
-            op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what)
+        else:  # encoded in the statement's savepoint: a THEN RETURN that cannot be read changes nothing
+            op = self._op(translated.target.name if translated.target else "", translated.statement, bound, what,
+                          encode=encoded)
             rows, count = (await (await use.hold()).apply([op]))[0]
-        encoded = [[table_values.encode(v, c[1]) for v, c in zip(row, translated.columns)] for row in rows]
-        return TableResult(translated.columns, encoded, count if writing else None, partitioned)
+        return TableResult(translated.columns, rows, count if writing else None, partitioned)
 
-    def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1) -> TableOp:
+    def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1,
+            encode: Callable[[list[Any]], list[Any]] | None = None) -> TableOp:
         async def run(conn: Handle) -> tuple[list[Any], int]:
-            return await self._store.table_run_in(conn, statement, values, what)
+            found, count = await self._store.table_run_in(conn, statement, values, what)
+            return (encode(found) if encode else found), count
 
         return TableOp(table, run, rows)
 
@@ -308,7 +318,9 @@ class Tables:
         else:
             rows = (await (await use.hold()).apply([self._op(table.name, statement, params, what)]))[0][0]
         typed = [(c.spelled, c.type) for c in columns]
-        return TableResult(typed, [[table_values.encode(v, c.type) for v, c in zip(row, columns)] for row in rows])
+        shown = [(f"{what}: column {c.spelled}", c.type) for c in columns]
+        return TableResult(typed, [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)]
+                                   for row in rows])
 
     # -- DDL --------------------------------------------------------------------------
 
@@ -335,6 +347,8 @@ class Tables:
 
     def _name(self, ns: Scope, name: str) -> str:
         queues.check_name(name, "table name", queues.MAX_QUEUE_NAME - len(ns.prefix))
+        if not ns.owns(name):
+            raise errors.InvalidArgument(f"{name!r} is not a name of this database: {RESERVED}")
         return ns.prefix + name
 
     async def _create_table(self, s: g.CreateTable, database: str | None, ns: Scope) -> None:
@@ -374,7 +388,7 @@ class Tables:
     async def _drop(self, s: g.DropTable | g.DropIndex, ns: Scope) -> None:
         name = ns.prefix + s.name
         kind = "table" if isinstance(s, g.DropTable) else "index"
-        found = [r for r in await self._store.table_definitions([name]) if r[1] == kind]
+        found = [r for r in await self._store.table_definitions([name]) if r[1] == kind] if ns.owns(s.name) else []
         if not found:
             if s.if_exists:
                 return
@@ -392,6 +406,19 @@ class Tables:
             statement = t.drop_index(name)
         await self._store.table_ddl([statement], f"DROP {kind.upper()} {s.name}", lock_timeout=DDL_LOCK_TIMEOUT,
                                unregister=name)
+
+    async def check_droppable(self, databases: Sequence[str], queues: Sequence[str]) -> None:
+        """FAILED_PRECONDITION, before anything is dropped, while something outside the databases
+        (their ``queues``, tables and indexes) depends on one of them: DropDatabase is all or nothing.
+        (Should one appear meanwhile, the drop stops there; run again, it goes on.)"""
+        names = list(queues) + [n for d in databases for n, _, _ in await self._store.table_definitions_of(d)]
+        found = await self._store.table_outside_dependents(names) if names else []
+        if found:
+            shown = ", ".join(f"{dependent} depends on {relation}" for dependent, relation in found[:5])
+            raise errors.FailedPrecondition(
+                f"Cannot drop {', '.join(databases)}: what is not its own depends on its tables or queues ({shown}: "
+                "an interleaved table or queue, a dead-letter queue, a foreign key or view made by psql); drop or "
+                "change those first. Nothing was dropped")
 
     async def drop_all(self, database: str) -> None:
         """Drops a database's tables and indexes (its queues are gone already), children first."""

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from ..errors import InvalidArgument
 from ..spanner import googlesql as g
+from ..spanner import values as spanner_values
 from ..spanner.schema import Col, IndexDef, TableDef
 
 PG_TYPES = {"BOOL": "boolean", "INT64": "bigint", "FLOAT64": "double precision", "NUMERIC": "numeric",
@@ -38,6 +39,21 @@ REGISTRY_INDEXES_OF = sql.SQL(
 REGISTRY_CHILDREN_OF = sql.SQL(
     "SELECT name FROM spanq.spanner_tables WHERE kind = 'table' AND definition ->> 'parent' = %(table)s")
 LOCK_TIMEOUT = sql.SQL("SELECT set_config('lock_timeout', %(lock_timeout)s, true)")
+OUTSIDE_DEPENDENTS = sql.SQL("""
+WITH mine AS (SELECT n AS name, to_regclass(format('public.%%I', n)) AS oid FROM unnest(%(names)s::text[]) AS n),
+     oids AS (SELECT oid FROM mine WHERE oid IS NOT NULL)
+SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint AS c
+WHERE c.contype = 'f' AND c.confrelid IN (SELECT oid FROM oids) AND c.conrelid NOT IN (SELECT oid FROM oids)
+UNION
+SELECT r.ev_class::regclass::text, d.refobjid::regclass::text
+FROM pg_depend AS d JOIN pg_rewrite AS r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+WHERE d.refobjid IN (SELECT oid FROM oids) AND r.ev_class NOT IN (SELECT oid FROM oids)
+UNION
+SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
+WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
+ORDER BY 1, 2""")
+"""What depends on one of the relations ``names`` from outside them: a foreign key (an interleaved
+table or queue, or psql's), a view, a queue's dead-letter queue; (dependent, relation)."""
 
 
 def pg_type(t: g.SpannerType) -> sql.Composable:
@@ -184,7 +200,7 @@ class _Translator:
 
     def literal(self, value: Any, t: g.SpannerType) -> sql.Composable:
         key = f"l{len(self.params)}"
-        self.params[key] = value
+        self.params[key] = spanner_values.literal(value, t.code, "a literal")
         return sql.SQL("{}::{}").format(sql.Placeholder(key), _cast_type(t))
 
     def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
@@ -222,6 +238,8 @@ class _Translator:
             items = []
             for item in e.items:
                 text, t = self.expr(item, scope, element)
+                if t is not None and t.code == "ARRAY":  # PostgreSQL would make a 2-D array of it
+                    raise InvalidArgument("an ARRAY cannot hold arrays (Spanner has no arrays of arrays)")
                 element = element or t
                 items.append(text)
             array_type = g.SpannerType("ARRAY", element or g.STRING)
@@ -280,6 +298,17 @@ class _Translator:
             inner, _ = self.expr(e.item, scope)
             return sql.SQL("count({})").format(inner), g.INT64
         raise InvalidArgument(f"unsupported expression {type(e).__name__}")
+
+    def assigned(self, e: g.Expr, scope: _Scope, column: Col) -> sql.Composable:
+        """A value written to a column: an error in it names the column."""
+        try:
+            text = self.expr(e, scope, column.type)[0]
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"column {column.spelled}: {exc}") from None
+        if column.type.code == "NUMERIC" and isinstance(e, g.Arithmetic):
+            # Spanner's NUMERIC: the result rounded to 9 places; past 29 digits, "numeric field overflow"
+            text = sql.SQL("({})::numeric(38, 9)").format(text)
+        return text
 
     def coerced(self, given: g.SpannerType, want: g.SpannerType, e: g.Literal) -> g.SpannerType:
         """A literal meeting a column of another type: the coercions Spanner makes (an INT64 literal is a
@@ -431,7 +460,7 @@ class _Translator:
             columns.append(column)
         rows = []
         for row in s.rows:
-            values = [self.expr(e, _Scope([]), c.type)[0] for e, c in zip(row, columns)]
+            values = [self.assigned(e, _Scope([]), c) for e, c in zip(row, columns)]
             rows.append(sql.SQL("({})").format(sql.SQL(", ").join(values)))
         statement = sql.SQL("INSERT INTO {} AS {} ({}) VALUES {}").format(
             table_id(table.name), sql.Identifier(table.name), sql.SQL(", ").join(sql.Identifier(c.pg) for c in columns),
@@ -452,7 +481,7 @@ class _Translator:
             if name in table.primary_key:
                 raise InvalidArgument(f"Cannot UPDATE value on non-writable column: {column.spelled} (a primary-key "
                                       "column)")
-            sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.expr(e, scope, column.type)[0]))
+            sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.assigned(e, scope, column)))
         where = self.condition(s.where, scope)
         returning, result = self.returning(s.returning, scope)
         statement = sql.SQL("UPDATE {} AS {} SET {} WHERE {}{}").format(

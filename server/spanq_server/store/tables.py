@@ -11,13 +11,17 @@ the translation of PostgreSQL's errors into Spanner's codes.
 """
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
 
+from psycopg import DataError
 from psycopg import errors as pg_errors
 from psycopg import sql
-from psycopg.types.json import Jsonb
+from psycopg.adapt import Transformer
+from psycopg.types.datetime import DateLoader, TimestamptzLoader
+from psycopg.types.json import Jsonb, JsonbLoader
 
 from .. import errors
 from ..sql import tables as t
@@ -67,11 +71,69 @@ def table_errors(what: str) -> Iterator[None]:
         raise errors.RowNotFound(f"{what}: the table does not exist (it was dropped)") from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class OutOfRange:
+    """What a read returns for a value Python cannot hold (a date 'infinity', BC or of year
+    10000, JSON nested past Python's recursion limit), stored by psql: the front-end refuses
+    it naming its column, instead of the whole read failing."""
+
+    text: str
+
+
+def _text(data: Any) -> str:
+    return repr(bytes(data).decode("utf-8", "replace"))
+
+
+class _Date(DateLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except DataError:
+            return OutOfRange(_text(data))
+
+
+class _Timestamptz(TimestamptzLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except DataError:
+            return OutOfRange(_text(data))
+
+
+class _Jsonb(JsonbLoader):
+    def load(self, data: Any) -> Any:
+        try:
+            return super().load(data)
+        except RecursionError:
+            return OutOfRange("JSON nested too deep to read")
+
+
+TOLERANT_LOADERS = (("date", _Date), ("timestamptz", _Timestamptz), ("jsonb", _Jsonb))
+"""The loaders a result is read again with when one of its values fails the usual ones (arrays'
+elements too). Not the usual ones: Python's loaders take twice as long as psycopg's C ones."""
+
+
+def _tolerant_rows(conn: Connection, cur: Any) -> Rows:
+    """The rows of a result already fetched, read with TOLERANT_LOADERS (no second round trip:
+    the result is in memory)."""
+    context = conn.cursor()
+    for name, loader in TOLERANT_LOADERS:  # the cursor's own adapters: the connection's stay as they are
+        context.adapters.register_loader(name, loader)
+    reader = Transformer(context)
+    reader.set_pgresult(cur.pgresult)
+    return reader.load_rows(0, cur.pgresult.ntuples, tuple)  # type: ignore[no-any-return]
+
+
 async def _run(conn: Connection, statement: sql.Composed | sql.SQL, params: dict[str, Any], what: str
                ) -> tuple[Rows, int]:
     with table_errors(what):
         cur = await conn.execute(statement, params)
-        rows = await cur.fetchall() if cur.description is not None else []
+        rows = []
+        if cur.description is not None:
+            try:
+                rows = await cur.fetchall()
+            except (DataError, RecursionError):  # a value out of Python's range (stored by psql)
+                rows = _tolerant_rows(conn, cur)
         return rows, cur.rowcount
 
 
@@ -133,3 +195,9 @@ class SpannerTables(Database):
             found = [r[0] for r in await indexes.fetchall()]
             children = await conn.execute(t.REGISTRY_CHILDREN_OF, {"table": table})
             return found, [r[0] for r in await children.fetchall()]
+
+    async def table_outside_dependents(self, names: Sequence[str]) -> list[tuple[str, str]]:
+        """(dependent, relation): what depends on one of the relations ``names`` from outside them."""
+        async with self._read() as conn:
+            cur = await conn.execute(t.OUTSIDE_DEPENDENTS, {"names": list(names)})
+            return [(r[0], r[1]) for r in await cur.fetchall()]
