@@ -76,8 +76,10 @@ class Relay:
         self._timekeeper = False
 
     def vacate(self) -> None:
-        """A stream ended: if nobody keeps time now, wake a waiter so that one takes it over."""
-        if not self._timekeeper and self._waiters:
+        """A stream ended: if nobody keeps time now, wake a waiter so that one takes it over.
+        With none waiting yet the wake is kept: a stream that looked while the timekeeper was
+        still there (keep_time() False) may be about to wait, for wakes only."""
+        if not self._timekeeper:
             self.wake()
 
     def current(self) -> "Relay":
