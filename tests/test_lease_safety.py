@@ -52,6 +52,12 @@ async def _drop(call: grpc.aio.UnaryStreamCall, channel: grpc.aio.Channel) -> No
     await channel.close()
 
 
+async def _read(call: grpc.aio.UnaryStreamCall) -> queue_pb2.ReceiveResponse:
+    response = await call.read()
+    assert isinstance(response, queue_pb2.ReceiveResponse), response  # not EOF: the stream goes on
+    return response
+
+
 def _named(messages: list[queue_pb2.ReceivedMessage], name: str) -> bool:
     return any(m.key.values[0].string_value == name for m in messages)
 
@@ -62,7 +68,7 @@ async def _first_response(stub: queue_pb2_grpc.QueueServiceStub, max_batch_size:
     async def opened() -> tuple[grpc.aio.UnaryStreamCall, queue_pb2.ReceiveResponse] | None:
         call = stub.Receive(queue_pb2.ReceiveRequest(queue="q", max_batch_size=max_batch_size))
         try:
-            return call, await call.read()
+            return call, await _read(call)
         except grpc.aio.AioRpcError as exc:
             if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:  # not: the stream before is still open
                 raise
@@ -78,7 +84,7 @@ async def _up_to(stub: queue_pb2_grpc.QueueServiceStub, marker: str) -> list[que
     call, response = await _first_response(stub, 10)
     got = list(response.messages)
     while not _named(got, marker):
-        got.extend((await call.read()).messages)
+        got.extend((await _read(call)).messages)
     call.cancel()
     return got
 
