@@ -76,8 +76,10 @@ class Relay:
         self._timekeeper = False
 
     def vacate(self) -> None:
-        """A stream ended: if nobody keeps time now, wake a waiter so that one takes it over."""
-        if not self._timekeeper and self._waiters:
+        """A stream ended: if nobody keeps time now, wake a waiter so that one takes it over.
+        With none waiting yet the wake is kept: a stream that looked while the timekeeper was
+        still there (keep_time() False) may be about to wait, for wakes only."""
+        if not self._timekeeper:
             self.wake()
 
     def current(self) -> "Relay":
@@ -237,8 +239,11 @@ class Wakeups:
             wait = next_probe - loop.time() if self.listening else min(self._deaf_poll, next_probe - loop.time())
             await self._dispatch(conn, max(wait, 0.0))
             if not self.listening:
-                for signal in self._signals.values():
-                    signal.ready.wake()  # what a notification would do, for every queue
+                self._poll_every_queue()
+
+    def _poll_every_queue(self) -> None:
+        for signal in self._signals.values():
+            signal.ready.wake()  # what a notification would do, for every queue
 
     def _report(self, heard: bool, *, first: bool) -> None:
         if heard and not self.listening:
@@ -268,7 +273,11 @@ class Wakeups:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + PROBE_TIMEOUT
         while not self._heard.is_set() and loop.time() < give_up:
-            await self._dispatch(conn, give_up - loop.time())
+            # Until it is heard, poll as a deaf listener does: a deaf one's probe lasts
+            # PROBE_TIMEOUT, far longer than the poll interval streams are promised.
+            await self._dispatch(conn, min(self._deaf_poll, give_up - loop.time()))
+            if not self._heard.is_set():
+                self._poll_every_queue()
         return self._heard.is_set()
 
     async def _dispatch(self, conn: Listener, timeout: float) -> None:

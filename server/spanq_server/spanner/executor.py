@@ -552,7 +552,10 @@ def message_columns(queue: QueueDef, spelling: Spelling) -> list[Output]:
 
 class ReceiveStream:
     """RECEIVE's rows, batch by batch: filtered by its WHERE (a message that fails it is
-    given back at once, its attempt count as before) and projected onto its SELECT list."""
+    given back at once, its attempt count as before) and projected onto its SELECT list.
+    Only those are given back, before any row of their batch is yielded: a row yielded is
+    the transport's (receive.py's lease-safety rule), and the rows of a stream that ends
+    keep their leases."""
 
     def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
                  keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
