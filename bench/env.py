@@ -69,7 +69,7 @@ class ServerProcess:
     """``spanq serve`` on a free loopback port, in its own process."""
 
     def __init__(self, db_url: str, *, log_name: str = "server.log", extra_args: list[str] | None = None,
-                 app_name: str = SERVER_APP_NAME, workers: int = 1) -> None:
+                 app_name: str = SERVER_APP_NAME, workers: int = 1, code: str | None = None) -> None:
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
@@ -84,6 +84,8 @@ class ServerProcess:
         if workers > 1:
             command += ["--workers", str(workers)]
         env = dict(os.environ, PGAPPNAME=app_name)
+        if code is not None:  # another checkout's server (bench.drain_cpu --against): its packages first
+            env["PYTHONPATH"] = os.pathsep.join([f"{code}/server", f"{code}/client"])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=ROOT)
         self.pid = self.process.pid
@@ -160,7 +162,7 @@ class InProcessServer:
 @contextlib.asynccontextmanager
 async def spanq_server(db_url: str, *, in_process: bool = False, log_name: str = "server.log",
                        extra_args: list[str] | None = None, app_name: str = SERVER_APP_NAME,
-                       workers: int = 1) -> AsyncIterator[Any]:
+                       workers: int = 1, code: str | None = None) -> AsyncIterator[Any]:
     if in_process:
         server = InProcessServer(db_url)
         await server.ready()
@@ -169,7 +171,8 @@ async def spanq_server(db_url: str, *, in_process: bool = False, log_name: str =
         finally:
             await server.astop()
         return
-    process = ServerProcess(db_url, log_name=log_name, extra_args=extra_args, app_name=app_name, workers=workers)
+    process = ServerProcess(db_url, log_name=log_name, extra_args=extra_args, app_name=app_name, workers=workers,
+                            code=code)
     try:
         await process.ready()
         yield process
