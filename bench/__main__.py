@@ -103,6 +103,8 @@ async def run(args: argparse.Namespace) -> int:
     rows.sort(key=lambda r: r.cell.split()[0])
     print()
     print(table(rows))
+    if "budget" in ctx.extra:
+        print("\nlatency budget (cell budget), one message at a time:\n" + ctx.extra["budget"]["table"])
     print(f"\n{len(rows)} figures in {elapsed:.0f}s; load average now {os.getloadavg()[0]:.2f}")
     results = {"mode": "quick" if args.quick else "full", "elapsed_s": elapsed, "machine": facts,
                "load_at_end": os.getloadavg(), "rows": [r.as_dict() for r in rows], "extra": ctx.extra,

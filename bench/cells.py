@@ -686,10 +686,12 @@ CELLS: dict[str, Callable[[Context], Awaitable[list[Row]]]] = {
     "7": cell_fanin,  # last: its own server, after the main one is idle
     "9": cell_workers,  # its own servers too
 }
-OWN_SERVER = ("7", "9")
+OWN_SERVER = ("7", "9", "budget")
 """Cells that start servers of their own: run after the main server has stopped."""
 
 from .publisher import cell_publish  # noqa: E402  (it builds on this module's Context, Row and _setup)
 CELLS["pub"] = cell_publish
 from .one_at_a_time import cell_lease  # noqa: E402  (the same)
 CELLS["lease"] = cell_lease
+from .budget import cell_budget  # noqa: E402  (the same)
+CELLS["budget"] = cell_budget

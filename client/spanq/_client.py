@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -94,6 +95,9 @@ class _Direct(aio.Client):
                         setattr(stub, name, _Slotted(getattr(stub, name), slots, self._wait_connected))
                     self._blocking_channel = channel
                     self._blocking_stub = stub
+                    # An open channel with a connectivity watch keeps the interpreter from exiting
+                    # (grpcio waits for its polling thread): close it at exit if nobody did.
+                    weakref.finalize(self, channel.close)
         return self._blocking_stub
 
     def _wait_connected(self) -> None:
