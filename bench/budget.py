@@ -39,8 +39,7 @@ STEPS = (
     ("wake-up -> lease statement", "wake", "lease"),
     ("lease statement", "lease", "lease."),
     ("lease -> response encoded, write begins", "lease.", "write"),
-    ("write (gRPC takes the response)", "write", "write."),
-    ("write -> client reads the message", "write.", "t2"),
+    ("write begins -> client reads the message (gRPC)", "write", "t2"),
     ("client: message -> Ack sent", "t2", "t3"),
     ("Ack: client -> Ack handler", "t3", "ack_rpc"),
     ("Ack handler -> commit statement (group commit)", "ack_rpc", "ack_commit"),
@@ -132,7 +131,7 @@ def table(result: dict[str, Any]) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.insert(len(STEPS) + 2, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + (f"\n({result['complete']} of {result['iterations']} iterations had every step; "
-                               "steps 1-14 add up to the loop)")
+                               f"steps 1-{len(STEPS)} add up to the loop)")
 
 
 async def cell_budget(ctx: Context) -> list[Row]:

@@ -72,7 +72,7 @@ class Meter:
     ``window()`` measures one workload."""
 
     def __init__(self, db_url: str) -> None:
-        self._db_url = with_db(db_url, psycopg.conninfo.conninfo_to_dict(db_url).get("dbname") or "postgres",
+        self._db_url = with_db(db_url, str(psycopg.conninfo.conninfo_to_dict(db_url).get("dbname") or "postgres"),
                                application_name=METER_APP_NAME)
         self._lock = threading.Lock()
         self._seen: dict[int, float] = {}

@@ -129,13 +129,13 @@ async def cell_publish(ctx: Context) -> list[Row]:
     try:
         for per_call, producers, target in WORKLOADS:
             a, b, ca, cb = Figure(), Figure(), CpuFigures(), CpuFigures()
-            sent = lambda rate: rate * s.send_seconds  # noqa: E731
+            stored = lambda rate: rate * s.send_seconds  # noqa: E731
             for _ in range(s.runs):
                 await spanq.truncate()
                 a.add(await ctx.spanq_run(ca, asyncio.to_thread(_publish_for, ctx.target, spanq.name, producers,
-                                                                per_call, s.send_seconds), sent))
+                                                                per_call, s.send_seconds), stored))
                 await sql.truncate()
-                b.add(await ctx.sql_run(cb, sql.send_throughput(producers, per_call, s.send_seconds), sent))
+                b.add(await ctx.sql_run(cb, sql.send_throughput(producers, per_call, s.send_seconds), stored))
             plural = "s" if producers > 1 else ""
             row = Row("pub publish", f"{per_call} msg/call, {producers} producer thread{plural}", "msgs/s", a, b,
                       target=f"ratio >= {target}", cpu=ca, baseline_cpu=cb)

@@ -1,6 +1,7 @@
 """The asyncio client: ``spanq.aio.Client``, the canonical implementation.
 
-``spanq.Client`` (sync) runs this one on a private event-loop thread.
+``spanq.Client`` (sync) runs this one's methods: its unary calls on the calling
+thread over grpcio's blocking stubs, its streams on a private event-loop thread.
 """
 
 from __future__ import annotations
