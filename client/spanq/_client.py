@@ -28,10 +28,9 @@ from . import aio
 from ._connect import DEFAULT_CONNECT_TIMEOUT, Connectivity
 from ._errors import Closed
 from ._loop import LoopThread, on_own_loop, run_here
-from ._slots import UNARY_METHODS
 from ._codec import as_timedelta
 from ._retry import DEFAULT_RETRY, Retry
-from ._slots import DEFAULT_MAX_CONCURRENT_CALLS
+from ._slots import DEFAULT_MAX_CONCURRENT_CALLS, UNARY_METHODS
 from ._transaction import SendOp, Transaction
 from ._types import BatchSettings, Future, Key, KeyValue, Message, OutgoingMessage, PublishFlowControl
 
