@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from . import env
+from .cpu import Meter
 from .cells import CELLS, FULL, OWN_SERVER, QUICK, Context, Row
 
 
@@ -39,12 +40,13 @@ def fmt_figure(figure: Any, unit: str) -> str:
 
 def table(rows: list[Row]) -> str:
     header = ("cell", "workload", "unit", "spanq median [min-max]", "plain SQL median [min-max]", "spanq/SQL",
-              "target", "")
+              "target", "", "spanq CPU us/msg c/s/pg", "SQL CPU us/msg c/pg")
     lines = [header]
     for r in rows:
         verdict = "" if r.met is None else ("met" if r.met else "MISSED")
         lines.append((r.cell, r.label, r.unit, fmt_figure(r.spanq, r.unit), fmt_figure(r.baseline, r.unit),
-                      "-" if math.isnan(r.ratio) else f"{r.ratio:.2f}", r.target, verdict))
+                      "-" if math.isnan(r.ratio) else f"{r.ratio:.2f}", r.target, verdict,
+                      r.cpu.text() if r.cpu else "", r.baseline_cpu.text(server=False) if r.baseline_cpu else ""))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = []
     for i, line in enumerate(lines):
@@ -54,6 +56,10 @@ def table(rows: list[Row]) -> str:
     notes = [f"  {r.cell} {r.label}: {r.note}" for r in rows if r.note]
     if notes:
         out += ["", "notes:"] + notes
+    if any(r.cpu for r in rows):
+        out += ["", "CPU us/msg: medians over the runs of CPU microseconds per message of the client (this process), "
+                    "the spanq server (all its processes) and the database's PostgreSQL backends, then their sum "
+                    "(bench/cpu.py)"]
     return "\n".join(out)
 
 
@@ -79,9 +85,12 @@ async def run(args: argparse.Namespace) -> int:
     with env.scratch_database(server_url) as db_url:
         from spanq_server.server import start  # noqa: F401  (fail early if the server does not import)
 
+        meter = Meter(db_url)
+        meter.start()
         async with env.spanq_server(db_url, in_process=args.in_process) as server:
             ctx = Context(target=server.target, db_url=db_url, sizes=sizes, server=server,
-                          in_process=args.in_process, log=lambda s: print(s, flush=True), workers=workers)
+                          in_process=args.in_process, log=lambda s: print(s, flush=True), workers=workers,
+                          meter=meter)
             for key, cell in CELLS.items():
                 if key not in only or key in OWN_SERVER:
                     continue
@@ -89,10 +98,13 @@ async def run(args: argparse.Namespace) -> int:
         for key in OWN_SERVER:
             if key in only:
                 rows += await run_cell(key, ctx)
+        meter.stop()
     elapsed = time.monotonic() - started
     rows.sort(key=lambda r: r.cell.split()[0])
     print()
     print(table(rows))
+    if "budget" in ctx.extra:
+        print("\nlatency budget (cell budget), one message at a time:\n" + ctx.extra["budget"]["table"])
     print(f"\n{len(rows)} figures in {elapsed:.0f}s; load average now {os.getloadavg()[0]:.2f}")
     results = {"mode": "quick" if args.quick else "full", "elapsed_s": elapsed, "machine": facts,
                "load_at_end": os.getloadavg(), "rows": [r.as_dict() for r in rows], "extra": ctx.extra,

@@ -7,14 +7,17 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
 from . import env, sdk_side
 from .baseline import SqlQueue
+from .cpu import Meter, nothing, server_cpu_of
 from .spanq_side import SpanqQueue, cpu_seconds
-from .stats import Figure, percentile, ratio
+from .stats import CpuFigures, Figure, percentile, ratio
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,10 @@ class Row:
     note: str = ""
     compare: bool = True
     """False where the figures are themselves ratios (depth, bloat, NOTIFY): no spanq/baseline column."""
+    cpu: CpuFigures | None = None
+    """spanq's CPU microseconds per message: the client (the bench), the server, PostgreSQL."""
+    baseline_cpu: CpuFigures | None = None
+    """plain SQL's: the client and PostgreSQL."""
 
     @property
     def ratio(self) -> float:
@@ -86,6 +93,8 @@ class Row:
             "cell": self.cell, "label": self.label, "unit": self.unit, "spanq": self.spanq.as_dict(),
             "baseline": self.baseline.as_dict() if self.baseline else None, "ratio": self.ratio,
             "target": self.target, "met": self.met, "note": self.note,
+            "cpu_us_per_message": self.cpu.as_dict() if self.cpu else None,
+            "baseline_cpu_us_per_message": self.baseline_cpu.as_dict() if self.baseline_cpu else None,
         }
 
 
@@ -101,6 +110,27 @@ class Context:
     log: Callable[[str], None] = print
     workers: tuple[int, ...] = (1, 2)
     """The --workers counts cell 9 compares."""
+    meter: Meter | None = None
+    """CPU by process (bench/cpu.py); None: no CPU columns."""
+
+    async def metered(self, into: CpuFigures, run: Awaitable[T], messages: Callable[[T], float],
+                      server: Any = "main") -> T:
+        """Awaits ``run`` and adds its CPU per message (``messages(its result)``) to ``into``;
+        ``server`` is whose processes count as the server's: the main one, another, or None
+        (a plain-SQL run: the idle server's background is not its work)."""
+        if self.meter is None:
+            return await run
+        cpu = nothing if server is None else server_cpu_of(self.server if server == "main" else server)
+        with self.meter.window(cpu) as use:
+            result = await run
+        into.add(use.per_message_us(messages(result)))
+        return result
+
+    async def spanq_run(self, into: CpuFigures, run: Awaitable[T], messages: Callable[[T], float]) -> T:
+        return await self.metered(into, run, messages)
+
+    async def sql_run(self, into: CpuFigures, run: Awaitable[T], messages: Callable[[T], float]) -> T:
+        return await self.metered(into, run, messages, server=None)
 
     def queues(self, name: str) -> tuple[SpanqQueue, SqlQueue]:
         return SpanqQueue(self.target, self.db_url, f"bq_{name}"), SqlQueue(self.db_url, f"bt_{name}")
@@ -132,13 +162,15 @@ async def cell_send(ctx: Context) -> list[Row]:
     rows = []
     try:
         for per_call, clients, target in ((1, 1, None), (1, 8, 0.5), (100, 1, 0.5), (100, 8, 0.5)):
-            a, b = Figure(), Figure()
+            a, b, ca, cb = Figure(), Figure(), CpuFigures(), CpuFigures()
+            sent = lambda rate: rate * s.send_seconds  # noqa: E731
             for _ in range(s.runs):
                 await spanq.truncate()
-                a.add(await spanq.send_throughput(clients, per_call, s.send_seconds))
+                a.add(await ctx.spanq_run(ca, spanq.send_throughput(clients, per_call, s.send_seconds), sent))
                 await sql.truncate()
-                b.add(await sql.send_throughput(clients, per_call, s.send_seconds))
-            row = Row("1 send", f"{per_call} msg/call, {clients} client{'s' if clients > 1 else ''}", "msgs/s", a, b)
+                b.add(await ctx.sql_run(cb, sql.send_throughput(clients, per_call, s.send_seconds), sent))
+            row = Row("1 send", f"{per_call} msg/call, {clients} client{'s' if clients > 1 else ''}", "msgs/s", a, b,
+                      cpu=ca, baseline_cpu=cb)
             if target is not None:
                 row.target, row.met = f"ratio >= {target}", row.ratio >= target
             rows.append(row)
@@ -171,28 +203,30 @@ async def cell_drain(ctx: Context) -> list[Row]:
         sdk = sdk_side.available()
         for receivers in (1, 4):
             a, b, c = Figure(), Figure(), Figure()
+            ca, cb, cc = CpuFigures(), CpuFigures(), CpuFigures()
             for _ in range(s.drain_runs):
                 await spanq.truncate()
                 await spanq.preload(s.drain_n)
                 await spanq.vacuum()
-                a.add(await spanq.drain(s.drain_n, receivers))
+                a.add(await ctx.spanq_run(ca, spanq.drain(s.drain_n, receivers), lambda _: s.drain_n))
                 await sql.truncate()
                 await sql.preload(s.drain_n)
                 await sql.vacuum()
-                b.add(await sql.drain(s.drain_n, receivers))
+                b.add(await ctx.sql_run(cb, sql.drain(s.drain_n, receivers), lambda _: s.drain_n))
                 if sdk:
                     await spanq.truncate()
                     await spanq.preload(s.sdk_drain_n)
                     await spanq.vacuum()
-                    c.add(await sdk_side.drain(ctx.target, ctx.db_url, spanq.name, s.sdk_drain_n, receivers,
-                                               s.sdk_drain_seconds))
+                    c.add(await ctx.spanq_run(cc, sdk_side.drain(ctx.target, ctx.db_url, spanq.name, s.sdk_drain_n,
+                                                                 receivers, s.sdk_drain_seconds),
+                                              lambda _: s.sdk_drain_n))
             plural = "s" if receivers > 1 else ""
             row = Row("2 receive+ack", f"drain {s.drain_n:,}, {receivers} Receive stream{plural} + Ack",
-                      "msgs/s", a, b, target="ratio >= 0.5")
+                      "msgs/s", a, b, target="ratio >= 0.5", cpu=ca, baseline_cpu=cb)
             row.met = row.ratio >= 0.5
             rows.append(row)
             rows.append(Row("2 receive+ack", f"drain {s.sdk_drain_n:,}, {receivers} SDK subscriber{plural}", "msgs/s",
-                            c, b, note=f"async callback, auto-ack, at most {s.sdk_drain_seconds:g}s; baseline "
+                            c, b, cpu=cc, baseline_cpu=cb, note=f"async callback, auto-ack, at most {s.sdk_drain_seconds:g}s; baseline "
                                        "column repeated from the row above"
                             if sdk else "the installed SDK has no subscriber"))
             ctx.log(f"  drain x{receivers}: spanq {a.median:,.0f}  sql {b.median:,.0f}  sdk {c.median:,.0f}")
@@ -235,20 +269,23 @@ async def cell_latency(ctx: Context) -> list[Row]:
         runs_c: list[list[float]] = []
         missing = {"spanq": 0, "sql": 0, "sdk": 0}
         cpu = 0.0
+        ca, cb, cc = CpuFigures(), CpuFigures(), CpuFigures()
+        received = lambda result: len(result[0])  # noqa: E731
         for _ in range(s.latency_runs):
             await spanq.truncate()
             await sql.truncate()
             cpu0 = cpu_seconds(ctx.server.pid)
-            got, lost = await spanq.latency(s.latency_rate, s.latency_seconds)
+            got, lost = await ctx.spanq_run(ca, spanq.latency(s.latency_rate, s.latency_seconds), received)
             cpu += cpu_seconds(ctx.server.pid) - cpu0
             runs_a.append(got)
             missing["spanq"] += lost
-            got, lost = await sql.latency(s.latency_rate, s.latency_seconds)
+            got, lost = await ctx.sql_run(cb, sql.latency(s.latency_rate, s.latency_seconds), received)
             runs_b.append(got)
             missing["sql"] += lost
             if sdk:
                 await spanq.truncate()
-                got, lost = await sdk_side.latency(ctx.target, spanq.name, s.latency_rate, s.latency_seconds)
+                got, lost = await ctx.spanq_run(
+                    cc, sdk_side.latency(ctx.target, spanq.name, s.latency_rate, s.latency_seconds), received)
                 runs_c.append(got)
                 missing["sdk"] += lost
             ctx.log(f"  latency p99: spanq {percentile(runs_a[-1], 99) * 1000:.2f} ms  "
@@ -272,8 +309,11 @@ async def cell_latency(ctx: Context) -> list[Row]:
     if runs_c:
         ctx.extra["latency"]["sdk"] = _pooled_percentiles(runs_c)
     rows = _latency_rows("3 latency", f"send->stream @{s.latency_rate:g}/s", runs_a, runs_b, 10)
+    rows[0].cpu, rows[0].baseline_cpu = ca, cb
     if runs_c:
-        rows += _latency_rows("3 latency", f"SDK send->callback @{s.latency_rate:g}/s", runs_c, runs_b, 10)
+        sdk_rows = _latency_rows("3 latency", f"SDK send->callback @{s.latency_rate:g}/s", runs_c, runs_b, 10)
+        sdk_rows[0].cpu, sdk_rows[0].baseline_cpu = cc, cb
+        rows += sdk_rows
     rows[1].note = (f"server CPU {per_message * 1000:.2f} ms per message (Send, Receive, Ack) at "
                     f"{s.latency_rate:g}/s: {per_message * s.latency_rate * 100:.0f}% of a core asked for")
     if any(missing.values()):
@@ -293,11 +333,13 @@ async def cell_lateness(ctx: Context) -> list[Row]:
     spanq, sql = await _setup(ctx, "sched")
     runs_a: list[list[float]] = []
     runs_b: list[list[float]] = []
+    ca, cb = CpuFigures(), CpuFigures()
     try:
         await sql.set_notify(True)
         for _ in range(s.lateness_runs):
-            runs_a.append(await spanq.lateness(s.lateness_n, s.lateness_spread, s.lateness_lead))
-            runs_b.append(await sql.lateness(s.lateness_n, s.lateness_spread, s.lateness_lead))
+            runs_a.append(await ctx.spanq_run(ca, spanq.lateness(s.lateness_n, s.lateness_spread, s.lateness_lead),
+                                              len))
+            runs_b.append(await ctx.sql_run(cb, sql.lateness(s.lateness_n, s.lateness_spread, s.lateness_lead), len))
             ctx.log(f"  lateness p99: spanq {percentile(runs_a[-1], 99) * 1000:.2f} ms  "
                     f"sql {percentile(runs_b[-1], 99) * 1000:.2f} ms")
     finally:
@@ -306,14 +348,18 @@ async def cell_lateness(ctx: Context) -> list[Row]:
                              "early": {"spanq": sum(x < 0 for r in runs_a for x in r),
                                        "baseline": sum(x < 0 for r in runs_b for x in r)}}
     rows = _latency_rows("4 scheduled", f"lateness, {s.lateness_n:,} over {s.lateness_spread:g}s", runs_a, runs_b, 50)
+    rows[0].cpu, rows[0].baseline_cpu = ca, cb
     return rows
 
 
 # -- 5. depth ------------------------------------------------------------------------
 
 
-async def _depth_curve(queue: Any, depths: tuple[int, ...], drain: int, runs: int) -> list[Figure]:
-    """Receive+ack throughput (1 receiver, ``drain`` messages) at each depth, topping up after each run."""
+async def _depth_curve(queue: Any, depths: tuple[int, ...], drain: int, runs: int,
+                       metered: Callable[[CpuFigures, Awaitable[float]], Awaitable[float]],
+                       cpu: list[CpuFigures]) -> list[Figure]:
+    """Receive+ack throughput (1 receiver, ``drain`` messages) at each depth, topping up after each run;
+    the CPU of each depth's runs into ``cpu``."""
     figures = []
     await queue.preload(drain)
     await queue.drain(drain, 1)  # warm-up (connections, prepared statements): not measured
@@ -322,28 +368,34 @@ async def _depth_curve(queue: Any, depths: tuple[int, ...], drain: int, runs: in
         await queue.preload(depth - pending)
         pending = depth
         await queue.vacuum()
-        figure = Figure()
+        figure, used = Figure(), CpuFigures()
         for _ in range(runs):
-            figure.add(await queue.drain(drain, 1))
+            figure.add(await metered(used, queue.drain(drain, 1)))
             await queue.preload(drain)
         figures.append(figure)
+        cpu.append(used)
     return figures
 
 
 async def cell_depth(ctx: Context) -> list[Row]:
     s = ctx.sizes
     spanq, sql = await _setup(ctx, "depth")
+    ca: list[CpuFigures] = []
+    cb: list[CpuFigures] = []
+    drained = lambda _: s.depth_drain  # noqa: E731
     try:
-        a = await _depth_curve(spanq, s.depths, s.depth_drain, s.depth_runs)
+        a = await _depth_curve(spanq, s.depths, s.depth_drain, s.depth_runs,
+                               lambda into, run: ctx.spanq_run(into, run, drained), ca)
         ctx.log("  depth spanq: " + ", ".join(f"{d:,}: {f.median:,.0f}" for d, f in zip(s.depths, a)))
-        b = await _depth_curve(sql, s.depths, s.depth_drain, s.depth_runs)
+        b = await _depth_curve(sql, s.depths, s.depth_drain, s.depth_runs,
+                               lambda into, run: ctx.sql_run(into, run, drained), cb)
         ctx.log("  depth sql:   " + ", ".join(f"{d:,}: {f.median:,.0f}" for d, f in zip(s.depths, b)))
     finally:
         await _teardown(spanq, sql)
     ctx.extra["depth"] = {"depths": list(s.depths), "spanq": [f.as_dict() for f in a],
                           "baseline": [f.as_dict() for f in b], "drain": s.depth_drain}
-    rows = [Row("5 depth", f"receive+ack {s.depth_drain:,} at {d:,} pending", "msgs/s", fa, fb)
-            for d, fa, fb in zip(s.depths, a, b)]
+    rows = [Row("5 depth", f"receive+ack {s.depth_drain:,} at {d:,} pending", "msgs/s", fa, fb, cpu=ua, baseline_cpu=ub)
+            for d, fa, fb, ua, ub in zip(s.depths, a, b, ca, cb)]
     deep, shallow = s.depths[-1], s.depths[0]
     ra = Figure([x / y for x, y in zip(a[-1].runs, a[0].runs)])
     rb = Figure([x / y for x, y in zip(b[-1].runs, b[0].runs)])
@@ -383,23 +435,27 @@ async def cell_bloat(ctx: Context) -> list[Row]:
     try:
         fresh: dict[str, Figure] = {}
         churned: dict[str, Figure] = {}
+        cpu = {(side, when): CpuFigures() for side in ("spanq", "sql") for when in ("fresh", "churned")}
+        drained = lambda _: s.bloat_drain  # noqa: E731
         for side, queue in (("spanq", spanq), ("sql", sql)):
+            run = ctx.spanq_run if side == "spanq" else ctx.sql_run
             await queue.preload(s.bloat_pending)
             fresh[side] = Figure()
             for _ in range(s.runs):
-                fresh[side].add(await queue.drain(s.bloat_drain, 1))
+                fresh[side].add(await run(cpu[side, "fresh"], queue.drain(s.bloat_drain, 1), drained))
                 await queue.preload(s.bloat_drain)
             await queue.churn(s.churn_n)
             await queue.preload(max(0, s.bloat_pending - await queue.count()))  # churn may take pending ones
             churned[side] = Figure()
             for _ in range(s.runs):
-                churned[side].add(await queue.drain(s.bloat_drain, 1))
+                churned[side].add(await run(cpu[side, "churned"], queue.drain(s.bloat_drain, 1), drained))
                 await queue.preload(s.bloat_drain)
             ctx.log(f"  bloat {side}: fresh {fresh[side].median:,.0f}  after churn {churned[side].median:,.0f}")
         rows.append(Row("6 bloat", f"receive+ack, fresh queue ({s.bloat_pending:,} pending)", "msgs/s",
-                        fresh["spanq"], fresh["sql"]))
+                        fresh["spanq"], fresh["sql"], cpu=cpu["spanq", "fresh"], baseline_cpu=cpu["sql", "fresh"]))
         rows.append(Row("6 bloat", f"... after {s.churn_n:,} churned through it", "msgs/s",
-                        churned["spanq"], churned["sql"]))
+                        churned["spanq"], churned["sql"], cpu=cpu["spanq", "churned"],
+                        baseline_cpu=cpu["sql", "churned"]))
         rows.append(Row("6 bloat", "after churn / fresh", "x",
                         Figure([x / y for x, y in zip(churned["spanq"].runs, fresh["spanq"].runs)]),
                         Figure([x / y for x, y in zip(churned["sql"].runs, fresh["sql"].runs)]), compare=False))
@@ -409,8 +465,10 @@ async def cell_bloat(ctx: Context) -> list[Row]:
     spanq, sql = await _setup(ctx, "held")
     try:
         results = {}
+        held_cpu = {"spanq": CpuFigures(), "sql": CpuFigures()}
         for side, queue in (("spanq", spanq), ("sql", sql)):
-            acked_at = await _held_xmin(ctx, queue, s.held_seconds)
+            acked_at = await ctx.metered(held_cpu[side], _held_xmin(ctx, queue, s.held_seconds), len,
+                                         server="main" if side == "spanq" else None)
             results[side] = _windows(acked_at, 0.0, s.held_seconds, s.held_window)
             per_second = [0] * int(math.ceil(s.held_seconds))
             for t in acked_at:
@@ -420,7 +478,8 @@ async def cell_bloat(ctx: Context) -> list[Row]:
             ctx.log(f"  held xmin {side}: first {results[side][0]:,.0f}/s last {results[side][1]:,.0f}/s")
         w = s.held_window
         rows.append(Row("6 bloat", f"xmin held {s.held_seconds:g}s: send+receive+ack, first {w:g}s", "msgs/s",
-                        Figure([results["spanq"][0]]), Figure([results["sql"][0]]), note="one run"))
+                        Figure([results["spanq"][0]]), Figure([results["sql"][0]]), note="one run",
+                        cpu=held_cpu["spanq"], baseline_cpu=held_cpu["sql"]))
         rows.append(Row("6 bloat", f"... last {w:g}s", "msgs/s",
                         Figure([results["spanq"][1]]), Figure([results["sql"][1]]), note="one run"))
         rows.append(Row("6 bloat", "... last / first", "x",
@@ -494,24 +553,30 @@ async def cell_notify(ctx: Context) -> list[Row]:
     s = ctx.sizes
     spanq, sql = await _setup(ctx, "notify")
     figures: dict[tuple[str, bool], Figure] = {}
+    cpus: dict[tuple[str, bool], CpuFigures] = {}
     try:
         for on in (True, False):
             await spanq.set_notify(on)
             await sql.set_notify(on)
             a, b = Figure(), Figure()
+            ca, cb = CpuFigures(), CpuFigures()
+            sent = lambda rate: rate * s.notify_seconds  # noqa: E731
             for _ in range(s.runs):
                 await spanq.truncate()
-                a.add(await spanq.send_throughput(8, 1, s.notify_seconds))
+                a.add(await ctx.spanq_run(ca, spanq.send_throughput(8, 1, s.notify_seconds), sent))
                 await sql.truncate()
-                b.add(await sql.send_throughput(8, 1, s.notify_seconds))
+                b.add(await ctx.sql_run(cb, sql.send_throughput(8, 1, s.notify_seconds), sent))
             figures["spanq", on], figures["sql", on] = a, b
+            cpus["spanq", on], cpus["sql", on] = ca, cb
             ctx.log(f"  notify {'on' if on else 'off'}: spanq {a.median:,.0f}  sql {b.median:,.0f}")
     finally:
         await _teardown(spanq, sql)
     rows = [
         Row("8 NOTIFY", "send 1 msg/call, 8 clients, NOTIFY on", "msgs/s", figures["spanq", True],
-            figures["sql", True], note="baseline: INSERT + the same statement trigger"),
-        Row("8 NOTIFY", "... NOTIFY off (trigger disabled)", "msgs/s", figures["spanq", False], figures["sql", False]),
+            figures["sql", True], note="baseline: INSERT + the same statement trigger",
+            cpu=cpus["spanq", True], baseline_cpu=cpus["sql", True]),
+        Row("8 NOTIFY", "... NOTIFY off (trigger disabled)", "msgs/s", figures["spanq", False], figures["sql", False],
+            cpu=cpus["spanq", False], baseline_cpu=cpus["sql", False]),
         Row("8 NOTIFY", "on / off", "x",
             Figure([x / y for x, y in zip(figures["spanq", True].runs, figures["spanq", False].runs)]),
             Figure([x / y for x, y in zip(figures["sql", True].runs, figures["sql", False].runs)]), compare=False),
@@ -547,23 +612,29 @@ async def cell_workers(ctx: Context) -> list[Row]:
         latencies: dict[int, list[list[float]]] = {n: [] for n in counts}
         cpu = {n: 0.0 for n in counts}
         base_send, base_drain, base_latency = Figure(), Figure(), []
+        send_cpu = {n: CpuFigures() for n in (*counts, 0)}  # 0: plain SQL
+        drain_cpu = {n: CpuFigures() for n in (*counts, 0)}
+        sent = lambda rate: rate * s.send_seconds  # noqa: E731
+        drained = lambda _: s.drain_n  # noqa: E731
         try:
             for _ in range(s.runs):
                 for n in counts:
                     await queues[n].truncate()
-                    sends[n].add(await queues[n].send_throughput(4, 1, s.send_seconds))
+                    sends[n].add(await ctx.metered(send_cpu[n], queues[n].send_throughput(4, 1, s.send_seconds),
+                                                   sent, server=servers[n]))
                 await sql.truncate()
-                base_send.add(await sql.send_throughput(4, 1, s.send_seconds))
+                base_send.add(await ctx.sql_run(send_cpu[0], sql.send_throughput(4, 1, s.send_seconds), sent))
             for _ in range(s.drain_runs):
                 for n in counts:
                     await queues[n].truncate()
                     await queues[n].preload(s.drain_n)
                     await queues[n].vacuum()
-                    drains[n].add(await queues[n].drain(s.drain_n, 4))
+                    drains[n].add(await ctx.metered(drain_cpu[n], queues[n].drain(s.drain_n, 4), drained,
+                                                    server=servers[n]))
                 await sql.truncate()
                 await sql.preload(s.drain_n)
                 await sql.vacuum()
-                base_drain.add(await sql.drain(s.drain_n, 4))
+                base_drain.add(await ctx.sql_run(drain_cpu[0], sql.drain(s.drain_n, 4), drained))
             await sql.set_notify(True)
             for _ in range(s.latency_runs):
                 for n in counts:
@@ -580,9 +651,10 @@ async def cell_workers(ctx: Context) -> list[Row]:
             await sql.drop()
     rows: list[Row] = []
     for n in counts:
-        rows.append(Row("9 workers", f"--workers {n}: send 1 msg/call, 4 clients", "msgs/s", sends[n], base_send))
+        rows.append(Row("9 workers", f"--workers {n}: send 1 msg/call, 4 clients", "msgs/s", sends[n], base_send,
+                        cpu=send_cpu[n], baseline_cpu=send_cpu[0]))
         rows.append(Row("9 workers", f"--workers {n}: drain {s.drain_n:,}, 4 Receive streams + Ack", "msgs/s",
-                        drains[n], base_drain))
+                        drains[n], base_drain, cpu=drain_cpu[n], baseline_cpu=drain_cpu[0]))
         latency = [r for r in _latency_rows("9 workers", f"--workers {n}: send->stream @{s.latency_rate:g}/s",
                                             latencies[n], base_latency, 10) if not r.label.endswith("max")]
         per_message = cpu[n] / max(1, sum(len(r) for r in latencies[n]))
@@ -614,10 +686,12 @@ CELLS: dict[str, Callable[[Context], Awaitable[list[Row]]]] = {
     "7": cell_fanin,  # last: its own server, after the main one is idle
     "9": cell_workers,  # its own servers too
 }
-OWN_SERVER = ("7", "9")
+OWN_SERVER = ("7", "9", "budget")
 """Cells that start servers of their own: run after the main server has stopped."""
 
 from .publisher import cell_publish  # noqa: E402  (it builds on this module's Context, Row and _setup)
 CELLS["pub"] = cell_publish
 from .one_at_a_time import cell_lease  # noqa: E402  (the same)
 CELLS["lease"] = cell_lease
+from .budget import cell_budget  # noqa: E402  (the same)
+CELLS["budget"] = cell_budget

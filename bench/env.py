@@ -69,7 +69,8 @@ class ServerProcess:
     """``spanq serve`` on a free loopback port, in its own process."""
 
     def __init__(self, db_url: str, *, log_name: str = "server.log", extra_args: list[str] | None = None,
-                 app_name: str = SERVER_APP_NAME, workers: int = 1) -> None:
+                 app_name: str = SERVER_APP_NAME, workers: int = 1, code: str | None = None,
+                 module: str | None = None, environ: dict[str, str] | None = None) -> None:
         self.db_url = db_url
         self.workers = workers
         self.port = free_port()
@@ -77,13 +78,16 @@ class ServerProcess:
         BENCH_DIR.mkdir(parents=True, exist_ok=True)
         self.log_path = BENCH_DIR / log_name
         script = pathlib.Path(sys.executable).parent / "spanq"
-        command = [str(script)] if script.exists() else [sys.executable, "-m", "spanq_server"]
+        command = [str(script)] if script.exists() and module is None else [sys.executable, "-m",
+                                                                              module or "spanq_server"]
         command += ["serve", "--database-url", db_url, "--listen", self.target, "--metrics-listen", "off",
                     "--ui-listen", "off", "--log-level", "WARNING"]
         command += extra_args or []
         if workers > 1:
             command += ["--workers", str(workers)]
-        env = dict(os.environ, PGAPPNAME=app_name)
+        env = dict(os.environ, PGAPPNAME=app_name, **(environ or {}))
+        if code is not None:  # another checkout's server (bench.drain_cpu --against): its packages first
+            env["PYTHONPATH"] = os.pathsep.join([f"{code}/server", f"{code}/client"])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=log, env=env, cwd=ROOT)
         self.pid = self.process.pid
@@ -160,7 +164,8 @@ class InProcessServer:
 @contextlib.asynccontextmanager
 async def spanq_server(db_url: str, *, in_process: bool = False, log_name: str = "server.log",
                        extra_args: list[str] | None = None, app_name: str = SERVER_APP_NAME,
-                       workers: int = 1) -> AsyncIterator[Any]:
+                       workers: int = 1, code: str | None = None, module: str | None = None,
+                       environ: dict[str, str] | None = None) -> AsyncIterator[Any]:
     if in_process:
         server = InProcessServer(db_url)
         await server.ready()
@@ -169,7 +174,8 @@ async def spanq_server(db_url: str, *, in_process: bool = False, log_name: str =
         finally:
             await server.astop()
         return
-    process = ServerProcess(db_url, log_name=log_name, extra_args=extra_args, app_name=app_name, workers=workers)
+    process = ServerProcess(db_url, log_name=log_name, extra_args=extra_args, app_name=app_name, workers=workers,
+                            code=code, module=module, environ=environ)
     try:
         await process.ready()
         yield process

@@ -30,7 +30,7 @@ from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from .env import bench_conninfo
 from .spanq_side import LEASE_SECONDS, acked_rate, duration
-from .stats import Figure
+from .stats import CpuFigures, Figure
 
 if TYPE_CHECKING:
     from .cells import Context, Row
@@ -89,6 +89,7 @@ async def cell_lease(ctx: Context) -> list[Row]:
         for per_lease, workers, target in WORKLOADS:
             n = s.drain_n if per_lease > 1 else max(s.drain_n // 4, 500)
             a, b = Figure(), Figure()
+            cpu = {"spanq": CpuFigures(), "sql": CpuFigures()}
             runs = {"spanq": (spanq, (lambda: one_at_a_time(spanq, n, workers)) if per_lease == 1
                               else (lambda: spanq.drain(n, workers, per_lease))),
                     "sql": (sql, lambda: sql.drain(n, workers, per_lease))}
@@ -96,7 +97,8 @@ async def cell_lease(ctx: Context) -> list[Row]:
                 for side, figure in (("spanq", a), ("sql", b)):
                     queue, run = runs[side]
                     await _prepare(queue, n)
-                    figure.add(await run())
+                    figure.add(await ctx.metered(cpu[side], run(), lambda _: n,
+                                                 server="main" if side == "spanq" else None))
             ca, cb = Figure(), Figure()
             for side, figure in (("spanq", ca), ("sql", cb)):
                 queue, run = runs[side]
@@ -105,7 +107,8 @@ async def cell_lease(ctx: Context) -> list[Row]:
             plural = "s" if workers > 1 else ""
             what = (f"lease 1, ack 1, {workers} worker{plural}" if per_lease == 1
                     else f"drain {per_lease} per batch, {workers} consumer{plural}")
-            row = Row("lease", f"{what} ({n:,} msgs)", "msgs/s", a, b, target=f"ratio >= {target}")
+            row = Row("lease", f"{what} ({n:,} msgs)", "msgs/s", a, b, target=f"ratio >= {target}",
+                      cpu=cpu["spanq"], baseline_cpu=cpu["sql"])
             row.met = row.ratio >= target
             commits = Row("lease", f"{what}: commits per message", "commits", ca, cb,
                           target=f"<= {MAX_COMMITS_PER_MESSAGE:g}" if per_lease == 1 else "", compare=False)

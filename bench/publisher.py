@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .baseline import PAYLOAD
-from .stats import Figure
+from .stats import CpuFigures, Figure
 
 if TYPE_CHECKING:
     from .cells import Context, Row
@@ -128,29 +128,34 @@ async def cell_publish(ctx: Context) -> list[Row]:
     rows = []
     try:
         for per_call, producers, target in WORKLOADS:
-            a, b = Figure(), Figure()
+            a, b, ca, cb = Figure(), Figure(), CpuFigures(), CpuFigures()
+            stored = lambda rate: rate * s.send_seconds  # noqa: E731
             for _ in range(s.runs):
                 await spanq.truncate()
-                a.add(await asyncio.to_thread(_publish_for, ctx.target, spanq.name, producers, per_call,
-                                              s.send_seconds))
+                a.add(await ctx.spanq_run(ca, asyncio.to_thread(_publish_for, ctx.target, spanq.name, producers,
+                                                                per_call, s.send_seconds), stored))
                 await sql.truncate()
-                b.add(await sql.send_throughput(producers, per_call, s.send_seconds))
+                b.add(await ctx.sql_run(cb, sql.send_throughput(producers, per_call, s.send_seconds), stored))
             plural = "s" if producers > 1 else ""
             row = Row("pub publish", f"{per_call} msg/call, {producers} producer thread{plural}", "msgs/s", a, b,
-                      target=f"ratio >= {target}")
+                      target=f"ratio >= {target}", cpu=ca, baseline_cpu=cb)
             row.met = row.ratio >= target
             rows.append(row)
             ctx.log(f"  publish {per_call}/call x{producers}: spanq {a.median:,.0f}  sql {b.median:,.0f}")
         rate, cpu, baseline = Figure(), Figure(), Figure()
+        ca, cb = CpuFigures(), CpuFigures()
         for _ in range(s.runs):
             await spanq.truncate()
-            sent, per_call = await asyncio.to_thread(_send_for, ctx.target, spanq.name, s.send_seconds)
+            sent, per_call = await ctx.spanq_run(
+                ca, asyncio.to_thread(_send_for, ctx.target, spanq.name, s.send_seconds),
+                lambda result: result[0] * s.send_seconds)
             rate.add(sent)
             cpu.add(per_call)
             await sql.truncate()
-            baseline.add(await sql.send_throughput(1, 1, s.send_seconds))
+            baseline.add(await ctx.sql_run(cb, sql.send_throughput(1, 1, s.send_seconds),
+                                           lambda r: r * s.send_seconds))
         row = Row("pub publish", "blocking send, 1 msg/call, 1 producer", "msgs/s", rate, baseline,
-                  target=f"ratio >= {SEND_TARGET}")
+                  target=f"ratio >= {SEND_TARGET}", cpu=ca, baseline_cpu=cb)
         row.met = row.ratio >= SEND_TARGET
         rows.append(row)
         cpu_row = Row("pub publish", "blocking send: client CPU per call", "us", cpu, None,

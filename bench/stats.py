@@ -48,3 +48,38 @@ def ratio(a: float, b: float) -> float:
     if not b or math.isnan(a) or math.isnan(b):
         return math.nan
     return a / b
+
+
+CPU_KINDS = ("client", "server", "postgres")
+
+
+@dataclasses.dataclass
+class CpuFigures:
+    """CPU microseconds per message by process kind (bench/cpu.py), over several runs."""
+
+    client: Figure = dataclasses.field(default_factory=Figure)
+    server: Figure = dataclasses.field(default_factory=Figure)
+    postgres: Figure = dataclasses.field(default_factory=Figure)
+
+    def add(self, us: dict[str, float]) -> None:
+        for kind in CPU_KINDS:
+            getattr(self, kind).add(us[kind])
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, kind).median for kind in CPU_KINDS)
+
+    def text(self, server: bool = True) -> str:
+        """Medians as client/server/postgres (client/postgres for plain SQL), and their sum."""
+        kinds = CPU_KINDS if server else ("client", "postgres")
+        if not self.client.runs:
+            return "-"
+        parts = "/".join(_us(getattr(self, kind).median) for kind in kinds)
+        return f"{parts} ={_us(sum(getattr(self, kind).median for kind in kinds))}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {kind: getattr(self, kind).as_dict() for kind in CPU_KINDS}
+
+
+def _us(value: float) -> str:
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}"

@@ -1,27 +1,38 @@
 """The blocking client: ``spanq.Client``, a thin layer over ``spanq.aio.Client``.
 
-Every method runs the async client's method on a private event-loop thread
-and waits for it; no logic is duplicated here. Thread-safe: any number of
-threads may share one Client.
+Unary calls (queue admin, send, ack, renew, nack, commit) run the async
+client's own methods on the calling thread, on grpcio's blocking stubs
+(``_Direct``): their coroutines never suspend, so they run to the end without
+an event loop, and the retry rule is the aio client's (_retry.Attempts). That
+saves the hop to a loop thread and back on every call. Streams (receive,
+redrive, subscribe), the publisher, and acks of messages a subscription holds
+run the async client on a private event-loop thread, started on first use. No
+logic is duplicated here. Thread-safe: any number of threads may share one
+Client.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
+import weakref
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import grpc
+from spanq_proto.v1 import queue_pb2_grpc
 
 from . import aio
-from ._connect import DEFAULT_CONNECT_TIMEOUT
-from ._loop import LoopThread
+from ._connect import DEFAULT_CONNECT_TIMEOUT, Connectivity
+from ._errors import Closed
+from ._loop import LoopThread, on_own_loop, run_here
 from ._codec import as_timedelta
 from ._retry import DEFAULT_RETRY, Retry
-from ._slots import DEFAULT_MAX_CONCURRENT_CALLS
-from ._transaction import Transaction
-from ._types import BatchSettings, Future, Key, KeyValue, OutgoingMessage, PublishFlowControl
+from ._slots import DEFAULT_MAX_CONCURRENT_CALLS, UNARY_METHODS
+from ._transaction import SendOp, Transaction
+from ._types import BatchSettings, Future, Key, KeyValue, Message, OutgoingMessage, PublishFlowControl
 
 __all__ = ["Client", "Subscription"]
 
@@ -29,8 +40,116 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+async def _sleep(seconds: float) -> None:
+    """The direct calls' wait between retries: on the calling thread, never suspending."""
+    time.sleep(seconds)
+
+
+class _Slotted:
+    """A blocking unary stub method as the aio client awaits one: waits for the channel (connect_timeout)
+    and one of the client's call slots, then calls on the calling thread."""
+
+    __slots__ = ("_method", "_slots", "_connected")
+
+    def __init__(self, method: Callable[..., Any], slots: threading.BoundedSemaphore,
+                 connected: Callable[[], None]) -> None:
+        self._method = method
+        self._slots = slots
+        self._connected = connected
+
+    async def __call__(self, request: Any, **kwargs: Any) -> Any:
+        self._connected()
+        with self._slots:
+            return self._method(request, **kwargs)
+
+
+class _Direct(aio.Client):
+    """The aio client's methods on a blocking channel, for ``run_here``: every call its stub makes is
+    grpcio's blocking one, and its retries sleep on the calling thread. Shares the queue definitions
+    it caches with the Client's loop-thread aio client."""
+
+    _sleep = staticmethod(_sleep)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lock = threading.Lock()
+        self._blocking_channel: grpc.Channel | None = None
+        self._blocking_stub: Any = None
+        self._connectivity: Connectivity | None = None
+
+    def _stub(self) -> Any:
+        if self._closed:
+            raise Closed(f"the client for {self.target} is closed")
+        if self._blocking_stub is None:
+            with self._lock:
+                if self._blocking_stub is None:
+                    if self._credentials is not None:
+                        channel = grpc.secure_channel(self.target, self._credentials, options=self._options)
+                    else:
+                        channel = grpc.insecure_channel(self.target, options=self._options)
+                    self._connectivity = Connectivity(channel)
+                    stub = queue_pb2_grpc.QueueServiceStub(channel)  # type: ignore[no-untyped-call]
+                    slots = threading.BoundedSemaphore(self._max_calls)
+                    for name in UNARY_METHODS:
+                        setattr(stub, name, _Slotted(getattr(stub, name), slots, self._wait_connected))
+                    self._blocking_channel = channel
+                    self._blocking_stub = stub
+                    # An open channel with a connectivity watch keeps the interpreter from exiting
+                    # (grpcio waits for its polling thread): close it at exit if nobody did.
+                    weakref.finalize(self, channel.close)
+        return self._blocking_stub
+
+    def _wait_connected(self) -> None:
+        assert self._connectivity is not None
+        self._connectivity.wait(self.target, self.connect_timeout)
+
+    async def _connected(self) -> None:
+        self._stub()
+        self._wait_connected()
+
+    async def aclose(self, timeout: float | None = None) -> None:
+        self._closed = True
+        if self._blocking_channel is not None:
+            self._blocking_channel.close()
+
+
+def _owned(targets: Iterable[Any]) -> bool:
+    """Whether any target is a message a subscription holds: its ack or renewal must take the
+    subscription's lock and tell it, on the loop thread."""
+    return any(isinstance(t, Message) and t._owner is not None for t in targets)
+
+
+def _direct(method: Callable[Concatenate[aio.Client, P], Coroutine[Any, Any, R]],
+            on_loop: Callable[..., bool] | None = None) -> Callable[Concatenate[Client, P], R]:
+    """The blocking twin of an ``aio.Client`` coroutine method (same signature and docstring), run on the
+    calling thread by the Client's ``_Direct``; on the loop thread instead when ``on_loop(*args,
+    **kwargs)`` says so."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        if on_loop is not None and on_loop(*args, **kwargs):
+            return self._thread.run(method(self._aio, *args, **kwargs))
+        if self._loop_thread is not None and self._loop_thread.is_current():
+            raise on_own_loop()
+        return run_here(method(self._direct, *args, **kwargs))
+
+    call.__name__ = method.__name__
+    call.__qualname__ = f"Client.{method.__name__}"
+    call.__doc__ = method.__doc__
+    call.__wrapped__ = method  # type: ignore[attr-defined]  # inspect.signature() shows the real parameters
+    return call
+
+
+def _settles_owned(queue: str, *targets: Any, **kwargs: Any) -> bool:
+    return _owned(targets)
+
+
+def _commits_owned(transaction: Transaction, **kwargs: Any) -> bool:
+    return _owned(t for op in transaction.mutations if not isinstance(op, SendOp) for t in op.targets)
+
+
 def _blocking(method: Callable[Concatenate[aio.Client, P], Coroutine[Any, Any, R]]) -> Callable[Concatenate[Client, P], R]:
-    """The blocking twin of an ``aio.Client`` coroutine method (same signature and docstring)."""
+    """The blocking twin of an ``aio.Client`` coroutine method (same signature and docstring), run on the
+    loop thread."""
 
     def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._thread.run(method(self._aio, *args, **kwargs))
@@ -115,7 +234,9 @@ class Subscription:
 class Client:
     """A blocking, thread-safe spanq client with the same methods as ``spanq.aio.Client``.
 
-    It runs an ``aio.Client`` on a private event-loop thread. Use ``with spanq.Client(target) as client:``
+    Its unary calls run an ``aio.Client``'s on the calling thread over grpcio's blocking stubs; streams,
+    the publisher and subscriptions run one on a private event-loop thread (started on first use). Use
+    ``with spanq.Client(target) as client:``
     or call ``close()``. Callbacks given to ``subscribe`` run on a thread pool (plain functions) or on the
     private loop (``async def``); never call a blocking Client method from an ``async def`` callback.
     """
@@ -134,29 +255,44 @@ class Client:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         """Takes the arguments of ``spanq.aio.Client``."""
-        self._aio = aio.Client(target, credentials=credentials, token=token, retry=retry, options=options,
-                               max_concurrent_calls=max_concurrent_calls, batch_settings=batch_settings,
-                               publish_flow_control=publish_flow_control, connect_timeout=connect_timeout)
-        self._thread = LoopThread(f"spanq-client-{target}")
+        settings = dict(credentials=credentials, token=token, retry=retry, options=options,
+                        max_concurrent_calls=max_concurrent_calls, batch_settings=batch_settings,
+                        publish_flow_control=publish_flow_control, connect_timeout=connect_timeout)
+        self._aio = aio.Client(target, **settings)  # type: ignore[arg-type]
+        self._direct = _Direct(target, **settings)
+        self._direct._schemas = self._aio._schemas
+        self._loop_thread: LoopThread | None = None
+        self._thread_lock = threading.Lock()
         self.target = target
         self._closed = False
 
-    create_queue = _blocking(aio.Client.create_queue)
-    get_queue = _blocking(aio.Client.get_queue)
-    list_queues = _blocking(aio.Client.list_queues)
-    drop_queue = _blocking(aio.Client.drop_queue)
-    send = _blocking(aio.Client.send)
-    send_many = _blocking(aio.Client.send_many)
+    @property
+    def _thread(self) -> LoopThread:
+        """The private event-loop thread, started on first use."""
+        if self._loop_thread is None:
+            with self._thread_lock:
+                if self._closed:
+                    raise Closed("the client is closed")
+                if self._loop_thread is None:
+                    self._loop_thread = LoopThread(f"spanq-client-{self.target}")
+        return self._loop_thread
+
+    create_queue = _direct(aio.Client.create_queue)
+    get_queue = _direct(aio.Client.get_queue)
+    list_queues = _direct(aio.Client.list_queues)
+    drop_queue = _direct(aio.Client.drop_queue)
+    send = _direct(aio.Client.send)
+    send_many = _direct(aio.Client.send_many)
     receive = _blocking(aio.Client.receive)
-    ack = _blocking(aio.Client.ack)
-    renew_lease = _blocking(aio.Client.renew_lease)
-    nack = _blocking(aio.Client.nack)
-    commit = _blocking(aio.Client.commit)
-    stats = _blocking(aio.Client.stats)
-    peek = _blocking(aio.Client.peek)
-    purge = _blocking(aio.Client.purge)
+    ack = _direct(aio.Client.ack, _settles_owned)
+    renew_lease = _direct(aio.Client.renew_lease, _settles_owned)
+    nack = _direct(aio.Client.nack, _settles_owned)
+    commit = _direct(aio.Client.commit, _commits_owned)
+    stats = _direct(aio.Client.stats)
+    peek = _direct(aio.Client.peek)
+    purge = _direct(aio.Client.purge)
     redrive = _blocking(aio.Client.redrive)
-    open = _blocking(aio.Client.open)
+    open = _direct(aio.Client.open)
 
     flush = _blocking(aio.Client.flush)
     subscribe = _subscribing(aio.Client.subscribe)
@@ -199,13 +335,18 @@ class Client:
     def close(self, timeout: float | None = None) -> None:
         """Shuts subscriptions down gracefully, sends what was published, closes the channel and stops the
         loop thread (as ``spanq.aio.Client.aclose``). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._thread_lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
-            self._thread.run(self._aio.aclose(timeout))
+            if self._loop_thread is not None:
+                try:
+                    self._loop_thread.run(self._aio.aclose(timeout))
+                finally:
+                    self._loop_thread.stop()
         finally:
-            self._thread.stop()
+            run_here(self._direct.aclose(timeout))
 
     def __enter__(self) -> Client:
         return self

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 
 import grpc
 
@@ -71,10 +72,35 @@ async def wait_connected(channel: grpc.aio.Channel, target: str, timeout: float)
         async with asyncio.timeout(timeout):
             await channel.channel_ready()
     except TimeoutError:
-        state = channel.get_state()
-        raise Unavailable(
-            f"cannot connect to {target} within {timeout:g}s (connect_timeout; the channel is "
-            f"{state.name}): check that a spanq server is serving there and that the target, and TLS "
-            "credentials if any, are right; nothing was sent",
-            code=grpc.StatusCode.UNAVAILABLE, reason=CONNECT_TIMEOUT, metadata={"target": target},
-        ) from None
+        raise not_connected(target, timeout, channel.get_state()) from None
+
+
+class Connectivity:
+    """A blocking channel's state, as its connectivity callbacks last said: ``wait`` is the blocking
+    client's ``wait_connected``, and costs a look at one attribute while the channel is READY."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.state = grpc.ChannelConnectivity.IDLE
+        self._ready = threading.Event()
+        channel.subscribe(self._changed, try_to_connect=True)
+
+    def _changed(self, state: grpc.ChannelConnectivity) -> None:  # on a gRPC thread
+        self.state = state
+        if state == grpc.ChannelConnectivity.READY:
+            self._ready.set()
+        else:
+            self._ready.clear()
+
+    def wait(self, target: str, timeout: float) -> None:
+        if self.state == grpc.ChannelConnectivity.READY or self._ready.wait(timeout):
+            return
+        raise not_connected(target, timeout, self.state)
+
+
+def not_connected(target: str, timeout: float, state: grpc.ChannelConnectivity) -> Unavailable:
+    return Unavailable(
+        f"cannot connect to {target} within {timeout:g}s (connect_timeout; the channel is "
+        f"{state.name}): check that a spanq server is serving there and that the target, and TLS "
+        "credentials if any, are right; nothing was sent",
+        code=grpc.StatusCode.UNAVAILABLE, reason=CONNECT_TIMEOUT, metadata={"target": target},
+    )

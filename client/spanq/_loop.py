@@ -29,6 +29,24 @@ def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], object]) -> None
         loop.call_soon_threadsafe(fn)
 
 
+def on_own_loop() -> RuntimeError:
+    return RuntimeError(
+        "a blocking spanq.Client method was called on the client's own event loop (from an async "
+        "callback?); use spanq.aio.Client there, or await the Message's Future"
+    )
+
+
+def run_here(coro: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine that never suspends to its end on the calling thread, without an event loop
+    (the blocking client's direct calls: grpcio's blocking stubs, retries that wait with time.sleep)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise RuntimeError("spanq: a direct call awaited something that needs an event loop")
+
+
 class LoopThread:
     """A private event loop on a daemon thread; ``run()`` blocks the calling thread on a coroutine."""
 
@@ -56,14 +74,15 @@ class LoopThread:
             finally:
                 self.loop.close()
 
+    def is_current(self) -> bool:
+        """Whether the calling thread is this loop's."""
+        return threading.current_thread() is self._thread
+
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Runs ``coro`` on the loop thread and waits for it; Ctrl-C cancels it."""
-        if threading.current_thread() is self._thread:
+        if self.is_current():
             coro.close()
-            raise RuntimeError(
-                "a blocking spanq.Client method was called on the client's own event loop (from an async "
-                "callback?); use spanq.aio.Client there, or await the Message's Future"
-            )
+            raise on_own_loop()
         if not self._thread.is_alive():
             coro.close()
             from ._errors import Closed

@@ -115,6 +115,64 @@ def _retryable(error: SpanqError) -> bool:
     return error.reason == UNKNOWN_COMMIT or error.code in _RETRYABLE_CODES
 
 
+class Attempts:
+    """The retry rule of one call, without I/O: the sync and aio clients' one core. A driver asks
+    ``next_timeout()`` before each attempt and, when an attempt fails, hands the error to
+    ``failed()``, which returns the seconds to wait before the next one or raises what the call
+    raises (see ``call``)."""
+
+    __slots__ = ("_policy", "_what", "_request_id", "_patient", "_started", "_give_up_at", "_backoffs",
+                 "_unknown", "_attempts")
+
+    def __init__(self, policy: Retry, *, what: str, request_id: str | None = None, patient: bool = False) -> None:
+        self._policy = policy
+        self._what = what
+        self._request_id = request_id
+        self._patient = patient
+        self._started = time.monotonic()
+        self._give_up_at = self._started + policy.deadline
+        self._backoffs = policy.backoffs()
+        self._unknown = False
+        self._attempts = 0
+
+    def next_timeout(self) -> float:
+        """The timeout of the next attempt: the policy's, within what is left of the deadline."""
+        self._attempts += 1
+        remaining = self._give_up_at - time.monotonic()
+        return max(0.001, min(self._policy.attempt_timeout, remaining))
+
+    def failed(self, exc: BaseException) -> float:
+        """Seconds to wait before the next attempt after ``exc`` (a grpc.RpcError, or the SDK's own
+        Unavailable); raises instead when the call ends with it."""
+        if isinstance(exc, Unavailable):
+            if exc.reason != CONNECT_TIMEOUT:
+                raise exc
+            error: SpanqError = exc  # not sent, so it leaves no outcome unknown
+            if not self._patient:
+                if self._unknown:
+                    raise self._unknown_error(error) from exc
+                raise exc
+        elif isinstance(exc, grpc.RpcError):
+            error = from_rpc_error(exc)
+        else:
+            raise exc
+        if self._request_id is not None and _outcome_unknown(error):
+            self._unknown = True
+        if not _retryable(error):
+            raise error from exc
+        wait = next(self._backoffs)
+        if time.monotonic() + wait >= self._give_up_at:
+            if self._unknown:
+                raise self._unknown_error(error) from exc
+            raise error from exc
+        logger.debug("%s: %s (%s), retrying in %.3fs%s", self._what, error.code, error.message, wait,
+                     f" with request_id {self._request_id}" if self._request_id else "")
+        return wait
+
+    def _unknown_error(self, error: SpanqError) -> CommitOutcomeUnknown:
+        return _unknown(self._what, self._request_id, self._attempts, self._started, error)
+
+
 async def call(
     attempt: Callable[[float], Awaitable[R]],
     policy: Retry,
@@ -122,44 +180,21 @@ async def call(
     what: str,
     request_id: str | None = None,
     patient: bool = False,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> R:
     """Runs ``attempt(timeout)`` until it succeeds, fails for good, or the deadline passes.
 
     With a request_id the call is a mutation: every attempt must carry that same request_id, and an
     outcome that stays unknown raises CommitOutcomeUnknown instead of the last error. An attempt that could
     not connect within connect_timeout ends the call, unless ``patient`` (a subscriber's own acks and
-    renewals): then it is retried like UNAVAILABLE, within the deadline.
+    renewals): then it is retried like UNAVAILABLE, within the deadline. ``sleep`` waits between
+    attempts: the blocking client's does not suspend (spanq._client runs these coroutines on its
+    caller's thread, without an event loop).
     """
-    started = time.monotonic()
-    give_up_at = started + policy.deadline
-    backoffs = policy.backoffs()
-    unknown = False
-    attempts = 0
+    attempts = Attempts(policy, what=what, request_id=request_id, patient=patient)
     while True:
-        attempts += 1
-        remaining = give_up_at - time.monotonic()
         try:
-            return await attempt(max(0.001, min(policy.attempt_timeout, remaining)))
-        except grpc.aio.AioRpcError as exc:
-            error = from_rpc_error(exc)
-            cause: BaseException = exc
-        except Unavailable as exc:
-            if exc.reason != CONNECT_TIMEOUT:
-                raise
-            error, cause = exc, exc  # not sent, so it leaves no outcome unknown
-            if not patient:
-                if unknown:
-                    raise _unknown(what, request_id, attempts, started, error) from cause
-                raise
-        if request_id is not None and _outcome_unknown(error):
-            unknown = True
-        if not _retryable(error):
-            raise error from cause
-        wait = next(backoffs)
-        if time.monotonic() + wait >= give_up_at:
-            if unknown:
-                raise _unknown(what, request_id, attempts, started, error) from cause
-            raise error from cause
-        logger.debug("%s: %s (%s), retrying in %.3fs%s", what, error.code, error.message, wait,
-                     f" with request_id {request_id}" if request_id else "")
-        await asyncio.sleep(wait)
+            return await attempt(attempts.next_timeout())
+        except (grpc.RpcError, Unavailable) as exc:
+            wait = attempts.failed(exc)
+        await sleep(wait)

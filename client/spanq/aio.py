@@ -1,6 +1,7 @@
 """The asyncio client: ``spanq.aio.Client``, the canonical implementation.
 
-``spanq.Client`` (sync) runs this one on a private event-loop thread.
+``spanq.Client`` (sync) runs this one's methods: its unary calls on the calling
+thread over grpcio's blocking stubs, its streams on a private event-loop thread.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class Client:
     (e.g. to replay the request of a CommitOutcomeUnknown). At most ``max_concurrent_calls`` unary calls are
     in flight on the channel at once; more wait their turn in the SDK (Receive streams are not counted).
     """
+
+    _sleep: Callable[[float], Awaitable[None]] = staticmethod(asyncio.sleep)
+    """How retries wait (spanq._client's direct calls wait without an event loop)."""
 
     def __init__(
         self,
@@ -210,7 +214,7 @@ class Client:
             try:
                 created: queue_pb2.Queue = await stub.CreateQueue(request, timeout=timeout, metadata=self._metadata)
                 return created
-            except grpc.aio.AioRpcError as exc:
+            except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     maybe_created = True
                 elif exc.code() == grpc.StatusCode.ALREADY_EXISTS and maybe_created:
@@ -218,7 +222,7 @@ class Client:
                 raise
 
         try:
-            created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}")
+            created = await _retry.call(attempt, self._retry, what=f"create queue {queue.name}", sleep=self._sleep)
         except AlreadyExists as exc:
             if not exist_ok:
                 raise
@@ -241,7 +245,7 @@ class Client:
         try:
             found = await _retry.call(
                 lambda t: stub.GetQueue(request, timeout=t, metadata=self._metadata), self._retry,
-                what=f"get queue {name}",
+                what=f"get queue {name}", sleep=self._sleep,
             )
         except NotFound:
             self._schemas.pop(name, None)
@@ -259,7 +263,7 @@ class Client:
             request = queue_pb2.ListQueuesRequest(page_size=page_size, page_token=token)
             page = await _retry.call(
                 lambda t: stub.ListQueues(request, timeout=t, metadata=self._metadata), self._retry,
-                what="list queues",
+                what="list queues", sleep=self._sleep,
             )
             out.extend(_codec.queue_from_proto(q) for q in page.queues)
             token = page.next_page_token
@@ -276,7 +280,7 @@ class Client:
             nonlocal maybe_dropped
             try:
                 await stub.DropQueue(request, timeout=timeout, metadata=self._metadata)
-            except grpc.aio.AioRpcError as exc:
+            except grpc.RpcError as exc:
                 if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     maybe_dropped = True
                 elif exc.code() == grpc.StatusCode.NOT_FOUND and maybe_dropped:
@@ -284,7 +288,7 @@ class Client:
                 raise
 
         try:
-            await _retry.call(attempt, self._retry, what=f"drop queue {name}")
+            await _retry.call(attempt, self._retry, what=f"drop queue {name}", sleep=self._sleep)
         finally:
             self._schemas.pop(name, None)
 
@@ -550,7 +554,7 @@ class Client:
         stub = self._stub()
         request = queue_pb2.GetQueueStatsRequest(name=queue)
         found = await _retry.call(lambda t: stub.GetQueueStats(request, timeout=t, metadata=self._metadata),
-                                  self._retry, what=f"stats of queue {queue}")
+                                  self._retry, what=f"stats of queue {queue}", sleep=self._sleep)
         return _admin.stats_from_proto(found)
 
     async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> PeekPage:
@@ -560,7 +564,7 @@ class Client:
         stub = self._stub()
         request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
         page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
-                                 what=f"peek at queue {queue}")
+                                 what=f"peek at queue {queue}", sleep=self._sleep)
         return _admin.peek_page_from_proto(schema, page)
 
     async def purge(self, queue: str, *, sent_before: datetime | None = None) -> int:
@@ -571,7 +575,7 @@ class Client:
             request.sent_before.CopyFrom(_codec.timestamp(sent_before))
         try:
             response = await self._stub().Purge(request, timeout=self._retry.deadline, metadata=self._metadata)
-        except grpc.aio.AioRpcError as exc:
+        except grpc.RpcError as exc:
             raise from_rpc_error(exc) from exc
         return int(response.purged)
 
@@ -633,6 +637,7 @@ class Client:
             return await _retry.call(
                 lambda timeout: method(request, timeout=timeout, metadata=self._metadata),
                 policy or self._retry, what=what, request_id=request.request_id, patient=patient,
+                sleep=self._sleep,
             )
         except SpanqError:
             if self._closed:
