@@ -14,10 +14,18 @@ take messages again at each expiry until they are dead-lettered.
 A stream that writes its own responses (``serve``, spanq.v1's Receive) leases
 its next batch only once the last one is written: gRPC's write waits while
 HTTP/2 flow control says the client is not reading. A write blocked for
-WRITE_BOUND of the lease ends the stream, and the responses of the batch it had
-not started to write are given back (deliver_time and attempt as before: they
-were never delivered). A message that cannot be encoded for any client goes to
-the dead-letter queue, or stays.
+WRITE_BOUND of the lease ends the stream. A message that cannot be encoded for
+any client goes to the dead-letter queue, or stays.
+
+Lease safety, the rule every give-back follows (Handover): a lease may be given
+back (deliver_time and attempt as before) only if no response carrying it was
+ever handed to the transport. Once write() was called for a response, its
+leases stay until acked, renewed, released or expired, however the write ends:
+gRPC cannot withdraw a send it started, and reports its end late (a client's
+cancel is often processed first, so the write raises although the client read
+the bytes). So an ended stream (cancelled, dropped, timed out, shut down) gives
+back only the responses it never started to write, and a batch it was still
+leasing (_lease).
 """
 
 import asyncio
@@ -69,6 +77,31 @@ class Encoded(Generic[Response]):
 
     responses: list[tuple[Response, list[LeasedMessage]]]
     undeliverable: list[tuple[LeasedMessage, str]]
+
+
+class Handover(Generic[Response]):
+    """A batch's responses on their way to the transport, and which of them may still be
+    given back: the lease-safety rule (the module's docstring) in one place. A response
+    counts as handed over from the moment write() is called for it, whatever the write
+    then reports."""
+
+    def __init__(self, responses: list[tuple[Response, list[LeasedMessage]]]) -> None:
+        self._responses = responses
+        self._past = 0  # responses[:_past] were handed to write() (their leases stay) or taken back
+
+    async def write_all(self, write: Callable[[Response], Awaitable[Any]], bound: float) -> None:
+        """Writes each response in turn, each within ``bound`` seconds (asyncio.TimeoutError)."""
+        while self._past < len(self._responses):
+            response, _ = self._responses[self._past]
+            self._past += 1  # before write(): from here the client may get it
+            await asyncio.wait_for(write(response), bound)
+
+    def take_back(self) -> list[LeasedMessage]:
+        """The messages whose leases may be given back, those of the responses never handed
+        to write(); each once (the caller gives them back)."""
+        rest = [m for _, carried in self._responses[self._past:] for m in carried]
+        self._past = len(self._responses)
+        return rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,24 +237,24 @@ class Receiver:
                        encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
                        write: Callable[[Response], Awaitable[Any]], bound: float) -> None:
         encoded = encode(batch, self._limits.max_response_bytes)
-        if encoded.undeliverable:
-            await self._undeliverable(queue, encoded.undeliverable)
-        for i, (response, _) in enumerate(encoded.responses):
+        handover = Handover(encoded.responses)
+        try:
+            if encoded.undeliverable:
+                await self._undeliverable(queue, encoded.undeliverable)
             try:
-                await asyncio.wait_for(write(response), bound)
+                await handover.write_all(write, bound)
             except asyncio.TimeoutError:
-                # gRPC still sends the blocked response if the client reads on (a write cannot be
-                # taken back): its messages keep their leases. The ones after it were never written.
-                unwritten = [m for _, carried in encoded.responses[i + 1:] for m in carried]
+                # gRPC still sends the blocked response if the client reads on: it keeps its leases.
+                unwritten = handover.take_back()
                 await self._return_now(queue, unwritten)
                 raise errors.ClientNotReading(
                     f"this stream's client read none of a response for {bound:g} s (half its lease): the "
                     f"stream ended, and gave back the {len(unwritten)} messages it had not written yet. Read "
                     "the stream steadily (or ask for smaller batches)"
                 ) from None
-            except BaseException:  # cancelled (the client went away), or the call broke
-                self._return_later(queue, [m for _, carried in encoded.responses[i:] for m in carried])
-                raise
+        except BaseException:  # cancelled (the client went away), the call broke, or shutdown
+            self._return_later(queue, handover.take_back())
+            raise
 
     async def _undeliverable(self, queue: QueueDef, bad: list[tuple[LeasedMessage, str]]) -> None:
         """Messages no client can receive: to the dead-letter queue when there is one; else
