@@ -166,3 +166,11 @@ class LeaseHistory:
                 continue
             return min(end, s.sent_at)  # acked or released (or maybe: the benefit of the doubt)
         return end
+
+
+def assert_safe(history: LeaseHistory, remaining: Iterable[Hashable]) -> LeaseReport:
+    """Checks a run, prints its figures, and fails the test on any violation."""
+    report = history.check(remaining)
+    print(f"lease history: {report.summary()}")
+    assert report.ok, report
+    return report
