@@ -248,13 +248,13 @@ class Churn:
                 self.ends["sdk_stops"] += 1
 
     def _delivered_sdk(self, message: spanq.Message, holder: str, lease: timedelta) -> str:
-        self.history.delivered(message.key[0], message.lease_token, message.delivery_attempt,
+        self.history.delivered(str(message.key[0]), message.lease_token, message.delivery_attempt,
                                message.lease_expiration_time, lease, holder)
         return message.lease_token
 
     def _acked_sdk(self, message: spanq.Message, holder: str, first: str, sent: datetime,
                    error: BaseException | None) -> None:
-        k = message.key[0]
+        k = str(message.key[0])
         if message.lease_token != first:  # the leaser renewed it: its lease went on
             self.history.settled("renew", k, None, holder, sent, OK, message.lease_token,
                                  message.lease_expiration_time)
