@@ -86,9 +86,16 @@ class Churn:
                 continue
             keys = [f"m{n + i}" for i in range(50)]
             n += 50
-            await stub.Send(queue_pb2.SendRequest(queue=self.queue, request_id=str(uuid.uuid4()), messages=[
+            request = queue_pb2.SendRequest(queue=self.queue, request_id=str(uuid.uuid4()), messages=[
                 queue_pb2.SendMessage(key=struct_pb2.ListValue(values=[struct_pb2.Value(string_value=k)]),
-                                      payload=struct_pb2.Value(string_value=PAYLOAD)) for k in keys]), timeout=10)
+                                      payload=struct_pb2.Value(string_value=PAYLOAD)) for k in keys])
+            while True:
+                try:
+                    await stub.Send(request, timeout=10)
+                    break
+                except grpc.aio.AioRpcError as exc:  # a loaded machine: the same request_id again
+                    if exc.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE):
+                        raise
             for k in keys:
                 self.history.send_confirmed(k)
 
@@ -193,23 +200,30 @@ class Churn:
             n += 1
             holder, want = f"spanner-{i}.{n}", rng.randint(1, 5)
             rows = []
-            with database.snapshot() as snapshot:
-                results = snapshot.execute_sql(
-                    "SELECT Id, SpannerLeaseToken, SpannerLeaseExpirationTimestamp FROM "
-                    f"RECEIVE_Churn(max_duration => '2s', max_batch_size => {rng.randint(1, 10)})")
-                for row in results:
-                    self.history.delivered(row[0], row[1], None, row[2], SPANNER_LEASE, holder)
-                    rows.append(row)
-                    if len(rows) >= want:
-                        break  # the stream stays open until the result set is dropped
-            del results
+            try:
+                with database.snapshot() as snapshot:
+                    results = snapshot.execute_sql(
+                        "SELECT Id, SpannerLeaseToken, SpannerLeaseExpirationTimestamp FROM "
+                        f"RECEIVE_Churn(max_duration => '2s', max_batch_size => {rng.randint(1, 10)})")
+                    for row in results:
+                        self.history.delivered(row[0], row[1], None, row[2], SPANNER_LEASE, holder)
+                        rows.append(row)
+                        if len(rows) >= want:
+                            break  # the stream stays open until the result set is dropped
+                    del results
+            except exceptions.GoogleAPICallError:
+                pass  # a loaded machine (DEADLINE_EXCEEDED): what it had read is settled below
             self.ends["spanner_drops"] += 1
             for k, token, _ in rows:
                 if rng.random() < 0.3:
                     sent = now()
-                    renewed = list(database.run_in_transaction(lambda tx: list(tx.execute_sql(
-                        "SELECT * FROM RENEWLEASE_Churn(lease_tokens => @tokens)", params={"tokens": [token]},
-                        param_types={"tokens": spanner.param_types.Array(spanner.param_types.STRING)}))))
+                    try:
+                        renewed = list(database.run_in_transaction(lambda tx: list(tx.execute_sql(
+                            "SELECT * FROM RENEWLEASE_Churn(lease_tokens => @tokens)", params={"tokens": [token]},
+                            param_types={"tokens": spanner.param_types.Array(spanner.param_types.STRING)}))))
+                    except exceptions.GoogleAPICallError:
+                        self.history.settled("renew", k, token, holder, sent, UNKNOWN)
+                        continue
                     if not renewed or renewed[0][1] is None:
                         self.history.settled("renew", k, token, holder, sent, REFUSED)
                         continue
@@ -309,10 +323,16 @@ class Churn:
                     self.history.settled("ack", k, m.lease_token, "drain", sent, OK)
                     self.acked.add(k)
 
+        def left() -> int:
+            # Backoffs are not this test's matter: a message whose lease ended is due now, not after the
+            # backoff its attempts earned (up to the queue's max_backoff, an hour).
+            sql.execute(f"UPDATE {table} SET deliver_time = now() WHERE deliver_time > now() AND "
+                        "(spanq_lease_expiration_timestamp IS NULL OR spanq_lease_expiration_timestamp <= now())")
+            return int(sql.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
         reader = asyncio.ensure_future(read())
         try:
-            await until(lambda: reader.done() or not sql.execute(f"SELECT count(*) FROM {table}").fetchone()[0],
-                        "every message acked", 40, 0.1)
+            await until(lambda: reader.done() or not left(), "every message acked", 40, 0.1)
             if reader.done():
                 reader.result()
         finally:
@@ -371,11 +391,13 @@ async def test_streams_cancelled_dropped_and_reopened_never_share_a_lease(target
         results = await asyncio.gather(producer, *consumers, return_exceptions=True)
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors
-    await churn.drain(stub, sql, queue.name)
-    report = churn.history.check(remaining=[r[0] for r in sql.execute(f"SELECT id FROM {queue.name}")])
-    print(f"{time.monotonic() - started:.0f} s, {len(churn.history.sent)} sent; {churn.ends}; {report.summary()}")
+    try:
+        await churn.drain(stub, sql, queue.name)
+    finally:  # the checker's verdict first: a lease held twice can also keep the drain from ending
+        report = churn.history.check(remaining=[r[0] for r in sql.execute(f"SELECT id FROM {queue.name}")])
+        await channel.close()
+        print(f"{time.monotonic() - started:.0f} s, {len(churn.history.sent)} sent; {churn.ends}; {report.summary()}")
+        assert report.ok, report
     holders = {d.holder.split("-")[0] for d in churn.history.deliveries}
     assert holders == {"v1", "sdk", "spanner", "drain"}, holders  # every kind of consumer took part
     assert len(churn.history.sent) >= 500 * SCALE and churn.ends["cancel"] and churn.ends["sdk_stops"] >= 4
-    await channel.close()
-    assert report.ok, report
