@@ -14,6 +14,10 @@ The consumers, all at once for CHURN_S seconds while a producer keeps a backlog:
 - SDK subscribers, with async and with sync callbacks, started and stopped again
   and again.
 Then one calm stream acks what is left. `make chaos` runs it ten times longer.
+
+The spanq.v1 churn is what the server's give-back defect needed (a response
+read, then the call ended at once): before its fix this test failed in 2 of 3
+runs here, and in each run ten times longer.
 """
 
 import asyncio
