@@ -15,6 +15,8 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
+from .lease_history import LeaseHistory
+
 
 @dataclasses.dataclass(frozen=True)
 class Delivery:
@@ -60,6 +62,8 @@ class History:
     ack_effects: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     """key -> acks confirmed as fresh (not replayed) effects."""
     acked: set[str] = dataclasses.field(default_factory=set)
+    leases: LeaseHistory = dataclasses.field(default_factory=LeaseHistory)
+    """The same run for the lease-history checker: every delivery and ack, with its outcome."""
     operations: int = 0
     faults_seen: int = 0
 

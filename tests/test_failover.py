@@ -27,6 +27,7 @@ from spanq_server.server import start
 
 from .clusters import ReplicatedPair
 from .helpers import create_queue, duration, until, value
+from .lease_history import assert_safe
 from .workload import CHANNEL_OPTIONS, Workload, remaining_rows
 
 SCALE = int(os.environ.get("SPANQ_CHAOS_SCALE", "1"))
@@ -147,9 +148,11 @@ async def fail_over(pair: ReplicatedPair, *, gap_s: float, lease_s: float, messa
         print(outage)
         assert work.history.faults_seen > 0  # the failover was felt
         with psycopg.connect(pair.standby.url(), autocommit=True) as sql:
-            report = work.history.check(remaining_rows(sql, "work"), lease_s)
+            remaining = remaining_rows(sql, "work")
+        report = work.history.check(remaining, lease_s)
         print(report.summary())
         assert report.confirmed_sends == messages and report.ok, report
+        assert_safe(work.history.leases, [k for k, _ in remaining])
         # Nothing processed twice while its lease held: each message reached a consumer once.
         twice = [k for k, n in collections.Counter(d.key for d in work.history.deliveries).items() if n > 1]
         assert not twice, f"delivered twice: {twice}"

@@ -22,6 +22,7 @@ from spanq_server.server import start
 
 from .clusters import owned_folder
 from .helpers import create_queue, duration, plain, receive_some, until, value
+from .lease_history import assert_safe
 from .pgproxy import PgProxy
 from .spawned import free_port, spawn_server
 from .workload import Workload, remaining_rows
@@ -31,10 +32,12 @@ SCALE = int(os.environ.get("SPANQ_CHAOS_SCALE", "1"))
 
 
 def assert_exactly_once(work: Workload, sql, expected: int) -> None:  # type: ignore[no-untyped-def]
-    report = work.history.check(remaining_rows(sql, "work"), work.lease_s)
+    remaining = remaining_rows(sql, "work")
+    report = work.history.check(remaining, work.lease_s)
     print(report.summary())
     assert report.confirmed_sends == expected
     assert report.ok, report
+    assert_safe(work.history.leases, [k for k, _ in remaining])
 
 
 # -- a PostgreSQL of our own, to restart --------------------------------------

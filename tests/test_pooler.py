@@ -17,6 +17,7 @@ from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from .helpers import ack, create_queue, open_stream, send, text_message
+from .lease_history import assert_safe
 from .pgbouncer import PgBouncer, ensure_installed
 from .workload import Workload, remaining_rows
 
@@ -54,9 +55,11 @@ async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicate
         await create_queue(work.stubs[0], "work", payload_type=queue_pb2.JSON)
         # Far more than 5 uses of each statement: psycopg would have prepared them.
         await work.run(producers=3, per_producer=100, consumers=3, pace_s=0.002, timeout_s=90)
-        report = work.history.check(remaining_rows(sql, "work"), work.lease_s)
+        remaining = remaining_rows(sql, "work")
+        report = work.history.check(remaining, work.lease_s)
         print(report.summary())
         assert report.confirmed_sends == 300 and report.ok, report
+        assert_safe(work.history.leases, [k for k, _ in remaining])
         assert report.faults_seen == 0  # no error at all: none of "prepared statement does not exist"
         assert "prepared statement" not in pgbouncer.log_text()
 

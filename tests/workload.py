@@ -13,8 +13,9 @@ import grpc
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
-from .helpers import duration, plain, until, value
+from .helpers import duration, plain, stamp, until, value
 from .history import Delivery, History
+from .lease_history import OK, REFUSED, now
 
 RETRYABLE = frozenset({grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 CHANNEL_OPTIONS = [
@@ -73,6 +74,7 @@ class Workload:
                 messages=[queue_pb2.SendMessage(payload=value({"id": message_id}))])
             reply = await self.replay_until_known(lambda stub: stub.Send(request, timeout=10))
             self.history.send_confirmed(message_id, plain(reply.keys[0])[0])
+            self.history.leases.send_confirmed(plain(reply.keys[0])[0])
             if pace_s:
                 await asyncio.sleep(pace_s)  # the producer's pace
 
@@ -101,6 +103,9 @@ class Workload:
         expiry = m.lease_expiration_time.ToDatetime()
         self.history.delivered(Delivery(plain(m.payload)["id"], k, m.lease_token,
                                         expiry - timedelta(seconds=self.lease_s), expiry, name))
+        leases, sent = self.history.leases, now()
+        leases.delivered(k, m.lease_token, m.delivery_attempt, stamp(m.lease_expiration_time),
+                         timedelta(seconds=self.lease_s), name)
         request = queue_pb2.AckRequest(queue=self.queue, request_id=str(uuid.uuid4()),
                                        acks=[queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token)])
         if self.ack_elsewhere and len(self.stubs) > 1:
@@ -111,6 +116,8 @@ class Workload:
         try:
             reply = await self.replay_until_known(make_call)
         except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.OUT_OF_RANGE):
+                leases.settled("ack", k, m.lease_token, name, sent, REFUSED)  # the checker judges if rightly
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 return  # the lease moved on; the message comes back
             if exc.code() == grpc.StatusCode.OUT_OF_RANGE:
@@ -120,6 +127,7 @@ class Workload:
                 return
             raise
         self.history.ack_confirmed(k, reply.replayed)
+        leases.settled("ack", k, m.lease_token, name, sent, OK)
 
     async def run(self, *, producers: int, per_producer: int, consumers: int, pace_s: float = 0.0,
                   during: "asyncio.Future[object] | None" = None, timeout_s: float = 90.0) -> None:

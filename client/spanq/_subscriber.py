@@ -19,6 +19,13 @@ messages an earlier stream delivered. It happens while the stream is
 saturated and no ack is in flight, so the server has no batch leased.
 Reconnecting never drops held leases: the leaser renews them independently of
 any stream.
+
+Stopping or reopening gives up no lease a callback holds (issue 20): a
+message read but not yet handed to a callback when its stream ends (a stop, a
+reopen, an error), or whose callback had not started when the stop came, gets
+no callback and is released (nacked) at once. Running callbacks get the
+grace period; an async one still running then is cancelled before its message
+is released, so that it never runs on while another receiver has it.
 """
 
 from __future__ import annotations
@@ -67,7 +74,7 @@ class _Stopped(Exception):
 
 
 class _Skipped(Exception):
-    """A sync callback that had not started when shutdown began: it is nacked, not run."""
+    """A sync callback that had not started when the stop came: it is nacked, not run."""
 
 
 class Subscriber:
@@ -116,7 +123,6 @@ class Subscriber:
         self._bytes = 0
         self._callbacks: set[asyncio.Task[None]] = set()
         self._stopping = False
-        self._draining = False  # no new callbacks start (set at shutdown)
         self._closed = False
         self._paused = False
         self._room = asyncio.Event()
@@ -187,21 +193,20 @@ class Subscriber:
             await self._shutdown()
 
     async def _shutdown(self) -> None:
-        self._draining = True
         running = {t for t in self._callbacks if not t.done()}
         if running:
             _, running = await asyncio.wait(running, timeout=self._grace)
+        if running and self._is_async:
+            # Ended before their leases are released: no callback runs on once another receiver may have it.
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
         leftover = [m for m in self._in_hand if m._settled is None]
         if leftover:
             logger.info("%s: nacking %d message(s) whose callbacks did not finish within %gs",
                         self.queue, len(leftover), self._grace)
         for message in leftover:
             self._settle_now(message, "nack", None)
-        for task in running:
-            if self._is_async:
-                task.cancel()
-        if running and self._is_async:
-            await asyncio.gather(*running, return_exceptions=True)
         if self._dispatcher is not None:
             try:
                 await asyncio.wait_for(self._dispatcher.flush(), timeout=max(self._grace, 1.0))
@@ -368,25 +373,44 @@ class Subscriber:
     async def _read(self, call: Any) -> None:
         assert self._schema is not None
         stream = self._stream_id
-        async for response in call:
-            for wire in response.messages:
-                while len(self._in_hand) >= self._fc.max_messages and not self._stopping:
-                    # The server counts an ack's room free once it commits; here the message is in hand
-                    # until the ack's answer is handled: a batch leased in between waits for that.
-                    self._room.clear()
-                    await self._room.wait()
-                message = _requests.received_message(self._schema, wire)
-                message._settler = self
-                message._owner = self
-                self._deliver(message, stream)
-            if self._load() >= 1.0:
-                self._paused = True  # no new stream opens until the load is below resume_threshold
-                # The server bounds the count (max_outstanding) but knows nothing of bytes: stop reading,
-                # and gRPC flow control holds the stream back, until the load is below the threshold.
-                by_bytes = self._bytes >= self._fc.max_bytes
-                while by_bytes and self._paused and not self._stopping:
-                    self._room.clear()
-                    await self._room.wait()
+        unhanded: list[Message] = []  # read, and not handed to a callback yet
+        try:
+            async for response in call:
+                unhanded = [self._received(wire) for wire in response.messages]
+                while unhanded and not self._stopping:
+                    if len(self._in_hand) >= self._fc.max_messages:
+                        # The server counts an ack's room free once it commits; here the message is in hand
+                        # until the ack's answer is handled: a batch leased in between waits for that.
+                        self._room.clear()
+                        await self._room.wait()
+                        continue
+                    self._deliver(unhanded.pop(0), stream)
+                if self._stopping:
+                    call.cancel()  # else the server would send on to nobody
+                    return
+                await self._after_response()
+        finally:
+            # The stream ends (a stop, a reopen, an error) with messages no callback will run for: released
+            # now, for another receiver, rather than held by nobody until their leases end.
+            for message in unhanded:
+                self._settle_now(message, "nack", None)
+
+    def _received(self, wire: Any) -> Message:
+        assert self._schema is not None
+        message = _requests.received_message(self._schema, wire)
+        message._settler = self
+        message._owner = self
+        return message
+
+    async def _after_response(self) -> None:
+        if self._load() >= 1.0:
+            self._paused = True  # no new stream opens until the load is below resume_threshold
+            # The server bounds the count (max_outstanding) but knows nothing of bytes: stop reading,
+            # and gRPC flow control holds the stream back, until the load is below the threshold.
+            by_bytes = self._bytes >= self._fc.max_bytes
+            while by_bytes and self._paused and not self._stopping:
+                self._room.clear()
+                await self._room.wait()
 
     def _deliver(self, message: Message, stream: int) -> None:
         assert self._leaser is not None
@@ -403,6 +427,9 @@ class Subscriber:
     # -- callbacks --------------------------------------------------------------
 
     async def _invoke(self, message: Message) -> None:
+        if self._stopping:  # not started when the stop came: released, not run
+            self._settle_now(message, "nack", None)
+            return
         error: BaseException | None = None
         try:
             if self._is_async:
@@ -420,7 +447,7 @@ class Subscriber:
         self._after(message, error)
 
     def _call_sync(self, message: Message) -> None:
-        if self._draining:
+        if self._stopping:
             raise _Skipped
         result = self._callback(message)
         if inspect.isawaitable(result):  # a plain function that returned a coroutine: run it on the loop

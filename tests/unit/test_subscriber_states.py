@@ -267,3 +267,46 @@ async def test_settling_after_the_subscription_closed_fails_with_closed(client):
         await client.changed(lambda: held, "the callback")
     with pytest.raises(spanq.Closed):
         await held[0].ack()
+
+
+async def test_a_stopped_subscriber_runs_no_callback_for_what_it_had_not_handed_out_and_releases_it(client):
+    """Issue 20: a message read but not yet handed to a callback when the stop came (here: waiting for
+    room) gets no callback at all; it is released at once for another receiver, not run during the
+    shutdown nor held by nobody until its lease ends. The callbacks already running finish and ack."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def handle(message: spanq.Message) -> None:
+        started.append(message.key[0])
+        await release.wait()
+
+    fc = spanq.FlowControl(max_messages=2)
+    subscription = subscribe(client, handle, flow_control=fc)
+    await client.changed(lambda: client.streams, "a stream")
+    client.streams[0].put("a", "b", "c")  # more than the room: c waits for some
+    await client.changed(lambda: started == ["a", "b"], "two callbacks")
+    subscription.cancel()
+    await client.changed(lambda: client.released, "c released")
+    release.set()
+    await asyncio.wait_for(subscription.result(), 5)
+    assert started == ["a", "b"]
+    assert sorted(t for tokens in client.acked for t in tokens) == ["t-a", "t-b"]
+    assert client.released == [(["t-c"], "")] and client.streams[0].cancelled
+
+
+async def test_an_async_callback_not_started_when_the_stop_came_is_not_run_but_released(client):
+    started: list[str] = []
+    subscription: Subscription | None = None
+
+    async def handle(message: spanq.Message) -> None:
+        started.append(message.key[0])
+        if message.key[0] == "a":
+            assert subscription is not None
+            subscription._subscriber._request_stop()  # at once: b's task exists and has not started
+
+    subscription = subscribe(client, handle)
+    await client.changed(lambda: client.streams, "a stream")
+    client.streams[0].put("a", "b")
+    await asyncio.wait_for(subscription.result(), 5)
+    assert started == ["a"]
+    assert client.acked == [["t-a"]] and client.released == [(["t-b"], "")]
