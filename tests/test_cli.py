@@ -262,3 +262,23 @@ async def test_payloads_and_keys_print_as_text_never_as_markup_or_terminal_codes
     code, _, err = await spanq_cli(t, "send", "q", "again", "--key", "k2\x1b]0;title\x07")
     assert code == 4 and not any(c in err for c in RAW) and "k2\\x1b]0;title\\x07" in one_line(err), err
     assert sql.execute("SELECT k, payload FROM q").fetchall() == [("k2\x1b]0;title\x07", "again")]
+
+
+async def test_tail_and_receive_lease_no_more_than_they_print(server, sql):
+    """A release counts a delivery attempt: on a queue with max attempts 1, a message leased and released
+    unseen would be dead-lettered unseen. tail --max 1 and receive --max 1 lease one message, not a batch."""
+    t = server.target
+    async with spanq.aio.Client(t) as client:
+        await client.create_queue("work1_dlq", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work1", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  initial_backoff=0, max_delivery_attempts=1, dead_letter_queue="work1_dlq")
+        await client.send_many("work1", [spanq.OutgoingMessage(f"m{i}", (i,)) for i in range(1, 6)])
+
+    code, out, err = await spanq_cli(t, "tail", "work1", "--max", "1", "--ack")
+    assert code == 0 and out.splitlines() == ["1\tattempt 1\tacked\tm1"], err
+    code, out, err = await spanq_cli(t, "receive", "work1", "--max", "1", "--ack")
+    assert code == 0 and out.splitlines() == ["2\tattempt 1\tacked\tm2"], err
+    code, out, err = await spanq_cli(t, "tail", "work1", "--max", "2", "--ack", "--json")
+    assert code == 0 and [json.loads(line)["key"] for line in out.splitlines()] == [[3], [4]], err
+    assert sql.execute("SELECT id, spanq_delivery_attempt FROM work1").fetchall() == [(5, 0)]
+    assert sql.execute("SELECT count(*) FROM work1_dlq").fetchone() == (0,)

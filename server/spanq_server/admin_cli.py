@@ -30,6 +30,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -50,6 +51,10 @@ SEND_BATCH = 100
 """Messages per Send when sending lines from stdin (each batch is atomic)."""
 PROGRESS_AFTER = 500
 """Lines: a send of more shows a progress bar (on a terminal)."""
+TAIL_BATCH = 10
+"""tail leases at most this many messages at a time (each printed before the next lease)."""
+TAIL_WAIT = 1.0
+"""Seconds one tail Receive waits for a message: how soon Ctrl-C or --duration is noticed."""
 
 EXIT_CODES: dict[type[BaseException], int] = {
     spanq.InvalidArgument: 2,
@@ -563,7 +568,8 @@ def receive(queue: str, max_messages: int, wait: float, ack: bool, **kwargs: Any
     """Lease up to --max messages of QUEUE and print them (one line each).
 
     Without --ack each is released (nacked) at once: it counts as a delivery attempt and comes back
-    after the queue's backoff. To look without touching, use `spanq peek`."""
+    after the queue's backoff. To look without touching, use `spanq peek`. With --json, one JSON
+    document per line (JSON Lines), as tail prints them."""
     conn = _connection(kwargs)
     with talking(conn) as client:
         got = client.receive(queue, max_messages, timeout=wait)
@@ -579,43 +585,48 @@ def receive(queue: str, max_messages: int, wait: float, ack: bool, **kwargs: Any
 @click.argument("queue")
 @click.option("--ack", is_flag=True, help="acknowledge (consume) each message printed; else release it")
 @click.option("--max", "-n", "max_messages", type=click.IntRange(min=1), help="stop after this many messages")
-@click.option("--duration", type=float, help="stop after this many seconds")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="stop after this many seconds")
 @connection_options
 def tail(queue: str, ack: bool, max_messages: int | None, duration: float | None, **kwargs: Any) -> None:
     """Print QUEUE's messages as they arrive, until Ctrl-C (or --max / --duration).
 
-    Without --ack each message is released once printed, and comes back after the queue's backoff."""
+    Without --ack each message is released once printed, and comes back after the queue's backoff.
+    It leases no more than it prints: at most --max in all, at most 10 at a time. With --json, one
+    JSON document per line (JSON Lines)."""
     conn = _connection(kwargs)
     done = threading.Event()
+    deadline = None if duration is None else time.monotonic() + duration
     printed = 0
-    lock = threading.Lock()
-
-    def callback(message: spanq.Message) -> None:
-        nonlocal printed
-        with lock:
-            if done.is_set():
-                message.nack()
-                return
-            _print_message(conn, message, ack)
-            sys.stdout.flush()
-            printed += 1
-            if max_messages is not None and printed >= max_messages:
-                done.set()
-        if not ack:
-            message.nack()
-
     with talking(conn) as client:
         client.get_queue(queue)  # a missing queue fails now, with its own exit status
         previous = signal.signal(signal.SIGINT, lambda *_: done.set())
         try:
-            subscription = client.subscribe(queue, callback, auto_ack=ack, max_workers=1,
-                                            flow_control=spanq.FlowControl(max_messages=10))
-            with subscription:
-                while not done.wait(0.2) and not subscription.done():
-                    if duration is not None:
-                        duration -= 0.2
-                        if duration <= 0:
-                            break
+            lost = False
+            while not done.is_set():
+                # Each lease is a message printed: ask for what is left, never a batch to release unseen
+                # (a release counts a delivery attempt, and can dead-letter a message nobody saw).
+                left = TAIL_BATCH if max_messages is None else min(TAIL_BATCH, max_messages - printed)
+                wait = TAIL_WAIT if deadline is None else min(TAIL_WAIT, deadline - time.monotonic())
+                if left <= 0 or wait <= 0:
+                    break
+                try:
+                    got = client.receive(queue, left, timeout=wait)
+                except (spanq.Unavailable, spanq.DeadlineExceeded) as exc:
+                    if not lost:
+                        click.echo(f"spanq: {_escaped(_explain(exc, conn))}; still trying (Ctrl-C to stop)",
+                                   err=True)
+                    lost = True
+                    done.wait(1)
+                    continue
+                if lost:
+                    click.echo(f"spanq: reconnected to {conn.target}", err=True)
+                    lost = False
+                for m in got:
+                    _print_message(conn, m, ack)
+                sys.stdout.flush()
+                printed += len(got)
+                if got:
+                    (client.ack if ack else client.nack)(queue, *got)
         finally:
             signal.signal(signal.SIGINT, previous)
 
