@@ -39,10 +39,10 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                        help="TOML token file: every call then needs 'authorization: Bearer <token>' with the "
                             "privilege it uses (env SPANQ_AUTH_FILE; default: no authentication; see "
                             "docs/operations.md)")
-    serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
+    serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN"),
                        help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
                             f"default {default.metrics_listen})")
-    serve.add_argument("--ui-listen", default=environ.get("SPANQ_UI_LISTEN", UI_LISTEN),
+    serve.add_argument("--ui-listen", default=environ.get("SPANQ_UI_LISTEN"),
                        help=f"host:port serving the web dashboard, or 'off' (env SPANQ_UI_LISTEN; default {UI_LISTEN}; "
                             "TLS and tokens as for gRPC)")
     serve.add_argument("--ui-allowed-hosts", default=environ.get("SPANQ_UI_ALLOWED_HOSTS", ""), metavar="NAMES",
@@ -110,6 +110,11 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     if args.command == "token":
         print(auth.mint(args.name), end="")
         parser.exit()
+    # Not given (flag or environment): the default, whose port may be taken without stopping the server.
+    default_listens = frozenset(name for name, value in (("metrics", args.metrics_listen), ("ui", args.ui_listen))
+                                if value is None)
+    args.metrics_listen = default.metrics_listen if args.metrics_listen is None else args.metrics_listen
+    args.ui_listen = UI_LISTEN if args.ui_listen is None else args.ui_listen
     if args.auth_file:
         try:
             auth.load(args.auth_file)
@@ -162,6 +167,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         metrics_listen=args.metrics_listen,
         ui_listen=args.ui_listen,
         ui_allowed_hosts=tuple(allowed_hosts),
+        default_listens=default_listens,
         metrics_interval=timedelta(seconds=args.metrics_interval),
         limits=limits,
         max_connections=args.max_connections,
