@@ -282,3 +282,39 @@ async def test_tail_and_receive_lease_no_more_than_they_print(server, sql):
     assert code == 0 and [json.loads(line)["key"] for line in out.splitlines()] == [[3], [4]], err
     assert sql.execute("SELECT id, spanq_delivery_attempt FROM work1").fetchall() == [(5, 0)]
     assert sql.execute("SELECT count(*) FROM work1_dlq").fetchone() == (0,)
+
+
+async def test_send_sends_lines_as_they_arrive_and_a_rerun_resumes_with_skip_existing(server, sql):
+    t = server.target
+    assert (await spanq_cli(t, "queue", "create", "log", "--key", "n:INT64", "--payload-type", "STRING"))[0] == 0
+    lines = [json.dumps({"key": n, "payload": f"line {n}"}) + "\n" for n in range(1, 151)]
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "send", "log", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "SPANQ_TARGET": t})
+    assert proc.stdin is not None
+    # A pipe that stays open (tail -f log | spanq send log): what came is sent without waiting for the end.
+    proc.stdin.write("".join(lines[:3]).encode())
+    await proc.stdin.drain()
+    await until(lambda: sql.execute("SELECT count(*) FROM log").fetchone() == (3,), "the first 3 lines sent")
+    proc.stdin.write("".join(lines[3:100]).encode())
+    await proc.stdin.drain()
+    await until(lambda: sql.execute("SELECT count(*) FROM log").fetchone() == (100,), "100 lines sent")
+    proc.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 130 and out == b""
+    assert one_line(err.decode()) == ("spanq: interrupted: 100 message(s) were sent, none from line 101 on; "
+                                      "run it again with --skip-existing to send the rest")
+
+    code, _, err = await spanq_cli(t, "send", "log", stdin="".join(lines))
+    assert code == 4 and "100 message(s) were sent" not in err and "0 message(s) were sent" in one_line(err)
+    code, out, err = await spanq_cli(t, "send", "log", "--skip-existing", stdin="".join(lines))
+    assert code == 0 and out.strip() == "sent 50 messages to log (100 skipped: their keys were in log already)", err
+    code, out, err = await spanq_cli(t, "send", "log", "--skip-existing", "--json", stdin="".join(lines[:2]))
+    assert code == 0 and json.loads(out) == {"sent": 0, "skipped": 2, "keys": []}, err
+    assert sql.execute("SELECT count(*), min(n), max(n) FROM log").fetchone() == (150, 1, 150)
+    assert sql.execute("SELECT count(*) FROM log WHERE payload <> 'line ' || n").fetchone() == (0,)
+
+    # A bad line: what came before it is sent, and the error says so.
+    code, _, err = await spanq_cli(t, "send", "log", stdin='{"key": 151, "payload": "x"}\nnot json\n')
+    assert code == 2 and "line 2" in one_line(err) and "1 message(s) were sent" in err
+    assert sql.execute("SELECT count(*) FROM log").fetchone() == (151,)

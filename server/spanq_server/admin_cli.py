@@ -34,6 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
+from queue import Empty, Queue
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -49,8 +50,8 @@ import spanq
 DEFAULT_TARGET = "localhost:50051"
 SEND_BATCH = 100
 """Messages per Send when sending lines from stdin (each batch is atomic)."""
-PROGRESS_AFTER = 500
-"""Lines: a send of more shows a progress bar (on a terminal)."""
+SEND_WAIT = 0.2
+"""Seconds a batch of stdin lines waits for more after its first line before it is sent."""
 TAIL_BATCH = 10
 """tail leases at most this many messages at a time (each printed before the next lease)."""
 TAIL_WAIT = 1.0
@@ -496,48 +497,149 @@ def _generated_key(queue: spanq.Queue) -> bool:
 @click.argument("queue")
 @click.argument("payload", required=False)
 @click.option("--key", "key_values", multiple=True, help="the key, one value per key column in order")
-@click.option("--delay", type=float, help="seconds until the message is deliverable")
+@click.option("--delay", type=click.FloatRange(min=0), help="seconds until the message is deliverable")
+@click.option("--skip-existing", is_flag=True,
+              help="skip messages whose key the queue already holds (and say how many): a rerun of an "
+                   "interrupted send resumes where it stopped")
 @connection_options
-def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None, **kwargs: Any) -> None:
+def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None, skip_existing: bool,
+         **kwargs: Any) -> None:
     """Send PAYLOAD to QUEUE; without PAYLOAD (or with -), one message per line of stdin.
 
-    On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines go in
-    batches of 100, each batch atomic; a long input shows a progress bar on a terminal."""
+    On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines are sent as
+    they arrive, in batches of up to 100 (each batch atomic), a batch at most 0.2 s after its first
+    line, so `tail -f log | spanq send q` sends as the log grows. Interrupted (Ctrl-C) or failed, it
+    says how many were sent; on a keyed queue, run it again with --skip-existing to send the rest.
+    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}."""
     conn = _connection(kwargs)
     with talking(conn) as client:
         schema = client.get_queue(queue)
+        if skip_existing and _generated_key(schema):
+            raise CliError(f"--skip-existing needs keys: queue {queue!r} has none of its own (the server makes "
+                           "up each message's id, so no line is ever stored already)", 2)
         if payload is not None and payload != "-":
-            key = tuple(_key_value(c, v) for c, v in zip(schema.key_columns, key_values)) if key_values else None
-            if key is not None and len(key) != len(schema.key_columns):
-                raise CliError(f"queue {queue!r} has {len(schema.key_columns)} key column(s); give --key for each", 2)
-            sent = [client.send(queue, _payload(schema, payload, "the payload"), key=key, delay=delay)]
+            key = None
+            if key_values:
+                if len(key_values) != len(schema.key_columns):
+                    raise CliError(f"queue {queue!r} has {len(schema.key_columns)} key column(s) and "
+                                   f"{len(key_values)} --key value(s) were given: give one per column", 2)
+                key = tuple(_key_value(c, v) for c, v in zip(schema.key_columns, key_values))
+            elif schema.key_columns and not _generated_key(schema):
+                raise CliError(f"queue {queue!r} has key columns: give each with --key", 2)
+            outcome = Sent()
+            try:
+                outcome.keys.append(client.send(queue, _payload(schema, payload, "the payload"), key=key, delay=delay))
+            except spanq.AlreadyExists:
+                if not skip_existing:
+                    raise
+                outcome.skipped = 1
         else:
             if key_values or delay is not None:
                 raise CliError("--key and --delay go with one PAYLOAD; for stdin lines give the key in each line", 2)
-            sent = _send_lines(conn, client, schema, sys.stdin)
+            outcome = _send_lines(conn, client, schema, sys.stdin, skip_existing)
+    sent = outcome.keys
+    skipped = f" ({outcome.skipped} skipped: their keys were in {queue} already)" if skip_existing else ""
     if conn.json:
-        _json({"sent": len(sent), "keys": [list(k) for k in sent]})
+        _json({"sent": len(sent), **({"skipped": outcome.skipped} if skip_existing else {}),
+               "keys": [list(k) for k in sent]})
     elif len(sent) == 1:
-        click.echo(f"sent 1 message to {queue} (key {_escaped(_shown_key(sent[0]))})")
+        click.echo(f"sent 1 message to {queue} (key {_escaped(_shown_key(sent[0]))}){skipped}")
     else:
-        click.echo(f"sent {len(sent)} messages to {queue}")
+        click.echo(f"sent {len(sent)} messages to {queue}{skipped}")
 
 
-def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, lines: Any) -> list[spanq.Key]:
-    data = [line.rstrip("\n") for line in lines]
-    messages = [_line_message(schema, line, i + 1) for i, line in enumerate(data) if line]
-    sent: list[spanq.Key] = []
-    show = len(messages) > PROGRESS_AFTER and sys.stderr.isatty()
+@dataclasses.dataclass
+class Sent:
+    keys: list[spanq.Key] = dataclasses.field(default_factory=list)
+    skipped: int = 0
+
+
+EOF_LINE = None
+
+
+def _lines(stream: Any) -> "Queue[str | None]":
+    """stdin's lines as they arrive, read by a thread (None at the end), so that a batch can go out
+    after SEND_WAIT without waiting for more input."""
+    lines: Queue[str | None] = Queue(maxsize=10 * SEND_BATCH)
+
+    def read() -> None:
+        try:
+            for line in stream:
+                lines.put(line)
+        finally:
+            lines.put(EOF_LINE)
+
+    threading.Thread(target=read, name="spanq-stdin", daemon=True).start()
+    return lines
+
+
+def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, stream: Any,
+                skip_existing: bool) -> Sent:
+    outcome = Sent()
+    batch: list[spanq.OutgoingMessage] = []
+    first_line = number = 0
+    in_flight = False
+
+    def flush() -> None:
+        nonlocal batch, in_flight, first_line
+        if not batch:
+            return
+        in_flight = True
+        try:
+            outcome.keys.extend(client.send_many(schema.name, batch))
+        except spanq.AlreadyExists:
+            if not skip_existing:
+                raise
+            for message in batch:  # one at a time: which keys are stored is known only by trying
+                try:
+                    outcome.keys.append(client.send_many(schema.name, [message])[0])
+                except spanq.AlreadyExists:
+                    outcome.skipped += 1
+        in_flight, batch, first_line = False, [], 0
+        progress.update(task, completed=len(outcome.keys) + outcome.skipped)
+
+    def unsent() -> str:
+        return (f"{len(outcome.keys)} message(s) were sent" +
+                (f", {outcome.skipped} skipped" if skip_existing else "") +
+                (f", the batch of lines {first_line}-{number} was in flight and may or may not be stored"
+                 if in_flight else f", none from line {first_line or number + 1} on") +
+                ("; run it again with --skip-existing to send the rest" if not _generated_key(schema) else ""))
+
+    lines = _lines(stream)
+    show = sys.stderr.isatty() and not sys.stdin.isatty()
     with _progress(show) as progress:
-        task = progress.add_task(f"sending to {schema.name}", total=len(messages))
-        for start in range(0, len(messages), SEND_BATCH):
-            try:
-                sent.extend(client.send_many(schema.name, messages[start:start + SEND_BATCH]))
-            except spanq.SpanqError as exc:
-                raise CliError(f"{_explain(exc, conn)}; the first {len(sent)} message(s) were sent, "
-                               f"the rest (from line {start + 1}) were not", _exit_code(exc)) from exc
-            progress.update(task, completed=len(sent))
-    return sent
+        task = progress.add_task(f"sending to {schema.name}", total=None)
+        try:
+            deadline = 0.0
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()) if batch else None)
+                except Empty:  # no more lines for SEND_WAIT: send what came
+                    flush()
+                    continue
+                if line is EOF_LINE:
+                    flush()
+                    break
+                number += 1
+                text = line.rstrip("\n")
+                if not text:
+                    continue
+                try:
+                    message = _line_message(schema, text, number)
+                except CliError as exc:
+                    flush()  # the lines before it go, as they would have had it come later
+                    first_line = number
+                    raise CliError(f"{exc.format_message()}; {unsent()}", exc.exit_code) from None
+                if not batch:
+                    first_line, deadline = number, time.monotonic() + SEND_WAIT
+                batch.append(message)
+                if len(batch) >= SEND_BATCH:
+                    flush()
+        except spanq.SpanqError as exc:
+            raise CliError(f"{_explain(exc, conn)}; {unsent()}", _exit_code(exc)) from exc
+        except KeyboardInterrupt:
+            raise CliError(f"interrupted: {unsent()}", 130) from None
+    return outcome
 
 
 def _progress(show: bool) -> Progress:
