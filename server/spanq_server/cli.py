@@ -10,9 +10,7 @@ import os
 import sys
 from datetime import timedelta
 
-from . import auth
 from .config import Config, ConfigError, Limits
-from .metrics.endpoint import parse_listen
 
 
 UI_LISTEN = "localhost:9465"
@@ -21,6 +19,10 @@ LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 
 
 def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
+    from . import server_extra  # noqa: F401, PLC0415  # first: says what to install without the server extra
+    from . import auth  # noqa: PLC0415  # the server's, not the client commands'
+    from .metrics.endpoint import parse_listen  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(prog="spanq", description="Spanner's queues on PostgreSQL, over gRPC.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the spanq.v1 gRPC API")
@@ -202,7 +204,10 @@ def main(argv: list[str] | None = None) -> None:
         from .admin_cli import run  # noqa: PLC0415  # the client commands (click), and `spanq --help`
 
         run(argv)
-    config = parse_config(argv, dict(os.environ))
+    try:
+        config = parse_config(argv, dict(os.environ))
+    except ModuleNotFoundError as exc:  # `pip install spanq` alone: the client commands work, serve does not
+        sys.exit(f"spanq: `spanq {argv[0]}` needs the server: {exc}")
     if config.database_url is None:
         from .embedded import start_embedded
 

@@ -1,6 +1,8 @@
 """Assembles the service: store, domain, gRPC server with reflection and
 health; starts it and stops it gracefully."""
 
+from . import server_extra  # noqa: F401  # first: says what to install when the server extra is missing
+
 import asyncio
 import gc
 import dataclasses
