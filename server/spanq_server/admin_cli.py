@@ -28,6 +28,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -37,15 +38,18 @@ from datetime import datetime, timedelta, timezone
 from queue import Empty, Queue
 from typing import Any, NoReturn, TypeVar
 
-import click
-from click.exceptions import NoArgsIsHelpError
-import grpc
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-from rich.text import Text
+# gRPC core logs to stderr (18 lines for --tls against a plaintext server): the CLI says it in one line.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-import spanq
+import click  # noqa: E402
+from click.exceptions import NoArgsIsHelpError  # noqa: E402
+import grpc  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
+
+import spanq  # noqa: E402
 
 DEFAULT_TARGET = "localhost:50051"
 SEND_BATCH = 100
@@ -139,12 +143,57 @@ def talking(conn: Connection) -> Iterator[spanq.Client]:
     except spanq.InvalidArgument as exc:
         raise CliError(f"{exc} (--target, or SPANQ_TARGET)", 2) from exc
     try:
+        _probe(conn)
+    except CliError:
+        client.close(timeout=2)
+        raise
+    try:
         yield client
     except spanq.SpanqError as exc:
         raise CliError(_explain(exc, conn), _exit_code(exc)) from exc
     finally:
         with contextlib.suppress(Exception):
             client.close(timeout=2)
+
+
+PROBE_TIMEOUT = 2.0
+"""Seconds the CLI's first TCP connect may take before it leaves the target to the SDK's --timeout."""
+START_ONE = "start one with `spanq serve`, or give --target HOST:PORT"
+
+
+def _probe(conn: Connection) -> None:
+    """Fails at once, with what went wrong, when the target's host does not resolve or refuses
+    the connection: the SDK would wait its whole --timeout for either. Other targets (unix:,
+    dns:///...) and other failures are left to the SDK."""
+    host, sep, port = conn.target.rpartition(":")
+    if not sep or not port.isdigit() or "/" in conn.target or host.startswith(("unix", "dns", "ipv")):
+        return
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        addresses = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot resolve host {host!r} ({exc.strerror}): give --target HOST:PORT of a spanq server",
+                       6) from None
+    refused = 0
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.settimeout(min(PROBE_TIMEOUT, conn.timeout))
+            try:
+                probe.connect(address)
+                return
+            except ConnectionRefusedError:
+                refused += 1
+            except OSError:
+                pass
+    if refused == len(addresses):
+        raise CliError(f"nothing listens on {conn.target} (connection refused); {START_ONE}", 6)
+
+
+RPC_COMMANDS = {"CreateQueue": "`spanq queue create`", "DropQueue": "`spanq queue drop`", "GetQueue": "`spanq queue get`",
+                "ListQueues": "`spanq queues`", "GetQueueStats": "`spanq stats`", "Peek": "`spanq peek`",
+                "Purge": "`spanq purge`", "Redrive": "`spanq redrive`"}
+"""The server's messages name RPCs (`create it with CreateQueue`); a CLI user needs the command."""
+RPC_NAMES = re.compile(rf"\b({'|'.join(RPC_COMMANDS)})\b")
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -162,7 +211,7 @@ def _explain(exc: spanq.SpanqError, conn: Connection) -> str:
         return f"{what}; start one with `spanq serve`, or give --target HOST:PORT (and --tls if it serves TLS)"
     if isinstance(exc, spanq.Unauthenticated):
         return f"{message} (give the token with --token or SPANQ_TOKEN)"
-    return message
+    return RPC_NAMES.sub(lambda m: RPC_COMMANDS[m[1]], message)
 
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -247,6 +296,7 @@ class Commands(click.Group):
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="spanq", prog_name="spanq", message="%(prog)s %(version)s")
 def main() -> None:
     """Spanner's queues on PostgreSQL, over gRPC: serve it, and work with its queues.
 
@@ -323,10 +373,13 @@ def _key_column(text: str) -> tuple[str, str]:
               help="a key column, in order (repeat for more); none: a STRING id the server fills")
 @click.option("--payload-type", type=click.Choice(["BYTES", "STRING", "JSON"], case_sensitive=False),
               default="BYTES", show_default=True)
-@click.option("--lease-duration", type=float, help="seconds (default: the server's, 10)")
-@click.option("--initial-backoff", type=float, help="seconds before a failed attempt is redelivered (default 1)")
-@click.option("--max-backoff", type=float, help="seconds: the longest redelivery backoff (default 3600)")
-@click.option("--max-delivery-attempts", type=int, help="with --dead-letter-queue")
+@click.option("--lease-duration", type=click.FloatRange(min=0, min_open=True),
+              help="seconds, more than 0 (default: the server's, 10)")
+@click.option("--initial-backoff", type=click.FloatRange(min=0),
+              help="seconds before a failed attempt is redelivered (default 1; 0: at once)")
+@click.option("--max-backoff", type=click.FloatRange(min=0, min_open=True),
+              help="seconds: the longest redelivery backoff (default 3600)")
+@click.option("--max-delivery-attempts", type=click.IntRange(min=1), help="with --dead-letter-queue")
 @click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
 @click.option("--parent-table", help="a table whose rows own this queue's messages")
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
@@ -746,9 +799,14 @@ def purge(queue: str, sent_before: datetime | None, yes: bool, **kwargs: Any) ->
     """Delete QUEUE's messages (leased ones too), all at once."""
     conn = _connection(kwargs)
     before = sent_before.replace(tzinfo=timezone.utc) if sent_before else None
-    _confirm(yes, f"delete {'the' if before else 'every'} message of {queue!r}"
-                  f"{' sent before ' + _shown_time(before) if before else ''}")
     with talking(conn) as client:
+        if not yes:  # the prompt says how many it would delete (of how many, with --sent-before)
+            found = client.stats(queue)
+            held = found.ready + found.scheduled + found.leased
+            counts = (f"{held} message{'s' if held != 1 else ''}: {found.ready} ready, {found.scheduled} scheduled, "
+                      f"{found.leased} leased")
+            _confirm(yes, f"delete the messages of {queue!r} sent before {_shown_time(before)} (of {counts})"
+                          if before else f"delete every message of {queue!r} ({counts})")
         purged = client.purge(queue, sent_before=before)
     if conn.json:
         _json({"purged": purged})
@@ -811,12 +869,12 @@ def psql(database_url: str | None, data_dir: str, print_url: bool, psql_args: tu
     """Open psql on the database the local server uses (arguments after -- go to psql).
 
     That is DATABASE_URL when set, else the embedded PostgreSQL that `spanq serve` started in
-    --data-dir (it must be running)."""
+    --data-dir (it must be running), opened with the psql it ships (its own version)."""
     url = database_url or _embedded_url(data_dir)
     if print_url:
         click.echo(url)
         return
-    binary = _psql_binary()
+    binary = _psql_binary(embedded=database_url is None)
     os.execvp(binary, [binary, url, *psql_args])
 
 
@@ -837,10 +895,11 @@ def _embedded_url(data_dir: str) -> str:
     return info.get_uri(database="postgres")
 
 
-def _psql_binary() -> str:
-    from .embedded import psql_binary  # noqa: PLC0415  # only this command needs it
+def _psql_binary(embedded: bool) -> str:
+    """The embedded PostgreSQL's own psql (its version) for it, else the system's psql first."""
+    from .embedded import bundled_psql, psql_binary  # noqa: PLC0415  # only this command needs it
 
-    found = psql_binary()
+    found = (embedded and bundled_psql()) or psql_binary()
     if found is None:
         raise CliError("psql is not installed: install the PostgreSQL client (e.g. apt install postgresql-client)", 1)
     return found
