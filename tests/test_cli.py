@@ -20,6 +20,7 @@ from spanq_server.server import start
 
 from .helpers import until, until_settled
 from .readme_session import replay
+from .spawned import free_port, spawn_server, wait_serving_sync
 
 CLI = [sys.executable, "-m", "spanq_server"]
 
@@ -376,3 +377,37 @@ async def test_a_first_day_without_surprises(server, sql):
     assert proc.returncode == 1 and "nothing done" in err_b.decode()
     assert out_b.decode().startswith("delete every message of 'q' (3 messages: 3 ready, 0 scheduled, 0 leased)? ")
     assert sql.execute("SELECT count(*) FROM q").fetchone() == (3,)
+
+
+async def test_tail_goes_on_across_a_server_restart(database_url):
+    """tail leases with one Receive at a time; a server that goes away and comes back on the same port is
+    said once on stderr, and the tail prints what is sent after it came back."""
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    server = spawn_server(database_url, port)
+    tail = None
+    try:
+        await asyncio.to_thread(wait_serving_sync, target)
+        assert (await spanq_cli(target, "queue", "create", "q", "--payload-type", "STRING"))[0] == 0
+        tail = await asyncio.create_subprocess_exec(
+            *CLI, "tail", "q", "--ack", "--max", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "SPANQ_TARGET": target})
+        assert tail.stdout is not None and tail.stderr is not None
+        assert (await spanq_cli(target, "send", "q", "before"))[0] == 0
+        assert (await asyncio.wait_for(tail.stdout.readline(), 20)).decode().endswith("\tacked\tbefore\n")
+        server.kill()
+        await asyncio.to_thread(server.wait, 10)
+        said = (await asyncio.wait_for(tail.stderr.readline(), 30)).decode()
+        assert said.startswith("spanq: ") and "still trying (Ctrl-C to stop)" in said, said
+        server = spawn_server(database_url, port)
+        await asyncio.to_thread(wait_serving_sync, target)
+        assert (await spanq_cli(target, "send", "q", "after"))[0] == 0
+        assert (await asyncio.wait_for(tail.stdout.readline(), 30)).decode().endswith("\tacked\tafter\n")
+        assert await asyncio.wait_for(tail.wait(), 20) == 0  # --max 2: done
+        assert (await tail.stderr.read()).decode() == f"spanq: reconnected to {target}\n"
+    finally:
+        if tail is not None and tail.returncode is None:
+            tail.kill()
+            await tail.wait()
+        server.kill()
+        await asyncio.to_thread(server.wait, 10)
