@@ -56,6 +56,8 @@ SEND_BATCH = 100
 """Messages per Send when sending lines from stdin (each batch is atomic)."""
 SEND_WAIT = 0.2
 """Seconds a batch of stdin lines waits for more after its first line before it is sent."""
+PROGRESS_AFTER = 500
+"""Messages: past this many sent from stdin, a count shows on a terminal."""
 TAIL_BATCH = 10
 """tail leases at most this many messages at a time (each printed before the next lease)."""
 TAIL_WAIT = 1.0
@@ -649,7 +651,10 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
                 except spanq.AlreadyExists:
                     outcome.skipped += 1
         in_flight, batch, first_line = False, [], 0
-        progress.update(task, completed=len(outcome.keys) + outcome.skipped)
+        done = len(outcome.keys) + outcome.skipped
+        if done > PROGRESS_AFTER and sys.stderr.isatty() and not progress.live.is_started:
+            progress.start()  # a long input (a count: its end is unknown while lines arrive)
+        progress.update(task, completed=done)
 
     def unsent() -> str:
         return (f"{len(outcome.keys)} message(s) were sent" +
@@ -659,8 +664,8 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
                 ("; run it again with --skip-existing to send the rest" if not _generated_key(schema) else ""))
 
     lines = _lines(stream)
-    show = sys.stderr.isatty() and not sys.stdin.isatty()
-    with _progress(show) as progress:
+    progress = _progress(True)
+    try:
         task = progress.add_task(f"sending to {schema.name}", total=None)
         try:
             deadline = 0.0
@@ -692,6 +697,8 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
             raise CliError(f"{_explain(exc, conn)}; {unsent()}", _exit_code(exc)) from exc
         except KeyboardInterrupt:
             raise CliError(f"interrupted: {unsent()}", 130) from None
+    finally:
+        progress.stop()
     return outcome
 
 
