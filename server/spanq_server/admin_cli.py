@@ -635,21 +635,31 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
     first_line = number = 0
     in_flight = False
 
+    stored: set[tuple[Any, ...]] | None = None  # the queue's keys, read at the first key found stored
+
     def flush() -> None:
-        nonlocal batch, in_flight, first_line
-        if not batch:
-            return
-        in_flight = True
-        try:
-            outcome.keys.extend(client.send_many(schema.name, batch))
-        except spanq.AlreadyExists:
-            if not skip_existing:
-                raise
-            for message in batch:  # one at a time: which keys are stored is known only by trying
-                try:
-                    outcome.keys.append(client.send_many(schema.name, [message])[0])
-                except spanq.AlreadyExists:
-                    outcome.skipped += 1
+        nonlocal batch, in_flight, first_line, stored
+        if stored is not None:
+            fresh = [m for m in batch if _key_of(m) not in stored]
+            outcome.skipped += len(batch) - len(fresh)
+            batch = fresh
+        if batch:
+            in_flight = True
+            try:
+                outcome.keys.extend(client.send_many(schema.name, batch))
+            except spanq.AlreadyExists:
+                if not skip_existing:
+                    raise
+                if stored is None:
+                    stored = _stored_keys(client, schema.name)
+                for message in batch:  # what the keys read missed (sent since): one at a time
+                    if _key_of(message) in stored:
+                        outcome.skipped += 1
+                        continue
+                    try:
+                        outcome.keys.append(client.send_many(schema.name, [message])[0])
+                    except spanq.AlreadyExists:
+                        outcome.skipped += 1
         in_flight, batch, first_line = False, [], 0
         done = len(outcome.keys) + outcome.skipped
         if done > PROGRESS_AFTER and sys.stderr.isatty() and not progress.live.is_started:
@@ -700,6 +710,22 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
     finally:
         progress.stop()
     return outcome
+
+
+def _key_of(message: spanq.OutgoingMessage) -> tuple[Any, ...]:
+    return message.key if isinstance(message.key, tuple) else (message.key,)
+
+
+def _stored_keys(client: spanq.Client, queue: str) -> set[tuple[Any, ...]]:
+    """Every key the queue holds, by Peek pages (the API has no lookup by key)."""
+    keys: set[tuple[Any, ...]] = set()
+    token = ""
+    while True:
+        page = client.peek(queue, page_size=1000, page_token=token)
+        keys.update(tuple(m.key) for m in page.messages)
+        token = page.next_page_token
+        if not token:
+            return keys
 
 
 def _progress(show: bool) -> Progress:
