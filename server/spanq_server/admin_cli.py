@@ -124,7 +124,8 @@ def connection_options(command: F) -> F:
         click.option("--ca-cert", envvar="SPANQ_CA_CERT", type=click.Path(exists=True, dir_okay=False),
                      help="PEM root certificate(s) to verify the server with (implies --tls)"),
         click.option("--timeout", type=float, default=10.0, show_default=True,
-                     help="seconds to keep trying an unreachable server"),
+                     help="seconds to keep trying an unreachable server (refused, or a host that does not "
+                          "resolve: at once)"),
         click.option("--json", "as_json", is_flag=True, help="print JSON (for scripts) instead of a table"),
     ]
     for option in reversed(options):
