@@ -380,8 +380,8 @@ async def test_a_first_day_without_surprises(server, sql):
 
 
 async def test_tail_goes_on_across_a_server_restart(database_url):
-    """tail leases with one Receive at a time; a server that goes away and comes back on the same port is
-    said once on stderr, and the tail prints what is sent after it came back."""
+    """tail leases with one Receive at a time; across a server that goes away and comes back on the same
+    port it goes on (an outage past the SDK's retries said once on stderr), and prints what is sent after."""
     port = free_port()
     target = f"127.0.0.1:{port}"
     server = spawn_server(database_url, port)
@@ -390,21 +390,29 @@ async def test_tail_goes_on_across_a_server_restart(database_url):
         await asyncio.to_thread(wait_serving_sync, target)
         assert (await spanq_cli(target, "queue", "create", "q", "--payload-type", "STRING"))[0] == 0
         tail = await asyncio.create_subprocess_exec(
-            *CLI, "tail", "q", "--ack", "--max", "2", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            *CLI, "tail", "q", "--ack", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "SPANQ_TARGET": target})
         assert tail.stdout is not None and tail.stderr is not None
         assert (await spanq_cli(target, "send", "q", "before"))[0] == 0
         assert (await asyncio.wait_for(tail.stdout.readline(), 20)).decode().endswith("\tacked\tbefore\n")
         server.kill()
         await asyncio.to_thread(server.wait, 10)
-        said = (await asyncio.wait_for(tail.stderr.readline(), 30)).decode()
-        assert said.startswith("spanq: ") and "still trying (Ctrl-C to stop)" in said, said
         server = spawn_server(database_url, port)
         await asyncio.to_thread(wait_serving_sync, target)
         assert (await spanq_cli(target, "send", "q", "after"))[0] == 0
-        assert (await asyncio.wait_for(tail.stdout.readline(), 30)).decode().endswith("\tacked\tafter\n")
-        assert await asyncio.wait_for(tail.wait(), 20) == 0  # --max 2: done
-        assert (await tail.stderr.read()).decode() == f"spanq: reconnected to {target}\n"
+        while True:  # "before" again, if the kill took its ack with it (then it is said on stderr)
+            line = (await asyncio.wait_for(tail.stdout.readline(), 30)).decode()
+            assert line.endswith(("\tacked\tbefore\n", "\tacked\tafter\n")), line
+            if line.endswith("after\n"):
+                break
+        tail.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(tail.wait(), 20)
+        said = (await tail.stderr.read()).decode().splitlines()
+        assert code == 0, said
+        # The SDK's retries may ride out a short outage; a longer one is said once, and its end.
+        trying = [line for line in said if "still trying (Ctrl-C to stop)" in line]
+        assert len(trying) <= 1 and (not trying or f"spanq: reconnected to {target}" in said), said
+        assert all(line.startswith("spanq: ") for line in said), said
     finally:
         if tail is not None and tail.returncode is None:
             tail.kill()

@@ -814,10 +814,30 @@ def tail(queue: str, ack: bool, max_messages: int | None, duration: float | None
                     _print_message(conn, m, ack)
                 sys.stdout.flush()
                 printed += len(got)
-                if got:
-                    (client.ack if ack else client.nack)(queue, *got)
+                _settle(conn, client, queue, got, ack)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def _settle(conn: Connection, client: spanq.Client, queue: str, got: list[spanq.Message], ack: bool) -> None:
+    """Acks (or releases) what tail printed. A lease taken back meanwhile (the server gave the message
+    back, or it ran out) fails an atomic batch: then one by one, each failure said and the tail going on."""
+    if not got:
+        return
+    settle = client.ack if ack else client.nack
+    try:
+        settle(queue, *got)
+        return
+    except (spanq.FailedPrecondition, spanq.MessageGone):
+        if len(got) == 1 and not ack:
+            return  # a release of a lease already gone: nothing to do
+    for message in got:
+        try:
+            settle(queue, message)
+        except (spanq.FailedPrecondition, spanq.MessageGone) as exc:
+            if ack:
+                click.echo(f"spanq: {_escaped(_explain(exc, conn))}; it was printed, and if still queued it will "
+                           "be delivered again", err=True)
 
 
 # -- purge and redrive -------------------------------------------------------------------
