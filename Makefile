@@ -32,8 +32,8 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 
 install: $(STAMP) ## create .venv and install spanq with its dev tools
 
-run: $(RUNTIME) ## serve on localhost:50051 (embedded PostgreSQL unless DATABASE_URL is set); the runtime only
-	$(VENV)/bin/spanq serve
+run: $(RUNTIME) ## serve on localhost:50051 (embedded PostgreSQL unless DATABASE_URL is set); ARGS='...' adds serve flags
+	$(VENV)/bin/spanq serve $(ARGS)
 
 run-spanner: $(SPANNER) ## serve as make run does, with the Spanner front-end (installs google-cloud-spanner)
 	$(VENV)/bin/spanq serve

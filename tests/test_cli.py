@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -19,6 +20,7 @@ from spanq_server.server import start
 
 from .helpers import until, until_settled
 from .readme_session import replay
+from .spawned import free_port, spawn_server, wait_serving_sync
 
 CLI = [sys.executable, "-m", "spanq_server"]
 
@@ -77,7 +79,27 @@ async def test_queue_commands_print_tables_json_and_say_what_failed(server):
 async def test_an_unreachable_server_is_one_line_and_exit_6_within_the_timeout():
     started = time.monotonic()
     code, _, err = await spanq_cli("127.0.0.1:9", "queues", "--timeout", "1")
-    assert code == 6 and "cannot connect to 127.0.0.1:9 within 1s" in one_line(err) and "--target" in err
+    assert code == 6 and "nothing listens on 127.0.0.1:9 (connection refused)" in one_line(err) and "--target" in err
+
+
+async def test_a_refused_or_unresolvable_target_fails_at_once_with_its_own_message():
+    """Not the whole --timeout (10 s) with one message for every case: a refused connection and a host
+    that does not resolve are known at once; a server that accepts and never answers takes the timeout."""
+    started = time.monotonic()
+    code, _, err = await spanq_cli("127.0.0.1:9", "queues")
+    assert code == 6 and one_line(err) == ("spanq: nothing listens on 127.0.0.1:9 (connection refused); start one "
+                                           "with `spanq serve`, or give --target HOST:PORT")
+    code, _, err = await spanq_cli("no-such-host.invalid:50051", "stats")
+    assert code == 6 and one_line(err).startswith("spanq: cannot resolve host 'no-such-host.invalid' (")
+    assert time.monotonic() - started < 8  # both together, with two interpreter start-ups
+    with socket.socket() as silent:  # accepts (the kernel does), never speaks HTTP/2
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        target = f"127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        code, _, err = await spanq_cli(target, "queues", "--timeout", "1")
+    assert code == 6 and f"cannot connect to {target} within 1s" in one_line(err), err
+    assert time.monotonic() - started >= 1
     assert time.monotonic() - started < 5
     code, _, err = await spanq_cli("http://localhost:50051", "queues")
     assert code == 2 and "is a URL" in one_line(err) and "--target" in err
@@ -262,3 +284,138 @@ async def test_payloads_and_keys_print_as_text_never_as_markup_or_terminal_codes
     code, _, err = await spanq_cli(t, "send", "q", "again", "--key", "k2\x1b]0;title\x07")
     assert code == 4 and not any(c in err for c in RAW) and "k2\\x1b]0;title\\x07" in one_line(err), err
     assert sql.execute("SELECT k, payload FROM q").fetchall() == [("k2\x1b]0;title\x07", "again")]
+
+
+async def test_tail_and_receive_lease_no_more_than_they_print(server, sql):
+    """A release counts a delivery attempt: on a queue with max attempts 1, a message leased and released
+    unseen would be dead-lettered unseen. tail --max 1 and receive --max 1 lease one message, not a batch."""
+    t = server.target
+    async with spanq.aio.Client(t) as client:
+        await client.create_queue("work1_dlq", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work1", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  initial_backoff=0, max_delivery_attempts=1, dead_letter_queue="work1_dlq")
+        await client.send_many("work1", [spanq.OutgoingMessage(f"m{i}", (i,)) for i in range(1, 6)])
+
+    code, out, err = await spanq_cli(t, "tail", "work1", "--max", "1", "--ack")
+    assert code == 0 and out.splitlines() == ["1\tattempt 1\tacked\tm1"], err
+    code, out, err = await spanq_cli(t, "receive", "work1", "--max", "1", "--ack")
+    assert code == 0 and out.splitlines() == ["2\tattempt 1\tacked\tm2"], err
+    code, out, err = await spanq_cli(t, "tail", "work1", "--max", "2", "--ack", "--json")
+    assert code == 0 and [json.loads(line)["key"] for line in out.splitlines()] == [[3], [4]], err
+    assert sql.execute("SELECT id, spanq_delivery_attempt FROM work1").fetchall() == [(5, 0)]
+    assert sql.execute("SELECT count(*) FROM work1_dlq").fetchone() == (0,)
+
+
+async def test_send_sends_lines_as_they_arrive_and_a_rerun_resumes_with_skip_existing(server, sql):
+    t = server.target
+    assert (await spanq_cli(t, "queue", "create", "log", "--key", "n:INT64", "--payload-type", "STRING"))[0] == 0
+    lines = [json.dumps({"key": n, "payload": f"line {n}"}) + "\n" for n in range(1, 151)]
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "send", "log", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "SPANQ_TARGET": t})
+    assert proc.stdin is not None
+    # A pipe that stays open (tail -f log | spanq send log): what came is sent without waiting for the end.
+    proc.stdin.write("".join(lines[:3]).encode())
+    await proc.stdin.drain()
+    await until(lambda: sql.execute("SELECT count(*) FROM log").fetchone() == (3,), "the first 3 lines sent")
+    proc.stdin.write("".join(lines[3:100]).encode())
+    await proc.stdin.drain()
+    await until(lambda: sql.execute("SELECT count(*) FROM log").fetchone() == (100,), "100 lines sent")
+    proc.send_signal(signal.SIGINT)
+    out, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 130 and out == b""
+    assert one_line(err.decode()) == ("spanq: interrupted: 100 message(s) were sent, none from line 101 on; "
+                                      "run it again with --skip-existing to send the rest")
+
+    code, _, err = await spanq_cli(t, "send", "log", stdin="".join(lines))
+    assert code == 4 and "100 message(s) were sent" not in err and "0 message(s) were sent" in one_line(err)
+    code, out, err = await spanq_cli(t, "send", "log", "--skip-existing", stdin="".join(lines))
+    assert code == 0 and out.strip() == "sent 50 messages to log (100 skipped: their keys were in log already)", err
+    code, out, err = await spanq_cli(t, "send", "log", "--skip-existing", "--json", stdin="".join(lines[:2]))
+    assert code == 0 and json.loads(out) == {"sent": 0, "skipped": 2, "keys": []}, err
+    assert sql.execute("SELECT count(*), min(n), max(n) FROM log").fetchone() == (150, 1, 150)
+    assert sql.execute("SELECT count(*) FROM log WHERE payload <> 'line ' || n").fetchone() == (0,)
+
+    # A bad line: what came before it is sent, and the error says so.
+    code, _, err = await spanq_cli(t, "send", "log", stdin='{"key": 151, "payload": "x"}\nnot json\n')
+    assert code == 2 and "line 2" in one_line(err) and "1 message(s) were sent" in err
+    assert sql.execute("SELECT count(*) FROM log").fetchone() == (151,)
+
+
+async def test_a_first_day_without_surprises(server, sql):
+    """--version; bad values refused (exit 2) with nothing stored; errors name commands, not RPCs; --tls
+    against plaintext is one line, not gRPC core's logs; the purge prompt says how many it would delete."""
+    t = server.target
+    code, out, _ = await spanq_cli(t, "--version")
+    assert code == 0 and out.strip() == "spanq 0.1.0"
+    code, _, err = await spanq_cli(t, "queue", "create", "q", "--lease-duration", "0")
+    assert code == 2 and "--lease-duration" in one_line(err)
+    assert sql.execute("SELECT count(*) FROM spanq.queues").fetchone() == (0,)
+    assert (await spanq_cli(t, "queue", "create", "q", "--key", "id:INT64"))[0] == 0
+    code, _, err = await spanq_cli(t, "send", "q", "x", "--key", "1", "--key", "2")
+    assert code == 2 and "1 key column(s) and 2 --key value(s)" in one_line(err)
+    code, _, err = await spanq_cli(t, "send", "q", "x")
+    assert code == 2 and "give each with --key" in one_line(err)
+    assert sql.execute("SELECT count(*) FROM q").fetchone() == (0,)
+    code, _, err = await spanq_cli(t, "peek", "nope")
+    assert code == 3 and one_line(err) == "spanq: queue 'nope' does not exist; create it with `spanq queue create`"
+    code, _, err = await spanq_cli(t, "queues", "--tls", "--timeout", "1")
+    assert code == 6 and "cannot connect" in one_line(err), err  # one line: gRPC core says nothing
+
+    for n in range(3):
+        assert (await spanq_cli(t, "send", "q", f"m{n}", "--key", str(n)))[0] == 0
+    main, terminal = os.openpty()  # the prompt needs a terminal on stdin
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "purge", "q", stdin=terminal, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "SPANQ_TARGET": t})
+        os.write(main, b"n\n")
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        os.close(main)
+        os.close(terminal)
+    assert proc.returncode == 1 and "nothing done" in err_b.decode()
+    assert out_b.decode().startswith("delete every message of 'q' (3 messages: 3 ready, 0 scheduled, 0 leased)? ")
+    assert sql.execute("SELECT count(*) FROM q").fetchone() == (3,)
+
+
+async def test_tail_goes_on_across_a_server_restart(database_url):
+    """tail leases with one Receive at a time; across a server that goes away and comes back on the same
+    port it goes on (an outage past the SDK's retries said once on stderr), and prints what is sent after."""
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    server = spawn_server(database_url, port)
+    tail = None
+    try:
+        await asyncio.to_thread(wait_serving_sync, target)
+        assert (await spanq_cli(target, "queue", "create", "q", "--payload-type", "STRING"))[0] == 0
+        tail = await asyncio.create_subprocess_exec(
+            *CLI, "tail", "q", "--ack", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "SPANQ_TARGET": target})
+        assert tail.stdout is not None and tail.stderr is not None
+        assert (await spanq_cli(target, "send", "q", "before"))[0] == 0
+        assert (await asyncio.wait_for(tail.stdout.readline(), 20)).decode().endswith("\tacked\tbefore\n")
+        server.kill()
+        await asyncio.to_thread(server.wait, 10)
+        server = spawn_server(database_url, port)
+        await asyncio.to_thread(wait_serving_sync, target)
+        assert (await spanq_cli(target, "send", "q", "after"))[0] == 0
+        while True:  # "before" again, if the kill took its ack with it (then it is said on stderr)
+            line = (await asyncio.wait_for(tail.stdout.readline(), 30)).decode()
+            assert line.endswith(("\tacked\tbefore\n", "\tacked\tafter\n")), line
+            if line.endswith("after\n"):
+                break
+        tail.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(tail.wait(), 20)
+        said = (await tail.stderr.read()).decode().splitlines()
+        assert code == 0, said
+        # The SDK's retries may ride out a short outage; a longer one is said once, and its end.
+        trying = [line for line in said if "still trying (Ctrl-C to stop)" in line]
+        assert len(trying) <= 1 and (not trying or f"spanq: reconnected to {target}" in said), said
+        assert all(line.startswith("spanq: ") for line in said), said
+    finally:
+        if tail is not None and tail.returncode is None:
+            tail.kill()
+            await tail.wait()
+        server.kill()
+        await asyncio.to_thread(server.wait, 10)

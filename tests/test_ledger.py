@@ -244,8 +244,8 @@ async def test_readme_unknown_commit_session(server_config, clock, database_url,
     running = await start_with_faults(server_config, clock, "unknown_commit_after=1")
     try:
         async with grpc.aio.insecure_channel(running.target) as channel:
-            await create_queue(queue_pb2_grpc.QueueServiceStub(channel), "orders", payload_type=queue_pb2.JSON)
+            await create_queue(queue_pb2_grpc.QueueServiceStub(channel), "payments", payload_type=queue_pb2.JSON)
         await replay("Exactly once: request ids and UNKNOWN_COMMIT", running.target, database_url)
     finally:
         await running.stop(0)
-    assert sql.execute("SELECT id, payload FROM orders").fetchall() == [("order-42", {"total": 99})]
+    assert sql.execute("SELECT id, payload FROM payments").fetchall() == [("order-42", {"total": 99})]

@@ -3,6 +3,8 @@
 import asyncio
 import dataclasses
 import socket
+import subprocess
+import sys
 import uuid
 
 import grpc
@@ -12,6 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg.conninfo import make_conninfo
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
+from spanq_server.cli import parse_config
 from spanq_server.config import Config, ConfigError
 from spanq_server.server import is_loopback, start
 from spanq_server.sql import MIGRATIONS
@@ -85,3 +88,50 @@ async def test_an_address_in_use_is_a_clear_refusal_and_leaves_nothing_running(d
     # Nothing the failed start began is left behind (the ledger pruner, the listener).
     await until(lambda: {t for t in asyncio.all_tasks() if not t.done()} <= before | {asyncio.current_task()},
                 "the failed start's tasks to end", 2)
+
+
+def test_serve_knows_which_addresses_are_its_defaults():
+    assert parse_config(["serve"], {}).default_listens == {"metrics", "ui"}
+    assert parse_config(["serve", "--ui-listen", "localhost:9999"], {}).default_listens == {"metrics"}
+    assert parse_config(["serve"], {"SPANQ_METRICS_LISTEN": "localhost:9464"}).default_listens == {"ui"}
+
+
+@pytest.mark.parametrize("taken", ["metrics_listen", "ui_listen"])
+async def test_a_default_port_taken_costs_that_endpoint_alone(database_url, taken, caplog):
+    """A second server on one host (or anything on 9464/9465): `spanq serve` without --ui-listen or
+    --metrics-listen warns and serves gRPC; one of them given explicitly still stops it."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+        config = Config(database_url=database_url, listen="127.0.0.1:0",
+                        **{"metrics_listen": "off", "ui_listen": "off", taken: address})
+        with pytest.raises(ConfigError, match=f"cannot serve .* on {address}"):
+            await start(config)
+        running = await start(dataclasses.replace(config, default_listens=frozenset({"metrics", "ui"})))
+        try:
+            assert (running.metrics_port, running.ui_port, running.dashboard) == (None, None, None)
+            async with grpc.aio.insecure_channel(running.target) as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        finally:
+            await running.stop(0)
+    [warning] = [r for r in caplog.records if r.levelname == "WARNING" and address in r.getMessage()]
+    assert "serving without" in warning.getMessage() and "Address already in use" in warning.getMessage()
+
+
+def test_an_explicit_ui_listen_that_cannot_bind_stops_serve_with_one_line(database_url):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        address = f"127.0.0.1:{holder.getsockname()[1]}"
+        done = subprocess.run(
+            [sys.executable, "-m", "spanq_server", "serve", "--database-url", database_url, "--listen", "127.0.0.1:0",
+             "--metrics-listen", "off", "--ui-listen", address, "--log-level", "WARNING"],
+            capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"spanq: cannot serve the dashboard on {address}: Address already in use; give --ui-listen another "
+        "HOST:PORT, or off"), done.stderr
+    assert "Traceback" not in done.stderr

