@@ -5,6 +5,7 @@ PostgreSQL-dialect database made by CreateDatabase; and a property test whose ge
 statements mix both dialects' comments, quotes, escapes and parameters."""
 
 import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,9 @@ import pytest
 from google.cloud.spanner_admin_database_v1.types import common as dba_common
 from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dba
 from google.longrunning import operations_pb2
+from google.protobuf import struct_pb2
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as hs
 
 from spanq_server import auth
 from spanq_server.config import Config
@@ -20,7 +24,7 @@ from spanq_server.config import Config
 from .helpers import error_of, spanner_ddl
 from .test_spanner_hardening import RawSpanner
 
-OPS, READER, ACKER = "tok-ops", "tok-reader", "tok-acker"
+OPS, READER, ACKER, FUZZER = "tok-ops", "tok-reader", "tok-acker", "tok-fuzzer"
 TOKENS = f"""
 [tokens.ops]
 sha256 = "{auth.digest(OPS)}"
@@ -33,6 +37,10 @@ grants = {{ adv_ta = ["select"], adv_qa = ["select"] }}
 [tokens.acker]
 sha256 = "{auth.digest(ACKER)}"
 grants = {{ t = ["ack"], qt = ["ack"] }}
+
+[tokens.fuzzer]
+sha256 = "{auth.digest(FUZZER)}"
+grants = {{ ok = ["select", "send", "update", "ack"], okq = ["select", "send", "update", "ack"] }}
 """
 SECRET = "s3cr3t"
 """In every value of the tables and queues the reader and the acker may not read."""
@@ -242,3 +250,231 @@ async def test_each_statement_is_parsed_once_in_its_databases_dialect(channel, m
     parses.clear()
     assert await as_token(channel, READER, PG).sql("SELECT payload FROM adv_qa") == [["visible"]]
     assert parses == [("queue", True)]
+
+
+# -- the property: generated statements never reach what the token has no privilege on ---------
+
+SCALE = int(os.environ.get("SPANQ_CHAOS_SCALE", "1"))
+SECRET_ID = "77000"
+"""The forbidden relations' keys start so; the generator writes no number above 99."""
+FUZZ_GOOGLESQL = [
+    "CREATE TABLE ok (Id INT64 NOT NULL, Payload STRING(MAX)) PRIMARY KEY (Id)",
+    "CREATE TABLE secret (Id INT64 NOT NULL, Payload STRING(MAX)) PRIMARY KEY (Id)",
+    "CREATE QUEUE okq (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)",
+    "CREATE QUEUE secretq (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)",
+]
+FUZZ_PG = [f"CREATE QUEUE {name} (id bigint NOT NULL, payload varchar NOT NULL, PRIMARY KEY (id))"
+           for name in ("ok", "secret", "okq", "secretq")]
+FORBIDDEN = ("secret", "secretq")
+FUZZ_ROWS = [f"INSERT INTO {name} (Id, Payload) VALUES (1, 'fine-1'), (2, 'fine-2')" for name in ("ok", "okq")] + [
+    f"INSERT INTO {name} (Id, Payload) VALUES ({SECRET_ID}1, '{SECRET}-1'), ({SECRET_ID}2, '{SECRET}-2'), "
+    f"({SECRET_ID}3, '{SECRET}-3')" for name in FORBIDDEN]
+
+# Pieces that read differently in the two dialects and the two parsers: quotes that one
+# lexer ends where the other does not (backslash escapes are GoogleSQL's, '' and "" are
+# PostgreSQL's), comments one of them lacks (#), and text that names the other relations.
+PIECES = ["\\", "'", '"', "`", "''", '""', "\\'", '\\"', "--", "#", "/*", "*/", "\n", " ", "x", "$1", "@p",
+          " FROM secret", " FROM ok", " FROM secretq", ", x.Payload FROM secret AS x", " OR true", ") OR (true",
+          " THEN RETURN Payload", " JOIN secret AS s ON true", "; DELETE FROM secret WHERE true", " WHERE Id = 1"]
+CLEAN_PIECES = ["x", " ", " FROM secret", "--", "/*", "$1", "@p", "#", '"', "`", "\\\\"]
+QUOTES = [("'", "'"), ('"', '"'), ("`", "`"), ("'''", "'''"), ('"""', '"""'), ("r'", "'"), ('R"', '"'),
+          ("b'", "'"), ('br"', '"'), ("B'''", "'''"), ("'", '"'), ('"', "'")]
+GOOGLESQL_RELATIONS = ["ok", "secret", "okq", "secretq", "OK", "Secret", "`secret`", "`ok`",
+                       "RECEIVE_secretq(max_duration => '100ms')", "RECEIVE_okq(max_duration => '100ms')",
+                       "RENEWLEASE_secretq(lease_tokens => ['t'])"]
+PG_RELATIONS = ["ok", "secret", "okq", "secretq", "OK", "Secret", '"secret"', '"ok"',
+                "spanner.receive_secretq(1, NULL, '100ms')", "spanner.renewlease_secretq(ARRAY['t'])"]
+STYLES = ("tricky", "googlesql", "pg")
+"""tricky: every piece of either dialect, balanced or not; googlesql, pg: text that dialect
+reads (mostly), the other's comments and quotes inside its own literals and comments."""
+
+
+@hs.composite
+def _body(draw: Any, style: str) -> str:
+    return "".join(draw(hs.lists(hs.sampled_from(PIECES if style == "tricky" else CLEAN_PIECES), max_size=4)))
+
+
+@hs.composite
+def _literal(draw: Any, style: str) -> str:
+    start, end = draw(hs.sampled_from({"tricky": QUOTES, "googlesql": QUOTES[:10], "pg": QUOTES[:1]}[style]))
+    body = draw(_body(style))
+    if style != "tricky":  # balanced: the body cannot end its literal
+        body = body.replace("'", "") if end.endswith("'") else body.replace('"', "")
+        body = body.replace("\\", "") if style == "googlesql" else body
+    return f"{start}{body}{end}"
+
+
+@hs.composite
+def _gap(draw: Any, style: str) -> str:
+    """What may stand between two tokens: space, or a comment of either dialect (or of one)."""
+    kinds = {"tricky": [" "] * 4 + ["\n", "--", "#", "/*", "raw"], "googlesql": [" "] * 8 + ["\n", "--", "#", "/*"],
+             "pg": [" "] * 8 + ["\n", "--", "/*"]}[style]
+    kind = draw(hs.sampled_from(kinds))
+    if kind in ("--", "#"):
+        return f" {kind}{draw(_body(style)).replace(chr(10), ' ')}\n"
+    if kind == "/*":
+        return f" /*{draw(_body(style)).replace('*/', '')}*/ "
+    if kind == "raw":  # an unbalanced quote or comment opener: the two lexers part here
+        return f" {draw(hs.sampled_from(PIECES))} "
+    return kind
+
+
+@hs.composite
+def _value(draw: Any, style: str) -> str:
+    plain = ["1", "2", "0", "99", "TRUE", "NULL", "Id", "Payload", "'a'"] + (["$1"] if style == "pg" else ["@p"])
+    return draw(hs.one_of(*[hs.sampled_from(plain)] * 2, _literal(style)))
+
+
+@hs.composite
+def _items(draw: Any, style: str) -> str:
+    columns = hs.sampled_from(["*", "Id", "Payload", "x.Payload", "x.*", "s.Payload", "COUNT(*)", "Id AS k"])
+    return ", ".join(draw(hs.lists(hs.one_of(*[columns] * 3, _literal(style)), min_size=1, max_size=3)))
+
+
+@hs.composite
+def _condition(draw: Any, style: str) -> list[str]:
+    terms: list[str] = []
+    for i in range(draw(hs.integers(1, 3))):
+        if i:
+            terms.append(draw(hs.sampled_from(["AND", "AND", "OR"])))
+        terms += [draw(hs.sampled_from(["Id", "Payload", "x.Id", "true"])), draw(hs.sampled_from(["=", "=", "!=", "<"])),
+                  draw(_value(style))]
+    return terms
+
+
+@hs.composite
+def statements(draw: Any, style: str | None = None) -> str:
+    """One statement of the grammar (SELECT with joins, INSERT, UPDATE, DELETE, THEN RETURN,
+    RECEIVE, RENEWLEASE, LIMIT, ASSERT_ROWS_MODIFIED), its tokens apart by spaces or comments,
+    its literals of every quoting, in one of STYLES; a tricky one now and then has the text of a
+    second statement spliced in."""
+    style = style or draw(hs.sampled_from(STYLES))
+    relation = hs.sampled_from(PG_RELATIONS if style == "pg" else GOOGLESQL_RELATIONS
+                               if style == "googlesql" else GOOGLESQL_RELATIONS + PG_RELATIONS)
+    returning = hs.one_of(hs.just([]), hs.just(["THEN", "RETURN", "Payload"]),
+                          _items(style).map(lambda items: ["THEN", "RETURN", items]))
+    if style == "pg":  # the queue surface alone: no UPDATE, join or THEN RETURN
+        returning = hs.just([])
+    kind = draw(hs.sampled_from(["select", "select", "insert", "delete"] + ([] if style == "pg" else ["update"])))
+    if kind == "select":
+        items = hs.sampled_from(["*", "Id", "Payload", "id, payload", "x.Payload"]) if style == "pg" else _items(style)
+        tokens = ["SELECT", draw(items), "FROM", draw(relation), *draw(hs.sampled_from([[], ["AS", "x"]]))]
+        if style != "pg" and draw(hs.booleans()):
+            join = draw(hs.sampled_from(["JOIN", "CROSS JOIN", "LEFT JOIN"]))
+            tokens += [join, draw(relation), "AS", "s", *([] if join == "CROSS JOIN" else ["ON", "true"])]
+        if draw(hs.booleans()):
+            tokens += ["WHERE", *draw(_condition(style))]
+        if draw(hs.booleans()):
+            tokens += ["LIMIT", draw(_value(style))]
+    elif kind == "insert":
+        tokens = ["INSERT", "INTO", draw(relation), "(Id, Payload)", "VALUES", "(", draw(_value(style)), ",",
+                  draw(_value(style)), ")", *draw(returning)]
+    elif kind == "update":
+        tokens = ["UPDATE", draw(relation), "SET", "Payload", "=", draw(_value(style)), "WHERE",
+                  *draw(_condition(style)), *draw(returning)]
+    else:
+        tokens = ["DELETE", "FROM", draw(relation), "WHERE", *draw(_condition(style)),
+                  *draw(hs.one_of(returning, hs.just(["ASSERT_ROWS_MODIFIED", "1"])))]
+    text = draw(_gap(style)).lstrip()
+    for token in tokens:
+        text += token + draw(_gap(style))
+    if style == "tricky" and draw(hs.integers(0, 4)) == 0:  # another statement after one dialect's quote or comment
+        text += draw(hs.sampled_from(PIECES)) + draw(statements())
+    return text
+
+
+def leaked(values: list[str]) -> list[str]:
+    return [v for v in values if SECRET in v or v.startswith(SECRET_ID)]
+
+
+def forbidden_rows(sql: Any, namespace: str) -> list[Any]:
+    """The forbidden relations as PostgreSQL holds them (a lease, an update or a delete shows)."""
+    return [sql.execute(f"SELECT * FROM {namespace}{name} ORDER BY 1").fetchall() for name in FORBIDDEN]
+
+
+
+FUZZ_MADE, FUZZ_PGDB = f"{INSTANCE}/databases/fuzz", f"{INSTANCE}/databases/fuzzpg"
+PARAMS = {"p": struct_pb2.Value(string_value="1"), "p1": struct_pb2.Value(string_value="1")}
+
+
+@pytest.fixture
+async def fuzzed(channel: grpc.aio.Channel, sql: Any) -> dict[bool, tuple[RawSpanner, str, list[Any]]]:
+    """dialect (pg) -> the fuzzer's client on a database of it, its namespace, and its forbidden
+    relations as PostgreSQL held them before."""
+    out = {}
+    for database, ddl, pg in ((FUZZ_MADE, FUZZ_GOOGLESQL, False), (FUZZ_PGDB, FUZZ_PG, True)):
+        operation = await create_database(channel, database.split("/")[-1], ddl, pg=pg)
+        assert not operation.HasField("error"), operation.error
+        ops = as_token(channel, OPS, database)
+        txn = await ops.begin()
+        for text in FUZZ_ROWS:
+            await ops.sql(text.replace("Id, Payload", "id, payload") if pg else text, txn)
+        await ops.commit(txn=txn)
+        (namespace,) = sql.execute("SELECT namespace FROM spanq.spanner_databases WHERE name = %s",
+                                   (database,)).fetchone()
+        out[pg] = as_token(channel, FUZZER, database), namespace, forbidden_rows(sql, namespace)
+    return out
+
+
+def _strings(values: Any) -> list[str]:
+    out = []
+    for v in values:
+        kind = v.WhichOneof("kind")
+        out += _strings(v.list_value.values) if kind == "list_value" else [str(getattr(v, kind or "null_value"))]
+    return out
+
+
+async def _run(client: RawSpanner, how: str, text: str) -> list[str]:
+    """The statement run as ``how`` says; every value of its answer, as text."""
+    if how == "read":
+        return [v for row in await client.sql(text, **PARAMS) for v in map(str, row)]
+    if how == "stream":
+        return [v for part in await client.stream(text, **PARAMS) for v in _strings(part.values)]
+    txn = await client.begin()
+    try:
+        if how == "batch":
+            reply = await client.batch_dml(txn, text)
+            if reply.status.code:
+                raise AssertionError(f"batch status {reply.status.code}: {reply.status.message}")
+            found = [v for r in reply.result_sets for row in r.rows for v in _strings(row.values)]
+        else:
+            found = [v for row in await client.sql(text, txn, **PARAMS) for v in map(str, row)]
+        await client.commit(txn=txn)
+    except BaseException:
+        await client.rollback(txn)
+        raise
+    return found
+
+
+@hs.composite
+def cases(draw: Any) -> tuple[str, str]:
+    """A statement, and how it is run: a query as a strong read, a stream or in a read-write
+    transaction; DML in a read-write transaction, alone or as a batch."""
+    text = draw(statements())
+    dml = text.lstrip(" \n").split(" ", 1)[0].upper() in ("INSERT", "UPDATE", "DELETE")
+    return text, draw(hs.sampled_from(["write", "batch"] if dml else ["read", "stream", "write"]))
+
+
+@settings(max_examples=500 * SCALE, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=cases(), pg=hs.booleans())
+@example(case=(SELECT_EXPLOITS[0].replace("adv_tsecret", "secret").replace("adv_ta", "ok").replace("Secret", "Payload"),
+               "read"), pg=False)
+@example(case=(DELETE_EXPLOIT.replace("FROM t", "FROM ok").replace("Secret", "Payload"), "write"), pg=False)
+async def test_generated_statements_never_return_or_change_what_the_token_may_not_touch(
+        fuzzed, sql, case: tuple[str, str], pg: bool) -> None:
+    """The fuzzer may select, send, update and ack on ok and okq, nothing on secret and secretq:
+    whatever the statement, no value of those comes back (in rows or in an error message), and
+    PostgreSQL holds them as before (no lease, update or delete)."""
+    client, namespace, before = fuzzed[pg]
+    text, how = case
+    try:
+        values = await _run(client, how, text)
+    except (grpc.aio.AioRpcError, AssertionError) as exc:
+        message = exc.details() if isinstance(exc, grpc.aio.AioRpcError) else str(exc)
+        event(exc.code().name if isinstance(exc, grpc.aio.AioRpcError) else "batch status")
+        assert SECRET not in (message or ""), (text, message)
+    else:
+        event("OK")
+        assert not leaked(values), (text, values)
+    assert forbidden_rows(sql, namespace) == before, text

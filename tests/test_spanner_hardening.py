@@ -72,8 +72,10 @@ class RawSpanner:
                                                       statements=[{"sql": t} for t in texts])
         return await self._batch(request, metadata=self.metadata)
 
-    async def stream(self, text: str) -> list[Any]:
+    async def stream(self, text: str, **params: struct_pb2.Value) -> list[Any]:
         request = spanner.ExecuteSqlRequest.pb()(session=self.session, sql=text)
+        for name, v in params.items():
+            request.params.fields[name].CopyFrom(v)
         return [part async for part in self._stream(request, metadata=self.metadata)]
 
     async def commit(self, *mutations: Pb, txn: bytes | None = None, request_id: str | None = None) -> Any:
