@@ -115,7 +115,8 @@ def _drops_queues(what: str) -> Rule:
 
 
 def _ddl_readings(text: str) -> Iterable[st.Statement]:
-    """A queue's DDL as each dialect reads it: GetDatabaseDdl's own text, in its database's dialect."""
+    """GetDatabaseDdl's text of a queue (the server's own, in its database's dialect), as each
+    dialect reads it: only to name the queue it shows, never to authorize a client's text."""
     for pg in (False, True):
         try:
             yield st.parse_ddl(text, pg)

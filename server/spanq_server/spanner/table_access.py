@@ -44,11 +44,10 @@ def statement_needs(statement: g.Statement) -> list[Need] | None:
         if statement.on_conflict == "update":
             needs.append(("update", statement.table))
         return needs + ([("select", statement.table)] if statement.returning is not None else [])
-    returning = [("select", statement.table.name)] if getattr(statement, "returning", None) is not None else []
-    if isinstance(statement, g.Update):
-        return [("update", statement.table.name)] + returning
-    if isinstance(statement, g.Delete):
-        return [("ack", statement.table.name)] + returning
+    if isinstance(statement, (g.Update, g.Delete)):
+        table = statement.table.name
+        returning = [("select", table)] if statement.returning is not None else []
+        return [("update" if isinstance(statement, g.Update) else "ack", table)] + returning
     return None
 
 
