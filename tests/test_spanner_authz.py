@@ -33,7 +33,7 @@ grants = {{ "*" = ["admin", "select", "send", "receive", "ack", "update"] }}
 
 [tokens.reader]
 sha256 = "{auth.digest(READER)}"
-grants = {{ adv_ta = ["select"], adv_qa = ["select"] }}
+grants = {{ adv_ta = ["select"], adv_qa = ["select"], mine = ["admin"] }}
 
 [tokens.acker]
 sha256 = "{auth.digest(ACKER)}"
@@ -212,15 +212,18 @@ async def test_a_postgresql_database_is_authorized_as_postgresql_reads_its_state
     assert sql.execute(f"SELECT count(*) FROM {namespace}adv_qsecret").fetchone() == (2,)
 
 
-async def test_ddl_is_authorized_as_its_database_reads_it(channel) -> None:
-    """CreateDatabase's and UpdateDatabaseDdl's statements too: in the dialect of the database."""
+async def test_ddl_is_authorized_on_its_parse_before_anything_is_made(channel, sql) -> None:
+    """CreateDatabase's and UpdateDatabaseDdl's statements are checked where they are parsed, each
+    named by its index, before the database is made or any statement runs."""
     reader = bearer(READER)
-    code, message, info = await error_of(create_database(channel, "theirs", GOOGLESQL_DDL[:1], token=READER))
-    assert code == grpc.StatusCode.PERMISSION_DENIED and message.startswith("extra statement 0: "), message
-    assert info["privilege"] == "admin" and info["queue"] == "adv_ta"
+    mine = "CREATE TABLE mine (Id INT64 NOT NULL) PRIMARY KEY (Id)"
+    code, message, info = await error_of(create_database(channel, "theirs", [mine, GOOGLESQL_DDL[1]], token=READER))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and message.startswith("extra statement 1: "), message
+    assert info["privilege"] == "admin" and info["queue"] == "adv_tsecret"
+    assert sql.execute("SELECT count(*) FROM spanq.spanner_databases").fetchone() == (0,)
+    assert sql.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE '%mine'").fetchone() == (0,)
     code, message, _ = await error_of(spanner_ddl(channel, "DROP TABLE adv_tsecret", metadata=reader))
     assert code == grpc.StatusCode.PERMISSION_DENIED and message.startswith("statement 0: "), message
-
 
 
 async def test_each_statement_is_parsed_once_in_its_databases_dialect(channel, monkeypatch) -> None:
