@@ -29,8 +29,10 @@ Pb = Any
 class RawSpanner:
     """google.spanner.v1 over a channel, one method per RPC, with call metadata."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = (),
+                 session: str = SESSION) -> None:
         self.metadata = metadata
+        self.session = session
 
         def unary(name: str, request: Any, response: Any) -> Any:
             return channel.unary_unary(f"/google.spanner.v1.Spanner/{name}", request_serializer=request.SerializeToString,
@@ -40,6 +42,8 @@ class RawSpanner:
         self._execute = unary("ExecuteSql", spanner.ExecuteSqlRequest.pb(), result_set.ResultSet.pb())
         self._commit = unary("Commit", spanner.CommitRequest.pb(), commit_response.CommitResponse.pb())
         self._rollback = unary("Rollback", spanner.RollbackRequest.pb(), empty_pb2.Empty)
+        self._batch = unary("ExecuteBatchDml", spanner.ExecuteBatchDmlRequest.pb(),
+                            spanner.ExecuteBatchDmlResponse.pb())
         self._stream = channel.unary_stream(
             "/google.spanner.v1.Spanner/ExecuteStreamingSql",
             request_serializer=spanner.ExecuteSqlRequest.pb().SerializeToString,
@@ -47,14 +51,14 @@ class RawSpanner:
         self.seqno = 0
 
     async def begin(self) -> bytes:
-        request = spanner.BeginTransactionRequest.pb()(session=SESSION)
+        request = spanner.BeginTransactionRequest.pb()(session=self.session)
         request.options.read_write.SetInParent()
         return (await self._begin(request, metadata=self.metadata)).id
 
     async def sql(self, text: str, txn: bytes | None = None, **params: struct_pb2.Value) -> list[list[Any]]:
         """One statement in transaction ``txn`` (None: a strong read); its rows as plain values."""
         self.seqno += 1
-        request = spanner.ExecuteSqlRequest.pb()(session=SESSION, sql=text, seqno=self.seqno)
+        request = spanner.ExecuteSqlRequest.pb()(session=self.session, sql=text, seqno=self.seqno)
         if txn is not None:
             request.transaction.id = txn
         for name, v in params.items():
@@ -62,12 +66,20 @@ class RawSpanner:
         reply = await self._execute(request, metadata=self.metadata)
         return [[_plain(v) for v in row.values] for row in reply.rows]
 
-    async def stream(self, text: str) -> list[Any]:
-        request = spanner.ExecuteSqlRequest.pb()(session=SESSION, sql=text)
+    async def batch_dml(self, txn: bytes, *texts: str) -> Any:
+        self.seqno += 1
+        request = spanner.ExecuteBatchDmlRequest.pb()(session=self.session, seqno=self.seqno, transaction={"id": txn},
+                                                      statements=[{"sql": t} for t in texts])
+        return await self._batch(request, metadata=self.metadata)
+
+    async def stream(self, text: str, **params: struct_pb2.Value) -> list[Any]:
+        request = spanner.ExecuteSqlRequest.pb()(session=self.session, sql=text)
+        for name, v in params.items():
+            request.params.fields[name].CopyFrom(v)
         return [part async for part in self._stream(request, metadata=self.metadata)]
 
     async def commit(self, *mutations: Pb, txn: bytes | None = None, request_id: str | None = None) -> Any:
-        request = spanner.CommitRequest.pb()(session=SESSION, mutations=list(mutations))
+        request = spanner.CommitRequest.pb()(session=self.session, mutations=list(mutations))
         if txn is None:
             request.single_use_transaction.read_write.SetInParent()
         else:
@@ -76,7 +88,7 @@ class RawSpanner:
         return await self._commit(request, metadata=metadata)
 
     async def rollback(self, txn: bytes) -> None:
-        await self._rollback(spanner.RollbackRequest.pb()(session=SESSION, transaction_id=txn),
+        await self._rollback(spanner.RollbackRequest.pb()(session=self.session, transaction_id=txn),
                              metadata=self.metadata)
 
 

@@ -32,9 +32,13 @@ about them). Every check is one dict lookup and one set membership test on
 objects built once at startup; the guarded handler of each method is built
 once. The servicers are untouched: the interceptor checks each request after
 its deserialization, before the servicer sees it, so a refused call has done
-nothing (a refused Receive has leased nothing).
+nothing (a refused Receive has leased nothing). The one exception is a Spanner
+statement, which only its database's parser can read: it is checked where the
+executor parses it, before anything runs (spanner/access.py, ``authorize``),
+against the call's PRINCIPAL.
 """
 
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -73,6 +77,11 @@ costs the log one line a minute per method."""
 
 HOW_TO_SEND = ("send call metadata 'authorization: Bearer <token>' (the SDK: Client(target, token=...); "
                "grpcurl: -H 'authorization: Bearer <token>')")
+
+PRINCIPAL: contextvars.ContextVar["Principal | None"] = contextvars.ContextVar("spanq_principal", default=None)
+"""The token a call authenticated with, for a check made later in the call (a Spanner
+statement's, once parsed); None when the server has no token file. Set for every call
+the Authorizer admits, whatever its rule."""
 
 After = Callable[[Any], None]
 """Edits a response for the caller (ListQueues: leaves out queues it may not see)."""
@@ -351,6 +360,7 @@ class Authorizer(HandlerWrapper):
             try:
                 principal = authenticate(context.invocation_metadata())
                 CALLER.set(principal.name)  # for what binds to its caller (Spanner transactions)
+                PRINCIPAL.set(principal)  # for what is checked later in the call (Spanner statements)
                 return rule(principal, request)
             except errors.QueueError as exc:
                 log_refusal(method, exc, context.peer())

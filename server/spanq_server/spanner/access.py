@@ -4,19 +4,22 @@ from the statements and mutations of its request (docs/operations.md,
 runs it; every method served is listed, those that touch no queue as
 ``auth.any_token``.
 
-A statement is read with the parser the servicer runs it with, and its parse is
-the one the servicer then uses (statements.parse keeps it). The database's dialect
-is the servicer's to learn (after authorization): a statement is checked as each
-dialect reads it. One that parses in neither is let through, for the servicer to
-refuse with INVALID_ARGUMENT before it runs anything.
+A statement is the exception: what it names depends on how it is read, and only its
+database's parser, in its dialect, says that (the same text is a string and a
+comment in GoogleSQL, a name and a comment in PostgreSQL). So its rule here admits
+the call, and the executor, where it parses the statement to run it, hands that
+parse to ``authorize``: the one parse checked is the object that then runs, never a
+reading of the text by another parser or dialect. A text the parser refuses is
+refused with its error and runs nothing.
 """
 
 from collections.abc import Iterable
 from typing import Any
 
 from .. import errors
-from ..auth import EVERY_QUEUE, After, Principal, Rule, any_token, require_parent
+from ..auth import EVERY_QUEUE, PRINCIPAL, After, Principal, Rule, any_token, require_parent
 from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
+from . import googlesql as g
 from . import statements as st
 from . import table_access
 
@@ -32,56 +35,53 @@ STATEMENT_PRIVILEGE: dict[type, str] = {
 """The privilege each kind of statement needs on the queue it names. A statement of a kind
 not listed is refused (fail closed): a new statement comes with its privilege."""
 
-
-def _readings(text: str, ddl: bool) -> Iterable[st.Statement]:
-    """The statement as each dialect reads it (none, one or both)."""
-    for pg in (False, True):
-        try:
-            yield st.parse_ddl(text, pg) if ddl else st.parse(text, pg)
-        except errors.InvalidArgument:
-            continue
+Parsed = st.Statement | g.Statement
+"""A statement as the executor parsed it: of the queue surface, or of the table subset."""
 
 
-def _target(statement: st.Statement) -> str:
-    return statement.name if isinstance(statement, (st.CreateQueue, st.DropQueue)) else statement.queue
+def authorize(statement: Parsed, where: str = "") -> None:
+    """Refuses a parsed statement the call's token may not run (PermissionDenied); the
+    executor calls it on each statement it parses, before it runs. Nothing to check when
+    the server has no token file."""
+    principal = PRINCIPAL.get()
+    if principal is not None:
+        check(principal, statement, where)
 
 
-def _check_sql(p: Principal, texts: Iterable[str], label: str, what: str, ddl: bool = False) -> None:
-    for i, text in enumerate(texts):
-        where = f"{label} {i}: " if label else ""
-        readings = list(_readings(text, ddl))
-        if not readings:  # of the table subset (spanner/table_access.py), read as the servicer reads it
-            for needed, table in table_access.statement_needs(text) or ():
-                if needed not in p.grants.get(table, p.everywhere):
-                    raise p.denied(needed, table, f"{what} (on a table)", where)
-        for statement in readings:
-            kind = type(statement).__name__
-            privilege = STATEMENT_PRIVILEGE.get(type(statement))
-            if privilege is None:
-                raise errors.PermissionDenied(
-                    f"{where}the server has no authorization rule for a {kind} statement, so it refuses it; "
-                    "this is a bug of the server: report it", token=p.name, statement=kind)
-            queue = _target(statement)
-            if privilege not in p.grants.get(queue, p.everywhere):
-                raise p.denied(privilege, queue, f"{what} ({kind})", where)
-            if isinstance(statement, st.CreateQueue):
-                require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
+def check(p: Principal, statement: Parsed, where: str = "") -> None:
+    """What ``statement`` needs of ``p``: its kind's privilege on the queue it names, or
+    (the table subset, spanner/table_access.py) each privilege on each table or queue."""
+    kind = type(statement).__name__
+    if not isinstance(statement, st.Statement):
+        what = "the DDL statement" if isinstance(statement, g.Ddl) else "the statement"
+        needs = table_access.statement_needs(statement)
+        if needs is None:
+            raise _no_rule(p, kind, where)
+        for needed, table in needs:
+            if needed not in p.grants.get(table, p.everywhere):
+                raise p.denied(needed, table, f"{what} (on a table)", where)
+        return
+    what = "the DDL statement" if isinstance(statement, (st.CreateQueue, st.DropQueue)) else "the statement"
+    privilege = STATEMENT_PRIVILEGE.get(type(statement))
+    if privilege is None:
+        raise _no_rule(p, kind, where)
+    queue = statement.name if isinstance(statement, (st.CreateQueue, st.DropQueue)) else statement.queue
+    if privilege not in p.grants.get(queue, p.everywhere):
+        raise p.denied(privilege, queue, f"{what} ({kind})", where)
+    if isinstance(statement, st.CreateQueue):
+        require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
 
-def _execute_sql(p: Principal, request: Any) -> None:
-    _check_sql(p, (request.sql,), "", "the statement")
+def _no_rule(p: Principal, kind: str, where: str) -> errors.PermissionDenied:
+    return errors.PermissionDenied(
+        f"{where}the server has no authorization rule for a {kind} statement, so it refuses it; "
+        "this is a bug of the server: report it", token=p.name, statement=kind)
 
 
-def _execute_batch_dml(p: Principal, request: Any) -> None:
-    _check_sql(p, (s.sql for s in request.statements), "statement", "the statement")
-
-
-def _update_ddl(p: Principal, request: Any) -> None:
-    _check_sql(p, request.statements, "statement", "the DDL statement", ddl=True)
-
-
-def _create_database(p: Principal, request: Any) -> None:
-    _check_sql(p, request.extra_statements, "extra statement", "the DDL statement", ddl=True)
+def _checked_as_parsed(p: Principal, request: Any) -> None:
+    """The rule of the methods that carry statements (ExecuteSql, ExecuteStreamingSql,
+    ExecuteBatchDml, UpdateDatabaseDdl, CreateDatabase): a valid token here; each
+    statement is checked by ``authorize`` once the executor has parsed it."""
 
 
 def _commit(p: Principal, request: Any) -> None:
@@ -114,6 +114,16 @@ def _drops_queues(what: str) -> Rule:
     return rule
 
 
+def _ddl_readings(text: str) -> Iterable[st.Statement]:
+    """GetDatabaseDdl's text of a queue (the server's own, in its database's dialect), as each
+    dialect reads it: only to name the queue it shows, never to authorize a client's text."""
+    for pg in (False, True):
+        try:
+            yield st.parse_ddl(text, pg)
+        except errors.InvalidArgument:
+            continue
+
+
 def _database_ddl(p: Principal, request: Any) -> After | None:
     if p.everywhere:
         return None
@@ -124,7 +134,7 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
         for i in range(len(found) - 1, -1, -1):
             # A PostgreSQL-dialect database's DDL is in its dialect.
             name = table_access.ddl_name(found[i]) or next(
-                (s.name for s in _readings(found[i], ddl=True) if isinstance(s, (st.CreateQueue, st.DropQueue))), "")
+                (s.name for s in _ddl_readings(found[i]) if isinstance(s, (st.CreateQueue, st.DropQueue))), "")
             if name not in p.grants:
                 del found[i]
 
@@ -133,14 +143,14 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
 
 RULES: dict[str, Rule] = {
     # statements, reads and mutations: the privilege on each queue they name
-    f"{SPANNER}/ExecuteSql": _execute_sql,
-    f"{SPANNER}/ExecuteStreamingSql": _execute_sql,
-    f"{SPANNER}/ExecuteBatchDml": _execute_batch_dml,
+    f"{SPANNER}/ExecuteSql": _checked_as_parsed,
+    f"{SPANNER}/ExecuteStreamingSql": _checked_as_parsed,
+    f"{SPANNER}/ExecuteBatchDml": _checked_as_parsed,
     f"{SPANNER}/Commit": _commit,
     f"{SPANNER}/Read": _read,
     f"{SPANNER}/StreamingRead": _read,
-    f"{DATABASE_ADMIN}/UpdateDatabaseDdl": _update_ddl,
-    f"{DATABASE_ADMIN}/CreateDatabase": _create_database,
+    f"{DATABASE_ADMIN}/UpdateDatabaseDdl": _checked_as_parsed,
+    f"{DATABASE_ADMIN}/CreateDatabase": _checked_as_parsed,
     f"{DATABASE_ADMIN}/DropDatabase": _drops_queues("DropDatabase"),
     f"{DATABASE_ADMIN}/GetDatabaseDdl": _database_ddl,
     f"{INSTANCE_ADMIN}/DeleteInstance": _drops_queues("DeleteInstance"),

@@ -22,7 +22,7 @@ from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
 from ..queues import Catalog
 from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ..records import Records
-from . import googlesql
+from . import access, googlesql
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
@@ -137,9 +137,19 @@ class Executor:
             raise errors.QueueNotFound(f"queue {name!r} does not exist in this database; create it with "
                                        "CREATE QUEUE (database.update_ddl)") from None
 
-    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE) -> "st.Statement | TableStatement":
+    # Every statement that runs is parsed here, once, in its database's dialect, and that parse
+    # is what authorization checks (access.authorize, under a token file) before it is returned:
+    # the object checked is the object run, so no other reading of the text can slip through.
+
+    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Statement | TableStatement":
         """A statement of the queue surface, else of the table subset (a SELECT, INSERT or DELETE
-        naming a table of the database is the table subset's)."""
+        naming a table of the database is the table subset's), authorized for the call's token
+        (``where`` begins a refusal: "statement 2: ")."""
+        statement = await self._parse(text, ns)
+        access.authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
+        return statement
+
+    async def _parse(self, text: str, ns: Scope) -> "st.Statement | TableStatement":
         try:
             statement = st.parse(text, ns.pg)
         except errors.InvalidArgument as exc:
@@ -150,8 +160,13 @@ class Executor:
             return TableStatement(googlesql.parse(text), text)
         return statement
 
-    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE) -> "st.Ddl | googlesql.Ddl":
-        """A DDL statement: of queues, or (GoogleSQL) of tables and indexes."""
+    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
+        """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
+        statement = self._parse_ddl(text, ns)
+        access.authorize(statement, where)
+        return statement
+
+    def _parse_ddl(self, text: str, ns: Scope) -> "st.Ddl | googlesql.Ddl":
         if not ns.pg and googlesql.is_table_ddl(text):
             statement = googlesql.parse(text)
             assert isinstance(statement, (googlesql.CreateTable, googlesql.DropTable, googlesql.CreateIndex,

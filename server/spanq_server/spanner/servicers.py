@@ -312,7 +312,7 @@ class SpannerService:
 
     async def ExecuteBatchDml(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        parsed = [await self._executor.parse(s.sql, ns) for s in request.statements]
+        parsed = [await self._executor.parse(s.sql, ns, f"statement {i}: ") for i, s in enumerate(request.statements)]
         if not parsed:
             raise errors.InvalidArgument("ExecuteBatchDml needs at least one statement")
         reply = pb.ExecuteBatchDmlResponse.pb()()
@@ -437,7 +437,8 @@ class DatabaseAdminService:
         pg = request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL
         database_id = statements.parse_database_name(request.create_statement)
         scope = Scope("", pg)
-        parsed = [self._executor.parse_ddl(s, scope) for s in request.extra_statements]
+        parsed = [self._executor.parse_ddl(s, scope, f"extra statement {i}: ")
+                  for i, s in enumerate(request.extra_statements)]
         database = await self._admin.create_database(request.parent, database_id, pg)
         error = await self._apply_ddl(database.name, parsed)
         if error is not None:
@@ -452,7 +453,7 @@ class DatabaseAdminService:
         as its sessions reach it."""
         sessions.check_database(request.database)
         scope = await self._admin.scope(request.database)
-        parsed = [self._executor.parse_ddl(s, scope) for s in request.statements]
+        parsed = [self._executor.parse_ddl(s, scope, f"statement {i}: ") for i, s in enumerate(request.statements)]
         metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
         error = await self._apply_ddl(request.database, parsed, metadata)
         op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)

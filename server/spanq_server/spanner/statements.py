@@ -677,9 +677,8 @@ class _Parser(Cursor):
 PARSE_CACHE_SIZE = 1024
 PARSE_CACHE_MAX_TEXT = 4096
 """The parses kept, and the longest text one is kept for. Queue code sends the same few
-texts (its values go in parameters), and each is read twice per call: by authorization
-(access.py, in both dialects) and by the servicer. The statements are frozen, so one
-parse serves both and every later call of the same text."""
+texts (its values go in parameters). The statements are frozen, so one parse serves
+every later call of the same text."""
 
 
 def parse(text: str, pg: bool = False) -> Statement:

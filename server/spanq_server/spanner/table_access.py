@@ -12,8 +12,8 @@ grant names either.
 - InsertOrUpdate: ``send`` and ``update``; Replace: ``send``, ``update`` and ``ack``;
 - CREATE / DROP TABLE and INDEX: ``admin`` on the table (and on a parent).
 
-Fail-closed: every name a statement reads or writes is checked, and a statement
-read by neither parser is refused by the servicer before it runs anything.
+Fail-closed: every name a statement reads or writes is checked, on the parse that
+runs (spanner/access.py); a statement no parser reads runs nothing.
 """
 
 from collections.abc import Iterable
@@ -27,12 +27,9 @@ Need = tuple[str, str]
 """(privilege, table or queue name, folded)."""
 
 
-def statement_needs(text: str) -> list[Need] | None:
-    """The privileges a statement of the table subset needs; None when it is not one."""
-    try:
-        statement = g.parse(text)
-    except errors.InvalidArgument:
-        return None
+def statement_needs(statement: g.Statement) -> list[Need] | None:
+    """The privileges a parsed statement of the table subset needs; None for a kind of
+    statement this has no rule for (refused: fail closed)."""
     if isinstance(statement, g.CreateTable):
         return [("admin", statement.name)] + ([("admin", statement.parent)] if statement.parent else [])
     if isinstance(statement, g.CreateIndex):
@@ -47,10 +44,11 @@ def statement_needs(text: str) -> list[Need] | None:
         if statement.on_conflict == "update":
             needs.append(("update", statement.table))
         return needs + ([("select", statement.table)] if statement.returning is not None else [])
-    returning = [("select", statement.table.name)] if statement.returning is not None else []
-    if isinstance(statement, g.Update):
-        return [("update", statement.table.name)] + returning
-    return [("ack", statement.table.name)] + returning
+    if isinstance(statement, (g.Update, g.Delete)):
+        table = statement.table.name
+        returning = [("select", table)] if statement.returning is not None else []
+        return [("update" if isinstance(statement, g.Update) else "ack", table)] + returning
+    return None
 
 
 MUTATION_NEEDS = {"insert": ("send",), "update": ("update",), "insert_or_update": ("send", "update"),
