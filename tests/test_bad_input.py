@@ -469,6 +469,9 @@ async def test_bad_sizes_are_invalid(stub, stored):
         await expect(stub.RenewLease(queue_pb2.RenewLeaseRequest(
             queue="tasks", lease_tokens=[stored.lease_token, token], lease_duration=duration(5))),
             INVALID, "lease token")
+    for token in ["x" * 201, "a\x00b", "\x00"]:  # an ack's token is optional, but when given it is a token
+        await expect(stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+            queue_pb2.AckMessage(key=key("b"), lease_token=token)])), INVALID, "lease token")
     for field, bad in [("max_batch_size", -1), ("max_batch_size", 1001), ("max_outstanding", -1),
                        ("max_outstanding", 100_001)]:
         request = queue_pb2.ReceiveRequest(queue="tasks", max_duration=duration(1), **{field: bad})

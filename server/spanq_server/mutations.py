@@ -103,6 +103,13 @@ def ack_results(queue: QueueDef, items: Sequence[AckItem], found: Sequence[AckFo
     return [AckResult(item.key, state is AckFound.ACKED) for item, state in zip(items, found)]
 
 
+def _check_token(token: str) -> None:
+    """A lease token as the server makes them could be: anything else is bad input, never a
+    look-up (PostgreSQL text cannot even hold a NUL)."""
+    if not token or len(token) > 200 or "\x00" in token:
+        raise errors.InvalidArgument(f"lease token {token[:40]!r} is not a lease token")
+
+
 class Mutator:
     """Validates and applies mutations; wakes this server's streams after sends and nacks."""
 
@@ -133,13 +140,15 @@ class Mutator:
             keys = [item.key for item in mutation.items]
             if len(set(keys)) != len(keys):
                 raise errors.InvalidArgument("the same key is acked twice in one request")
+            for item in mutation.items:
+                if item.lease_token:  # optional: an ack by key alone carries none
+                    _check_token(item.lease_token)
             return mutation
         self._check_count(len(mutation.lease_tokens), "lease tokens")
         if not timedelta(0) <= mutation.lease_duration <= MAX_LEASE:
             raise errors.InvalidArgument("lease_duration must be between 0 (release) and 12h")
         for token in mutation.lease_tokens:
-            if not token or len(token) > 200 or "\x00" in token:
-                raise errors.InvalidArgument(f"lease token {token[:40]!r} is not a lease token")
+            _check_token(token)
         return mutation
 
     def _prepare_send(self, op: SendOp) -> SendOp:
