@@ -231,3 +231,84 @@ async def test_other_calls_answer_while_the_largest_statements_are_read(raw: Raw
               f"median {statistics.median(waits) * 1000:.0f} ms, max {max(waits) * 1000:.0f} ms")
     assert sent["hostile"] >= 4
     assert max(waits) < 2.0, waits  # main: calls waited seconds behind the ORs
+
+
+# -- 2: more values than PostgreSQL binds in one statement ------------------------------------
+
+
+async def test_a_mutation_of_more_values_than_postgresql_binds_is_written_whole(raw: Raw, sql: Any) -> None:
+    keys = [[i, i % 7] for i in range(33_000)]  # 66,000 values; PostgreSQL binds 65,535 in a statement
+    await raw.commit(write("insert", "Pairs", ["A", "B"], keys))
+    assert sql.execute("SELECT count(*), sum(a) FROM d1_pairs").fetchone() == (33_000, sum(range(33_000)))
+    await raw.commit(write("update", "Pairs", ["A", "B", "C"], [[a, b, "u"] for a, b in keys]))
+    assert sql.execute("SELECT count(*) FROM d1_pairs WHERE c = 'u'").fetchone() == (33_000,)
+    # An Update of which one row is missing changes none, whichever of its statements meets it.
+    missing = [[a, b, "x"] for a, b in keys] + [[99_999, 0, "x"]]
+    code, message, _ = await error_of(raw.commit(write("update", "Pairs", ["A", "B", "C"], missing)))
+    assert code == grpc.StatusCode.NOT_FOUND and "not found" in message, message
+    assert sql.execute("SELECT count(*) FROM d1_pairs WHERE c = 'u'").fetchone() == (33_000,)
+    await raw.commit(write("replace", "Pairs", ["A", "B", "C"], [[a, b, "r"] for a, b in keys]))
+    assert sql.execute("SELECT count(*) FROM d1_pairs WHERE c = 'r'").fetchone() == (33_000,)
+    delete = mutation.Mutation.pb()()
+    delete.delete.table = "Pairs"
+    delete.delete.key_set.CopyFrom(key_set(*keys[:-1]))  # 65,998 values
+    await raw.commit(delete)
+    assert sql.execute("SELECT a, b, c FROM d1_pairs").fetchall() == [(32_999, 32_999 % 7, "r")]
+
+
+async def test_a_read_of_more_keys_than_postgresql_binds_is_invalid_argument_naming_the_limit(raw: Raw,
+                                                                                               sql: Any) -> None:
+    code, message, info = await error_of(raw.read("Pairs", ["C"], key_set(*[[i, i] for i in range(40_000)])))
+    assert code == INVALID and "80,000 values, more than the 65,535 PostgreSQL binds" in message, message
+    assert info["limit"] == "statement_values"
+    assert await raw.read("Users", ["Name"], key_set([2], [3])) == [["alice"], ["bob"]]
+
+
+# -- 3: ORDER BY a position -----------------------------------------------------------------
+
+
+async def test_order_by_takes_positions_and_aliases_after_a_star(raw: Raw) -> None:
+    assert await raw.sql("SELECT UserId, Name FROM Users ORDER BY 2 DESC") == [["1", "carol"], ["3", "bob"],
+                                                                                ["2", "alice"]]
+    assert await raw.sql("SELECT Name, Score FROM Users ORDER BY 2") == [["alice", "10"], ["bob", "20"],
+                                                                          ["carol", "30"]]
+    assert await raw.sql("SELECT *, Score AS s FROM Users ORDER BY s DESC LIMIT 1") == [["1", "carol", "30", "30"]]
+    for bad in ("SELECT UserId, Name FROM Users ORDER BY 3", "SELECT UserId FROM Users ORDER BY 0"):
+        code, message, _ = await error_of(raw.sql(bad))
+        assert code == INVALID and "a position in the SELECT list is 1 to" in message, message
+
+
+# -- 4: client errors, not INTERNAL -------------------------------------------------------------
+
+
+async def test_a_negative_limit_or_offset_parameter_is_invalid_argument(raw: Raw) -> None:
+    for clause in ("LIMIT @n", "LIMIT 1 OFFSET @n"):
+        code, message, _ = await error_of(raw.sql(f"SELECT Name FROM Users {clause}",
+                                                  n=struct_pb2.Value(string_value="-1")))
+        assert code == INVALID and "negative" in message, (clause, code, message)
+    assert await raw.sql("SELECT Name FROM Users ORDER BY 1 LIMIT @n OFFSET @m", n=struct_pb2.Value(string_value="1"),
+                         m=struct_pb2.Value(string_value="1")) == [["bob"]]
+
+
+async def test_aliases_equal_in_their_first_63_bytes_are_two_relations(raw: Raw) -> None:
+    a, b = "a" * 63 + "1", "a" * 63 + "2"
+    text = (f"SELECT {a}.Name, {b}.Name FROM Users AS {a} JOIN Users AS {b} ON {b}.UserId = {a}.UserId + 1 "
+            f"ORDER BY {a}.UserId")
+    assert await raw.sql(text) == [["carol", "alice"], ["alice", "bob"]]
+    long = "é" * 40  # 80 bytes
+    assert await raw.sql(f"SELECT `{long}`.Name FROM Users `{long}` WHERE `{long}`.UserId = 3") == [["bob"]]
+    assert await raw.sql(f"UPDATE Users `{long}` SET Score = `{long}`.Score + 1 WHERE `{long}`.UserId = 3") == []
+
+
+@pytest.mark.parametrize("columns, words", [
+    ("A INT64, ctid INT64", "'ctid' has the name of a PostgreSQL system column"),
+    ("A INT64, XMin STRING(MAX)", "'XMin' has the name of a PostgreSQL system column"),
+    (f"A INT64, {'c' * 63}x INT64, {'c' * 63}y INT64", "are equal in their first 63 bytes"),
+])
+async def test_column_names_postgresql_reserves_or_truncates_are_refused(raw: Raw, sql: Any, columns: str,
+                                                                          words: str) -> None:
+    before = stored(sql)
+    operation = await raw.ddl(f"CREATE TABLE T ({columns}) PRIMARY KEY (A)")
+    assert operation.error.code == INVALID.value[0] and words in operation.error.message, operation.error
+    assert stored(sql) == before
+    assert sql.execute("SELECT count(*) FROM pg_tables WHERE tablename = 'd1_t'").fetchone() == (0,)

@@ -169,6 +169,8 @@ class Tables:
             if name not in params.fields:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
             bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
+            if name in translated.counts and (bound[f"p_{name}"] or 0) < 0:
+                raise errors.InvalidArgument(f"{translated.counts[name]} cannot be negative (parameter @{name})")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
         if use.read_only and not writing:
             rows, count = await self._store.table_read(translated.statement, bound, what), None

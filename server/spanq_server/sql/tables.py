@@ -29,6 +29,8 @@ MAX_PARAMS = 65_535
 """PostgreSQL's limit of bind parameters in one statement: every value is one. A mutation's rows
 are written in statements of at most this many values (``batches``); a statement or Read past it
 is INVALID_ARGUMENT naming it, never the connection's error (UNAVAILABLE, "retry")."""
+MAX_RANGES = 1_000
+"""Key ranges of one KeySet: a Read or Delete compares each row with each range."""
 NAME_BYTES = 63
 """PostgreSQL keeps a name's first 63 bytes (NAMEDATALEN - 1) and drops the rest."""
 SYSTEM_COLUMNS = frozenset({"tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"})
@@ -168,6 +170,9 @@ class Translated:
     dml: bool = False
     target: TableDef | None = None
     """The table a DML statement writes."""
+    counts: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The request parameters given as LIMIT or OFFSET, by name: a negative one is the caller's to
+    refuse (PostgreSQL's error would be no client error)."""
 
 
 @dataclasses.dataclass
@@ -204,6 +209,7 @@ class _Translator:
         self.declared = declared
         self.params: dict[str, Any] = {}
         self.wanted: dict[str, g.SpannerType] = {}
+        self.counts: dict[str, str] = {}
 
     # -- names ---------------------------------------------------------
 
@@ -376,6 +382,7 @@ class _Translator:
         if isinstance(e, g.Literal) and isinstance(e.value, int) and not isinstance(e.value, bool) and e.value >= 0:
             return self.literal(e.value, g.INT64)
         if isinstance(e, g.Param):
+            self.counts[e.name] = what
             return self.param(e.name, g.INT64)[0]
         raise InvalidArgument(f"{what} takes a non-negative integer literal or a @param")
 
@@ -561,6 +568,7 @@ def translate(statement: g.Select | g.Dml, schema: dict[str, TableDef], declared
     else:
         out = t.delete(statement)
     check_params(len(out.params) + len(out.wanted), "the statement")
+    out.counts = t.counts
     return out
 
 
@@ -623,21 +631,35 @@ def key_condition(key: Sequence[Col], keys: Sequence[Sequence[Any]], ranges: Seq
     def ref(c: Col) -> sql.Identifier:
         return sql.Identifier(alias, c.pg) if alias else sql.Identifier(c.pg)
 
-    def bound(values: Sequence[Any]) -> tuple[sql.Composable, sql.Composable]:
-        columns = key[:len(values)]
-        names, holders = [], []
-        for c, v in zip(columns, values):
+    def holders(values: Sequence[Any]) -> sql.Composable:
+        out = []
+        for c, v in zip(key, values):
             name = f"k{len(params)}"
             params[name] = v
-            names.append(ref(c))
-            holders.append(sql.SQL("{}::{}").format(sql.Placeholder(name), _cast_type(c.type)))
-        return (sql.SQL("ROW({})").format(sql.SQL(", ").join(names)),
-                sql.SQL("ROW({})").format(sql.SQL(", ").join(holders)))
+            out.append(sql.SQL("{}::{}").format(sql.Placeholder(name), _cast_type(c.type)))
+        return sql.SQL(", ").join(out)
+
+    def columns(width: int, keyword: str = "ROW") -> sql.Composable:
+        return sql.SQL(keyword + "({})").format(sql.SQL(", ").join(ref(c) for c in key[:width]))
+
+    def bound(values: Sequence[Any]) -> tuple[sql.Composable, sql.Composable]:
+        return columns(len(values)), sql.SQL("ROW({})").format(holders(values))
+
+    if len(ranges) > MAX_RANGES:
+        raise InvalidArgument(f"the KeySet has {len(ranges):,} ranges, more than spanq's {MAX_RANGES:,}: each is a "
+                              "condition every row is compared with; read or delete in parts", limit="key_ranges")
 
     parts: list[sql.Composable] = []
+    by_width: dict[int, list[Sequence[Any]]] = {}
     for k in keys:
-        left, right = bound(k)
-        parts.append(sql.SQL("{} = {}").format(left, right))
+        by_width.setdefault(len(k), []).append(k)
+    for width, found in by_width.items():
+        if len(found) == 1:
+            left, right = bound(found[0])
+            parts.append(sql.SQL("{} = {}").format(left, right))
+        else:  # one IN (VALUES ...), which PostgreSQL hashes: as ORs it compared every row with every key
+            parts.append(sql.SQL("{} IN (VALUES {})").format(columns(width, ""), sql.SQL(", ").join(
+                sql.SQL("({})").format(holders(k)) for k in found)))
     for r in ranges:
         conditions: list[sql.Composable] = []
         if r.start:
