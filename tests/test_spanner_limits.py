@@ -135,13 +135,22 @@ PAST = [
     ("1 MiB of (", "SELECT " + "(" * (1 << 20), "statement_length", "1,000,000 characters"),
     ("85,000 ORs (0.9 MB)", ORS, "statement_tokens", f"more than {MAX_TOKENS:,} tokens"),
     ("900,000 (", "SELECT " + "(" * 900_000, "statement_tokens", f"more than {MAX_TOKENS:,} tokens"),
+    # The shapes are past the token limit before their depth; as deep, within it:
     ("10,000 parentheses", "SELECT Name FROM Users WHERE " + "(" * 10_000 + "true" + ")" * 10_000,
+     "statement_tokens", f"more than {MAX_TOKENS:,} tokens"),
+    ("1,000 parentheses", "SELECT Name FROM Users WHERE " + "(" * 1_000 + "true" + ")" * 1_000,
      "statement_depth", f"more than {MAX_DEPTH} levels"),
-    ("10,000 NOTs", "DELETE FROM Users WHERE " + "NOT " * 10_000 + "false", "statement_depth",
+    ("10,000 NOTs", "DELETE FROM Users WHERE " + "NOT " * 10_000 + "false", "statement_tokens",
+     f"more than {MAX_TOKENS:,} tokens"),
+    ("1,000 NOTs", "DELETE FROM Users WHERE " + "NOT " * 1_000 + "false", "statement_depth",
      f"more than {MAX_DEPTH} levels"),
-    ("5,000-term sum", "UPDATE Users SET Score = " + " + ".join(["1"] * 5_000) + " WHERE true", "statement_depth",
+    ("5,000-term sum", "UPDATE Users SET Score = " + " + ".join(["1"] * 5_000) + " WHERE true", "statement_tokens",
+     f"more than {MAX_TOKENS:,} tokens"),
+    ("1,000-term sum", "UPDATE Users SET Score = " + " + ".join(["1"] * 1_000) + " WHERE true", "statement_depth",
      f"more than {MAX_DEPTH} levels"),
-    ("nested arrays of a queue statement", "SELECT * FROM RENEWLEASE_Inbox(" + "[" * 10_000 + "]" * 10_000 + ")",
+    ("76-term product", "UPDATE Users SET Score = " + " * ".join(["1"] * 77) + " WHERE true", "statement_depth",
+     f"more than {MAX_DEPTH} levels"),
+    ("nested arrays of a queue statement", "SELECT * FROM RENEWLEASE_Inbox(" + "[" * 1_000 + "]" * 1_000 + ")",
      "statement_depth", f"more than {MAX_DEPTH} levels"),
     ("a queue INSERT of 30,000 values", "INSERT INTO Inbox (Id, Payload) VALUES "
      + ", ".join(f"({i}, 'p')" for i in range(15_000)), "statement_tokens", f"more than {MAX_TOKENS:,} tokens"),
@@ -176,9 +185,12 @@ async def test_statements_at_the_limits_run(raw: Raw, sql: Any) -> None:
     assert await raw.sql(deep) == [["alice"]]
     chain = "SELECT UserId FROM Users WHERE UserId = " + " + ".join(["0"] * (MAX_DEPTH - 1)) + " + 3"
     assert await raw.sql(chain) == [["3"]]
-    # Spanner's largest IN list, 10,000 values, is within the token limit.
-    listed = "SELECT Name FROM Users WHERE UserId IN (" + ", ".join(str(i) for i in range(2, 10_002)) + ")"
+    # The longest IN list within the token limit, and Spanner's longest (10,000 values) as an array parameter.
+    listed = in_list(MAX_TOKENS).replace("IN (0, 1, ", "IN (2, ")
     assert sorted(await raw.sql(listed)) == [["alice"], ["bob"]]
+    ids = struct_pb2.Value(list_value=struct_pb2.ListValue(values=[struct_pb2.Value(string_value=str(i))
+                                                                   for i in range(2, 10_002)]))
+    assert sorted(await raw.sql("SELECT Name FROM Users WHERE UserId IN UNNEST(@ids)", ids=ids)) == [["alice"], ["bob"]]
     # The longest statement: a literal of nearly a million characters, stored whole.
     prefix, suffix = "UPDATE Users SET Name = '", "' WHERE UserId = 1"
     name = "y" * (MAX_STATEMENT_LENGTH - len(prefix) - len(suffix))

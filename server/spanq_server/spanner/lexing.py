@@ -22,11 +22,12 @@ from ..errors import InvalidArgument
 MAX_STATEMENT_LENGTH = 1_000_000
 """Characters of the longest statement: Spanner's own limit ("Query statement length: 1 million
 characters"), checked before anything is read."""
-MAX_TOKENS = 25_000
+MAX_TOKENS = 10_000
 """Tokens (words, names, literals, parameters, operators and punctuation) of the longest
-statement. Reading one costs a few microseconds, so this bounds a statement's parse to about a
-tenth of a second of the event loop; an IN list of 10,000 values (Spanner's limit) is about
-20,000 tokens."""
+statement. A token costs some microseconds to read, translate and bind (twice, when the queue
+parser reads a table's statement first): this bounds a statement to about a tenth of a second of
+the event loop on an idle core. An IN list of 4,990 values fits; a longer list is one array
+parameter (IN UNNEST(@values)), many rows are mutations."""
 MAX_DEPTH = 75
 """Levels of nesting: each parenthesis, NOT, array and function call is one, and so is each
 operator of a chain of + - * (a + b + c nests as (a + b) + c). Spanner's limit of nested function

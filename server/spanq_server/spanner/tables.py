@@ -13,6 +13,7 @@ transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
 read-write transactions do), in a read-only one a strong read.
 """
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Iterable, Sequence
@@ -163,6 +164,8 @@ class Tables:
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE, not SELECT")
         if partitioned and (isinstance(statement, g.Insert) or statement.returning is not None):  # type: ignore[union-attr]
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN (as in Spanner)")
+        if len(s.text) > 4096:  # a long statement's translation: other calls first (as executor.parse)
+            await asyncio.sleep(0)
         translated = t.translate(statement, schema, declared, lock=not use.read_only)  # type: ignore[arg-type]
         bound = dict(translated.params)
         for name, wanted in translated.wanted.items():
