@@ -153,6 +153,8 @@ class Executor:
                 await asyncio.sleep(0)
             return await self.tables.parse_instead(text, ns, exc)
         if isinstance(statement, (st.Select, st.Insert, st.Delete)) and await self.tables.is_table(ns, statement.queue):
+            if long:
+                await asyncio.sleep(0)
             return TableStatement(googlesql.parse(text), text)
         return statement
 
