@@ -26,7 +26,7 @@ MAX_TOKENS = 10_000
 """Tokens (words, names, literals, parameters, operators and punctuation) of the longest
 statement. A token costs some microseconds to read, translate and bind (twice, when the queue
 parser reads a table's statement first): this bounds a statement to about a tenth of a second of
-the event loop on an idle core. An IN list of 4,990 values fits; a longer list is one array
+the event loop at a time. An IN list of about 4,990 values fits; a longer list is one array
 parameter (IN UNNEST(@values)), many rows are mutations."""
 MAX_DEPTH = 75
 """Levels of nesting: each parenthesis, NOT, array and function call is one, and so is each
