@@ -33,7 +33,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..errors import InvalidArgument
-from .lexing import Cursor, Token, googlesql_token
+from .lexing import MAX_TOKENS, Cursor, Token, check_length, googlesql_token, too_many_tokens
 
 SUPPORTED = (
     "CREATE TABLE, DROP TABLE, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / DELETE of a table with a "
@@ -322,17 +322,22 @@ Statement = Ddl | Dml | Select
 
 _TOKEN = re.compile(
     r"""
-    (?P<space>\s+|--[^\n]*|\#[^\n]*|/\*.*?\*/)
-  | (?P<bytes>[bB][rR]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
-  | (?P<string>[rR]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
-  | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`\n]+`)
-  | (?P<float>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
-  | (?P<number>0[xX][0-9A-Fa-f]+|\d+)
-  | (?P<punct><=|>=|!=|<>|[(),*=<>\[\];.+-])
+    (?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+
+    (?:
+      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`\n]+`)
+    | (?P<float>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
+    | (?P<number>0[xX][0-9A-Fa-f]+|\d+)
+    | (?P<punct><=|>=|!=|<>|[(),*=<>\[\];.+-])
+    | (?P<end>\Z)
+    )
     """,
     re.X | re.S,
 )
+"""A token after any space and comments (possessively: a long run of space is never tried
+again); <end> is the end of the text."""
 MAX_NUMBER_DIGITS = 19
 RESERVED = frozenset({
     "all", "and", "as", "asc", "between", "by", "cross", "desc", "distinct", "from", "full", "group", "having",
@@ -342,26 +347,32 @@ RESERVED = frozenset({
 
 
 def tokenize(text: str) -> list[Token]:
-    tokens, pos = [], 0
-    while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if match is None:
-            raise InvalidArgument(f"cannot read the statement at {text[pos:pos + 20]!r}; {_supported()}")
-        pos = match.end()
-        kind, raw = match.lastgroup or "", match.group()
-        if kind == "space":
-            continue
-        if (token := googlesql_token(kind, raw)) is not None:
-            tokens.append(token)
+    check_length(text)
+    tokens: list[Token] = []
+    pos, match, append = 0, _TOKEN.match, tokens.append
+    while True:
+        found = match(text, pos)
+        if found is None:
+            rest = text[pos:].lstrip()
+            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {_supported()}")
+        kind = found.lastgroup or ""
+        if kind == "end":
+            break
+        if len(tokens) >= MAX_TOKENS:
+            raise too_many_tokens()
+        pos = found.end()
+        raw = found.group(kind)
+        if kind == "punct":
+            append(Token("punct", raw, raw))
+        elif (token := googlesql_token(kind, raw)) is not None:
+            append(token)
         elif kind == "float":
-            tokens.append(Token("float", raw, float(raw)))
-        elif kind == "number":
+            append(Token("float", raw, float(raw)))
+        else:
             if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:
                 raise InvalidArgument(f"the number {raw[:24]}... is longer than an INT64")
-            tokens.append(Token("number", raw, int(raw, 16) if raw[:2].lower() == "0x" else int(raw)))
-        else:
-            tokens.append(Token("punct", raw, raw))
-    tokens.append(Token("end", "", None))
+            append(Token("number", raw, int(raw, 16) if raw[:2].lower() == "0x" else int(raw)))
+    append(Token("end", "", None))
     return tokens
 
 
@@ -762,7 +773,10 @@ class _Parser(Cursor):
 
     def negation(self) -> Expr:
         if self.accept_word("not"):
-            return Not(self.negation())
+            self.deeper()
+            item = Not(self.negation())
+            self.depth -= 1
+            return item
         return self.predicate()
 
     def predicate(self) -> Expr:
@@ -810,17 +824,23 @@ class _Parser(Cursor):
         return left
 
     def additive(self) -> Expr:
-        left = self.multiplicative()
+        left, links = self.multiplicative(), 0
         while self.peek.kind == "punct" and self.peek.value in ("+", "-"):
             op = self.next().value
+            self.deeper()  # each operator nests the chain so far one level deeper
+            links += 1
             left = Arithmetic(op, left, self.multiplicative())
+        self.depth -= links
         return left
 
     def multiplicative(self) -> Expr:
-        left = self.operand()
+        left, links = self.operand(), 0
         while self.at_punct("*"):
             self.next()
+            self.deeper()
+            links += 1
             left = Arithmetic("*", left, self.operand())
+        self.depth -= links
         return left
 
     def operand(self) -> Expr:
@@ -840,8 +860,10 @@ class _Parser(Cursor):
         if token.kind == "punct" and token.value == "(":
             if self.peek.is_word("select"):
                 raise self.unsupported("a subquery")
+            self.deeper()
             inner = self.expr()
             self.punct(")")
+            self.depth -= 1
             return inner
         if token.kind == "punct" and token.value == "[":
             return self.array_items("]")
@@ -876,8 +898,10 @@ class _Parser(Cursor):
                 return CountStar()
             if self.peek.is_word("distinct"):
                 raise self.unsupported("COUNT(DISTINCT ...)")
+            self.deeper()
             inner = self.expr()
             self.punct(")")
+            self.depth -= 1
             return Count(inner)
         if word == "spanner" and self.at_punct(".") and self.ahead().is_word("commit_timestamp"):
             self.next()
@@ -896,12 +920,14 @@ class _Parser(Cursor):
         return Column(token.value, None, token.spelled)
 
     def array_items(self, close: str) -> ArrayLiteral:
+        self.deeper()
         items: list[Expr] = []
         while not self.accept_punct(close):
             items.append(self.additive())
             if not self.accept_punct(","):
                 self.punct(close)
                 break
+        self.depth -= 1
         return ArrayLiteral(tuple(items))
 
 

@@ -1,17 +1,38 @@
 """What both GoogleSQL parsers share: tokens, quoted literals, names folded one
-way, and the cursor a recursive-descent parser walks the tokens with.
+way, the cursor a recursive-descent parser walks the tokens with, and the limits
+every statement is read within.
 
 ``statements.py`` reads the queue statements (in both dialects) and
 ``googlesql.py`` the table subset; each has its own token pattern and grammar,
-and the same rules for what a name, a literal and a parse error are.
+and the same rules for what a name, a literal, a parse error and a limit are.
+
+The limits bound the work of reading one statement, which runs on the server's
+event loop: its length is checked before it is read, its tokens as they are
+read and its nesting as it is parsed, so a statement past one is refused
+(INVALID_ARGUMENT naming the limit, ``limit`` in the error's metadata) having
+cost no more than one within them.
 """
 
-import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InvalidArgument
+
+MAX_STATEMENT_LENGTH = 1_000_000
+"""Characters of the longest statement: Spanner's own limit ("Query statement length: 1 million
+characters"), checked before anything is read."""
+MAX_TOKENS = 10_000
+"""Tokens (words, names, literals, parameters, operators and punctuation) of the longest
+statement. A token costs some microseconds to read, translate and bind (twice, when the queue
+parser reads a table's statement first): this bounds a statement to about a tenth of a second of
+the event loop at a time. An IN list of about 4,990 values fits; a longer list is one array
+parameter (IN UNNEST(@values)), many rows are mutations."""
+MAX_DEPTH = 75
+"""Levels of nesting: each parenthesis, NOT, array and function call is one, and so is each
+operator of a chain of + - * (a + b + c nests as (a + b) + c). Spanner's limit of nested function
+calls is 75 too; the parsers and the translation recurse once or a few times per level, well
+within Python's stack."""
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
@@ -25,11 +46,25 @@ def fold(name: str) -> str:
     return name.translate(_ASCII_LOWER)
 
 
+def check_length(text: str) -> None:
+    """A statement longer than MAX_STATEMENT_LENGTH is refused before it is read."""
+    if len(text) > MAX_STATEMENT_LENGTH:
+        raise InvalidArgument(f"the statement is {len(text):,} characters long; spanq reads statements of at most "
+                              f"{MAX_STATEMENT_LENGTH:,} characters (Spanner's limit too): pass large values as "
+                              "parameters", limit="statement_length")
+
+
+def too_many_tokens() -> InvalidArgument:
+    return InvalidArgument(f"the statement has more than {MAX_TOKENS:,} tokens (words, names, literals, parameters "
+                           "and punctuation), spanq's limit: pass a long list as one array parameter "
+                           "(IN UNNEST(@values)), and many rows as mutations", limit="statement_tokens")
+
+
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "`": "`", "0": "\0"}
+_ESCAPE = re.compile(r"\\(?:[xX]([0-9A-Fa-f]{2})|(.))", re.S)
 
 
-@dataclasses.dataclass(frozen=True)
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     value: Any = None
@@ -50,33 +85,44 @@ class Token:
 
 
 def unquote(text: str, raw: bool, as_bytes: bool = False) -> Any:
-    """A quoted literal's value; \\xHH is a byte in a bytes literal, a character in a string."""
+    """A quoted literal's value; \\xHH is a byte in a bytes literal, a character in a string.
+    The common escapes are replaced by str.replace, so that a long literal costs little more
+    than its copy."""
     body = text[1:-1]
-    if raw:
+    if raw or "\\" not in body:
         return body.encode() if as_bytes else body
-    out, i = bytearray(), 0
-    while i < len(body):
-        ch = body[i]
-        if ch == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "xX" and re.fullmatch(r"[0-9A-Fa-f]{2}", body[i + 2:i + 4]):
-                code = int(body[i + 2:i + 4], 16)
-                out += bytes([code]) if as_bytes else chr(code).encode()
-                i += 4
-                continue
-            if nxt not in _ESCAPES:
-                raise InvalidArgument(f"unsupported escape \\{nxt} in {text[:40]}")
-            out += _ESCAPES[nxt].encode()
-            i += 2
+    if "\\x" not in body and "\\X" not in body:
+        # Every backslash starts a two-character escape: split off the escaped backslashes
+        # (leftmost first, as a reader pairs them), then each piece's escapes are unambiguous.
+        pieces = body.split("\\\\")
+        for i, piece in enumerate(pieces):
+            if "\\" in piece:
+                for escape, char in _ESCAPES.items():
+                    piece = piece.replace("\\" + escape, char)
+                if "\\" in piece:
+                    raise _unsupported(piece[piece.index("\\") + 1], text)
+                pieces[i] = piece
+        out = "\\".join(pieces)
+        return out.encode() if as_bytes else out
+    chunks: list[bytes] = []
+    last = 0
+    for match in _ESCAPE.finditer(body):
+        chunks.append(body[last:match.start()].encode())
+        code, char = match.groups()
+        if code is not None:
+            chunks.append(bytes([int(code, 16)]) if as_bytes else chr(int(code, 16)).encode())
+        elif char in _ESCAPES:
+            chunks.append(_ESCAPES[char].encode())
         else:
-            out += ch.encode()
-            i += 1
-    if as_bytes:
-        return bytes(out)
-    try:
-        return out.decode()
-    except UnicodeDecodeError:
-        raise InvalidArgument(f"the string literal {text[:40]} is not valid UTF-8") from None
+            raise _unsupported(char, text)
+        last = match.end()
+    chunks.append(body[last:].encode())
+    value = b"".join(chunks)
+    return value if as_bytes else value.decode()
+
+
+def _unsupported(char: str, text: str) -> InvalidArgument:
+    return InvalidArgument(f"unsupported escape \\{char} in {text[:40]}")
 
 
 def googlesql_token(kind: str, raw: str) -> Token | None:
@@ -104,7 +150,19 @@ class Cursor:
         self.text = text
         self.tokens = tokens
         self.pos = 0
+        self.depth = 0
+        """Levels of nesting entered and not yet left (MAX_DEPTH)."""
         self._supported = supported
+
+    def deeper(self, levels: int = 1) -> None:
+        """Enters ``levels`` levels of nesting; past MAX_DEPTH, INVALID_ARGUMENT. Whoever enters
+        leaves (``self.depth -= levels``) once the nested part is read."""
+        self.depth += levels
+        if self.depth > MAX_DEPTH:
+            raise InvalidArgument(f"the statement nests more than {MAX_DEPTH} levels deep, spanq's limit (each "
+                                  "parenthesis, NOT, array, function call and + - * of a chain is a level; Spanner "
+                                  f"allows {MAX_DEPTH} nested function calls): write it flatter, or pass the values "
+                                  "as parameters", limit="statement_depth")
 
     @property
     def peek(self) -> Token:

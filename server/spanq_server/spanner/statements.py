@@ -32,7 +32,7 @@ from typing import Any
 
 from ..errors import InvalidArgument
 from ..model import ColumnType
-from .lexing import Cursor, Token, fold, googlesql_token
+from .lexing import MAX_TOKENS, Cursor, Token, check_length, fold, googlesql_token, too_many_tokens
 
 SUPPORTED = (
     "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
@@ -165,26 +165,31 @@ PRIORITIES = ("low", "medium", "high")
 
 # -- tokens ------------------------------------------------------------------
 
-_TOKEN = re.compile(
-    r"""
-    (?P<space>\s+|--[^\n]*|\#[^\n]*|/\*.*?\*/)
-  | (?P<bytes>[bB][rR]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
-  | (?P<string>[rR]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
-  | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)
-  | (?P<number>\d+)
-  | (?P<punct>=>|<=|>=|!=|<>|[(),*=<>\[\];.-])
+_SPACE = r"(?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+"
+_PG_SPACE = r"(?:\s|--[^\n]*|/\*.*?\*/)*+"
+"""Space and comments before a token, taken possessively (a long run is never tried again)."""
+_TOKEN = re.compile(_SPACE + r"""
+    (?:
+      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)
+    | (?P<number>\d+)
+    | (?P<punct>=>|<=|>=|!=|<>|[(),*=<>\[\];.-])
+    | (?P<end>\Z)
+    )
     """,
     re.X | re.S,
 )
-_PG_TOKEN = re.compile(
-    r"""
-    (?P<space>\s+|--[^\n]*|/\*.*?\*/)
-  | (?P<string>'(?:[^']|'')*')
-  | (?P<ident>"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<param>\$[1-9][0-9]{0,4})
-  | (?P<number>\d+)
-  | (?P<punct>=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-])
+_PG_TOKEN = re.compile(_PG_SPACE + r"""
+    (?:
+      (?P<string>'[^']*+(?:''[^']*+)*+')
+    | (?P<ident>"(?=[^"]|"")[^"]*+(?:""[^"]*+)*+"|[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<param>\$[1-9][0-9]{0,4})
+    | (?P<number>\d+)
+    | (?P<punct>=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-])
+    | (?P<end>\Z)
+    )
     """,
     re.X | re.S,
 )
@@ -197,37 +202,39 @@ MAX_INTERVAL = timedelta(days=3_652_059)
 
 
 def tokenize(text: str, pg: bool = False) -> list[Token]:
-    tokens, pos = [], 0
-    pattern = _PG_TOKEN if pg else _TOKEN
-    while pos < len(text):
-        match = pattern.match(text, pos)
-        if match is None:
-            raise InvalidArgument(f"cannot read the statement at {text[pos:pos + 20]!r}; {_supported()}")
-        pos = match.end()
-        kind = match.lastgroup
-        raw = match.group()
-        if kind == "space":
-            continue
-        if pg and kind == "string":
-            tokens.append(Token("string", raw, raw[1:-1].replace("''", "'")))
+    check_length(text)
+    tokens: list[Token] = []
+    pos, match, append = 0, (_PG_TOKEN if pg else _TOKEN).match, tokens.append
+    while True:
+        found = match(text, pos)
+        if found is None:
+            rest = text[pos:].lstrip()
+            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {_supported()}")
+        kind = found.lastgroup or ""
+        if kind == "end":
+            break
+        if len(tokens) >= MAX_TOKENS:
+            raise too_many_tokens()
+        pos = found.end()
+        raw = found.group(kind)
+        if kind == "punct":
+            append(Token("punct", raw, "=>" if raw == ":=" else raw))
+        elif pg and kind == "string":
+            append(Token("string", raw, raw[1:-1].replace("''", "'")))
         elif pg and kind == "ident":
             quoted = raw[0] == '"'
-            tokens.append(Token("ident", raw, fold(raw[1:-1].replace('""', '"') if quoted else raw),
-                                None if quoted else fold(raw)))
+            append(Token("ident", raw, fold(raw[1:-1].replace('""', '"') if quoted else raw),
+                         None if quoted else fold(raw)))
         elif pg and kind == "param":
-            tokens.append(Token("param", raw, f"p{raw[1:]}"))
-        elif pg and raw == ":=":
-            tokens.append(Token("punct", raw, "=>"))
-        elif (token := googlesql_token(kind or "", raw)) is not None:
-            tokens.append(token)
-        elif kind == "number":
+            append(Token("param", raw, f"p{raw[1:]}"))
+        elif (token := googlesql_token(kind, raw)) is not None:
+            append(token)
+        else:
             if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
                 raise InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
                                       f"most {MAX_NUMBER_DIGITS} (-9223372036854775808 to 9223372036854775807)")
-            tokens.append(Token("number", raw, int(raw)))
-        else:
-            tokens.append(Token("punct", raw, raw))
-    tokens.append(Token("end", "", None))
+            append(Token("number", raw, int(raw)))
+    append(Token("end", "", None))
     return tokens
 
 
@@ -629,12 +636,14 @@ class _Parser(Cursor):
         if token.kind == "punct" and token.value == "-" and self.peek.kind == "number":
             return Literal(-self.next().value)
         if token.kind == "punct" and token.value == "[":
+            self.deeper()
             items: list[Expr] = []
             while not self.accept_punct("]"):
                 items.append(self.value())
                 if not self.accept_punct(","):
                     self.punct("]")
                     break
+            self.depth -= 1
             return Array(tuple(items))
         if token.is_word("true", "false"):
             return Literal(token.value == "true")
@@ -651,7 +660,9 @@ class _Parser(Cursor):
             return self.pg_interval(Now()) if self.pg else Now()
         if token.is_word("timestamp_add", "timestamp_sub"):
             self.punct("(")
+            self.deeper()
             base = self.value()
+            self.depth -= 1
             if not isinstance(base, Now):
                 raise InvalidArgument(f"{token.text.upper()} is supported on CURRENT_TIMESTAMP() only")
             self.punct(",")

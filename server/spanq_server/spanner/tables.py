@@ -13,6 +13,7 @@ transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
 read-write transactions do), in a read-only one a strong read.
 """
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -166,12 +167,16 @@ class Tables:
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE, not SELECT")
         if partitioned and (isinstance(statement, g.Insert) or statement.returning is not None):  # type: ignore[union-attr]
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN (as in Spanner)")
+        if len(s.text) > 4096:  # a long statement's translation: other calls first (as executor.parse)
+            await asyncio.sleep(0)
         translated = t.translate(statement, schema, declared, lock=not use.read_only)  # type: ignore[arg-type]
         bound = dict(translated.params)
         for name, wanted in translated.wanted.items():
             if name not in params.fields:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
             bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
+            if name in translated.counts and (bound[f"p_{name}"] or 0) < 0:
+                raise errors.InvalidArgument(f"{translated.counts[name]} cannot be negative (parameter @{name})")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
         shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
 
@@ -225,34 +230,47 @@ class Tables:
                          for v, c in zip(row.values, columns)])
         if not rows:
             return None
-        values = t.row_params(rows)
         what = f"a {kind.replace('_', ' ').title().replace(' ', '')} of {table.spelled}"
+        # In statements of at most t.MAX_PARAMS values each (PostgreSQL's limit), in order, in the commit's
+        # transaction: all of the mutation or none of it.
+        steps = [(t.write(table, columns, len(part), "insert" if kind == "replace" else kind), t.row_params(part))
+                 for part in t.batches(rows, len(columns))]
         if kind == "update":
-            statement = t.write(table, columns, len(rows), "update")
-            expected = len({tuple(v for v, c in zip(row, columns) if c.name in table.primary_key) for row in rows})
+            at_key = [columns.index(c) for c in table.key]
+            expected = [len({tuple(row[i] for i in at_key) for row in part}) for part in t.batches(rows, len(columns))]
 
             async def update(conn: Handle) -> tuple[list[Any], int]:
-                found, count = await self._store.table_run_in(conn, statement, values, what)
-                if count < expected:
-                    raise errors.RowNotFound(f"{what}: a row to update is not found (Update changes existing rows "
-                                             "only; use InsertOrUpdate to create them)")
-                return found, count
+                total = 0
+                for (statement, values), wanted in zip(steps, expected):
+                    count = (await self._store.table_run_in(conn, statement, values, what))[1]
+                    if count < wanted:
+                        raise errors.RowNotFound(f"{what}: a row to update is not found (Update changes existing "
+                                                 "rows only; use InsertOrUpdate to create them)")
+                    total += count
+                return [], total
 
             return TableOp(table.name, update, len(rows))
         if kind == "replace":
             at = [columns.index(c) for c in table.key]
-            keys = [[row[i] for i in at] for row in rows]
-            key_params: dict[str, Any] = {}
-            condition = t.key_condition(table.key, keys, [], key_params)
-            deleting = t.delete_rows(table, condition)
-            inserting = t.write(table, columns, len(rows), "insert")
+            deleting = []
+            for part in t.batches([[row[i] for i in at] for row in rows], len(at)):
+                key_params: dict[str, Any] = {}
+                deleting.append((t.delete_rows(table, t.key_condition(table.key, part, [], key_params)), key_params))
+            return self._steps(table.name, deleting, steps, what, len(rows))
+        return self._steps(table.name, [], steps, what, len(rows))
 
-            async def replace(conn: Handle) -> tuple[list[Any], int]:
-                await self._store.table_run_in(conn, deleting, key_params, what)
-                return await self._store.table_run_in(conn, inserting, values, what)
+    def _steps(self, table: str, before: list[tuple[sql.Composed, dict[str, Any]]],
+               counted: list[tuple[sql.Composed, dict[str, Any]]], what: str, rows: int) -> TableOp:
+        """A TableOp of several statements run in order; its count is the ``counted`` ones'."""
+        async def run(conn: Handle) -> tuple[list[Any], int]:
+            for statement, values in before:
+                await self._store.table_run_in(conn, statement, values, what)
+            total = 0
+            for statement, values in counted:
+                total += (await self._store.table_run_in(conn, statement, values, what))[1]
+            return [], total
 
-            return TableOp(table.name, replace, len(rows))
-        return self._op(table.name, t.write(table, columns, len(rows), kind), values, what, len(rows))
+        return TableOp(table, run, rows)
 
     def _keys(self, key: Sequence[Col], key_set: Any, what: str, prefix_ok: bool = False
               ) -> tuple[list[list[Any]], list[t.KeyRange]]:
@@ -279,9 +297,12 @@ class Tables:
         keys, ranges = self._keys(table.key, key_set, what)
         if not keys and not ranges:
             return None
-        params: dict[str, Any] = {}
-        condition = t.key_condition(table.key, keys, ranges, params)
-        return self._op(table.name, t.delete_rows(table, condition), params, what, max(1, len(keys)))
+        steps = []  # in statements of at most t.MAX_PARAMS values each
+        for part_keys, part_ranges in ([(p, []) for p in t.batches(keys, len(table.key))]
+                                       + [([], p) for p in t.batches(ranges, 2 * len(table.key))]):
+            params: dict[str, Any] = {}
+            steps.append((t.delete_rows(table, t.key_condition(table.key, part_keys, part_ranges, params)), params))
+        return self._steps(table.name, [], steps, what, max(1, len(keys)))
 
     # -- Read / StreamingRead ---------------------------------------------------------
 

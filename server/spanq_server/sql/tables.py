@@ -16,6 +16,7 @@ from psycopg import sql
 from ..errors import InvalidArgument
 from ..spanner import googlesql as g
 from ..spanner import values as spanner_values
+from ..spanner.lexing import fold
 from ..spanner.schema import Col, IndexDef, TableDef
 
 PG_TYPES = {"BOOL": "boolean", "INT64": "bigint", "FLOAT64": "double precision", "NUMERIC": "numeric",
@@ -25,6 +26,16 @@ ORDERED = ("INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP"
 NUMBERS = ("INT64", "FLOAT64", "NUMERIC")
 
 SCHEMA = "public"
+MAX_PARAMS = 65_535
+"""PostgreSQL's limit of bind parameters in one statement: every value is one. A mutation's rows
+are written in statements of at most this many values (``batches``); a statement or Read past it
+is INVALID_ARGUMENT naming it, never the connection's error (UNAVAILABLE, "retry")."""
+MAX_RANGES = 1_000
+"""Key ranges of one KeySet: a Read or Delete compares each row with each range."""
+NAME_BYTES = 63
+"""PostgreSQL keeps a name's first 63 bytes (NAMEDATALEN - 1) and drops the rest."""
+SYSTEM_COLUMNS = frozenset({"tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"})
+"""Names every PostgreSQL table has already: no column of a table may take one."""
 
 REGISTRY_PUT = sql.SQL(
     "INSERT INTO spanq.spanner_tables (name, database, kind, declared, definition) "
@@ -70,7 +81,11 @@ def _cast_type(t: g.SpannerType) -> sql.Composable:
     if t.code == "ARRAY":
         assert t.element is not None
         return sql.SQL("{}[]").format(_cast_type(t.element))
-    return sql.SQL(PG_TYPES[t.code])
+    return _SCALAR_CASTS[t.code]
+
+
+_SCALAR_CASTS = {code: sql.SQL(name) for code, name in PG_TYPES.items()}
+_CAST = sql.SQL("::")
 
 
 def unsized(t: g.SpannerType | None) -> g.SpannerType | None:
@@ -87,7 +102,30 @@ def table_id(name: str) -> sql.Identifier:
 # -- DDL ------------------------------------------------------------------------------
 
 
+def check_column_names(table: TableDef) -> None:
+    """Column names PostgreSQL would refuse or merge are INVALID_ARGUMENT before any DDL runs: a
+    system column's name, and two names equal in their first 63 bytes (the rest is dropped)."""
+    seen: dict[str, str] = {}
+    for c in table.columns:
+        if c.pg in SYSTEM_COLUMNS:
+            raise InvalidArgument(f"CREATE TABLE {table.spelled}: column {c.spelled!r} has the name of a PostgreSQL "
+                                  f"system column ({', '.join(sorted(SYSTEM_COLUMNS))}), which every table has "
+                                  "already: rename it", limit="column_name")
+        kept = _truncated(c.pg)
+        if kept in seen:
+            raise InvalidArgument(f"CREATE TABLE {table.spelled}: columns {seen[kept]!r} and {c.spelled!r} are equal "
+                                  f"in their first {NAME_BYTES} bytes, all PostgreSQL keeps of a name: rename one",
+                                  limit="column_name")
+        seen[kept] = c.spelled
+
+
+def _truncated(name: str) -> str:
+    """A name as PostgreSQL keeps it: its first 63 bytes, not cutting a character."""
+    return name.encode()[:NAME_BYTES].decode(errors="ignore")
+
+
 def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]:
+    check_column_names(table)
     columns: list[sql.Composable] = []
     for c in table.columns:
         column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
@@ -148,6 +186,9 @@ class Translated:
     dml: bool = False
     target: TableDef | None = None
     """The table a DML statement writes."""
+    counts: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The request parameters given as LIMIT or OFFSET, by name: a negative one is the caller's to
+    refuse (PostgreSQL's error would be no client error)."""
 
 
 @dataclasses.dataclass
@@ -155,6 +196,27 @@ class _Scope:
     relations: list[tuple[str, TableDef]]
     """(name in the statement: alias or table name, definition)."""
     nullable: set[str] = dataclasses.field(default_factory=set)
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)
+    """A relation's name in the statement -> in PostgreSQL, where they differ (``pg_aliases``)."""
+
+    def alias(self, shown: str) -> str:
+        return self.aliases.get(shown, shown)
+
+
+def pg_aliases(names: Sequence[str]) -> dict[str, str]:
+    """The relation names of a statement that PostgreSQL would cut (past 63 bytes), each given a
+    short name no other relation of the statement has: two names equal in their first 63 bytes
+    stay two relations."""
+    taken = {_truncated(n) for n in names}
+    out: dict[str, str] = {}
+    for name in names:
+        if len(name.encode()) > NAME_BYTES:
+            n = len(out)
+            while f"t{n}" in taken:
+                n += 1
+            out[name] = f"t{n}"
+            taken.add(out[name])
+    return out
 
 
 class _Translator:
@@ -163,6 +225,7 @@ class _Translator:
         self.declared = declared
         self.params: dict[str, Any] = {}
         self.wanted: dict[str, g.SpannerType] = {}
+        self.counts: dict[str, str] = {}
 
     # -- names ---------------------------------------------------------
 
@@ -183,7 +246,7 @@ class _Translator:
                     found = table.column(ref.name)
                     if found is None:
                         raise InvalidArgument(f"{table.spelled} has no column {ref.spelled or ref.name!r}")
-                    return sql.Identifier(shown, found.pg), found
+                    return sql.Identifier(scope.alias(shown), found.pg), found
             raise InvalidArgument(f"{ref.qualifier}.{ref.name}: {ref.qualifier!r} is not a table or alias of the "
                                   "statement")
         hits = [(shown, c) for shown, t in scope.relations if (c := t.column(ref.name)) is not None]
@@ -194,14 +257,14 @@ class _Translator:
             raise InvalidArgument(f"Column name {ref.spelled or ref.name} is ambiguous: qualify it "
                                   f"({', '.join(f'{s}.{ref.name}' for s, _ in hits)})")
         shown, found = hits[0]
-        return sql.Identifier(shown, found.pg), found
+        return sql.Identifier(scope.alias(shown), found.pg), found
 
     # -- values ----------------------------------------------------------
 
     def literal(self, value: Any, t: g.SpannerType) -> sql.Composable:
         key = f"l{len(self.params)}"
         self.params[key] = spanner_values.literal(value, t.code, "a literal")
-        return sql.SQL("{}::{}").format(sql.Placeholder(key), _cast_type(t))
+        return sql.Composed([sql.Placeholder(key), _CAST, _cast_type(t)])  # SQL("{}::{}").format, 5x faster
 
     def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
         t = self.declared.get(name) or self.wanted.get(name) or unsized(want) or g.STRING
@@ -348,6 +411,7 @@ class _Translator:
         if isinstance(e, g.Literal) and isinstance(e.value, int) and not isinstance(e.value, bool) and e.value >= 0:
             return self.literal(e.value, g.INT64)
         if isinstance(e, g.Param):
+            self.counts[e.name] = what
             return self.param(e.name, g.INT64)[0]
         raise InvalidArgument(f"{what} takes a non-negative integer literal or a @param")
 
@@ -365,7 +429,7 @@ class _Translator:
                     raise InvalidArgument(f"{item.expr.qualifier}.*: not a table or alias of the statement")
                 for shown, table in chosen:
                     for c in table.columns:
-                        texts.append(sql.Identifier(shown, c.pg))
+                        texts.append(sql.Identifier(scope.alias(shown), c.pg))
                         columns.append((c.spelled, c.type))
                         plain += 1
                 continue
@@ -398,14 +462,15 @@ class _Translator:
                 if any(shown == other for other, _ in scope.relations):
                     raise InvalidArgument(f"{shown!r} is named twice in FROM: give one an alias")
                 scope.relations.append((shown, self.table(relation.name)))
+            scope.aliases = pg_aliases([shown for shown, _ in scope.relations])
             first = self.schema[s.source.name]
-            source = sql.SQL(" FROM {} AS {}").format(table_id(first.name), sql.Identifier(s.source.shown))
+            source = sql.SQL(" FROM {} AS {}").format(table_id(first.name), sql.Identifier(scope.alias(s.source.shown)))
             if not first.queue:
                 locked.append(s.source.shown)
             for join in s.joins:
                 table = self.schema[join.relation.name]
                 shown = join.relation.shown
-                joined = sql.SQL("{} AS {}").format(table_id(table.name), sql.Identifier(shown))
+                joined = sql.SQL("{} AS {}").format(table_id(table.name), sql.Identifier(scope.alias(shown)))
                 if join.kind == "CROSS":
                     source = sql.SQL("{} CROSS JOIN {}").format(source, joined)
                 else:
@@ -422,11 +487,21 @@ class _Translator:
         if s.where is not None:
             statement = sql.SQL("{} WHERE {}").format(statement, self.condition(s.where, scope))
         if s.order_by:
-            aliases = {item.alias.lower(): i for i, item in enumerate(s.items) if item.alias}
+            positions, at = [], 1  # each item's place in the result (a * is each of its columns)
+            for item in s.items:
+                positions.append(at)
+                at += (sum(len(t.columns) for shown, t in scope.relations if item.expr.qualifier in (None, shown))
+                       if isinstance(item.expr, g.Star) else 1)
+            aliases = {fold(item.alias): p for item, p in zip(s.items, positions) if item.alias}
             order = []
             for expr, descending in s.order_by:
                 if isinstance(expr, g.Column) and expr.qualifier is None and expr.name in aliases:
-                    text: sql.Composable = sql.Literal(aliases[expr.name] + 1)
+                    text: sql.Composable = sql.Literal(aliases[expr.name])
+                elif isinstance(expr, g.Literal) and type(expr.value) is int:  # a position, as PostgreSQL reads it
+                    if not 1 <= expr.value <= len(columns):
+                        raise InvalidArgument(f"ORDER BY {expr.value}: a position in the SELECT list is 1 to "
+                                              f"{len(columns)}")
+                    text = sql.Literal(expr.value)
                 else:
                     text = self.expr(expr, scope)[0]
                 order.append(sql.SQL("{}{}").format(text, sql.SQL(" DESC" if descending else "")))
@@ -439,7 +514,7 @@ class _Translator:
             # Spanner's read-write transactions lock what they read: two that read a row and
             # then write it conflict (one is ABORTED and retried), never lose an update.
             statement = sql.SQL("{} FOR SHARE OF {}").format(
-                statement, sql.SQL(", ").join(sql.Identifier(n) for n in locked))
+                statement, sql.SQL(", ").join(sql.Identifier(scope.alias(n)) for n in locked))
         return Translated(statement, self.params, self.wanted, columns)
 
     def returning(self, items: tuple[g.SelectItem, ...] | None, scope: _Scope
@@ -472,7 +547,7 @@ class _Translator:
 
     def update(self, s: g.Update) -> Translated:
         table = self.table(s.table.name, writing=True)
-        scope = _Scope([(s.table.shown, table)])
+        scope = _Scope([(s.table.shown, table)], aliases=pg_aliases([s.table.shown]))
         sets = []
         for name, e in s.assignments:
             column = table.column(name)
@@ -485,16 +560,16 @@ class _Translator:
         where = self.condition(s.where, scope)
         returning, result = self.returning(s.returning, scope)
         statement = sql.SQL("UPDATE {} AS {} SET {} WHERE {}{}").format(
-            table_id(table.name), sql.Identifier(s.table.shown), sql.SQL(", ").join(sets), where, returning)
+            table_id(table.name), sql.Identifier(scope.alias(s.table.shown)), sql.SQL(", ").join(sets), where, returning)
         return Translated(statement, self.params, self.wanted, result, True, table)
 
     def delete(self, s: g.Delete) -> Translated:
         table = self.table(s.table.name, writing=True)
-        scope = _Scope([(s.table.shown, table)])
+        scope = _Scope([(s.table.shown, table)], aliases=pg_aliases([s.table.shown]))
         where = self.condition(s.where, scope)
         returning, result = self.returning(s.returning, scope)
         statement = sql.SQL("DELETE FROM {} AS {} WHERE {}{}").format(
-            table_id(table.name), sql.Identifier(s.table.shown), where, returning)
+            table_id(table.name), sql.Identifier(scope.alias(s.table.shown)), where, returning)
         return Translated(statement, self.params, self.wanted, result, True, table)
 
 
@@ -514,12 +589,23 @@ def translate(statement: g.Select | g.Dml, schema: dict[str, TableDef], declared
     reads with FOR SHARE (in a read-write transaction)."""
     t = _Translator(schema, declared)
     if isinstance(statement, g.Select):
-        return t.select(statement, lock)
-    if isinstance(statement, g.Insert):
-        return t.insert(statement)
-    if isinstance(statement, g.Update):
-        return t.update(statement)
-    return t.delete(statement)
+        out = t.select(statement, lock)
+    elif isinstance(statement, g.Insert):
+        out = t.insert(statement)
+    elif isinstance(statement, g.Update):
+        out = t.update(statement)
+    else:
+        out = t.delete(statement)
+    check_params(len(out.params) + len(out.wanted), "the statement")
+    out.counts = t.counts
+    return out
+
+
+def check_params(count: int, what: str) -> None:
+    if count > MAX_PARAMS:
+        raise InvalidArgument(f"{what} has {count:,} values, more than the {MAX_PARAMS:,} PostgreSQL binds in one "
+                              "statement: pass a list as one array parameter (IN UNNEST(@values)), or split it",
+                              limit="statement_values")
 
 
 # -- mutations and reads --------------------------------------------------------------
@@ -574,21 +660,35 @@ def key_condition(key: Sequence[Col], keys: Sequence[Sequence[Any]], ranges: Seq
     def ref(c: Col) -> sql.Identifier:
         return sql.Identifier(alias, c.pg) if alias else sql.Identifier(c.pg)
 
-    def bound(values: Sequence[Any]) -> tuple[sql.Composable, sql.Composable]:
-        columns = key[:len(values)]
-        names, holders = [], []
-        for c, v in zip(columns, values):
+    def holders(values: Sequence[Any]) -> sql.Composable:
+        out = []
+        for c, v in zip(key, values):
             name = f"k{len(params)}"
             params[name] = v
-            names.append(ref(c))
-            holders.append(sql.SQL("{}::{}").format(sql.Placeholder(name), _cast_type(c.type)))
-        return (sql.SQL("ROW({})").format(sql.SQL(", ").join(names)),
-                sql.SQL("ROW({})").format(sql.SQL(", ").join(holders)))
+            out.append(sql.SQL("{}::{}").format(sql.Placeholder(name), _cast_type(c.type)))
+        return sql.SQL(", ").join(out)
+
+    def columns(width: int, keyword: str = "ROW") -> sql.Composable:
+        return sql.SQL(keyword + "({})").format(sql.SQL(", ").join(ref(c) for c in key[:width]))
+
+    def bound(values: Sequence[Any]) -> tuple[sql.Composable, sql.Composable]:
+        return columns(len(values)), sql.SQL("ROW({})").format(holders(values))
+
+    if len(ranges) > MAX_RANGES:
+        raise InvalidArgument(f"the KeySet has {len(ranges):,} ranges, more than spanq's {MAX_RANGES:,}: each is a "
+                              "condition every row is compared with; read or delete in parts", limit="key_ranges")
 
     parts: list[sql.Composable] = []
+    by_width: dict[int, list[Sequence[Any]]] = {}
     for k in keys:
-        left, right = bound(k)
-        parts.append(sql.SQL("{} = {}").format(left, right))
+        by_width.setdefault(len(k), []).append(k)
+    for width, found in by_width.items():
+        if len(found) == 1:
+            left, right = bound(found[0])
+            parts.append(sql.SQL("{} = {}").format(left, right))
+        else:  # one IN (VALUES ...), which PostgreSQL hashes: as ORs it compared every row with every key
+            parts.append(sql.SQL("{} IN (VALUES {})").format(columns(width, ""), sql.SQL(", ").join(
+                sql.SQL("({})").format(holders(k)) for k in found)))
     for r in ranges:
         conditions: list[sql.Composable] = []
         if r.start:
@@ -600,7 +700,14 @@ def key_condition(key: Sequence[Col], keys: Sequence[Sequence[Any]], ranges: Seq
         parts.append(sql.SQL("({})").format(sql.SQL(" AND ").join(conditions)) if conditions else sql.SQL("true"))
     if not parts:
         return sql.SQL("false")
+    check_params(len(params), "the KeySet")
     return sql.SQL("({})").format(sql.SQL(" OR ").join(parts))
+
+
+def batches(rows: Sequence[Any], width: int) -> list[Sequence[Any]]:
+    """Rows (or keys) of ``width`` values each, in runs of at most MAX_PARAMS values: one statement each."""
+    size = max(1, MAX_PARAMS // max(1, width))
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
 
 
 def delete_rows(table: TableDef, condition: sql.Composable | None) -> sql.Composed:
