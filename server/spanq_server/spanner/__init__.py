@@ -16,7 +16,7 @@ Modules, one per concern:
 - ``admin``: instances, databases (each its own namespace) and long-running operations;
 - ``scope``: a database's namespace and dialect;
 - ``names``: names as the DDL declared them;
-- ``values``: Spanner's value encoding.
+- ``values``: Spanner's value encoding; ``ranges``: the ranges its values are checked against.
 
 The message classes come from google-cloud-spanner. Without it installed the
 front-end is simply not served (``create`` returns None). The seam with the rest

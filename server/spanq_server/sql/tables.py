@@ -15,7 +15,7 @@ from psycopg import sql
 
 from ..errors import InvalidArgument
 from ..spanner import googlesql as g
-from ..spanner import values as spanner_values
+from ..spanner import ranges
 from ..spanner.lexing import fold
 from ..spanner.schema import Col, IndexDef, TableDef
 
@@ -263,7 +263,7 @@ class _Translator:
 
     def literal(self, value: Any, t: g.SpannerType) -> sql.Composable:
         key = f"l{len(self.params)}"
-        self.params[key] = spanner_values.literal(value, t.code, "a literal")
+        self.params[key] = ranges.literal(value, t.code, "a literal")
         return sql.Composed([sql.Placeholder(key), _CAST, _cast_type(t)])  # SQL("{}::{}").format, 5x faster
 
     def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
