@@ -106,3 +106,26 @@ class TestUnderUnknownCommits:
         await asyncio.to_thread(run)
         injected = server.mutator.faults.injected
         assert injected["unknown_commit_after"] > 10 and injected["unknown_commit_before"] > 10, injected
+
+
+def test_a_blocking_call_reaches_a_server_that_came_back_on_the_same_port(database_url):
+    """After its server went away, the blocking channel is IDLE until asked to connect: the next
+    call must ask, and be answered by the server that came back (it waited out connect_timeout)."""
+    from tests.spawned import free_port, spawn_server, wait_serving_sync
+
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    server = spawn_server(database_url, port)
+    try:
+        wait_serving_sync(target)
+        with spanq.Client(target, connect_timeout=5, retry=FAST) as client:
+            client.create_queue("back", payload_type="STRING")
+            server.kill()
+            server.wait(10)
+            server = spawn_server(database_url, port)
+            wait_serving_sync(target)
+            assert client.get_queue("back").name == "back"
+            assert client.send("back", "after") is not None
+    finally:
+        server.kill()
+        server.wait(10)

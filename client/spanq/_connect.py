@@ -81,6 +81,7 @@ class Connectivity:
 
     def __init__(self, channel: grpc.Channel) -> None:
         self.state = grpc.ChannelConnectivity.IDLE
+        self._channel = channel
         self._ready = threading.Event()
         channel.subscribe(self._changed, try_to_connect=True)
 
@@ -92,9 +93,19 @@ class Connectivity:
             self._ready.clear()
 
     def wait(self, target: str, timeout: float) -> None:
-        if self.state == grpc.ChannelConnectivity.READY or self._ready.wait(timeout):
+        if self.state == grpc.ChannelConnectivity.READY:
+            return
+        # A channel whose connection dropped (the server restarted) goes IDLE and stays so until
+        # asked to connect: grpcio's poller honours try_to_connect once per subscribe, so ask again.
+        self._channel.subscribe(_ignore, try_to_connect=True)
+        self._channel.unsubscribe(_ignore)
+        if self._ready.wait(timeout):
             return
         raise not_connected(target, timeout, self.state)
+
+
+def _ignore(state: grpc.ChannelConnectivity) -> None:
+    """A connectivity callback that only asks the channel to connect (Connectivity.wait)."""
 
 
 def not_connected(target: str, timeout: float, state: grpc.ChannelConnectivity) -> Unavailable:
