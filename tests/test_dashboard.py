@@ -9,11 +9,13 @@ import atexit
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import ssl
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -91,7 +93,13 @@ async def expect_counts(page: Page, queue: str, ready: int, leased: int, dead: i
     await expect(r.locator("td.dead_lettered")).to_have_text(str(dead), timeout=LIVE)
 
 
-async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
+async def loaded(page: Page) -> None:
+    """Until the page has drawn once more from a fresh read (each read samples the counts)."""
+    before = await page.locator("#page").get_attribute("data-loaded")
+    await expect(page.locator("#page")).not_to_have_attribute("data-loaded", before or "", timeout=LIVE)
+
+
+async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser, clock):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
@@ -103,8 +111,15 @@ async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
         await expect_counts(page, "work", ready=3, leased=0, dead=0)
         await expect(row(page, "work").locator("td.scheduled")).to_have_text("1")
         await expect(row(page, "work").locator("td.send_rate")).to_have_text(f"{4 / 60:.2f}/s")
-        # Nobody takes the ready messages: their age grows, and the row turns red.
+        await expect(row(page, "work")).not_to_have_class("alarm")  # not a minute seen yet
+        await expect(page.locator("#refresh-state")).to_contain_text("Live, every 2 s · updated")
+        # Nobody takes the ready messages for a minute: the row turns red, and says why.
+        clock.advance(timedelta(seconds=61))
         await expect(row(page, "work")).to_have_class("alarm", timeout=LIVE)
+        stalled = row(page, "work").locator(".mark.stalled")
+        await expect(stalled).to_have_attribute("title", re.compile(r"stalled: its oldest ready message has waited "
+                                                                    r"6\d s and nobody took it in the last 6\d s"))
+        await expect(page.locator("#marks-legend")).to_contain_text("the same message has been the oldest ready one")
 
         [m] = await client.receive("work", 1, lease_duration=60)
         await expect_counts(page, "work", ready=2, leased=1, dead=0)
@@ -112,11 +127,27 @@ async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
         await expect_counts(page, "work", ready=2, leased=0, dead=0)
         await expect(row(page, "work").locator("td.ack_rate")).to_have_text(f"{1 / 60:.2f}/s", timeout=LIVE)
 
-        # A dead letter (sent straight to the dead-letter queue) counts, and marks work red.
+        # A dead letter (sent straight to the dead-letter queue) counts, and marks work red, saying so.
         await client.send("dead", "buried", key=99)
         await expect_counts(page, "work", ready=2, leased=0, dead=1)
-        await expect(row(page, "work")).to_have_class("alarm")
+        await expect(row(page, "work").locator(".mark.dead-lettering")).to_have_attribute(
+            "title", "dead-lettering: 1 message(s) went to its dead-letter queue in the last minute")
         await page.screenshot(path=str(DOCS / "dashboard-queues.png"))
+        # The dead-letter queue's own letter waits for an operator: never a stalled mark.
+        clock.advance(timedelta(seconds=61))
+        await expect(row(page, "dead").locator("td.oldest_ready_age")).to_have_text(re.compile("min"), timeout=LIVE)
+        await loaded(page)
+        await expect(row(page, "dead")).not_to_have_class("alarm")
+        await expect(row(page, "work").locator(".mark.dead-lettering")).to_have_count(0)  # over a minute ago
+
+        # Pause stops the refresh, and says so; resume starts it again.
+        await page.click("#pause")
+        await expect(page.locator("#refresh-state")).to_contain_text("Paused")
+        await client.send("work", "while paused", key=50)
+        with pytest.raises(AssertionError):
+            await expect(row(page, "work").locator("td.ready")).to_have_text("3", timeout=3000)
+        await page.click("#pause")
+        await expect(row(page, "work").locator("td.ready")).to_have_text("3", timeout=LIVE)
 
         # Streams: a Receive stream open on this server, and its lease in flight.
         async with grpc.aio.insecure_channel(ui.target) as channel:
@@ -130,6 +161,31 @@ async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
             await expect(work.locator("td.leased")).to_have_text("1", timeout=LIVE)
             await streams.screenshot(path=str(DOCS / "dashboard-streams.png"))
             call.cancel()
+
+
+async def test_a_queue_worked_through_is_not_marked_stalled(ui, browser, clock):
+    """The red mark fired on any queue whose oldest ready message aged over three reads (2 s
+    apart): every backlog, and every dead-letter queue holding letters. Now: the same message
+    oldest ready for a minute."""
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("busy", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send("busy", "first", key=1)
+        page = await open_page(browser, ui.ui_port)
+        await expect_counts(page, "busy", ready=1, leased=0, dead=0)
+        clock.advance(timedelta(seconds=30))
+        await client.send("busy", "second", key=2)
+        await expect_counts(page, "busy", ready=2, leased=0, dead=0)
+        [m] = await client.receive("busy", 1)  # the oldest, taken
+        await client.ack("busy", m)
+        await expect_counts(page, "busy", ready=1, leased=0, dead=0)
+        clock.advance(timedelta(seconds=31))
+        await expect(row(page, "busy").locator("td.oldest_ready_age")).to_have_text(re.compile(r"^3\d\.\d s$"),
+                                                                                     timeout=LIVE)
+        await loaded(page)
+        await expect(row(page, "busy")).not_to_have_class("alarm")
+        # Left alone another minute, the second one is the same oldest ready message throughout: stalled.
+        clock.advance(timedelta(seconds=61))
+        await expect(row(page, "busy").locator(".mark.stalled")).to_have_count(1, timeout=LIVE)
 
 
 async def test_queue_page_shows_payloads_by_type_and_pages(ui, browser):

@@ -30,6 +30,7 @@ from ..rates import Rates
 from ..receive import Receiver
 from ..service import peek_response, queue_to_proto, stats_response
 from .http import HttpError, HttpServer, Request, Response, json_response, split_host
+from .watch import Watch
 
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
           "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -57,6 +58,7 @@ class Dashboard:
         self._rates = rates
         self._tokens = tokens
         self._refusals = auth.RefusalLog(clock)
+        self._watch = Watch(clock)
         self._hosts = {host[0] for host in map(split_host, (*LOCAL_HOSTS, *allowed_hosts)) if host is not None}
         self._http = HttpServer(self._handle)
         self._files = {path: importlib.resources.files(__package__).joinpath("static", name).read_bytes()
@@ -163,34 +165,47 @@ class Dashboard:
 
     # -- the API -----------------------------------------------------------------------
 
-    async def _visible(self, request: Request) -> tuple[auth.Principal | None, list[str], list[str]]:
-        """The queues ListQueues shows this caller: those it may read stats of, and the rest."""
+    async def _visible(self, request: Request) -> tuple[auth.Principal | None, list[str], list[str], set[str]]:
+        """The queues ListQueues shows this caller: those it may read stats of, and the rest;
+        and the names of every dead-letter queue."""
         principal = self._principal(request)
         names: list[str] = []
+        dead_letter_queues: set[str] = set()
         token = ""
         while True:
             found, token = await self._catalog.list(0, token)
             names += [q.name for q in found if principal is None or principal.privileges(q.name)]
+            dead_letter_queues |= {q.dead_letter_queue for q in found if q.dead_letter_queue}
             if not token:
                 break
         readable = [n for n in names if self._may(principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=n))]
-        return principal, readable, [n for n in names if n not in readable]
+        return principal, readable, [n for n in names if n not in readable], dead_letter_queues
+
+    async def _stats(self, name: str, dead_letter_queue: bool) -> dict[str, Any]:
+        """GetQueueStats' figures, sampled for the charts, with the queue's marks and series."""
+        stats = await self._operator.stats(name)
+        self._watch.record(name, stats.counts)
+        out = _dict(stats_response(stats))
+        out["marks"] = self._watch.marks(name, stats.counts, dead_letter_queue)
+        out["sent_series"] = self._rates.series(name, "sent", RATE_STEP)
+        out["acked_series"] = self._rates.series(name, "acked", RATE_STEP)
+        out.update((f"{k}_series", v) for k, v in self._watch.series(name, RATE_STEP).items())
+        return out
 
     async def _queues(self, request: Request) -> dict[str, Any]:
-        _, readable, denied = await self._visible(request)
+        principal, readable, denied, dead_letter_queues = await self._visible(request)
         rows = []
         for name in readable:
             try:
-                stats = _dict(stats_response(await self._operator.stats(name)))
+                rows.append(await self._stats(name, name in dead_letter_queues))
             except errors.QueueNotFound:
                 continue  # dropped meanwhile
-            stats["sent_series"] = self._rates.series(name, "sent", RATE_STEP)
-            stats["acked_series"] = self._rates.series(name, "acked", RATE_STEP)
-            rows.append(stats)
+        if principal is None:
+            self._watch.forget_missing(set(readable))
         return {"queues": rows, "denied": denied, "rate_step": RATE_STEP}
 
     async def _streams(self, request: Request) -> dict[str, Any]:
-        _, readable, _ = await self._visible(request)
+        _, readable, _, _ = await self._visible(request)
         streams = self._receiver.streams_by_queue()
         rows = []
         for name in readable:
@@ -206,8 +221,8 @@ class Dashboard:
         self._require(request, principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=name))
         queue = await self._catalog.get(name)
         sources = await self._operator.dead_letter_sources(name)
-        return {"queue": _dict(queue_to_proto(queue)), "stats": _dict(stats_response(await self._operator.stats(name))),
-                "dead_letter_sources": sources,
+        return {"queue": _dict(queue_to_proto(queue)), "stats": await self._stats(name, bool(sources)),
+                "dead_letter_sources": sources, "rate_step": RATE_STEP,
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
                 "may_redrive": bool(sources) and self._may(
                     principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=sources[0]))}
