@@ -188,6 +188,107 @@ async def test_a_queue_worked_through_is_not_marked_stalled(ui, browser, clock):
         await expect(row(page, "busy").locator(".mark.stalled")).to_have_count(1, timeout=LIVE)
 
 
+async def test_queue_page_charts_have_axes_and_read_by_keyboard(ui, browser, clock, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=5, dead_letter_queue="dead")
+        await client.send_many("work", [spanq.OutgoingMessage(f"m{i}", i) for i in range(12)])
+        page = await open_page(browser, ui.ui_port, "#/queue/work")
+        depth = page.locator("#chart-depth")
+        await expect(depth.locator(".readout")).to_have_text("now: ready 12, scheduled 0, in flight 0", timeout=LIVE)
+        # Axes: a round top (20 for 12 messages), 0, and the minutes before now.
+        await expect(depth.locator("text.tick.y")).to_have_text(["0", "10", "20"])
+        await expect(depth.locator("text.tick.x")).to_have_text(["now", "-1 min", "-2 min", "-3 min", "-4 min"])
+        await expect(depth.locator("figcaption")).to_contain_text("ready")
+        await expect(page.locator("#chart-rates .readout")).to_have_text(f"now: sent {12 / 10:.2f}, acked 0")
+        await expect(page.locator("#chart-dead figcaption")).to_contain_text("Dead-lettered to dead")
+
+        # Ten seconds on, three taken: the chart's newest point says so, the one before what was.
+        leased = await client.receive("work", 3, lease_duration=60)
+        assert len(leased) == 3
+        clock.advance(timedelta(seconds=10))
+        await expect(depth.locator(".readout")).to_have_text("now: ready 9, scheduled 0, in flight 3", timeout=LIVE)
+        assert sql.execute('SELECT count(*) FILTER (WHERE spanq_lease_token IS NOT NULL), count(*) FROM "work"'
+                           ).fetchone() == (3, 12)
+        await depth.focus()
+        await page.keyboard.press("ArrowLeft")
+        await expect(depth.locator(".readout")).to_have_text("0:10 ago: ready 12, scheduled 0, in flight 0")
+        await page.keyboard.press("Home")
+        await expect(depth.locator(".readout")).to_have_text(
+            "4:50 ago: ready not read, scheduled not read, in flight not read")
+        # The page redraws every 2 s: the chart keeps the focus and its place.
+        await loaded(page)
+        await expect(depth).to_be_focused()
+        await expect(depth.locator(".readout")).to_contain_text("4:50 ago")
+        await page.keyboard.press("End")
+        await expect(depth.locator(".readout")).to_have_text("now: ready 9, scheduled 0, in flight 3")
+        await expect(depth.locator("polyline.line.leased")).to_have_count(1)
+        await page.screenshot(path=str(DOCS / "dashboard-charts.png"))
+
+
+async def test_the_dead_letter_queue_page_says_where_and_why_each_failed(ui, browser, clock, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=2, dead_letter_queue="dead", initial_backoff=1,
+                                  max_backoff=1)
+        await client.send("work", "card 4242", key=7)
+        for _ in range(2):
+            [m] = await client.receive("work", 1, lease_duration=60)
+            await client.nack("work", m, reason="payment gateway said: card declined")
+            clock.advance(timedelta(seconds=2))
+        assert await client.receive("work", 1, timeout=0.5) == []  # the third delivery dead-letters it
+        source, attempts, failure = sql.execute(
+            'SELECT spanq_dead_letter_source, spanq_dead_letter_attempts, spanq_last_failure FROM "dead"').fetchone()
+        assert (source, attempts, failure) == ("work", 2, "payment gateway said: card declined")
+
+        page = await open_page(browser, ui.ui_port, "#/queue/dead")
+        letter = page.locator('#messages tr.message[data-key="[\\"7\\"]"]')
+        await expect(letter.locator("td.source")).to_have_text("work", timeout=LIVE)
+        await expect(letter.locator("td.source-attempts")).to_have_text("2")
+        await expect(letter.locator("td.failure")).to_have_text("payment gateway said: card declined")
+        await expect(page.locator("#messages thead")).to_contain_text("Attempts there")
+        await page.screenshot(path=str(DOCS / "dashboard-dead-letters.png"), full_page=True)
+        # A queue without dead letters shows no such columns.
+        await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/work")
+        await expect(page.locator("#queue-name")).to_have_text("work", timeout=LIVE)
+        await expect(page.locator("#messages thead")).not_to_contain_text("Attempts there")
+
+
+async def test_a_large_payload_is_folded_and_a_narrow_screen_scrolls_no_page(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("docs", key_columns=[("id", "INT64")], payload_type="JSON")
+        big = {"title": "report", "rows": [{"n": i, "text": "x" * 40} for i in range(200)]}
+        await client.send("docs", big, key=1)
+        await client.send("docs", {"small": True}, key=2)
+        page = await open_page(browser, ui.ui_port, "#/queue/docs")
+        folded = page.locator('#messages tr[data-key="[\\"1\\"]"] details.payload')
+        await expect(folded.locator("summary")).to_contain_text("{ …", timeout=LIVE)
+        await expect(folded.locator("summary")).to_contain_text("characters)")
+        assert not await folded.evaluate("d => d.open")
+        small = page.locator('#messages tr[data-key="[\\"2\\"]"]')
+        await expect(small.locator("pre.payload")).to_have_text('{\n  "small": true\n}')
+        row_height = await page.locator('#messages tr[data-key="[\\"1\\"]"]').evaluate("r => r.offsetHeight")
+        assert row_height < 60
+        await folded.locator("summary").click()
+        await expect(folded.locator("pre.payload")).to_contain_text('"n": 199')
+        await loaded(page)  # stays open across the refresh
+        assert await folded.evaluate("d => d.open")
+
+        narrow = await browser.new_page(viewport={"width": 390, "height": 800})
+        for path in ("#/", "#/queue/docs", "#/streams"):
+            await narrow.goto(f"http://127.0.0.1:{ui.ui_port}/{path}")
+            await expect(narrow.locator("#page")).to_have_attribute("data-loaded", re.compile("."), timeout=LIVE)
+            width = await narrow.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{path} is {width} px wide on a 390 px screen"
+        await narrow.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/docs")
+        await expect(narrow.locator("#chart-depth")).to_be_visible(timeout=LIVE)
+        box = await narrow.locator("#chart-depth").bounding_box()
+        assert box is not None and box["width"] <= 390
+        await narrow.screenshot(path=str(DOCS / "dashboard-narrow.png"))
+
+
 async def test_queue_page_shows_payloads_by_type_and_pages(ui, browser):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("events", key_columns=[("id", "INT64")], payload_type="JSON")

@@ -77,7 +77,7 @@ function ago(s) { return s === 0 ? "now" : `${Math.floor(s / 60)}:${String(s % 6
 // a gap where nobody read the queue. Focus it (Tab) and move along it with the arrow keys, Home
 // and End (or the pointer): the readout says the values there.
 function chart(id, title, unit, step, series, state) {
-  const W = 460, H = 170, L = 44, R = 10, T = 10, B = 24;
+  const W = 400, H = 160, L = 42, R = 12, T = 10, B = 24;
   const n = series[0].values.length;
   const top = niceTop(Math.max(0, ...series.flatMap(s => s.values.filter(v => v !== null))));
   const x = i => L + i * (W - L - R) / Math.max(1, n - 1);
@@ -128,7 +128,7 @@ function chart(id, title, unit, step, series, state) {
       const i = Math.round(((event.clientX - r.left) * W / r.width - L) / (W - L - R) * (n - 1));
       show(Math.min(n - 1, Math.max(0, i)));
     }},
-    el("figcaption", {}, el("strong", {}, title), ` (${unit}) `,
+    el("figcaption", {}, el("strong", {}, title), ` (${unit})`,
       el("span", {class: "legend"}, series.map(s => el("span", {class: "key " + s.cls}, s.label)))),
     plot, el("div", {"aria-live": "polite"}, readout));
 }
