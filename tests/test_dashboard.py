@@ -289,6 +289,64 @@ async def test_a_large_payload_is_folded_and_a_narrow_screen_scrolls_no_page(ui,
         await narrow.screenshot(path=str(DOCS / "dashboard-narrow.png"))
 
 
+async def shown_keys(page: Page) -> list[str]:
+    return await page.locator("#messages tr.message td.key").all_inner_texts()
+
+
+async def test_the_queue_page_searches_by_key_prefix_state_attempt_and_payload_text(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "STRING")], payload_type="JSON")
+        await client.send_many("jobs", [spanq.OutgoingMessage({"customer": c, "n": i}, f"{kind}-{i}")
+                                        for i, (kind, c) in enumerate([("order", "Ada"), ("order", "Bob"),
+                                                                       ("invoice", "Ada"), ("order", "Cy")])])
+        await client.send("jobs", {"customer": "Ada", "later": True}, key="order-9", delay=3600)
+        [held] = await client.receive("jobs", 1, lease_duration=600)  # order-0, attempt 1, leased
+        assert held.key == ("order-0",)
+        page = await open_page(browser, ui.ui_port, "#/queue/jobs")
+        await expect(page.locator("#messages tr.message")).to_have_count(5, timeout=LIVE)
+
+        await page.fill("#filter-key_prefix", "order-")
+        await page.fill("#filter-text", "ada")  # case folded
+        await loaded(page)  # typing survives a redraw
+        await expect(page.locator("#filter-text")).to_have_value("ada")
+        await page.click("#search-apply")
+        await expect(page.locator("#search-applied")).to_contain_text("key starts with order-", timeout=LIVE)
+        await expect(page.locator("#messages tr.message")).to_have_count(2, timeout=LIVE)
+        assert await shown_keys(page) == ['["order-0"]', '["order-9"]']
+        assert [r[0] for r in sql.execute(
+            "SELECT id FROM jobs WHERE starts_with(id, 'order-') AND payload->>'customer' = 'Ada' "
+            "ORDER BY deliver_time, id")] == ["order-0", "order-9"]  # order-0's lease moved its deliver_time
+
+        await page.select_option("#filter-state", "SCHEDULED")
+        await page.click("#search-apply")
+        await expect(page.locator("#messages tr.message")).to_have_count(1, timeout=LIVE)
+        assert await shown_keys(page) == ['["order-9"]']
+
+        await page.click("#search-clear")
+        await page.fill("#filter-min_attempt", "1")
+        await page.click("#search-apply")
+        await expect(page.locator("#messages tr.message")).to_have_count(1, timeout=LIVE)
+        assert await shown_keys(page) == ['["order-0"]']
+        await expect(page.locator("#messages tr.message td.state")).to_have_text("LEASED")
+
+        await page.fill("#filter-text", "nobody has this")
+        await page.click("#search-apply")
+        await expect(page.locator("#no-messages")).to_have_text("No messages match.", timeout=LIVE)
+        await page.click("#search-clear")
+        await expect(page.locator("#messages tr.message")).to_have_count(5, timeout=LIVE)
+
+        # A bad filter is a clear 400, and changes nothing.
+        for query, said in (("state=GONE", "state must be one of READY, SCHEDULED, LEASED"),
+                            ("min_attempt=-1", "min_attempt must be a whole number"),
+                            ("text=" + "x" * 1001, "at most 1000 characters")):
+            answer = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/jobs/messages?{query}');
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert answer[0] == 400 and said in answer[1], answer
+        assert count(sql, "jobs") == 5
+
+
 async def test_queue_page_shows_payloads_by_type_and_pages(ui, browser):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("events", key_columns=[("id", "INT64")], payload_type="JSON")

@@ -26,7 +26,7 @@ from .clock import Clock
 from .model import Key, PeekedMessage, QueueCounts, QueueDef
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
 from .rates import Rates
-from .store import ALL_SOURCES, RedriveSource, Store
+from .store import ALL_SOURCES, PeekFilter, RedriveSource, Store
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ DEFAULT_REDRIVE_BATCH = 100
 MAX_REDRIVE_BATCH = 1000
 MAX_REDRIVE_RATE = 1_000_000
 """The highest rate (messages a second) a redrive may ask for, far above what one reaches; 0: no limit."""
+PEEK_STATES = ("READY", "SCHEDULED", "LEASED")
+MAX_ATTEMPT_FILTER = 2**31 - 1
+MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
 """Times one batch is tried again when a key was sent to the target while it moved."""
 
@@ -87,13 +90,24 @@ class Operator:
             None, queue, key_equals=key_equals, deliver_time_bounds=deliver_time_bounds, order_by=order_by,
             descending=descending, limit=limit, now=self._clock.now())
 
-    async def peek(self, name: str, page_size: int, page_token: str) -> tuple[QueueDef, list[PeekedMessage], str]:
+    async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter()
+                   ) -> tuple[QueueDef, list[PeekedMessage], str]:
+        """A page of messages in delivery order; ``where`` (the dashboard's search) keeps some."""
         if not 0 <= page_size <= MAX_PAGE_SIZE:
             raise errors.InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
+        if where.state not in (None, *PEEK_STATES):
+            raise errors.InvalidArgument(f"state must be one of {', '.join(PEEK_STATES)}, got {where.state!r}")
+        if where.min_attempt is not None and not 0 <= where.min_attempt <= MAX_ATTEMPT_FILTER:
+            raise errors.InvalidArgument(f"the attempt filter must be between 0 and {MAX_ATTEMPT_FILTER:,}, "
+                                         f"got {where.min_attempt}")
+        for what, text in (("key prefix", where.key_prefix), ("payload text", where.text)):
+            if text is not None and (len(text) > MAX_FILTER_TEXT or "\0" in text):
+                raise errors.InvalidArgument(f"the {what} filter must be at most {MAX_FILTER_TEXT} characters "
+                                             "and hold no NUL")
         queue = await self._catalog.get(name)
         size = page_size or DEFAULT_PAGE_SIZE
         found = await self._store.messages_peek(queue, _decode_peek_token(queue, page_token), size + 1,
-                                                self._clock.now())
+                                                self._clock.now(), where)
         more = len(found) > size
         found = found[:size]
         return queue, found, (_encode_peek_token(queue, found[-1]) if more else "")

@@ -28,6 +28,7 @@ from ..clock import Clock
 from ..queues import Catalog
 from ..rates import Rates
 from ..receive import Receiver
+from ..store import PeekFilter
 from ..service import peek_response, queue_to_proto, stats_response
 from .http import HttpError, HttpServer, Request, Response, json_response, split_host
 from .watch import Watch
@@ -232,7 +233,13 @@ class Dashboard:
         size = request.query.get("page_size", "0")
         if not (size.isascii() and size.isdigit()):  # str.isdigit() takes '²', which int() refuses
             raise errors.InvalidArgument(f"page_size must be a whole number, got {size!r}")
-        queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""))
+        q = {k: v for k, v in request.query.items() if v != ""}  # an empty filter field: not filtered
+        attempt = q.get("min_attempt")
+        if attempt is not None and not (attempt.isascii() and attempt.isdigit()):
+            raise errors.InvalidArgument(f"min_attempt must be a whole number, got {attempt!r}")
+        where = PeekFilter(key_prefix=q.get("key_prefix"), state=q.get("state"),
+                           min_attempt=int(attempt) if attempt is not None else None, text=q.get("text"))
+        queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""), where)
         out = _dict(peek_response(queue, found, token))
         out["payload_type"] = queue.payload_type.value
         return out

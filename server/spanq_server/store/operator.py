@@ -2,7 +2,7 @@
 peek, purge, redrive (admin.py, metrics/endpoint.py)."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import sql
 
@@ -16,6 +16,18 @@ RedriveSource = str | tuple[str, ...] | None
 """Which messages of a dead-letter queue a redrive moves: those that recorded this source
 queue (str), those that recorded none of these (tuple), or all (None)."""
 ALL_SOURCES: RedriveSource = None
+
+
+class PeekFilter(NamedTuple):
+    """Which messages a peek keeps (the dashboard's search); None: any."""
+
+    key_prefix: str | None = None
+    """The first key column's text starts with it."""
+    state: str | None = None
+    """READY, SCHEDULED or LEASED."""
+    min_attempt: int | None = None
+    text: str | None = None
+    """The payload's text (JSON as stored, BYTES as \\x hex) holds it, case folded."""
 
 
 class OperatorQueries(Database):
@@ -36,10 +48,12 @@ class OperatorQueries(Database):
         return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time)
 
     async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
-                            now: datetime | None) -> list[PeekedMessage]:
-        """Up to limit messages in delivery order after (deliver_time, key), unleased."""
+                            now: datetime | None, where: PeekFilter = PeekFilter()) -> list[PeekedMessage]:
+        """Up to limit messages in delivery order after (deliver_time, key), unleased; only
+        those ``where`` keeps."""
         names = QueueStatements(queue)
-        params: dict[str, Any] = {"limit": limit, "now": now}
+        params: dict[str, Any] = {"limit": limit, "now": now, "key_prefix": where.key_prefix, "state": where.state,
+                                  "min_attempt": where.min_attempt, "text": where.text}
         condition: sql.Composable = sql.SQL("TRUE")
         if after is not None:
             params["after_time"] = after[0]
@@ -49,7 +63,10 @@ class OperatorQueries(Database):
                 values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"a{i}"), sql.SQL(SQL_TYPES[column.type])))
             condition = sql.SQL("(m.deliver_time, {}) > ({})").format(
                 names.qualified_keys("m"), sql.SQL(", ").join(values))
-        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition)
+        first_key: sql.Composable = (sql.Identifier("m", queue.key_columns[0].name)
+                                     if queue.key_columns else sql.SQL("NULL"))
+        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition,
+                          first_key_column=first_key)
         width = len(queue.key_columns)
         async with self._read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()

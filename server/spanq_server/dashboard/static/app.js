@@ -220,7 +220,8 @@ async function queuePage(page, name, state) {
   const path = "/api/queues/" + encodeURIComponent(name);
   const [info, peek] = await Promise.all([
     getJSON(path),
-    getJSON(`${path}/messages?page_size=20&page_token=${encodeURIComponent(state.tokens[state.tokens.length - 1])}`)]);
+    getJSON(`${path}/messages?` + new URLSearchParams(Object.assign({page_size: 20,
+      page_token: state.tokens[state.tokens.length - 1]}, state.filter || {})))]);
   const q = info.queue, s = info.stats;
   const definition = [
     ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
@@ -260,14 +261,44 @@ async function queuePage(page, name, state) {
     charts(s, info.rate_step, q.dead_letter_queue, state),
     actions,
     el("h2", {}, "Messages, in delivery order"),
+    searchForm(state),
     el("div", {class: "scroll"}, el("table", {id: "messages"},
       el("thead", {}, el("tr", {}, headings.map(t => el("th", {class: "name"}, t)))),
       el("tbody", {}, messages))),
-    peek.messages.length ? null : el("p", {class: "muted", id: "no-messages"}, "No messages."),
+    peek.messages.length ? null : el("p", {class: "muted", id: "no-messages"},
+      state.filter ? "No messages match." : "No messages."),
     el("p", {},
       el("button", {id: "first-page", disabled: state.tokens.length === 1, onclick: () => { state.tokens = [""]; refresh(); }}, "First page"),
       el("button", {id: "next-page", disabled: !peek.next_page_token,
         onclick: () => { state.tokens.push(peek.next_page_token); refresh(); }}, "Next page")));
+}
+
+// Search: the fields as typed are kept across the page's redraws; Search applies them.
+const FILTERS = [["key_prefix", "Key starts with"], ["state", "State"], ["min_attempt", "Attempts at least"], ["text", "Payload holds"]];
+
+function searchForm(state) {
+  const draft = state.draft || (state.draft = {});
+  const field = ([name, label]) => {
+    const oninput = (event) => { draft[name] = event.target.value; };
+    const input = name === "state"
+      ? el("select", {id: "filter-" + name, onchange: oninput},
+          ["", "READY", "SCHEDULED", "LEASED"].map(v => el("option", {value: v, selected: (draft[name] || "") === v}, v || "any")))
+      : el("input", {id: "filter-" + name, value: draft[name] || "", oninput, size: name === "min_attempt" ? 4 : 16,
+          type: name === "min_attempt" ? "number" : "search", min: name === "min_attempt" ? 0 : null});
+    return el("label", {}, label, " ", input);
+  };
+  return el("form", {id: "search", class: "search", onsubmit: (event) => {
+      event.preventDefault();
+      const applied = Object.fromEntries(Object.entries(draft).filter(([, v]) => v !== ""));
+      state.filter = Object.keys(applied).length ? applied : null;
+      state.tokens = [""];
+      refresh();
+    }},
+    FILTERS.map(field), el("button", {type: "submit", id: "search-apply"}, "Search"),
+    el("button", {type: "button", id: "search-clear", disabled: !state.filter && !Object.values(draft).some(Boolean),
+      onclick: () => { state.draft = {}; state.filter = null; state.tokens = [""]; refresh(); }}, "Clear"),
+    state.filter ? el("span", {class: "muted", id: "search-applied"}, "filtered: " +
+      Object.entries(state.filter).map(([k, v]) => `${FILTERS.find(f => f[0] === k)[1].toLowerCase()} ${v}`).join(", ")) : null);
 }
 
 async function purge(name) {
@@ -351,14 +382,20 @@ async function refresh() {
   clearTimeout(timer);
   const mine = ++generation;
   const page = document.getElementById("page");
-  const focused = document.activeElement && page.contains(document.activeElement) ? document.activeElement.id : "";
+  const active = document.activeElement && page.contains(document.activeElement) ? document.activeElement : null;
+  const focused = active ? active.id : "";
+  const caret = active && active.type === "search" ? [active.selectionStart, active.selectionEnd] : null;
   document.getElementById("refresh-state").classList.add("loading");
   try {
     // A slow answer for a page no longer shown must not draw over the one that is.
     const sink = {replaceChildren: (...nodes) => { if (mine === generation) page.replaceChildren(...nodes.filter(n => n !== null)); }};
     await current.draw(sink, ...current.args, current.state);
     if (mine !== generation) return;
-    if (focused && document.getElementById(focused)) document.getElementById(focused).focus();  // a chart read by keyboard
+    const again = focused && document.getElementById(focused);
+    if (again) {  // a chart read by keyboard, a search field being typed in
+      again.focus();
+      if (caret) again.setSelectionRange(...caret);
+    }
     lastUpdate = new Date();
     page.dataset.loaded = String(Date.now());
     showError("");
