@@ -249,7 +249,6 @@ async def test_the_dead_letter_queue_page_says_where_and_why_each_failed(ui, bro
         await expect(letter.locator("td.source-attempts")).to_have_text("2")
         await expect(letter.locator("td.failure")).to_have_text("payment gateway said: card declined")
         await expect(page.locator("#messages thead")).to_contain_text("Attempts there")
-        await page.screenshot(path=str(DOCS / "dashboard-dead-letters.png"), full_page=True)
         # A queue without dead letters shows no such columns.
         await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/work")
         await expect(page.locator("#queue-name")).to_have_text("work", timeout=LIVE)
@@ -347,6 +346,61 @@ async def test_the_queue_page_searches_by_key_prefix_state_attempt_and_payload_t
         assert count(sql, "jobs") == 5
 
 
+async def test_one_message_is_deleted_released_and_redriven_from_the_page(ui, browser, sql, clock):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=1, dead_letter_queue="dead", initial_backoff=1, max_backoff=1)
+        await client.send_many("work", [spanq.OutgoingMessage(f"w{i}", i) for i in range(1, 4)])
+        [failing] = await client.receive("work", 1, lease_duration=60)  # key 1
+        await client.nack("work", failing, reason="boom")
+        clock.advance(timedelta(seconds=2))
+        held, _ = await client.receive("work", 3, lease_duration=600)  # 2 and 3 held; 1 dead-lettered on the way
+        assert held.key == (2,) and count(sql, "dead") == 1
+
+        page = await open_page(browser, ui.ui_port, "#/queue/work")
+        message = lambda key: page.locator(f'#messages tr.message[data-key="[\\"{key}\\"]"]')  # noqa: E731
+        # Release now: the held message is ready at once, its attempt still counted; the holder's ack fails.
+        await message(2).locator("button.release").click(timeout=LIVE)
+        await expect(page.locator("#action-result")).to_have_text('Released the message with key ["2"].', timeout=LIVE)
+        await expect(message(2).locator("td.state")).to_have_text("READY", timeout=LIVE)
+        assert sql.execute("SELECT spanq_lease_token, spanq_delivery_attempt FROM work WHERE id = 2").fetchone() == \
+            (None, 1)
+        with pytest.raises(spanq.SpanqError):
+            await client.ack("work", held)
+        assert count(sql, "work") == 2
+        # Delete (confirmed), leased or not: gone from the table.
+        await message(3).locator("button.delete").click()
+        await expect(page.locator("#action-result")).to_have_text('Deleted the message with key ["3"].', timeout=LIVE)
+        assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == [2]
+        await expect(message(3)).to_have_count(0, timeout=LIVE)
+
+        # Redrive one, to the queue it failed in.
+        await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/dead")
+        await expect(message(1).locator("button.redrive-one")).to_have_text("Redrive to work", timeout=LIVE)
+        await page.screenshot(path=str(DOCS / "dashboard-dead-letters.png"), full_page=True)
+        await message(1).locator("button.redrive-one").click()
+        await expect(page.locator("#action-result")).to_have_text('Redrove the message with key ["1"] to work.',
+                                                                  timeout=LIVE)
+        assert count(sql, "dead") == 0
+        assert sql.execute("SELECT payload, spanq_delivery_attempt FROM work WHERE id = 1").fetchone() == ("w1", 0)
+
+        # Refused: a key that is not there, a release of an unleased message, a bad key; nothing changes.
+        for action, body, status, said in (
+                ("delete", '{"key": ["77"]}', 400, "holds no message with key"),
+                ("release", '{"key": ["2"]}', 409, "is not leased"),
+                ("delete", '{"key": "2"}', 400, "must be a list"),
+                ("delete", '{"key": ["x"]}', 400, "key"),
+                ("redrive", '{"key": ["2"], "to": "work"}', 400, "cannot redrive queue 'work' into itself")):
+            answer = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/work/messages/{action}', {{method: 'POST', body: '{body}',
+                    headers: {{'Content-Type': 'application/json'}}}});
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert answer[0] == status and said in answer[1], (action, body, answer)
+        assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == [1, 2]
+
+
 async def test_queue_page_shows_payloads_by_type_and_pages(ui, browser):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("events", key_columns=[("id", "INT64")], payload_type="JSON")
@@ -435,6 +489,15 @@ async def test_pages_need_a_token_with_their_rpcs_privilege(tokens, clock, brows
             return [r.status, (await r.json()).error];
         }""")
         assert refused[0] == 403 and "'ack' privilege on queue 'work'" in refused[1]
+        await expect(page.locator("#messages tr.message button.delete")).to_be_disabled()
+        for action, privilege in (("delete", "ack"), ("release", "receive")):
+            refused = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/work/messages/{action}', {{method: 'POST', body: '{{"key": ["1"]}}',
+                    headers: {{'Content-Type': 'application/json',
+                               'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}}}});
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert refused[0] == 403 and f"'{privilege}' privilege on queue 'work'" in refused[1], refused
         assert count(sql, "work") == 1
         # No privilege at all on a queue: its page is refused.
         await page.goto(f"http://127.0.0.1:{running.ui_port}/#/queue/secret")
@@ -456,19 +519,23 @@ async def test_actions_refuse_another_sites_requests(ui):
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.send("work", "keep me", key=1)
     host = f"127.0.0.1:{ui.ui_port}"
-    plain = await http_post(host, "/api/queues/work/purge", "text/plain", "")
-    assert plain[0] == 400 and "application/json" in plain[1]
-    foreign = await http_post(host, "/api/queues/work/purge", "application/json", "http://evil.example")
-    assert foreign[0] == 403 and "origin" in foreign[1]
+    for action in ("purge", "messages/delete", "messages/release", "messages/redrive"):
+        path = f"/api/queues/work/{action}"
+        plain = await http_post(host, path, "text/plain", "", '{"key": ["1"]}')
+        assert plain[0] == 400 and "application/json" in plain[1]
+        foreign = await http_post(host, path, "application/json", "http://evil.example", '{"key": ["1"]}')
+        assert foreign[0] == 403 and "origin" in foreign[1]
+        rebound = await http_post(f"{REBINDING}:{ui.ui_port}", path, "application/json", "", '{"key": ["1"]}')
+        assert rebound[0] == 421
     async with spanq.aio.Client(ui.target) as client:
         assert (await client.stats("work")).ready == 1
     ok = await http_post(host, "/api/queues/work/purge", "application/json", f"http://{host}")
     assert ok == (200, '{"purged":1}')
 
 
-async def http_post(host: str, path: str, content_type: str, origin: str) -> tuple[int, str]:
+async def http_post(host: str, path: str, content_type: str, origin: str, body: str = "{}") -> tuple[int, str]:
     return await http(int(host.split(":")[1]), f"POST {path}", {"Host": host, "Content-Type": content_type,
-                                                                **({"Origin": origin} if origin else {})}, "{}")
+                                                                **({"Origin": origin} if origin else {})}, body)
 
 
 async def http(port: int, request: str, headers: dict[str, str], body: str = "") -> tuple[int, str]:

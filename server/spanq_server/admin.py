@@ -119,6 +119,35 @@ class Operator:
                     f" sent before {sent_before.isoformat()}" if sent_before else "")
         return purged
 
+    # -- one message at a time (the dashboard's actions) ------------------------------
+
+    async def delete(self, name: str, key: Any) -> None:
+        """Deletes one message, ``key`` in its JSON form (a list, as Peek shows it)."""
+        queue = await self._catalog.get(name)
+        if not await self._store.message_delete(queue, _key_from_json(queue, key)):
+            raise errors.MessageNotFound(f"queue {name!r} holds no message with key {key}")
+        logger.info("deleted the message with key %s of queue %s", key, name)
+
+    async def release(self, name: str, key: Any) -> None:
+        """Takes back a leased message's lease: deliverable now (its attempt stays counted)."""
+        queue = await self._catalog.get(name)
+        if not await self._store.message_release(queue, _key_from_json(queue, key), self._clock.now()):
+            raise errors.FailedPrecondition(f"the message with key {key} of queue {name!r} is not leased (or gone): "
+                                            "nothing to release")
+        logger.info("released the lease of the message with key %s of queue %s", key, name)
+
+    async def redrive_one(self, name: str, key: Any, to: str) -> str:
+        """Moves one dead letter to ``to`` (or the one queue naming this one as its dead-letter
+        queue); the target's name."""
+        dead = await self._catalog.get(name)
+        target = await self.redrive_target(dead, to)
+        if not await self._store.message_redrive_one(dead, target, _key_from_json(dead, key), self._clock.now()):
+            raise errors.FailedPrecondition(
+                f"the message with key {key} of queue {name!r} cannot move to {target.name!r}: it is gone, leased, "
+                f"or {target.name!r} holds that key")
+        logger.info("redrove the message with key %s of queue %s to %s", key, name, target.name)
+        return target.name
+
     async def dead_letter_sources(self, name: str) -> list[str]:
         """The queues that name queue ``name`` as their dead-letter queue, in name order."""
         return await self._store.queue_dead_letter_sources(name)
@@ -221,6 +250,15 @@ class Operator:
         raise errors.TransactionAborted(
             f"redrive of {dead.name!r} to {target.name!r} kept meeting keys sent to the target meanwhile; "
             "nothing of the last batch moved: run it again")
+
+
+def _key_from_json(queue: QueueDef, key: Any) -> Key:
+    if not isinstance(key, list):
+        raise errors.InvalidArgument(f"`key` must be a list of the key's values (as Peek shows it), got {key!r:.100}")
+    try:
+        return codec.key_from_proto(queue, json_format.ParseDict(key, struct_pb2.ListValue()), "key")
+    except (json_format.ParseError, RecursionError):
+        raise errors.InvalidArgument(f"`key` must be a list of the key's values, got {key!r:.100}") from None
 
 
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:

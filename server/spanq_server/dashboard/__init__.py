@@ -41,6 +41,8 @@ HTTP_STATUS = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENI
                "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
 RATE_STEP = 10
 """Seconds per point of the rate charts (the last rates.HISTORY seconds)."""
+MESSAGE_ACTIONS = ("delete", "release", "redrive")
+"""POST /api/queues/NAME/messages/ACTION {"key": [...], "to": QUEUE}: one message's action."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names the dashboard always answers for, beside its listen address and --ui-allowed-hosts."""
 
@@ -101,6 +103,8 @@ class Dashboard:
                 return json_response(await self._purge(request, parts[2]))
             if route == ("POST", "queues", "*", "redrive"):
                 return await self._redrive(request, parts[2], body)
+            if route[:4] == ("POST", "queues", "*", "messages") and len(route) == 5 and route[4] in MESSAGE_ACTIONS:
+                return json_response(await self._message_action(request, parts[2], route[4], body))
         except errors.QueueError as exc:
             return _error(exc)
         raise HttpError(404 if request.method in ("GET", "POST") else 405,
@@ -225,6 +229,8 @@ class Dashboard:
         return {"queue": _dict(queue_to_proto(queue)), "stats": await self._stats(name, bool(sources)),
                 "dead_letter_sources": sources, "rate_step": RATE_STEP,
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
+                "may_delete": self._may(principal, "Ack", queue_pb2.AckRequest(queue=name)),
+                "may_release": self._may(principal, "RenewLease", queue_pb2.RenewLeaseRequest(queue=name)),
                 "may_redrive": bool(sources) and self._may(
                     principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=sources[0]))}
 
@@ -243,6 +249,26 @@ class Dashboard:
         out = _dict(peek_response(queue, found, token))
         out["payload_type"] = queue.payload_type.value
         return out
+
+    async def _message_action(self, request: Request, name: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One message's delete, release or redrive, by the rule of the RPC it stands for."""
+        key, to = body.get("key"), body.get("to", "")
+        if not isinstance(to, str):
+            raise errors.InvalidArgument("`to` must be a queue name")
+        principal = self._principal(request)
+        if action == "delete":
+            self._require(request, principal, "Ack", queue_pb2.AckRequest(queue=name))
+            await self._operator.delete(name, key)
+            return {"deleted": key}
+        if action == "release":
+            self._require(request, principal, "RenewLease", queue_pb2.RenewLeaseRequest(queue=name))
+            await self._operator.release(name, key)
+            return {"released": key}
+        if not to:
+            sources = await self._operator.dead_letter_sources(name)
+            to = sources[0] if len(sources) == 1 else ""
+        self._require(request, principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=to))
+        return {"redriven": key, "to": await self._operator.redrive_one(name, key, to)}
 
     async def _purge(self, request: Request, name: str) -> dict[str, Any]:
         self._require(request, self._principal(request), "Purge", queue_pb2.PurgeRequest(queue=name))

@@ -854,6 +854,25 @@ WITH clock AS (
 INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time)
 SELECT * FROM moved
 
+-- message_delete_one --
+-- The dashboard's delete: one message by key, leased or not (its holder's ack
+-- then finds it gone).
+DELETE FROM {queue} AS m WHERE ({m_key_columns}) = ({key})
+
+-- message_release_one --
+-- The dashboard's release now: a leased message deliverable at once, its
+-- lease taken back (the holder's ack or renewal then finds its token stale);
+-- the delivery attempt stays counted, as a nack's does. Other servers' streams
+-- learn of it by the notification in the same statement.
+WITH released AS (
+    UPDATE {queue} AS m SET spanq_lease_token = NULL, spanq_lease_expiration_timestamp = NULL,
+                            deliver_time = clock.now
+    FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+    WHERE ({m_key_columns}) = ({key}) AND coalesce(m.spanq_lease_expiration_timestamp > clock.now, false)
+    RETURNING 1
+)
+SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM released HAVING count(*) > 0
+
 -- message_redrive_left --
 -- What a Redrive leaves in the dead-letter queue: all messages, and those it
 -- cannot move now (leased, or their key already in the target).

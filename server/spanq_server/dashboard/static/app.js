@@ -241,7 +241,8 @@ async function queuePage(page, name, state) {
         el("td", {class: "source-attempts"}, m.dead_letter ? m.dead_letter.delivery_attempts : ""),
         el("td", {class: "text failure"}, m.dead_letter ? m.dead_letter.last_failure || el("span", {class: "muted"}, "none given") : ""),
         el("td", {}, m.dead_letter ? time(m.dead_letter.dead_letter_time) : "")] : null,
-      el("td", {}, time(m.enqueue_time)), el("td", {}, time(m.deliver_time)), el("td", {}, time(m.lease_expiration_time)));
+      el("td", {}, time(m.enqueue_time)), el("td", {}, time(m.deliver_time)), el("td", {}, time(m.lease_expiration_time)),
+      el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type)));
   });
   const actions = el("div", {class: "actions"},
     el("button", {id: "purge", disabled: !info.may_purge, title: info.may_purge ? null : "this token may not purge it",
@@ -251,7 +252,7 @@ async function queuePage(page, name, state) {
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
     el("span", {id: "action-result"}, state.result || ""));
   const headings = ["Key", "Payload", "State", "Attempts",
-    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []), "Enqueued", "Deliver at", "Lease ends"];
+    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []), "Enqueued", "Deliver at", "Lease ends", "Actions"];
   page.replaceChildren(
     el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name), " ", marks(s)),
     el("dl", {class: "def"}, definition.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
@@ -271,6 +272,32 @@ async function queuePage(page, name, state) {
       el("button", {id: "first-page", disabled: state.tokens.length === 1, onclick: () => { state.tokens = [""]; refresh(); }}, "First page"),
       el("button", {id: "next-page", disabled: !peek.next_page_token,
         onclick: () => { state.tokens.push(peek.next_page_token); refresh(); }}, "Next page")));
+}
+
+// One message's actions, each a POST the server checks as the RPC it stands for; delete and
+// redrive ask first. The result is said beside the queue's actions.
+function messageActions(name, m, info, type) {
+  const key = JSON.stringify(m.key);
+  const to = m.dead_letter ? m.dead_letter.source_queue : info.dead_letter_sources[0];
+  return [
+    el("button", {class: "delete", type: "button", disabled: !info.may_delete, title: info.may_delete ? null : "this token may not ack it",
+      onclick: () => messageAction(name, "delete", m.key, null, `Delete the message with key ${key} of ${name}? This cannot be undone.`)}, "Delete"),
+    m.state === "LEASED" ? el("button", {class: "release", type: "button", disabled: !info.may_release,
+      onclick: () => messageAction(name, "release", m.key, null, null)}, "Release now") : null,
+    m.dead_letter || info.dead_letter_sources.length ? el("button", {class: "redrive-one", type: "button", disabled: !info.may_redrive,
+      onclick: () => messageAction(name, "redrive", m.key, to, `Move the message with key ${key} back to ${to}?`)}, `Redrive to ${to}`) : null,
+    el("button", {class: "copy", type: "button", onclick: (event) => copy(payloadText(m.payload, type), event.target)}, "Copy")];
+}
+
+async function messageAction(name, action, key, to, question) {
+  if (question && !confirm(question)) return;
+  const said = {delete: "Deleted", release: "Released", redrive: "Redrove"}[action];
+  try {
+    const result = await (await api(`/api/queues/${encodeURIComponent(name)}/messages/${action}`,
+      {method: "POST", body: JSON.stringify(to ? {key, to} : {key})})).json();
+    current.state.result = `${said} the message with key ${JSON.stringify(key)}` + (result.to ? ` to ${result.to}.` : ".");
+  } catch (e) { current.state.result = "Refused: " + e.message; }
+  refresh();
 }
 
 // Search: the fields as typed are kept across the page's redraws; Search applies them.
