@@ -256,8 +256,10 @@ def _key_from_json(queue: QueueDef, key: Any) -> Key:
     if not isinstance(key, list):
         raise errors.InvalidArgument(f"`key` must be a list of the key's values (as Peek shows it), got {key!r:.100}")
     try:
-        return codec.key_from_proto(queue, json_format.ParseDict(key, struct_pb2.ListValue()), "key")
-    except (json_format.ParseError, RecursionError):
+        values = struct_pb2.ListValue()
+        values.extend(key)  # ParseDict takes objects only; extend checks each value's type
+        return codec.key_from_proto(queue, values, "key")
+    except (ValueError, TypeError, RecursionError):
         raise errors.InvalidArgument(f"`key` must be a list of the key's values, got {key!r:.100}") from None
 
 

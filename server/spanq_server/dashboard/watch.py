@@ -72,11 +72,11 @@ class Watch:
                 last[i] = s
             previous = s
         out: dict[str, list[float | None]] = {k: [] for k in ("ready", "scheduled", "leased", "dead_rate")}
-        for s, b in zip(last, before):
-            out["ready"].append(s.ready if s else None)
-            out["scheduled"].append(s.scheduled if s else None)
-            out["leased"].append(s.leased if s else None)
-            out["dead_rate"].append(max(0, s.dead - b.dead) / max(1.0, s.at - b.at) if s and b else None)
+        for sample, b in zip(last, before):
+            out["ready"].append(sample.ready if sample else None)
+            out["scheduled"].append(sample.scheduled if sample else None)
+            out["leased"].append(sample.leased if sample else None)
+            out["dead_rate"].append(max(0, sample.dead - b.dead) / max(1.0, sample.at - b.at) if sample and b else None)
         return out
 
     def marks(self, name: str, counts: QueueCounts, dead_letter_queue: bool) -> list[dict[str, Any]]:
