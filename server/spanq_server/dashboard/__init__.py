@@ -1,7 +1,8 @@
-"""The web dashboard (``spanq serve --ui-listen``): queues, a queue's messages,
-purge and redrive, open streams. Static pages (static/, no build step) call a
-small JSON API here, which calls the domain in-process (admin.Operator, the
-catalog, the receiver).
+"""The web dashboard (``spanq serve --ui-listen``): queues with their charts and
+marks (watch.py), a queue's messages and their search, purge and redrive, one
+message's delete, release and redrive, open streams. Static pages (static/, no
+build step) call a small JSON API here, which calls the domain in-process
+(admin.Operator, the catalog, the receiver).
 
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by

@@ -306,7 +306,8 @@ const FILTERS = [["key_prefix", "Key starts with"], ["state", "State"], ["min_at
 function searchForm(state) {
   const draft = state.draft || (state.draft = {});
   const field = ([name, label]) => {
-    const oninput = (event) => { draft[name] = event.target.value; };
+    // state.draft at the event, not this draw's: Clear replaces it before the page is redrawn.
+    const oninput = (event) => { (state.draft || (state.draft = {}))[name] = event.target.value; };
     const input = name === "state"
       ? el("select", {id: "filter-" + name, onchange: oninput},
           ["", "READY", "SCHEDULED", "LEASED"].map(v => el("option", {value: v, selected: (draft[name] || "") === v}, v || "any")))
@@ -316,7 +317,7 @@ function searchForm(state) {
   };
   return el("form", {id: "search", class: "search", onsubmit: (event) => {
       event.preventDefault();
-      const applied = Object.fromEntries(Object.entries(draft).filter(([, v]) => v !== ""));
+      const applied = Object.fromEntries(Object.entries(state.draft || {}).filter(([, v]) => v !== ""));
       state.filter = Object.keys(applied).length ? applied : null;
       state.tokens = [""];
       refresh();
