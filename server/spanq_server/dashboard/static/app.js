@@ -240,9 +240,10 @@ async function queuePage(page, name, state) {
       dead ? [el("td", {class: "text source"}, m.dead_letter ? m.dead_letter.source_queue : ""),
         el("td", {class: "source-attempts"}, m.dead_letter ? m.dead_letter.delivery_attempts : ""),
         el("td", {class: "text failure"}, m.dead_letter ? m.dead_letter.last_failure || el("span", {class: "muted"}, "none given") : ""),
-        el("td", {}, m.dead_letter ? time(m.dead_letter.dead_letter_time) : "")] : null,
-      el("td", {}, time(m.enqueue_time)), el("td", {}, time(m.deliver_time)), el("td", {}, time(m.lease_expiration_time)),
-      el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type)));
+        el("td", {class: "time"}, m.dead_letter ? time(m.dead_letter.dead_letter_time) : "")] : null,
+      el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type)),
+      el("td", {class: "time"}, time(m.enqueue_time)), el("td", {class: "time"}, time(m.deliver_time)),
+      el("td", {class: "time"}, time(m.lease_expiration_time)));
   });
   const actions = el("div", {class: "actions"},
     el("button", {id: "purge", disabled: !info.may_purge, title: info.may_purge ? null : "this token may not purge it",
@@ -251,8 +252,8 @@ async function queuePage(page, name, state) {
       onclick: () => redrive(name, info.dead_letter_sources[0])}, `Redrive to ${info.dead_letter_sources[0]}`) : null,
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
     el("span", {id: "action-result"}, state.result || ""));
-  const headings = ["Key", "Payload", "State", "Attempts",
-    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []), "Enqueued", "Deliver at", "Lease ends", "Actions"];
+  const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts",
+    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
   page.replaceChildren(
     el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name), " ", marks(s)),
     el("dl", {class: "def"}, definition.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
