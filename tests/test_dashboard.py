@@ -9,11 +9,13 @@ import atexit
 import dataclasses
 import os
 import pathlib
+import re
 import shutil
 import ssl
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -91,7 +93,13 @@ async def expect_counts(page: Page, queue: str, ready: int, leased: int, dead: i
     await expect(r.locator("td.dead_lettered")).to_have_text(str(dead), timeout=LIVE)
 
 
-async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
+async def loaded(page: Page) -> None:
+    """Until the page has drawn once more from a fresh read (each read samples the counts)."""
+    before = await page.locator("#page").get_attribute("data-loaded")
+    await expect(page.locator("#page")).not_to_have_attribute("data-loaded", before or "", timeout=LIVE)
+
+
+async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser, clock):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
@@ -103,8 +111,15 @@ async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
         await expect_counts(page, "work", ready=3, leased=0, dead=0)
         await expect(row(page, "work").locator("td.scheduled")).to_have_text("1")
         await expect(row(page, "work").locator("td.send_rate")).to_have_text(f"{4 / 60:.2f}/s")
-        # Nobody takes the ready messages: their age grows, and the row turns red.
+        await expect(row(page, "work")).not_to_have_class("alarm")  # not a minute seen yet
+        await expect(page.locator("#refresh-state")).to_contain_text("Live, every 2 s · updated")
+        # Nobody takes the ready messages for a minute: the row turns red, and says why.
+        clock.advance(timedelta(seconds=61))
         await expect(row(page, "work")).to_have_class("alarm", timeout=LIVE)
+        stalled = row(page, "work").locator(".mark.stalled")
+        await expect(stalled).to_have_attribute("title", re.compile(r"stalled: its oldest ready message has waited "
+                                                                    r"6\d s and nobody took it in the last 6\d s"))
+        await expect(page.locator("#marks-legend")).to_contain_text("the same message has been the oldest ready one")
 
         [m] = await client.receive("work", 1, lease_duration=60)
         await expect_counts(page, "work", ready=2, leased=1, dead=0)
@@ -112,11 +127,27 @@ async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
         await expect_counts(page, "work", ready=2, leased=0, dead=0)
         await expect(row(page, "work").locator("td.ack_rate")).to_have_text(f"{1 / 60:.2f}/s", timeout=LIVE)
 
-        # A dead letter (sent straight to the dead-letter queue) counts, and marks work red.
+        # A dead letter (sent straight to the dead-letter queue) counts, and marks work red, saying so.
         await client.send("dead", "buried", key=99)
         await expect_counts(page, "work", ready=2, leased=0, dead=1)
-        await expect(row(page, "work")).to_have_class("alarm")
+        await expect(row(page, "work").locator(".mark.dead-lettering")).to_have_attribute(
+            "title", "dead-lettering: 1 message(s) went to its dead-letter queue in the last minute")
         await page.screenshot(path=str(DOCS / "dashboard-queues.png"))
+        # The dead-letter queue's own letter waits for an operator: never a stalled mark.
+        clock.advance(timedelta(seconds=61))
+        await expect(row(page, "dead").locator("td.oldest_ready_age")).to_have_text(re.compile("min"), timeout=LIVE)
+        await loaded(page)
+        await expect(row(page, "dead")).not_to_have_class("alarm")
+        await expect(row(page, "work").locator(".mark.dead-lettering")).to_have_count(0)  # over a minute ago
+
+        # Pause stops the refresh, and says so; resume starts it again.
+        await page.click("#pause")
+        await expect(page.locator("#refresh-state")).to_contain_text("Paused")
+        await client.send("work", "while paused", key=50)
+        with pytest.raises(AssertionError):
+            await expect(row(page, "work").locator("td.ready")).to_have_text("3", timeout=3000)
+        await page.click("#pause")
+        await expect(row(page, "work").locator("td.ready")).to_have_text("3", timeout=LIVE)
 
         # Streams: a Receive stream open on this server, and its lease in flight.
         async with grpc.aio.insecure_channel(ui.target) as channel:
@@ -130,6 +161,244 @@ async def test_queues_page_counts_live_and_marks_a_stuck_queue(ui, browser):
             await expect(work.locator("td.leased")).to_have_text("1", timeout=LIVE)
             await streams.screenshot(path=str(DOCS / "dashboard-streams.png"))
             call.cancel()
+
+
+async def test_a_queue_worked_through_is_not_marked_stalled(ui, browser, clock):
+    """The red mark fired on any queue whose oldest ready message aged over three reads (2 s
+    apart): every backlog, and every dead-letter queue holding letters. Now: the same message
+    oldest ready for a minute."""
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("busy", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send("busy", "first", key=1)
+        page = await open_page(browser, ui.ui_port)
+        await expect_counts(page, "busy", ready=1, leased=0, dead=0)
+        clock.advance(timedelta(seconds=30))
+        await client.send("busy", "second", key=2)
+        await expect_counts(page, "busy", ready=2, leased=0, dead=0)
+        [m] = await client.receive("busy", 1)  # the oldest, taken
+        await client.ack("busy", m)
+        await expect_counts(page, "busy", ready=1, leased=0, dead=0)
+        clock.advance(timedelta(seconds=31))
+        await expect(row(page, "busy").locator("td.oldest_ready_age")).to_have_text(re.compile(r"^3\d\.\d s$"),
+                                                                                     timeout=LIVE)
+        await loaded(page)
+        await expect(row(page, "busy")).not_to_have_class("alarm")
+        # Left alone another minute, the second one is the same oldest ready message throughout: stalled.
+        clock.advance(timedelta(seconds=61))
+        await expect(row(page, "busy").locator(".mark.stalled")).to_have_count(1, timeout=LIVE)
+
+
+async def test_queue_page_charts_have_axes_and_read_by_keyboard(ui, browser, clock, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=5, dead_letter_queue="dead")
+        await client.send_many("work", [spanq.OutgoingMessage(f"m{i}", i) for i in range(12)])
+        page = await open_page(browser, ui.ui_port, "#/queue/work")
+        depth = page.locator("#chart-depth")
+        await expect(depth.locator(".readout")).to_have_text("now: ready 12, scheduled 0, in flight 0", timeout=LIVE)
+        # Axes: a round top (20 for 12 messages), 0, and the minutes before now.
+        await expect(depth.locator("text.tick.y")).to_have_text(["0", "10", "20"])
+        await expect(depth.locator("text.tick.x")).to_have_text(["now", "-1 min", "-2 min", "-3 min", "-4 min"])
+        await expect(depth.locator("figcaption")).to_contain_text("ready")
+        await expect(page.locator("#chart-rates .readout")).to_have_text(f"now: sent {12 / 10:.2f}, acked 0")
+        await expect(page.locator("#chart-dead figcaption")).to_contain_text("Dead-lettered to dead")
+
+        # Ten seconds on, three taken: the chart's newest point says so, the one before what was.
+        leased = await client.receive("work", 3, lease_duration=60)
+        assert len(leased) == 3
+        clock.advance(timedelta(seconds=10))
+        await expect(depth.locator(".readout")).to_have_text("now: ready 9, scheduled 0, in flight 3", timeout=LIVE)
+        assert sql.execute('SELECT count(*) FILTER (WHERE spanq_lease_token IS NOT NULL), count(*) FROM "work"'
+                           ).fetchone() == (3, 12)
+        await depth.focus()
+        await page.keyboard.press("ArrowLeft")
+        await expect(depth.locator(".readout")).to_have_text("0:10 ago: ready 12, scheduled 0, in flight 0")
+        await page.keyboard.press("Home")
+        await expect(depth.locator(".readout")).to_have_text(
+            "4:50 ago: ready not read, scheduled not read, in flight not read")
+        # The page redraws every 2 s: the chart keeps the focus and its place.
+        await loaded(page)
+        await expect(depth).to_be_focused()
+        await expect(depth.locator(".readout")).to_contain_text("4:50 ago")
+        await page.keyboard.press("End")
+        await expect(depth.locator(".readout")).to_have_text("now: ready 9, scheduled 0, in flight 3")
+        await expect(depth.locator("polyline.line.leased")).to_have_count(1)
+        await page.screenshot(path=str(DOCS / "dashboard-charts.png"))
+
+
+async def test_the_dead_letter_queue_page_says_where_and_why_each_failed(ui, browser, clock, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=2, dead_letter_queue="dead", initial_backoff=1,
+                                  max_backoff=1)
+        await client.send("work", "card 4242", key=7)
+        for _ in range(2):
+            [m] = await client.receive("work", 1, lease_duration=60)
+            await client.nack("work", m, reason="payment gateway said: card declined")
+            clock.advance(timedelta(seconds=2))
+        assert await client.receive("work", 1, timeout=0.5) == []  # the third delivery dead-letters it
+        source, attempts, failure = sql.execute(
+            'SELECT spanq_dead_letter_source, spanq_dead_letter_attempts, spanq_last_failure FROM "dead"').fetchone()
+        assert (source, attempts, failure) == ("work", 2, "payment gateway said: card declined")
+
+        page = await open_page(browser, ui.ui_port, "#/queue/dead")
+        letter = page.locator('#messages tr.message[data-key="[\\"7\\"]"]')
+        await expect(letter.locator("td.source")).to_have_text("work", timeout=LIVE)
+        await expect(letter.locator("td.source-attempts")).to_have_text("2")
+        await expect(letter.locator("td.failure")).to_have_text("payment gateway said: card declined")
+        await expect(page.locator("#messages thead")).to_contain_text("Attempts there")
+        # A queue without dead letters shows no such columns.
+        await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/work")
+        await expect(page.locator("#queue-name")).to_have_text("work", timeout=LIVE)
+        await expect(page.locator("#messages thead")).not_to_contain_text("Attempts there")
+
+
+async def test_a_large_payload_is_folded_and_a_narrow_screen_scrolls_no_page(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("docs", key_columns=[("id", "INT64")], payload_type="JSON")
+        big = {"title": "report", "rows": [{"n": i, "text": "x" * 40} for i in range(200)]}
+        await client.send("docs", big, key=1)
+        await client.send("docs", {"small": True}, key=2)
+        page = await open_page(browser, ui.ui_port, "#/queue/docs")
+        folded = page.locator('#messages tr[data-key="[\\"1\\"]"] details.payload')
+        await expect(folded.locator("summary")).to_contain_text("{ …", timeout=LIVE)
+        await expect(folded.locator("summary")).to_contain_text("characters)")
+        assert not await folded.evaluate("d => d.open")
+        small = page.locator('#messages tr[data-key="[\\"2\\"]"]')
+        await expect(small.locator("pre.payload")).to_have_text('{\n  "small": true\n}')
+        row_height = await page.locator('#messages tr[data-key="[\\"1\\"]"]').evaluate("r => r.offsetHeight")
+        assert row_height < 60
+        await folded.locator("summary").click()
+        await expect(folded.locator("pre.payload")).to_contain_text('"n": 199')
+        await loaded(page)  # stays open across the refresh
+        assert await folded.evaluate("d => d.open")
+
+        narrow = await browser.new_page(viewport={"width": 390, "height": 800})
+        for path in ("#/", "#/queue/docs", "#/streams"):
+            await narrow.goto(f"http://127.0.0.1:{ui.ui_port}/{path}")
+            await expect(narrow.locator("#page")).to_have_attribute("data-loaded", re.compile("."), timeout=LIVE)
+            width = await narrow.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"{path} is {width} px wide on a 390 px screen"
+        await narrow.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/docs")
+        await expect(narrow.locator("#chart-depth")).to_be_visible(timeout=LIVE)
+        box = await narrow.locator("#chart-depth").bounding_box()
+        assert box is not None and box["width"] <= 390
+        await narrow.screenshot(path=str(DOCS / "dashboard-narrow.png"))
+
+
+async def shown_keys(page: Page) -> list[str]:
+    return await page.locator("#messages tr.message td.key").all_inner_texts()
+
+
+async def test_the_queue_page_searches_by_key_prefix_state_attempt_and_payload_text(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "STRING")], payload_type="JSON")
+        await client.send_many("jobs", [spanq.OutgoingMessage({"customer": c, "n": i}, f"{kind}-{i}")
+                                        for i, (kind, c) in enumerate([("order", "Ada"), ("order", "Bob"),
+                                                                       ("invoice", "Ada"), ("order", "Cy")])])
+        await client.send("jobs", {"customer": "Ada", "later": True}, key="order-9", delay=3600)
+        [held] = await client.receive("jobs", 1, lease_duration=600)  # order-0, attempt 1, leased
+        assert held.key == ("order-0",)
+        page = await open_page(browser, ui.ui_port, "#/queue/jobs")
+        await expect(page.locator("#messages tr.message")).to_have_count(5, timeout=LIVE)
+
+        await page.fill("#filter-key_prefix", "order-")
+        await page.fill("#filter-text", "ada")  # case folded
+        await loaded(page)  # typing survives a redraw
+        await expect(page.locator("#filter-text")).to_have_value("ada")
+        await page.click("#search-apply")
+        await expect(page.locator("#search-applied")).to_contain_text("key starts with order-", timeout=LIVE)
+        await expect(page.locator("#messages tr.message")).to_have_count(2, timeout=LIVE)
+        assert await shown_keys(page) == ['["order-0"]', '["order-9"]']
+        assert [r[0] for r in sql.execute(
+            "SELECT id FROM jobs WHERE starts_with(id, 'order-') AND payload->>'customer' = 'Ada' "
+            "ORDER BY deliver_time, id")] == ["order-0", "order-9"]  # order-0's lease moved its deliver_time
+
+        await page.select_option("#filter-state", "SCHEDULED")
+        await page.click("#search-apply")
+        await expect(page.locator("#messages tr.message")).to_have_count(1, timeout=LIVE)
+        assert await shown_keys(page) == ['["order-9"]']
+
+        await page.click("#search-clear")
+        await page.fill("#filter-min_attempt", "1")
+        await page.click("#search-apply")
+        await expect(page.locator("#messages tr.message")).to_have_count(1, timeout=LIVE)
+        assert await shown_keys(page) == ['["order-0"]']
+        await expect(page.locator("#messages tr.message td.state")).to_have_text("LEASED")
+
+        await page.fill("#filter-text", "nobody has this")
+        await page.click("#search-apply")
+        await expect(page.locator("#no-messages")).to_have_text("No messages match.", timeout=LIVE)
+        await page.click("#search-clear")
+        await expect(page.locator("#messages tr.message")).to_have_count(5, timeout=LIVE)
+
+        # A bad filter is a clear 400, and changes nothing.
+        for query, said in (("state=GONE", "state must be one of READY, SCHEDULED, LEASED"),
+                            ("min_attempt=-1", "min_attempt must be a whole number"),
+                            ("text=" + "x" * 1001, "at most 1000 characters")):
+            answer = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/jobs/messages?{query}');
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert answer[0] == 400 and said in answer[1], answer
+        assert count(sql, "jobs") == 5
+
+
+async def test_one_message_is_deleted_released_and_redriven_from_the_page(ui, browser, sql, clock):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  max_delivery_attempts=1, dead_letter_queue="dead", initial_backoff=1, max_backoff=1)
+        await client.send_many("work", [spanq.OutgoingMessage(f"w{i}", i) for i in range(1, 4)])
+        [failing] = await client.receive("work", 1, lease_duration=60)  # key 1
+        await client.nack("work", failing, reason="boom")
+        clock.advance(timedelta(seconds=2))
+        held, _ = await client.receive("work", 3, lease_duration=600)  # 2 and 3 held; 1 dead-lettered on the way
+        assert held.key == (2,) and count(sql, "dead") == 1
+
+        page = await open_page(browser, ui.ui_port, "#/queue/work")
+        message = lambda key: page.locator(f'#messages tr.message[data-key="[\\"{key}\\"]"]')  # noqa: E731
+        # Release now: the held message is ready at once, its attempt still counted; the holder's ack fails.
+        await message(2).locator("button.release").click(timeout=LIVE)
+        await expect(page.locator("#action-result")).to_have_text('Released the message with key ["2"].', timeout=LIVE)
+        await expect(message(2).locator("td.state")).to_have_text("READY", timeout=LIVE)
+        assert sql.execute("SELECT spanq_lease_token, spanq_delivery_attempt FROM work WHERE id = 2").fetchone() == \
+            (None, 1)
+        with pytest.raises(spanq.SpanqError):
+            await client.ack("work", held)
+        assert count(sql, "work") == 2
+        # Delete (confirmed), leased or not: gone from the table.
+        await message(3).locator("button.delete").click()
+        await expect(page.locator("#action-result")).to_have_text('Deleted the message with key ["3"].', timeout=LIVE)
+        assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == [2]
+        await expect(message(3)).to_have_count(0, timeout=LIVE)
+
+        # Redrive one, to the queue it failed in.
+        await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/dead")
+        await expect(message(1).locator("button.redrive-one")).to_have_text("Redrive to work", timeout=LIVE)
+        await page.screenshot(path=str(DOCS / "dashboard-dead-letters.png"), full_page=True)
+        await message(1).locator("button.redrive-one").click()
+        await expect(page.locator("#action-result")).to_have_text('Redrove the message with key ["1"] to work.',
+                                                                  timeout=LIVE)
+        assert count(sql, "dead") == 0
+        assert sql.execute("SELECT payload, spanq_delivery_attempt FROM work WHERE id = 1").fetchone() == ("w1", 0)
+
+        # Refused: a key that is not there, a release of an unleased message, a bad key; nothing changes.
+        for action, body, status, said in (
+                ("delete", '{"key": ["77"]}', 400, "holds no message with key"),
+                ("release", '{"key": ["2"]}', 409, "is not leased"),
+                ("delete", '{"key": "2"}', 400, "must be a list"),
+                ("delete", '{"key": ["x"]}', 400, "key"),
+                ("redrive", '{"key": ["2"], "to": "work"}', 400, "cannot redrive queue 'work' into itself")):
+            answer = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/work/messages/{action}', {{method: 'POST', body: '{body}',
+                    headers: {{'Content-Type': 'application/json'}}}});
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert answer[0] == status and said in answer[1], (action, body, answer)
+        assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == [1, 2]
 
 
 async def test_queue_page_shows_payloads_by_type_and_pages(ui, browser):
@@ -220,6 +489,15 @@ async def test_pages_need_a_token_with_their_rpcs_privilege(tokens, clock, brows
             return [r.status, (await r.json()).error];
         }""")
         assert refused[0] == 403 and "'ack' privilege on queue 'work'" in refused[1]
+        await expect(page.locator("#messages tr.message button.delete")).to_be_disabled()
+        for action, privilege in (("delete", "ack"), ("release", "receive")):
+            refused = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/work/messages/{action}', {{method: 'POST', body: '{{"key": ["1"]}}',
+                    headers: {{'Content-Type': 'application/json',
+                               'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}}}});
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert refused[0] == 403 and f"'{privilege}' privilege on queue 'work'" in refused[1], refused
         assert count(sql, "work") == 1
         # No privilege at all on a queue: its page is refused.
         await page.goto(f"http://127.0.0.1:{running.ui_port}/#/queue/secret")
@@ -241,19 +519,23 @@ async def test_actions_refuse_another_sites_requests(ui):
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.send("work", "keep me", key=1)
     host = f"127.0.0.1:{ui.ui_port}"
-    plain = await http_post(host, "/api/queues/work/purge", "text/plain", "")
-    assert plain[0] == 400 and "application/json" in plain[1]
-    foreign = await http_post(host, "/api/queues/work/purge", "application/json", "http://evil.example")
-    assert foreign[0] == 403 and "origin" in foreign[1]
+    for action in ("purge", "messages/delete", "messages/release", "messages/redrive"):
+        path = f"/api/queues/work/{action}"
+        plain = await http_post(host, path, "text/plain", "", '{"key": ["1"]}')
+        assert plain[0] == 400 and "application/json" in plain[1]
+        foreign = await http_post(host, path, "application/json", "http://evil.example", '{"key": ["1"]}')
+        assert foreign[0] == 403 and "origin" in foreign[1]
+        rebound = await http_post(f"{REBINDING}:{ui.ui_port}", path, "application/json", "", '{"key": ["1"]}')
+        assert rebound[0] == 421
     async with spanq.aio.Client(ui.target) as client:
         assert (await client.stats("work")).ready == 1
     ok = await http_post(host, "/api/queues/work/purge", "application/json", f"http://{host}")
     assert ok == (200, '{"purged":1}')
 
 
-async def http_post(host: str, path: str, content_type: str, origin: str) -> tuple[int, str]:
+async def http_post(host: str, path: str, content_type: str, origin: str, body: str = "{}") -> tuple[int, str]:
     return await http(int(host.split(":")[1]), f"POST {path}", {"Host": host, "Content-Type": content_type,
-                                                                **({"Origin": origin} if origin else {})}, "{}")
+                                                                **({"Origin": origin} if origin else {})}, body)
 
 
 async def http(port: int, request: str, headers: dict[str, str], body: str = "") -> tuple[int, str]:

@@ -26,7 +26,7 @@ from .clock import Clock
 from .model import Key, PeekedMessage, QueueCounts, QueueDef
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
 from .rates import Rates
-from .store import ALL_SOURCES, RedriveSource, Store
+from .store import ALL_SOURCES, PeekFilter, RedriveSource, Store
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ DEFAULT_REDRIVE_BATCH = 100
 MAX_REDRIVE_BATCH = 1000
 MAX_REDRIVE_RATE = 1_000_000
 """The highest rate (messages a second) a redrive may ask for, far above what one reaches; 0: no limit."""
+PEEK_STATES = ("READY", "SCHEDULED", "LEASED")
+MAX_ATTEMPT_FILTER = 2**31 - 1
+MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
 """Times one batch is tried again when a key was sent to the target while it moved."""
 
@@ -87,13 +90,24 @@ class Operator:
             None, queue, key_equals=key_equals, deliver_time_bounds=deliver_time_bounds, order_by=order_by,
             descending=descending, limit=limit, now=self._clock.now())
 
-    async def peek(self, name: str, page_size: int, page_token: str) -> tuple[QueueDef, list[PeekedMessage], str]:
+    async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter()
+                   ) -> tuple[QueueDef, list[PeekedMessage], str]:
+        """A page of messages in delivery order; ``where`` (the dashboard's search) keeps some."""
         if not 0 <= page_size <= MAX_PAGE_SIZE:
             raise errors.InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
+        if where.state not in (None, *PEEK_STATES):
+            raise errors.InvalidArgument(f"state must be one of {', '.join(PEEK_STATES)}, got {where.state!r}")
+        if where.min_attempt is not None and not 0 <= where.min_attempt <= MAX_ATTEMPT_FILTER:
+            raise errors.InvalidArgument(f"the attempt filter must be between 0 and {MAX_ATTEMPT_FILTER:,}, "
+                                         f"got {where.min_attempt}")
+        for what, text in (("key prefix", where.key_prefix), ("payload text", where.text)):
+            if text is not None and (len(text) > MAX_FILTER_TEXT or "\0" in text):
+                raise errors.InvalidArgument(f"the {what} filter must be at most {MAX_FILTER_TEXT} characters "
+                                             "and hold no NUL")
         queue = await self._catalog.get(name)
         size = page_size or DEFAULT_PAGE_SIZE
         found = await self._store.messages_peek(queue, _decode_peek_token(queue, page_token), size + 1,
-                                                self._clock.now())
+                                                self._clock.now(), where)
         more = len(found) > size
         found = found[:size]
         return queue, found, (_encode_peek_token(queue, found[-1]) if more else "")
@@ -104,6 +118,35 @@ class Operator:
         logger.info("purged %d message(s) of queue %s%s", purged, name,
                     f" sent before {sent_before.isoformat()}" if sent_before else "")
         return purged
+
+    # -- one message at a time (the dashboard's actions) ------------------------------
+
+    async def delete(self, name: str, key: Any) -> None:
+        """Deletes one message, ``key`` in its JSON form (a list, as Peek shows it)."""
+        queue = await self._catalog.get(name)
+        if not await self._store.message_delete(queue, _key_from_json(queue, key)):
+            raise errors.MessageNotFound(f"queue {name!r} holds no message with key {key}")
+        logger.info("deleted the message with key %s of queue %s", key, name)
+
+    async def release(self, name: str, key: Any) -> None:
+        """Takes back a leased message's lease: deliverable now (its attempt stays counted)."""
+        queue = await self._catalog.get(name)
+        if not await self._store.message_release(queue, _key_from_json(queue, key), self._clock.now()):
+            raise errors.FailedPrecondition(f"the message with key {key} of queue {name!r} is not leased (or gone): "
+                                            "nothing to release")
+        logger.info("released the lease of the message with key %s of queue %s", key, name)
+
+    async def redrive_one(self, name: str, key: Any, to: str) -> str:
+        """Moves one dead letter to ``to`` (or the one queue naming this one as its dead-letter
+        queue); the target's name."""
+        dead = await self._catalog.get(name)
+        target = await self.redrive_target(dead, to)
+        if not await self._store.message_redrive_one(dead, target, _key_from_json(dead, key), self._clock.now()):
+            raise errors.FailedPrecondition(
+                f"the message with key {key} of queue {name!r} cannot move to {target.name!r}: it is gone, leased, "
+                f"or {target.name!r} holds that key")
+        logger.info("redrove the message with key %s of queue %s to %s", key, name, target.name)
+        return target.name
 
     async def dead_letter_sources(self, name: str) -> list[str]:
         """The queues that name queue ``name`` as their dead-letter queue, in name order."""
@@ -207,6 +250,17 @@ class Operator:
         raise errors.TransactionAborted(
             f"redrive of {dead.name!r} to {target.name!r} kept meeting keys sent to the target meanwhile; "
             "nothing of the last batch moved: run it again")
+
+
+def _key_from_json(queue: QueueDef, key: Any) -> Key:
+    if not isinstance(key, list):
+        raise errors.InvalidArgument(f"`key` must be a list of the key's values (as Peek shows it), got {key!r:.100}")
+    try:
+        values = struct_pb2.ListValue()
+        values.extend(key)  # ParseDict takes objects only; extend checks each value's type
+        return codec.key_from_proto(queue, values, "key")
+    except (ValueError, TypeError, RecursionError):
+        raise errors.InvalidArgument(f"`key` must be a list of the key's values, got {key!r:.100}") from None
 
 
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:

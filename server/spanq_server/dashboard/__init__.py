@@ -1,7 +1,8 @@
-"""The web dashboard (``spanq serve --ui-listen``): queues, a queue's messages,
-purge and redrive, open streams. Static pages (static/, no build step) call a
-small JSON API here, which calls the domain in-process (admin.Operator, the
-catalog, the receiver).
+"""The web dashboard (``spanq serve --ui-listen``): queues with their charts and
+marks (watch.py), a queue's messages and their search, purge and redrive, one
+message's delete, release and redrive, open streams. Static pages (static/, no
+build step) call a small JSON API here, which calls the domain in-process
+(admin.Operator, the catalog, the receiver).
 
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by
@@ -28,8 +29,10 @@ from ..clock import Clock
 from ..queues import Catalog
 from ..rates import Rates
 from ..receive import Receiver
+from ..store import PeekFilter
 from ..service import peek_response, queue_to_proto, stats_response
 from .http import HttpError, HttpServer, Request, Response, json_response, split_host
+from .watch import Watch
 
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
           "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
@@ -39,6 +42,8 @@ HTTP_STATUS = {"INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "PERMISSION_DENI
                "RESOURCE_EXHAUSTED": 429, "UNAVAILABLE": 503}
 RATE_STEP = 10
 """Seconds per point of the rate charts (the last rates.HISTORY seconds)."""
+MESSAGE_ACTIONS = ("delete", "release", "redrive")
+"""POST /api/queues/NAME/messages/ACTION {"key": [...], "to": QUEUE}: one message's action."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names the dashboard always answers for, beside its listen address and --ui-allowed-hosts."""
 
@@ -57,6 +62,7 @@ class Dashboard:
         self._rates = rates
         self._tokens = tokens
         self._refusals = auth.RefusalLog(clock)
+        self._watch = Watch(clock)
         self._hosts = {host[0] for host in map(split_host, (*LOCAL_HOSTS, *allowed_hosts)) if host is not None}
         self._http = HttpServer(self._handle)
         self._files = {path: importlib.resources.files(__package__).joinpath("static", name).read_bytes()
@@ -98,6 +104,8 @@ class Dashboard:
                 return json_response(await self._purge(request, parts[2]))
             if route == ("POST", "queues", "*", "redrive"):
                 return await self._redrive(request, parts[2], body)
+            if route[:4] == ("POST", "queues", "*", "messages") and len(route) == 5 and route[4] in MESSAGE_ACTIONS:
+                return json_response(await self._message_action(request, parts[2], route[4], body))
         except errors.QueueError as exc:
             return _error(exc)
         raise HttpError(404 if request.method in ("GET", "POST") else 405,
@@ -163,34 +171,47 @@ class Dashboard:
 
     # -- the API -----------------------------------------------------------------------
 
-    async def _visible(self, request: Request) -> tuple[auth.Principal | None, list[str], list[str]]:
-        """The queues ListQueues shows this caller: those it may read stats of, and the rest."""
+    async def _visible(self, request: Request) -> tuple[auth.Principal | None, list[str], list[str], set[str]]:
+        """The queues ListQueues shows this caller: those it may read stats of, and the rest;
+        and the names of every dead-letter queue."""
         principal = self._principal(request)
         names: list[str] = []
+        dead_letter_queues: set[str] = set()
         token = ""
         while True:
             found, token = await self._catalog.list(0, token)
             names += [q.name for q in found if principal is None or principal.privileges(q.name)]
+            dead_letter_queues |= {q.dead_letter_queue for q in found if q.dead_letter_queue}
             if not token:
                 break
         readable = [n for n in names if self._may(principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=n))]
-        return principal, readable, [n for n in names if n not in readable]
+        return principal, readable, [n for n in names if n not in readable], dead_letter_queues
+
+    async def _stats(self, name: str, dead_letter_queue: bool) -> dict[str, Any]:
+        """GetQueueStats' figures, sampled for the charts, with the queue's marks and series."""
+        stats = await self._operator.stats(name)
+        self._watch.record(name, stats.counts)
+        out = _dict(stats_response(stats))
+        out["marks"] = self._watch.marks(name, stats.counts, dead_letter_queue)
+        out["sent_series"] = self._rates.series(name, "sent", RATE_STEP)
+        out["acked_series"] = self._rates.series(name, "acked", RATE_STEP)
+        out.update((f"{k}_series", v) for k, v in self._watch.series(name, RATE_STEP).items())
+        return out
 
     async def _queues(self, request: Request) -> dict[str, Any]:
-        _, readable, denied = await self._visible(request)
+        principal, readable, denied, dead_letter_queues = await self._visible(request)
         rows = []
         for name in readable:
             try:
-                stats = _dict(stats_response(await self._operator.stats(name)))
+                rows.append(await self._stats(name, name in dead_letter_queues))
             except errors.QueueNotFound:
                 continue  # dropped meanwhile
-            stats["sent_series"] = self._rates.series(name, "sent", RATE_STEP)
-            stats["acked_series"] = self._rates.series(name, "acked", RATE_STEP)
-            rows.append(stats)
+        if principal is None:
+            self._watch.forget_missing(set(readable))
         return {"queues": rows, "denied": denied, "rate_step": RATE_STEP}
 
     async def _streams(self, request: Request) -> dict[str, Any]:
-        _, readable, _ = await self._visible(request)
+        _, readable, _, _ = await self._visible(request)
         streams = self._receiver.streams_by_queue()
         rows = []
         for name in readable:
@@ -206,9 +227,11 @@ class Dashboard:
         self._require(request, principal, "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=name))
         queue = await self._catalog.get(name)
         sources = await self._operator.dead_letter_sources(name)
-        return {"queue": _dict(queue_to_proto(queue)), "stats": _dict(stats_response(await self._operator.stats(name))),
-                "dead_letter_sources": sources,
+        return {"queue": _dict(queue_to_proto(queue)), "stats": await self._stats(name, bool(sources)),
+                "dead_letter_sources": sources, "rate_step": RATE_STEP,
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
+                "may_delete": self._may(principal, "Ack", queue_pb2.AckRequest(queue=name)),
+                "may_release": self._may(principal, "RenewLease", queue_pb2.RenewLeaseRequest(queue=name)),
                 "may_redrive": bool(sources) and self._may(
                     principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=sources[0]))}
 
@@ -217,10 +240,36 @@ class Dashboard:
         size = request.query.get("page_size", "0")
         if not (size.isascii() and size.isdigit()):  # str.isdigit() takes '²', which int() refuses
             raise errors.InvalidArgument(f"page_size must be a whole number, got {size!r}")
-        queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""))
+        q = {k: v for k, v in request.query.items() if v != ""}  # an empty filter field: not filtered
+        attempt = q.get("min_attempt")
+        if attempt is not None and not (attempt.isascii() and attempt.isdigit()):
+            raise errors.InvalidArgument(f"min_attempt must be a whole number, got {attempt!r}")
+        where = PeekFilter(key_prefix=q.get("key_prefix"), state=q.get("state"),
+                           min_attempt=int(attempt) if attempt is not None else None, text=q.get("text"))
+        queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""), where)
         out = _dict(peek_response(queue, found, token))
         out["payload_type"] = queue.payload_type.value
         return out
+
+    async def _message_action(self, request: Request, name: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One message's delete, release or redrive, by the rule of the RPC it stands for."""
+        key, to = body.get("key"), body.get("to", "")
+        if not isinstance(to, str):
+            raise errors.InvalidArgument("`to` must be a queue name")
+        principal = self._principal(request)
+        if action == "delete":
+            self._require(request, principal, "Ack", queue_pb2.AckRequest(queue=name))
+            await self._operator.delete(name, key)
+            return {"deleted": key}
+        if action == "release":
+            self._require(request, principal, "RenewLease", queue_pb2.RenewLeaseRequest(queue=name))
+            await self._operator.release(name, key)
+            return {"released": key}
+        if not to:
+            sources = await self._operator.dead_letter_sources(name)
+            to = sources[0] if len(sources) == 1 else ""
+        self._require(request, principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=to))
+        return {"redriven": key, "to": await self._operator.redrive_one(name, key, to)}
 
     async def _purge(self, request: Request, name: str) -> dict[str, Any]:
         self._require(request, self._principal(request), "Purge", queue_pb2.PurgeRequest(queue=name))

@@ -798,7 +798,11 @@ SELECT name FROM spanq.queues WHERE dead_letter_queue = %(name)s ORDER BY name
 -- message_peek --
 -- A page of messages in delivery order (deliver_time, then key: a total
 -- order, so a page token resumes after the last row shown), without leasing
--- them. {after} is TRUE or a row comparison with the page token's values.
+-- them. {after} is TRUE or a row comparison with the page token's values;
+-- the dashboard's filters (each NULL: not filtered) keep messages whose first
+-- key column's text starts with key_prefix, in one state, delivered at least
+-- min_attempt times, whose payload's text holds text (case folded). A filter
+-- reads on in delivery order until it fills the page.
 SELECT {key_columns}, m.payload, m.deliver_time,
        coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) AS leased,
        m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
@@ -806,6 +810,12 @@ SELECT {key_columns}, m.payload, m.deliver_time,
        m.spanq_dead_letter_time, m.spanq_last_failure
 FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 WHERE {after}
+  AND (%(key_prefix)s::text IS NULL OR starts_with({first_key_column}::text, %(key_prefix)s::text))
+  AND (%(state)s::text IS NULL OR %(state)s::text = CASE
+         WHEN coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) THEN 'LEASED'
+         WHEN m.deliver_time <= clock.now THEN 'READY' ELSE 'SCHEDULED' END)
+  AND (%(min_attempt)s::bigint IS NULL OR m.spanq_delivery_attempt >= %(min_attempt)s::bigint)
+  AND (%(text)s::text IS NULL OR strpos(lower(m.payload::text), lower(%(text)s::text)) > 0)
 ORDER BY m.deliver_time, {key_columns}
 LIMIT %(limit)s
 
@@ -843,6 +853,25 @@ WITH clock AS (
 )
 INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time)
 SELECT * FROM moved
+
+-- message_delete_one --
+-- The dashboard's delete: one message by key, leased or not (its holder's ack
+-- then finds it gone).
+DELETE FROM {queue} AS m WHERE ({m_key_columns}) = ({key})
+
+-- message_release_one --
+-- The dashboard's release now: a leased message deliverable at once, its
+-- lease taken back (the holder's ack or renewal then finds its token stale);
+-- the delivery attempt stays counted, as a nack's does. Other servers' streams
+-- learn of it by the notification in the same statement.
+WITH released AS (
+    UPDATE {queue} AS m SET spanq_lease_token = NULL, spanq_lease_expiration_timestamp = NULL,
+                            deliver_time = clock.now
+    FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+    WHERE ({m_key_columns}) = ({key}) AND coalesce(m.spanq_lease_expiration_timestamp > clock.now, false)
+    RETURNING 1
+)
+SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM released HAVING count(*) > 0
 
 -- message_redrive_left --
 -- What a Redrive leaves in the dead-letter queue: all messages, and those it

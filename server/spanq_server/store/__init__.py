@@ -24,12 +24,12 @@ from .catalog import DDL_LOCK_SLICE, DDL_LOCK_TIMEOUT, CatalogTables
 from .database import Handle, HeldTransaction, Listener, _Backoff, refused_as_read_only, url_warnings
 from .ledger import LedgerTable
 from .messages import MessageTables
-from .operator import ALL_SOURCES, OperatorQueries, RedriveSource
+from .operator import ALL_SOURCES, OperatorQueries, PeekFilter, RedriveSource
 from .spanner import SpannerRecords
 from .tables import SpannerTables
 
 __all__ = [
-    "ALL_SOURCES", "DDL_LOCK_SLICE", "DDL_LOCK_TIMEOUT", "Handle", "HeldTransaction", "Listener", "RedriveSource",
+    "ALL_SOURCES", "DDL_LOCK_SLICE", "DDL_LOCK_TIMEOUT", "Handle", "HeldTransaction", "Listener", "PeekFilter", "RedriveSource",
     "Store", "_Backoff", "refused_as_read_only", "url_warnings",
 ]
 

@@ -2,7 +2,7 @@
 peek, purge, redrive (admin.py, metrics/endpoint.py)."""
 
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg import sql
 
@@ -16,6 +16,18 @@ RedriveSource = str | tuple[str, ...] | None
 """Which messages of a dead-letter queue a redrive moves: those that recorded this source
 queue (str), those that recorded none of these (tuple), or all (None)."""
 ALL_SOURCES: RedriveSource = None
+
+
+class PeekFilter(NamedTuple):
+    """Which messages a peek keeps (the dashboard's search); None: any."""
+
+    key_prefix: str | None = None
+    """The first key column's text starts with it."""
+    state: str | None = None
+    """READY, SCHEDULED or LEASED."""
+    min_attempt: int | None = None
+    text: str | None = None
+    """The payload's text (JSON as stored, BYTES as \\x hex) holds it, case folded."""
 
 
 class OperatorQueries(Database):
@@ -36,10 +48,12 @@ class OperatorQueries(Database):
         return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time)
 
     async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
-                            now: datetime | None) -> list[PeekedMessage]:
-        """Up to limit messages in delivery order after (deliver_time, key), unleased."""
+                            now: datetime | None, where: PeekFilter = PeekFilter()) -> list[PeekedMessage]:
+        """Up to limit messages in delivery order after (deliver_time, key), unleased; only
+        those ``where`` keeps."""
         names = QueueStatements(queue)
-        params: dict[str, Any] = {"limit": limit, "now": now}
+        params: dict[str, Any] = {"limit": limit, "now": now, "key_prefix": where.key_prefix, "state": where.state,
+                                  "min_attempt": where.min_attempt, "text": where.text}
         condition: sql.Composable = sql.SQL("TRUE")
         if after is not None:
             params["after_time"] = after[0]
@@ -49,7 +63,10 @@ class OperatorQueries(Database):
                 values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"a{i}"), sql.SQL(SQL_TYPES[column.type])))
             condition = sql.SQL("(m.deliver_time, {}) > ({})").format(
                 names.qualified_keys("m"), sql.SQL(", ").join(values))
-        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition)
+        first_key: sql.Composable = (sql.Identifier("m", queue.key_columns[0].name)
+                                     if queue.key_columns else sql.SQL("NULL"))
+        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition,
+                          first_key_column=first_key)
         width = len(queue.key_columns)
         async with self._read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
@@ -61,6 +78,34 @@ class OperatorQueries(Database):
         async with self._transaction(queue.name) as conn:
             cur = await conn.execute(query("message_purge", queue=QueueStatements(queue).table),
                                      {"sent_before": sent_before})
+            return cur.rowcount
+
+    async def message_delete(self, queue: QueueDef, key: Key) -> int:
+        """Deletes one message by key; how many (0 or 1)."""
+        params: dict[str, Any] = {}
+        statement = query("message_delete_one", queue=QueueStatements(queue).table,
+                          m_key_columns=QueueStatements(queue).qualified_keys("m"), key=_key_values(queue, key, params))
+        async with self._transaction(queue.name) as conn:
+            return (await conn.execute(statement, params)).rowcount
+
+    async def message_release(self, queue: QueueDef, key: Key, now: datetime | None) -> int:
+        """Takes back one message's lease (deliverable now) and wakes every server's streams;
+        how many (0: not leased, or gone)."""
+        params: dict[str, Any] = {"now": now, "queue_name": queue.name}
+        statement = query("message_release_one", queue=QueueStatements(queue).table,
+                          m_key_columns=QueueStatements(queue).qualified_keys("m"), key=_key_values(queue, key, params))
+        async with self._transaction(queue.name) as conn:
+            row = await (await conn.execute(statement, params)).fetchone()
+        return int(row[0]) if row else 0
+
+    async def message_redrive_one(self, dead_letter_queue: QueueDef, target: QueueDef, key: Key,
+                                  now: datetime | None) -> int:
+        """Moves one dead letter by key to target (message_redrive, one key); how many moved."""
+        params: dict[str, Any] = {"limit": 1, "now": now}
+        d = QueueStatements(dead_letter_queue)
+        keyed = sql.SQL("({}) = ({})").format(d.qualified_keys("d"), _key_values(dead_letter_queue, key, params))
+        async with self._transaction(target.name) as conn:
+            cur = await conn.execute(_redrive_statement("message_redrive", dead_letter_queue, target, keyed), params)
             return cur.rowcount
 
     async def queue_dead_letter_sources(self, name: str) -> list[str]:
@@ -112,12 +157,22 @@ class OperatorQueries(Database):
                     for name, ready, stored, age, dead in await cur.fetchall()]
 
 
-def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef, source: RedriveSource
-                       ) -> sql.Composed:
+def _key_values(queue: QueueDef, key: Key, params: dict[str, Any]) -> sql.Composable:
+    """A key's values as typed placeholders (k0, k1, ...), their values put in params."""
+    values = []
+    for i, (column, value) in enumerate(zip(queue.key_columns, key)):
+        params[f"k{i}"] = value
+        values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"k{i}"), sql.SQL(SQL_TYPES[column.type])))
+    return sql.SQL(", ").join(values)
+
+
+def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef,
+                       source: RedriveSource | sql.Composable) -> sql.Composed:
     d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
     return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
                  t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
-                 target_key_columns=t.keys, source=_source_condition(source))
+                 target_key_columns=t.keys,
+                 source=source if isinstance(source, sql.Composable) else _source_condition(source))
 
 
 def _source_condition(source: RedriveSource) -> sql.Composable:

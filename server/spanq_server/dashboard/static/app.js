@@ -3,9 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
-const ALARM_WINDOW_MS = 60000;  // a dead-letter count higher than it was within this long
 const TOKEN_KEY = "spanq-token";
-const history = new Map();  // queue -> [{t, age, dead}], for the red mark
 let timer = null;
 let generation = 0;  // a page's refreshes stop when another page is shown
 
@@ -50,39 +48,125 @@ function seconds(duration) { return duration ? parseFloat(duration) : 0; }
 function age(s) { return s < 60 ? s.toFixed(1) + " s" : s < 3600 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h"; }
 function rate(r) { return (r || 0).toFixed(2) + "/s"; }
 
-function spark(sent, acked) {
-  const w = 120, h = 24;
-  const top = Math.max(1e-9, ...sent, ...acked);
-  const line = (series) => series.map((v, i) => `${(i * w / Math.max(1, series.length - 1)).toFixed(1)},${(h - 1 - v / top * (h - 2)).toFixed(1)}`).join(" ");
-  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
-  svg.setAttribute("class", "spark"); svg.setAttribute("width", w); svg.setAttribute("height", h);
-  for (const [cls, series] of [["sent", sent], ["acked", acked]]) {
-    const p = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
-    p.setAttribute("class", cls); p.setAttribute("points", line(series));
-    svg.append(p);
-  }
-  return svg;
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const c of children) node.append(c);
+  return node;
 }
 
-// Red when the oldest ready message keeps ageing (grew over the last three reads: nobody
-// takes it) or the dead-letter count rose within the last minute.
-function alarm(q) {
-  const now = Date.now();
-  const seen = (history.get(q.name) || []).filter(s => now - s.t < ALARM_WINDOW_MS);
-  seen.push({t: now, age: seconds(q.oldest_ready_age), dead: Number(q.dead_lettered)});
-  history.set(q.name, seen);
-  const last = seen.slice(-3);
-  const ageing = last.length === 3 && last[0].age > 0 && last[0].age < last[1].age && last[1].age < last[2].age;
-  const dying = seen.some(s => s.dead < seen[seen.length - 1].dead);
-  return ageing || dying;
+function spark(sent, acked) {
+  const w = 120, h = 28;
+  const top = Math.max(1e-9, ...sent, ...acked);
+  const line = (series) => series.map((v, i) => `${(i * w / Math.max(1, series.length - 1)).toFixed(1)},${(h - 2 - v / top * (h - 4)).toFixed(1)}`).join(" ");
+  return svg("svg", {class: "spark", width: w, height: h, "aria-hidden": "true"},
+    ...[["sent", sent], ["acked", acked]].map(([cls, series]) => svg("polyline", {class: cls, points: line(series)})));
+}
+
+// A round top for an axis: 1, 2 or 5 times a power of ten, at least the highest value.
+function niceTop(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  return [1, 2, 5, 10].map(m => m * p).find(t => t >= v * (1 - 1e-9));
+}
+function figure(v) { return v === null || v === undefined ? "not read" : Number.isInteger(v) ? String(v) : v.toFixed(2); }
+function ago(s) { return s === 0 ? "now" : `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")} ago`; }
+
+// A chart with axes over the last 5 minutes: y from 0 to a round top, x in minutes before now,
+// a gap where nobody read the queue. Focus it (Tab) and move along it with the arrow keys, Home
+// and End (or the pointer): the readout says the values there.
+function chart(id, title, unit, step, series, state) {
+  const W = 400, H = 160, L = 42, R = 12, T = 10, B = 24;
+  const n = series[0].values.length;
+  const top = niceTop(Math.max(0, ...series.flatMap(s => s.values.filter(v => v !== null))));
+  const x = i => L + i * (W - L - R) / Math.max(1, n - 1);
+  const y = v => T + (H - T - B) * (1 - v / top);
+  const plot = svg("svg", {viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `${title}, ${unit}, last 5 minutes`});
+  for (const t of [0, top / 2, top]) {
+    plot.append(svg("line", {class: "grid", x1: L, x2: W - R, y1: y(t), y2: y(t)}),
+      svg("text", {class: "tick y", x: L - 5, y: y(t) + 4, "text-anchor": "end"}, figure(t)));
+  }
+  for (let m = 0; m <= 5; m++) {
+    const i = n - 1 - m * 60 / step;
+    if (i < 0) break;
+    plot.append(svg("line", {class: "grid", x1: x(i), x2: x(i), y1: H - B, y2: H - B + 4}),
+      svg("text", {class: "tick x", x: x(i), y: H - 6, "text-anchor": m === 0 ? "end" : i === 0 ? "start" : "middle"},
+        m === 0 ? "now" : `-${m} min`));
+  }
+  plot.append(svg("line", {class: "axis", x1: L, x2: L, y1: T, y2: H - B}),
+    svg("line", {class: "axis", x1: L, x2: W - R, y1: H - B, y2: H - B}));
+  for (const s of series) {
+    let points = [];
+    const flush = () => {
+      if (points.length === 1) plot.append(svg("circle", {class: "dot " + s.cls, cx: points[0][0], cy: points[0][1], r: 2.5}));
+      else if (points.length) plot.append(svg("polyline", {class: "line " + s.cls, points: points.map(p => p.join(",")).join(" ")}));
+      points = [];
+    };
+    s.values.forEach((v, i) => { if (v === null) flush(); else points.push([x(i).toFixed(1), y(v).toFixed(1)]); });
+    flush();
+  }
+  const cursors = state.cursors || (state.cursors = {});
+  const cursor = svg("line", {class: "cursor", y1: T, y2: H - B});
+  plot.append(cursor);
+  const readout = el("output", {class: "readout"});
+  const show = (i) => {
+    cursors[id] = i;
+    cursor.setAttribute("x1", x(i)); cursor.setAttribute("x2", x(i));
+    readout.textContent = `${ago((n - 1 - i) * step)}: ` + series.map(s => `${s.label} ${figure(s.values[i])}`).join(", ");
+  };
+  show(cursors[id] === undefined ? n - 1 : cursors[id]);
+  return el("figure", {class: "chart", id, tabindex: 0, "aria-label": `${title} (${unit}): arrow keys, Home and End move along the last 5 minutes`,
+    onkeydown: (event) => {
+      const next = {ArrowLeft: cursors[id] - 1, ArrowRight: cursors[id] + 1, Home: 0, End: n - 1}[event.key];
+      if (next === undefined) return;
+      event.preventDefault();
+      show(Math.min(n - 1, Math.max(0, next)));
+    },
+    onpointermove: (event) => {
+      const r = plot.getBoundingClientRect();
+      const i = Math.round(((event.clientX - r.left) * W / r.width - L) / (W - L - R) * (n - 1));
+      show(Math.min(n - 1, Math.max(0, i)));
+    }},
+    el("figcaption", {}, el("strong", {}, title), ` (${unit})`,
+      el("span", {class: "legend"}, series.map(s => el("span", {class: "key " + s.cls}, s.label)))),
+    plot, el("div", {"aria-live": "polite"}, readout));
+}
+
+function charts(s, step, deadLetterQueue, state) {
+  return el("div", {class: "charts"},
+    chart("chart-depth", "Messages", "count", step, [
+      {label: "ready", cls: "ready", values: s.ready_series}, {label: "scheduled", cls: "scheduled", values: s.scheduled_series},
+      {label: "in flight", cls: "leased", values: s.leased_series}], state),
+    chart("chart-rates", "Sent and acked", "per second", step, [
+      {label: "sent", cls: "sent", values: s.sent_series}, {label: "acked", cls: "acked", values: s.acked_series}], state),
+    deadLetterQueue ? chart("chart-dead", `Dead-lettered to ${deadLetterQueue}`, "per second", step, [
+      {label: "dead-lettered", cls: "dead", values: s.dead_rate_series}], state) : null);
+}
+
+// The red mark: why a queue needs a look, said on the row (hover or focus) and in the legend.
+const MARKS = {
+  "stalled": "ready messages wait and nobody takes them: the same message has been the oldest ready one for a minute",
+  "dead-lettering": "messages went to its dead-letter queue in the last minute"};
+
+function marks(q) {
+  return q.marks.map(m => el("span", {class: "mark " + m.kind, tabindex: 0, title: `${m.kind}: ${m.text}`}, m.kind));
+}
+
+function legend() {
+  return el("dl", {class: "legend-marks", id: "marks-legend"},
+    el("dt", {}, el("span", {class: "mark"}, "red")), el("dd", {}, "the queue needs a look; its mark says why:"),
+    Object.entries(MARKS).map(([kind, text]) => [el("dt", {}, el("span", {class: "mark " + kind}, kind)), el("dd", {}, text)]),
+    el("dt", {}, ""), el("dd", {class: "muted"}, "A dead-letter queue is never marked stalled: its messages wait for you by design. " +
+      "Marks need a minute of this page open: the server samples the counts when a page reads them."));
 }
 
 // -- pages ---------------------------------------------------------------------------
 
 async function queuesPage(page) {
   const data = await getJSON("/api/queues");
-  const rows = data.queues.map(q => el("tr", {"data-queue": q.name, class: alarm(q) ? "alarm" : null},
-    el("td", {class: "name"}, el("a", {href: "#/queue/" + encodeURIComponent(q.name)}, q.name)),
+  const rows = data.queues.map(q => el("tr", {"data-queue": q.name, class: q.marks.length ? "alarm" : null},
+    el("td", {class: "name"}, el("a", {href: "#/queue/" + encodeURIComponent(q.name)}, q.name), " ", marks(q)),
     el("td", {class: "ready"}, q.ready), el("td", {class: "scheduled"}, q.scheduled),
     el("td", {class: "leased"}, q.leased), el("td", {class: "dead_lettered"}, q.dead_lettered),
     el("td", {class: "oldest_ready_age"}, age(seconds(q.oldest_ready_age))),
@@ -91,13 +175,14 @@ async function queuesPage(page) {
        spark(q.sent_series, q.acked_series))));
   page.replaceChildren(
     el("h1", {}, "Queues"),
-    el("table", {id: "queues"},
+    el("div", {class: "scroll"}, el("table", {id: "queues"},
       el("thead", {}, el("tr", {}, ["Queue", "Ready", "Scheduled", "In flight", "Dead-lettered", "Oldest ready",
         "Sent", "Acked", "Last 5 min"].map((t, i) => el("th", {class: i ? null : "name"}, t)))),
-      el("tbody", {}, rows)),
+      el("tbody", {}, rows))),
     data.queues.length ? null : el("p", {class: "muted"}, "No queues to show."),
     data.denied.length ? el("p", {class: "muted", id: "denied"},
-      "Not shown (this token lacks the select privilege): " + data.denied.join(", ")) : null);
+      "Not shown (this token lacks the select privilege): " + data.denied.join(", ")) : null,
+    legend());
 }
 
 function payloadText(value, type) {
@@ -108,24 +193,58 @@ function payloadText(value, type) {
   return Array.from(bytes, c => c.charCodeAt(0).toString(16).padStart(2, "0")).join(" ");
 }
 
+const FOLD_CHARS = 160, FOLD_LINES = 4;
+
+// A long payload folded to its first line (open it to read all, copy it whole); a short one as is.
+function payloadCell(text, id, state) {
+  const lines = text.split("\n");
+  if (text.length <= FOLD_CHARS && lines.length <= FOLD_LINES) return el("pre", {class: "payload"}, text);
+  const open = state.open || (state.open = new Set());
+  const head = lines[0].slice(0, 80);
+  return el("details", {class: "payload", open: open.has(id),
+      ontoggle: (event) => { if (event.target.open) open.add(id); else open.delete(id); }},
+    el("summary", {}, head + (head.length < text.length ? " …" : ""), " ",
+      el("span", {class: "muted size"}, `(${text.length.toLocaleString("en")} characters)`)),
+    el("pre", {class: "payload"}, text),
+    el("button", {class: "copy", type: "button", onclick: (event) => copy(text, event.target)}, "Copy"));
+}
+
+async function copy(text, button) {
+  try { await navigator.clipboard.writeText(text); button.textContent = "Copied"; }
+  catch (e) { button.textContent = "Copy refused by the browser"; }
+}
+
 function time(ts) { return ts ? ts.replace("T", " ").replace(/\.\d+Z$|Z$/, "Z") : ""; }
 
 async function queuePage(page, name, state) {
   const path = "/api/queues/" + encodeURIComponent(name);
   const [info, peek] = await Promise.all([
     getJSON(path),
-    getJSON(`${path}/messages?page_size=20&page_token=${encodeURIComponent(state.tokens[state.tokens.length - 1])}`)]);
+    getJSON(`${path}/messages?` + new URLSearchParams(Object.assign({page_size: 20,
+      page_token: state.tokens[state.tokens.length - 1]}, state.filter || {})))]);
   const q = info.queue, s = info.stats;
   const definition = [
     ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
     ["Parent", q.parent_table || "none"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"]];
-  const messages = peek.messages.map(m => el("tr", {class: "message"},
-    el("td", {class: "text key"}, JSON.stringify(m.key)),
-    el("td", {class: "text"}, el("pre", {class: "payload"}, payloadText(m.payload, peek.payload_type))),
-    el("td", {class: "state"}, m.state), el("td", {}, m.delivery_attempt),
-    el("td", {}, time(m.enqueue_time)), el("td", {}, time(m.deliver_time)), el("td", {}, time(m.lease_expiration_time))));
+  // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
+  // where it failed, after how many attempts, and why.
+  const dead = peek.messages.some(m => m.dead_letter);
+  const messages = peek.messages.map(m => {
+    const id = JSON.stringify(m.key);
+    return el("tr", {class: "message", "data-key": id},
+      el("td", {class: "text key"}, id),
+      el("td", {class: "text"}, payloadCell(payloadText(m.payload, peek.payload_type), id, state)),
+      el("td", {class: "state"}, m.state), el("td", {class: "attempts"}, m.delivery_attempt),
+      dead ? [el("td", {class: "text source"}, m.dead_letter ? m.dead_letter.source_queue : ""),
+        el("td", {class: "source-attempts"}, m.dead_letter ? m.dead_letter.delivery_attempts : ""),
+        el("td", {class: "text failure"}, m.dead_letter ? m.dead_letter.last_failure || el("span", {class: "muted"}, "none given") : ""),
+        el("td", {class: "time"}, m.dead_letter ? time(m.dead_letter.dead_letter_time) : "")] : null,
+      el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type)),
+      el("td", {class: "time"}, time(m.enqueue_time)), el("td", {class: "time"}, time(m.deliver_time)),
+      el("td", {class: "time"}, time(m.lease_expiration_time)));
+  });
   const actions = el("div", {class: "actions"},
     el("button", {id: "purge", disabled: !info.may_purge, title: info.may_purge ? null : "this token may not purge it",
       onclick: () => purge(name)}, "Purge"),
@@ -133,22 +252,82 @@ async function queuePage(page, name, state) {
       onclick: () => redrive(name, info.dead_letter_sources[0])}, `Redrive to ${info.dead_letter_sources[0]}`) : null,
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
     el("span", {id: "action-result"}, state.result || ""));
+  const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts",
+    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
   page.replaceChildren(
-    el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name)),
+    el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name), " ", marks(s)),
     el("dl", {class: "def"}, definition.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
     el("p", {id: "queue-counts"}, `ready ${s.ready} · scheduled ${s.scheduled} · in flight ${s.leased} · ` +
       `dead-lettered ${s.dead_lettered} · oldest ready ${age(seconds(s.oldest_ready_age))}`),
+    s.marks.length ? el("ul", {id: "queue-marks"}, s.marks.map(m => el("li", {}, el("span", {class: "mark " + m.kind}, m.kind), ": ", m.text))) : null,
+    charts(s, info.rate_step, q.dead_letter_queue, state),
     actions,
     el("h2", {}, "Messages, in delivery order"),
-    el("table", {id: "messages"},
-      el("thead", {}, el("tr", {}, ["Key", "Payload", "State", "Attempts", "Enqueued", "Deliver at", "Lease ends"]
-        .map(t => el("th", {class: "name"}, t)))),
-      el("tbody", {}, messages)),
-    peek.messages.length ? null : el("p", {class: "muted", id: "no-messages"}, "No messages."),
+    searchForm(state),
+    el("div", {class: "scroll"}, el("table", {id: "messages"},
+      el("thead", {}, el("tr", {}, headings.map(t => el("th", {class: "name"}, t)))),
+      el("tbody", {}, messages))),
+    peek.messages.length ? null : el("p", {class: "muted", id: "no-messages"},
+      state.filter ? "No messages match." : "No messages."),
     el("p", {},
       el("button", {id: "first-page", disabled: state.tokens.length === 1, onclick: () => { state.tokens = [""]; refresh(); }}, "First page"),
       el("button", {id: "next-page", disabled: !peek.next_page_token,
         onclick: () => { state.tokens.push(peek.next_page_token); refresh(); }}, "Next page")));
+}
+
+// One message's actions, each a POST the server checks as the RPC it stands for; delete and
+// redrive ask first. The result is said beside the queue's actions.
+function messageActions(name, m, info, type) {
+  const key = JSON.stringify(m.key);
+  const to = m.dead_letter ? m.dead_letter.source_queue : info.dead_letter_sources[0];
+  return [
+    el("button", {class: "delete", type: "button", disabled: !info.may_delete, title: info.may_delete ? null : "this token may not ack it",
+      onclick: () => messageAction(name, "delete", m.key, null, `Delete the message with key ${key} of ${name}? This cannot be undone.`)}, "Delete"),
+    m.state === "LEASED" ? el("button", {class: "release", type: "button", disabled: !info.may_release,
+      onclick: () => messageAction(name, "release", m.key, null, null)}, "Release now") : null,
+    m.dead_letter || info.dead_letter_sources.length ? el("button", {class: "redrive-one", type: "button", disabled: !info.may_redrive,
+      onclick: () => messageAction(name, "redrive", m.key, to, `Move the message with key ${key} back to ${to}?`)}, `Redrive to ${to}`) : null,
+    el("button", {class: "copy", type: "button", onclick: (event) => copy(payloadText(m.payload, type), event.target)}, "Copy")];
+}
+
+async function messageAction(name, action, key, to, question) {
+  if (question && !confirm(question)) return;
+  const said = {delete: "Deleted", release: "Released", redrive: "Redrove"}[action];
+  try {
+    const result = await (await api(`/api/queues/${encodeURIComponent(name)}/messages/${action}`,
+      {method: "POST", body: JSON.stringify(to ? {key, to} : {key})})).json();
+    current.state.result = `${said} the message with key ${JSON.stringify(key)}` + (result.to ? ` to ${result.to}.` : ".");
+  } catch (e) { current.state.result = "Refused: " + e.message; }
+  refresh();
+}
+
+// Search: the fields as typed are kept across the page's redraws; Search applies them.
+const FILTERS = [["key_prefix", "Key starts with"], ["state", "State"], ["min_attempt", "Attempts at least"], ["text", "Payload holds"]];
+
+function searchForm(state) {
+  const draft = state.draft || (state.draft = {});
+  const field = ([name, label]) => {
+    // state.draft at the event, not this draw's: Clear replaces it before the page is redrawn.
+    const oninput = (event) => { (state.draft || (state.draft = {}))[name] = event.target.value; };
+    const input = name === "state"
+      ? el("select", {id: "filter-" + name, onchange: oninput},
+          ["", "READY", "SCHEDULED", "LEASED"].map(v => el("option", {value: v, selected: (draft[name] || "") === v}, v || "any")))
+      : el("input", {id: "filter-" + name, value: draft[name] || "", oninput, size: name === "min_attempt" ? 4 : 16,
+          type: name === "min_attempt" ? "number" : "search", min: name === "min_attempt" ? 0 : null});
+    return el("label", {}, label, " ", input);
+  };
+  return el("form", {id: "search", class: "search", onsubmit: (event) => {
+      event.preventDefault();
+      const applied = Object.fromEntries(Object.entries(state.draft || {}).filter(([, v]) => v !== ""));
+      state.filter = Object.keys(applied).length ? applied : null;
+      state.tokens = [""];
+      refresh();
+    }},
+    FILTERS.map(field), el("button", {type: "submit", id: "search-apply"}, "Search"),
+    el("button", {type: "button", id: "search-clear", disabled: !state.filter && !Object.values(draft).some(Boolean),
+      onclick: () => { state.draft = {}; state.filter = null; state.tokens = [""]; refresh(); }}, "Clear"),
+    state.filter ? el("span", {class: "muted", id: "search-applied"}, "filtered: " +
+      Object.entries(state.filter).map(([k, v]) => `${FILTERS.find(f => f[0] === k)[1].toLowerCase()} ${v}`).join(", ")) : null);
 }
 
 async function purge(name) {
@@ -215,23 +394,48 @@ function route() {
   return {draw: queuesPage, args: [], state: {}};
 }
 
+let paused = false;
+let lastUpdate = null;
+
+// The header says when the figures were read, whether the page is live, and since when they are stale.
+function showRefresh(ok, message) {
+  const box = document.getElementById("refresh-state");
+  const clock = (d) => d ? d.toLocaleTimeString("en-GB") : "never";
+  box.className = ok ? (paused ? "paused" : "live") : "stale";
+  box.textContent = ok ? `${paused ? "Paused" : `Live, every ${REFRESH_MS / 1000} s`} · updated ${clock(lastUpdate)}`
+    : `Not updated since ${clock(lastUpdate)}: ${message}`;
+  document.getElementById("pause").textContent = paused ? "Resume" : "Pause";
+}
+
 async function refresh() {
   clearTimeout(timer);
   const mine = ++generation;
   const page = document.getElementById("page");
+  const active = document.activeElement && page.contains(document.activeElement) ? document.activeElement : null;
+  const focused = active ? active.id : "";
+  const caret = active && active.type === "search" ? [active.selectionStart, active.selectionEnd] : null;
+  document.getElementById("refresh-state").classList.add("loading");
   try {
     // A slow answer for a page no longer shown must not draw over the one that is.
     const sink = {replaceChildren: (...nodes) => { if (mine === generation) page.replaceChildren(...nodes.filter(n => n !== null)); }};
     await current.draw(sink, ...current.args, current.state);
     if (mine !== generation) return;
+    const again = focused && document.getElementById(focused);
+    if (again) {  // a chart read by keyboard, a search field being typed in
+      again.focus();
+      if (caret) again.setSelectionRange(...caret);
+    }
+    lastUpdate = new Date();
     page.dataset.loaded = String(Date.now());
     showError("");
+    showRefresh(true);
   } catch (e) {
     if (mine !== generation) return;
     showError(e.status === 401 ? "Give a token to see this page." : e.message);
+    showRefresh(false, e.status === 401 ? "no token" : e.message);
     if (e.status === 403 || e.status === 404) page.replaceChildren();
   }
-  if (mine === generation) timer = setTimeout(refresh, REFRESH_MS);
+  if (mine === generation && !paused) timer = setTimeout(refresh, REFRESH_MS);
 }
 
 function start() {
@@ -248,6 +452,7 @@ function start() {
     refresh();
   });
   forget.addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); location.reload(); });
+  document.getElementById("pause").addEventListener("click", () => { paused = !paused; refresh(); });
   window.addEventListener("hashchange", () => { current = route(); refresh(); });
   current = route();
   refresh();
