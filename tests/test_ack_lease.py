@@ -11,7 +11,7 @@ import psycopg
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
-from .helpers import ack, create_queue, duration, open_stream, send, text_message, until
+from .helpers import ack, create_queue, duration, error_of, open_stream, send, text_message, until
 from .test_group_commit_ack import ack_request, held_ack, until_blocked
 
 
@@ -100,3 +100,43 @@ async def test_an_ack_whose_stream_ended_gives_the_piggybacked_lease_back(server
     async with open_stream(stub, "q", max_batch_size=1, max_outstanding=1) as again:
         second = await again.next()
     assert (second.key.values[0].string_value, second.delivery_attempt) == ("second", 1)
+
+
+async def test_an_ack_of_unknown_outcome_hands_no_lease_over(server, stub, sql, waiting):
+    await create_queue(stub, "q", payload_type=queue_pb2.STRING)
+    await send(stub, "q", text_message("first", "1"), text_message("second", "2"))
+    async with open_stream(stub, "q", max_batch_size=1, max_outstanding=1, lease_duration=duration(30)) as s:
+        first = await s.next()
+        await waiting.wait(match=lambda state: state.queue == "q" and state.full)
+        server.mutator.faults.probabilities = {"unknown_commit_after": 1.0}  # committed, answer "lost"
+        code, _, _ = await error_of(stub.Ack(ack_request(first, request_id="lost")))
+        server.mutator.faults.probabilities = {}
+        assert code is grpc.StatusCode.UNKNOWN
+        await s.quiet(0.5)
+    token, attempt = sql.execute("SELECT spanq_lease_token, spanq_delivery_attempt FROM q WHERE id = 'second'"
+                                 ).fetchone()
+    assert token is not None and attempt == 1, "leased in the ack's commit, left to expire by itself"
+    assert sql.execute("SELECT count(*) FROM q WHERE id = 'first'").fetchone()[0] == 0
+
+
+async def test_a_lease_that_fails_does_not_fail_the_ack(server, stub, sql, waiting):
+    await create_queue(stub, "q", payload_type=queue_pb2.STRING)
+    await send(stub, "q", text_message("first", "1"), text_message("second", "2"))
+    # The queue's receive function fails its second call (the one in the ack's commit).
+    (result,) = sql.execute("SELECT pg_get_function_result('spanq.receive_q'::regproc)").fetchone()
+    sql.execute("CREATE SEQUENCE receive_calls")
+    sql.execute("ALTER FUNCTION spanq.receive_q RENAME TO receive_q_real")
+    sql.execute(f"""CREATE FUNCTION spanq.receive_q(a integer, b interval, c text, d timestamptz) RETURNS {result}
+                    LANGUAGE plpgsql AS $$ BEGIN
+                        IF nextval('receive_calls') = 2 THEN RAISE EXCEPTION 'an injected lease failure'; END IF;
+                        RETURN QUERY SELECT * FROM spanq.receive_q_real(a, b, c, d);
+                    END $$""")
+    async with open_stream(stub, "q", max_batch_size=1, max_outstanding=1, lease_duration=duration(30)) as s:
+        first = await s.next()
+        await waiting.wait(match=lambda state: state.queue == "q" and state.full)
+        answer = await ack(stub, "q", first)
+        assert [r.acked for r in answer.results] == [True]
+        second = await s.next()  # the stream's own lease, as without the piggyback
+    assert (second.key.values[0].string_value, second.delivery_attempt) == ("second", 1)
+    assert sql.execute("SELECT last_value FROM receive_calls").fetchone()[0] == 3
+    assert server.mutator.ack_leases.carried == 0
