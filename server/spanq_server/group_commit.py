@@ -53,6 +53,7 @@ class _Ledgered(Protocol):
 
 
 R = TypeVar("R", bound=_Ledgered)
+R_contra = TypeVar("R_contra", bound=_Ledgered, contravariant=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,25 @@ ACKS: GroupKind[LedgeredAck] = GroupKind(
     lambda queue, ack: ((queue.name, item.key) for item in ack.items))
 
 
+class Ride(Protocol[R_contra]):
+    """What a group carries besides its requests, in the same commit (ack_lease.py)."""
+
+    async def run(self, store: Store, queue: QueueDef, requests: Sequence[R_contra], now: datetime | None
+                  ) -> dict[str, Claim]:
+        """The group's statement with what it carries: the Claim of every request_id."""
+        ...
+
+    def deliver(self, claims: dict[str, Claim]) -> None:
+        """After the commit."""
+
+    def abandon(self) -> None:
+        """The group failed, or its commit's outcome is unknown."""
+
+
+class Rider(Protocol[R_contra]):
+    def plan(self, queue: QueueDef, requests: Sequence[R_contra]) -> Ride[R_contra] | None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class _Job(Generic[R]):
     queue: QueueDef
@@ -96,8 +116,9 @@ class GroupCommitter(Generic[R]):
     """Commits requests of one kind, grouping those that wait while ``in_flight`` groups commit."""
 
     def __init__(self, store: Store, clock: Clock, kind: GroupKind[R], *, in_flight: int,
-                 faults: FaultInjector) -> None:
+                 faults: FaultInjector, rider: Rider[R] | None = None) -> None:
         self._store = store
+        self._rider = rider
         self._faults = faults
         self._clock = clock
         self._kind = kind
@@ -222,12 +243,23 @@ class GroupCommitter(Generic[R]):
         """One statement is a transaction by itself: no BEGIN or COMMIT round trips. The
         configured faults apply to it as to a COMMIT."""
         fault = self._faults.before_commit()  # one that strikes before: nothing sent, nothing committed
-        claims = await self._kind.statement(self._store, None, queue, requests, self._clock.now())
+        ride = None if self._rider is None else self._rider.plan(queue, requests)
         try:
-            self._faults.after_commit(fault, wrote=_wrote(claims))
-        except errors.CommitOutcomeUnknown:
-            _settle(group, claims, _not_claimed)  # their answers are known whatever was lost
+            if ride is None:
+                claims = await self._kind.statement(self._store, None, queue, requests, self._clock.now())
+            else:
+                claims = await ride.run(self._store, queue, requests, self._clock.now())
+            try:
+                self._faults.after_commit(fault, wrote=_wrote(claims))
+            except errors.CommitOutcomeUnknown:
+                _settle(group, claims, _not_claimed)  # their answers are known whatever was lost
+                raise
+        except BaseException:
+            if ride is not None:
+                ride.abandon()
             raise
+        if ride is not None:
+            ride.deliver(claims)
         return claims
 
     async def _commit_queues(self, group: Sequence[_Job[R]], by_queue: dict[QueueDef, list[R]]

@@ -17,6 +17,8 @@ looks up the messages its tokens name, by key (lease_held in queries.sql): a lea
 renewed elsewhere keeps its key and prefix, and the stream leases no key it is not told.
 """
 
+import asyncio
+import dataclasses
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -33,17 +35,46 @@ def token_prefix(token: str) -> str:
     return token.rsplit(".", 2)[0]
 
 
+@dataclasses.dataclass
+class RoomWait:
+    """A stream at max_outstanding waiting for room: an ack through this server that frees
+    some may lease the stream's next messages in its own commit (ack_lease.py), and hand
+    them over in ``taking`` (an empty list: nothing for it)."""
+
+    max_batch: int
+    max_outstanding: int
+    lease_duration: timedelta
+    asked: int = 0
+    """What the ack leased for it (set with ``taking``)."""
+    taking: "asyncio.Future[list[LeasedMessage]] | None" = None
+    """Set while an ack's commit leases for the stream."""
+    _taken: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    def hand_over(self, batch: list[LeasedMessage]) -> None:
+        if self.taking is not None and not self.taking.done():
+            self.taking.set_result(batch)
+        self._taken.set()
+
+    async def wait(self) -> None:
+        await self._taken.wait()
+
+
 class StreamHolding:
     """One stream's leases as far as this server knows: token -> lease end."""
 
     def __init__(self) -> None:
         self._leases: dict[str, datetime] = {}
+        self.waiting: RoomWait | None = None
+        """Set while the stream waits for room (and may take an ack's lease)."""
         self.uncertain = False
         """Something may have freed room that this server cannot attribute: recount."""
         self._recheck_at: datetime | None = None
 
     def __len__(self) -> int:
         return len(self._leases)
+
+    def __contains__(self, token: str) -> bool:
+        return token in self._leases
 
     def tokens(self) -> list[str]:
         """The tokens of the leases it may hold (a recount looks up their messages)."""
@@ -96,6 +127,10 @@ class Holdings:
             streams.pop(prefix, None)
             if not streams:
                 del self._queues[queue]
+
+    def streams(self, queue: str) -> dict[str, StreamHolding]:
+        """The queue's open streams' holdings, by token prefix (not to be changed)."""
+        return self._queues.get(queue, {})
 
     def _holding(self, queue: str, token: str) -> StreamHolding | None:
         streams = self._queues.get(queue)

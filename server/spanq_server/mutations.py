@@ -16,6 +16,7 @@ from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
 from . import codec, errors
+from .ack_lease import AckLeases
 from .clock import Clock
 from .config import Limits
 from .faults import FaultInjector
@@ -126,7 +127,10 @@ class Mutator:
         self._wakeups = wakeups
         self.sends = GroupCommitter(store, clock, SENDS, in_flight=commit_groups_in_flight, faults=self.faults)
         """Group commit of Send requests (see group_commit.py)."""
-        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight, faults=self.faults)
+        self.ack_leases = AckLeases(self._holdings, store)
+        """Leases that acks carry for the streams they free room for (ack_lease.py)."""
+        self.acks = GroupCommitter(store, clock, ACKS, in_flight=commit_groups_in_flight, faults=self.faults,
+                                   rider=self.ack_leases)
         """Group commit of Ack requests (see group_commit.py)."""
 
     def prepare(self, mutation: Mutation) -> Mutation:

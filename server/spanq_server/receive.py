@@ -42,7 +42,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from . import errors
 from .clock import Clock
 from .config import Limits
-from .held import Holdings, StreamHolding
+from .held import Holdings, RoomWait, StreamHolding
 from .lapses import LapseWatch
 from .metrics.counters import Counters
 from .model import LeasedMessage, QueueDef
@@ -377,8 +377,30 @@ class Receiver:
                 recount = self._poll - (time.monotonic() - (full_since or time.monotonic()))
                 waits = [max(recount, MIN_WAIT), remaining, probe,
                          None if ends is None else max((ends - now).total_seconds(), MIN_WAIT)]
+                # An ack through this server that frees room may lease for it meanwhile
+                # (ack_lease.py); not with a dead-letter history to read beside each batch.
+                waiting = None if history else RoomWait(options.max_batch_size, options.max_outstanding, lease)
+                holding.waiting = waiting
                 stream_waiting.emit(queue.name, prefix, True)
-                await _wait_any([room, self._closing], min(w for w in waits if w is not None))
+                try:
+                    await _wait_any([room, self._closing, *([waiting] if waiting else [])],
+                                    min(w for w in waits if w is not None))
+                except BaseException:
+                    if waiting is not None and waiting.taking is not None:
+                        waiting.taking.add_done_callback(lambda done: self._give_back(queue, done))
+                    raise
+                finally:
+                    holding.waiting = None
+                if waiting is not None and waiting.taking is not None:
+                    batch = await self._taken(queue, waiting.taking)
+                    if batch:
+                        full_since = None  # the room was freed and taken, as this server knows
+                        watch.delivered(batch)
+                        holding.leased(batch)
+                        self._metrics.delivered(queue.name, batch)
+                        if len(batch) == waiting.asked:
+                            signal.ready.wake()  # a full batch: more may be deliverable
+                        yield batch
         raise errors.StoreUnavailable("the server is shutting down; reconnect to continue receiving")
 
     async def _lease(self, queue: QueueDef, history: bool, **lease: Any) -> list[LeasedMessage]:
@@ -403,6 +425,17 @@ class Receiver:
             _honour_cancellation()
         except asyncio.CancelledError:
             leasing.add_done_callback(lambda done: self._give_back(queue, done))
+            raise
+        return batch
+
+    async def _taken(self, queue: QueueDef, taking: "asyncio.Future[list[LeasedMessage]]") -> list[LeasedMessage]:
+        """The batch an ack's commit leased for this stream (ack_lease.py), once committed;
+        given back if the stream ends first."""
+        try:
+            batch = await asyncio.shield(taking)
+            _honour_cancellation()
+        except asyncio.CancelledError:
+            taking.add_done_callback(lambda done: self._give_back(queue, done))
             raise
         return batch
 

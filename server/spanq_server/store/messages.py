@@ -18,7 +18,7 @@ from ..model import (AckFound, AckItem, Claim, ColumnType, DeadLetterHistory, Ke
                      LedgeredSend, OutgoingMessage, QueueDef, RenewResult, Unreadable)
 from ..sql.compose import SQL_TYPES, QueueStatements, query
 from .arrays import array_literal
-from .database import Connection, Database, Handle, connection_of, wrap_errors
+from .database import Connection, Database, Handle, connection_of, refused_as_read_only, wrap_errors
 from .ledger import claim_params
 
 _COMPARISONS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>", "<>": "<>"}
@@ -68,20 +68,53 @@ class MessageTables(Database):
         return {request_id: (Claim.CLAIMED if claimed else Claim.COMMITTED_BEFORE) if ready else Claim.LEFT_ALONE
                 for request_id, ready, claimed in rows}
 
+    async def messages_ack_claimed_group_leasing(
+        self, queue: QueueDef, acks: Sequence[LedgeredAck], now: datetime | None,
+        leases: Sequence[tuple[str, int, timedelta]],
+    ) -> tuple[dict[str, Claim], list[list[LeasedMessage]]] | None:
+        """``messages_ack_claimed_group`` and, in the same transaction, one lease per
+        (stream prefix, batch size, lease duration): one round trip (a pipeline) and one
+        commit. None, and nothing committed, when the transaction failed for a reason of
+        its own (a lease's error fails the acks too): the caller runs the acks without
+        leases. A lost connection is CommitOutcomeUnknown, as for ``_claiming``."""
+        statements = _queue_sql(queue)
+        items = [item for ack in acks for item in ack.items]
+        params = statements.ack_params(items)
+        counts = [len(ack.items) for ack in acks]
+        params.update(claim_params(acks, counts), counts=array_literal(counts), now=now)
+        async with self._read(queue.name) as conn:
+            try:
+                # Statements between two Syncs are one implicit transaction: an error in any
+                # rolls back all, the Sync at the pipeline's end commits all.
+                async with conn.pipeline():
+                    acked = await conn.execute(statements.ack_claimed_group, params)
+                    leased = [await conn.execute(statements.lease, _lease_params(queue, prefix, n, duration, now))
+                              for prefix, n, duration in leases]
+                rows = await acked.fetchall()
+            except psycopg.OperationalError as exc:
+                if isinstance(exc, (pg_errors.DeadlockDetected, pg_errors.SerializationFailure,
+                                    pg_errors.LockNotAvailable, pg_errors.QueryCanceled)) or refused_as_read_only(exc):
+                    return None
+                raise errors.CommitOutcomeUnknown(
+                    f"the database connection failed while the statement that commits was in flight ({exc}): "
+                    "the commit may or may not have happened; replay the same request_id to learn which"
+                ) from exc
+            except psycopg.Error:
+                return None
+            batches = [_leased(queue, await _fetch_leased(cur)) for cur in leased]
+        claims = {request_id: (Claim.CLAIMED if claimed else Claim.COMMITTED_BEFORE) if ready else Claim.LEFT_ALONE
+                  for request_id, ready, claimed in rows}
+        return claims, batches
+
     async def messages_lease(
         self, queue: QueueDef, *, max_batch_size: int, lease_duration: timedelta, lease_prefix: str,
         now: datetime | None,
     ) -> list[LeasedMessage]:
         statements = _queue_sql(queue)
-        width = len(queue.key_columns)
         async with self._read(queue.name) as conn:
             try:
-                cur = await conn.execute(
-                    statements.lease,
-                    {"max_batch_size": max_batch_size, "lease_duration": lease_duration,
-                     "lease_prefix": lease_prefix, "now": now, "queue_name": queue.name,
-                     "create_time": queue.create_time},
-                )
+                cur = await conn.execute(statements.lease,
+                                         _lease_params(queue, lease_prefix, max_batch_size, lease_duration, now))
             except pg_errors.InvalidTextRepresentation as exc:
                 if "was dropped and created again" not in (exc.diag.message_primary or ""):
                     raise
@@ -89,16 +122,8 @@ class MessageTables(Database):
                     f"queue {queue.name!r} was dropped (and a queue of that name created again); "
                     "open a new stream to receive from the new queue"
                 ) from exc
-            try:
-                rows = await cur.fetchall()
-            except (psycopg.DataError, ValueError, RecursionError):
-                # A value written by SQL that Python cannot hold: the rows are leased
-                # already, so read them again with Unreadable in place of such values.
-                rows = _rows_leniently(cur)
-        # The row is the key columns, then LeasedMessage's other fields in order.
-        if width == 1:
-            return [LeasedMessage((row[0],), *row[1:]) for row in rows]
-        return [LeasedMessage(tuple(row[:width]), *row[width:]) for row in rows]
+            rows = await _fetch_leased(cur)
+        return _leased(queue, rows)
 
     async def leased_history(self, queue: QueueDef, batch: list[LeasedMessage]) -> list[LeasedMessage]:
         """The batch with the dead-letter history of those messages that have one."""
@@ -291,6 +316,29 @@ class MessageTables(Database):
             else:
                 rows = await (await connection_of(handle).execute(statement, params)).fetchall()
         return [(tuple(_normal_key(tuple(row[:width]))), _normal_value(row[width]), row[width + 1]) for row in rows]
+
+
+def _lease_params(queue: QueueDef, prefix: str, max_batch_size: int, lease_duration: timedelta,
+                  now: datetime | None) -> dict[str, Any]:
+    return {"max_batch_size": max_batch_size, "lease_duration": lease_duration, "lease_prefix": prefix,
+            "now": now, "queue_name": queue.name, "create_time": queue.create_time}
+
+
+async def _fetch_leased(cur: psycopg.AsyncCursor[Any]) -> list[Any]:
+    try:
+        return await cur.fetchall()
+    except (psycopg.DataError, ValueError, RecursionError):
+        # A value written by SQL that Python cannot hold: the rows are leased
+        # already, so read them again with Unreadable in place of such values.
+        return _rows_leniently(cur)
+
+
+def _leased(queue: QueueDef, rows: Sequence[Any]) -> list[LeasedMessage]:
+    # The row is the key columns, then LeasedMessage's other fields in order.
+    width = len(queue.key_columns)
+    if width == 1:
+        return [LeasedMessage((row[0],), *row[1:]) for row in rows]
+    return [LeasedMessage(tuple(row[:width]), *row[width:]) for row in rows]
 
 
 def _connection_or_none(handle: Handle | None) -> Connection | None:
