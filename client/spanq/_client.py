@@ -96,7 +96,7 @@ class _Direct(aio.Client):
                     self._blocking_stub = stub
                     # An open channel with a connectivity watch keeps the interpreter from exiting
                     # (grpcio waits for its polling thread): close it at exit if nobody did.
-                    weakref.finalize(self, channel.close)
+                    weakref.finalize(self, self._connectivity.close)
         return self._blocking_stub
 
     def _wait_connected(self) -> None:
@@ -110,7 +110,8 @@ class _Direct(aio.Client):
     async def aclose(self, timeout: float | None = None) -> None:
         self._closed = True
         if self._blocking_channel is not None:
-            self._blocking_channel.close()
+            assert self._connectivity is not None
+            self._connectivity.close()
 
 
 def _owned(targets: Iterable[Any]) -> bool:

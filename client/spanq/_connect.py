@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 
 import grpc
 
@@ -102,6 +103,19 @@ class Connectivity:
         if self._ready.wait(timeout):
             return
         raise not_connected(target, timeout, self.state)
+
+
+    def close(self, grace: float = 1.0) -> None:
+        """Closes the channel once its connectivity poller has stopped. grpcio's poller thread
+        calls the channel between two looks at its subscribers; a close in that gap makes it
+        print "Exception in thread ... Channel closed!" to stderr (as `spanq receive` did at
+        exit). So: unsubscribe, wait (bounded) for the poller to see it and stop, then close."""
+        self._channel.unsubscribe(self._changed)
+        state = getattr(self._channel, "_connectivity_state", None)  # grpcio's; if it moves, only the wait goes
+        give_up = time.monotonic() + grace
+        while state is not None and state.polling and time.monotonic() < give_up:
+            time.sleep(0.01)
+        self._channel.close()
 
 
 def _ignore(state: grpc.ChannelConnectivity) -> None:
