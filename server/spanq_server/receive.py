@@ -419,18 +419,11 @@ class Receiver:
             except errors.QueueError:
                 return batch  # the messages matter more than their history
 
-        leasing = asyncio.ensure_future(leased())
-        try:
-            batch = await asyncio.shield(leasing)
-            _honour_cancellation()
-        except asyncio.CancelledError:
-            leasing.add_done_callback(lambda done: self._give_back(queue, done))
-            raise
-        return batch
+        return await self._taken(queue, asyncio.ensure_future(leased()))
 
     async def _taken(self, queue: QueueDef, taking: "asyncio.Future[list[LeasedMessage]]") -> list[LeasedMessage]:
-        """The batch an ack's commit leased for this stream (ack_lease.py), once committed;
-        given back if the stream ends first."""
+        """A batch being leased for this stream (its own lease statement, or an ack's commit:
+        ack_lease.py), once committed; given back if the stream ends first (never handed over)."""
         try:
             batch = await asyncio.shield(taking)
             _honour_cancellation()
