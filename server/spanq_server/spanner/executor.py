@@ -402,7 +402,11 @@ class Executor:
     # -- RECEIVE --------------------------------------------------------------------
 
     async def receive(self, s: st.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
-        queue = await self.queue(ns, s.queue, fresh=True)
+        try:
+            queue = await self.queue(ns, s.queue, fresh=True)
+        except errors.QueueNotFound:
+            # Spanner's analyzer finds no such table function: INVALID_ARGUMENT, in its words.
+            raise errors.InvalidArgument(f"Table-valued function not found: RECEIVE_{s.queue}") from None
         duration = DEFAULT_RECEIVE_DURATION
         if s.args.get("max_duration", st.Literal(None)) != st.Literal(None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
