@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -112,14 +112,6 @@ class Worker:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
 
-    @classmethod
-    async def start(cls, node_client: str, target: str, sql: str, want: int) -> "Worker":
-        process = await asyncio.create_subprocess_exec(
-            node_client, "queue.js", "worker", json.dumps({"sql": sql, "want": want}), cwd=NODE_DIR,
-            env=node_env(target), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        worker = cls(process)
-        assert await worker.line() == {"streaming": True}
-        return worker
 
     async def line(self) -> Any:
         assert self.process.stdout is not None
@@ -135,6 +127,26 @@ class Worker:
     async def stderr(self) -> str:
         assert self.process.stderr is not None
         return (await self.process.stderr.read()).decode()
+
+
+@pytest.fixture
+async def worker(node_client: str, server: Any) -> AsyncIterator[Callable[..., Awaitable[Worker]]]:
+    """``await worker(sql, want)``: a Worker started; any still running at the end is killed."""
+    started: list[Worker] = []
+
+    async def start(sql: str, want: int) -> Worker:
+        process = await asyncio.create_subprocess_exec(
+            node_client, "queue.js", "worker", json.dumps({"sql": sql, "want": want}), cwd=NODE_DIR,
+            env=node_env(server.target), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        started.append(Worker(process))
+        assert await started[-1].line() == {"streaming": True}
+        return started[-1]
+
+    yield start
+    for each in started:
+        if each.process.returncode is None:
+            each.process.kill()
+            await each.process.wait()
 
 
 # -- the fixtures' admin calls ------------------------------------------------------------
@@ -223,14 +235,12 @@ async def test_sql_sends_then_the_receive_sample_leases_what_is_deliverable(node
     assert messages(sql) == [(4, "Scheduled message via SQL API", False), (5, "Hello from Spanner Queue via SQL!", True)]
 
 
-async def test_a_worker_stream_receives_messages_sent_while_it_waits(node, node_client, server, queues, sql,  # type: ignore[no-untyped-def]
+async def test_a_worker_stream_receives_messages_sent_while_it_waits(node, worker, queues, sql,  # type: ignore[no-untyped-def]
                                                                      await_idle_streams) -> None:
-    worker = await Worker.start(node_client, server.target,
-                                "SELECT Id, Payload FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 10)",
-                                want=2)
+    stream = await worker("SELECT Id, Payload FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 10)", 2)
     await await_idle_streams("d1_myqueue")  # the stream is open on the server, waiting
     await node("send", queue="MyQueue", messages=[{"key": [1], "payload": "a"}, {"key": [2], "payload": "b"}])
-    rows = await worker.rows(2)  # each row handed over as it came, long before max_duration
+    rows = await stream.rows(2)  # each row handed over as it came, long before max_duration
     assert sorted(rows, key=lambda r: r["Id"]) == [{"Id": 1, "Payload": "a"}, {"Id": 2, "Payload": "b"}]
     assert messages(sql) == [(1, "a", True), (2, "b", True)]
     assert await node("ack", queue="MyQueue", keys=[[1], [2]]) == {"acked": 2}
@@ -240,11 +250,10 @@ async def test_a_worker_stream_receives_messages_sent_while_it_waits(node, node_
 # -- acks -------------------------------------------------------------------------------
 
 
-async def test_queue_ack_mutations_and_a_second_ack_not_found(node, node_client, server, queues, sql) -> None:  # type: ignore[no-untyped-def]
+async def test_queue_ack_mutations_and_a_second_ack_not_found(node, worker, queues, sql) -> None:  # type: ignore[no-untyped-def]
     await node("send", queue="MyQueue", messages=[{"key": [1], "payload": "Hello"}, {"key": [2], "payload": "keep"}])
-    worker = await Worker.start(node_client, server.target,
-                                "SELECT Id FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 1)", want=1)
-    (row,) = await worker.rows(1)
+    stream = await worker("SELECT Id FROM RECEIVE_MyQueue(max_duration => '1m', max_batch_size => 1)", 1)
+    (row,) = await stream.rows(1)
     assert await node("ack", queue="MyQueue", keys=[[row["Id"]]]) == {"acked": 1}
     kept = 3 - row["Id"]
     assert [m[0] for m in messages(sql)] == [kept]
@@ -274,12 +283,12 @@ async def test_dml_acks_assert_one_row_and_plain_deletes_do_not(node, queues, sq
 # -- RENEWLEASE -----------------------------------------------------------------------------
 
 
-async def test_renewlease_in_a_transaction_extends_the_lease_and_supersedes_the_token(node, node_client, server,  # type: ignore[no-untyped-def]
-                                                                                      queues, sql) -> None:
+async def test_renewlease_in_a_transaction_extends_the_lease_and_supersedes_the_token(node, worker, queues,  # type: ignore[no-untyped-def]
+                                                                                      sql) -> None:
     await node("send", queue="MyQueue", messages=[{"key": [1], "payload": "slow work"}])
-    worker = await Worker.start(node_client, server.target, "SELECT Id, SpannerLeaseToken, "
-                                "SpannerLeaseExpirationTimestamp FROM RECEIVE_MyQueue(max_duration => '1m')", want=1)
-    (row,) = await worker.rows(1)
+    stream = await worker("SELECT Id, SpannerLeaseToken, SpannerLeaseExpirationTimestamp "
+                          "FROM RECEIVE_MyQueue(max_duration => '1m')", 1)
+    (row,) = await stream.rows(1)
     token = row["SpannerLeaseToken"]
     (renewed,) = (await node("renew", queue="MyQueue", tokens=[token]))["rows"]
     assert list(renewed) == ["SpannerOldLeaseToken", "SpannerNewLeaseToken", "SpannerLeaseExpirationTimestamp"]
