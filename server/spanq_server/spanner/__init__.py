@@ -20,8 +20,10 @@ Modules, one per concern:
 
 The message classes come from google-cloud-spanner. Without it installed the
 front-end is simply not served (``create`` returns None). The seam with the rest
-of the server is this module: ``create`` takes the domain's objects (never the
-store), and ``access_rules`` says what each method needs of a token.
+of the server is this module: ``create`` takes the domain's objects and, for its
+tables, the store as the narrow port it declares (``port.TableStore``: server.py hands
+it the store, which spanner/ never imports); ``access_rules`` says what each method
+needs of a token.
 """
 
 import logging
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from ..queues import Catalog
     from ..receive import Receiver
     from ..records import Records
+    from .port import TableStore
     from .servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
@@ -50,7 +53,7 @@ SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
 
 
 def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly_once: "ExactlyOnce",
-           operator: "Operator", records: "Records", clock: "Clock", *, pool_max_size: int,
+           operator: "Operator", records: "Records", tables: "TableStore", clock: "Clock", *, pool_max_size: int,
            idle_timeout: timedelta, max_lifetime: timedelta) -> "SpannerFrontEnd | None":
     """The Spanner front-end, or None when google-cloud-spanner is not installed."""
     try:
@@ -62,7 +65,7 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
-    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, operator, records, clock,
+    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, operator, records, tables, clock,
                            max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
                            max_lifetime=max_lifetime)
 

@@ -26,6 +26,7 @@ from . import access, googlesql
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
+from .port import TableStore
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
 from .status import RowCountMismatch
 from .tables import Tables, TableResult, TableStatement
@@ -112,9 +113,9 @@ class _RenewedRows:
 
 class Executor:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
-                 clock: Clock, exactly_once: ExactlyOnce) -> None:
+                 tables: TableStore, clock: Clock, exactly_once: ExactlyOnce) -> None:
         self.names = Names(records, catalog)
-        self.tables = Tables(records.tables, catalog, self.names)
+        self.tables = Tables(tables, catalog, self.names)
         """Spanner tables (spanner/tables.py): statements the queue parser does not read go there."""
         self._catalog = catalog
         self._mutator = mutator

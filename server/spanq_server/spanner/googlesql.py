@@ -3,7 +3,7 @@
 ``statements`` reads the queue statements (CREATE QUEUE, RECEIVE_, ...); this
 module reads the rest: table DDL, DML on tables and SELECT over tables and
 queues. It builds the dataclasses below and nothing else (no SQL: the
-translation to PostgreSQL is ``sql/tables.py``'s). Anything outside the
+translation to PostgreSQL is ``postgres``'s). Anything outside the
 subset is INVALID_ARGUMENT naming what is not supported.
 
     CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c, ...)

@@ -1,7 +1,7 @@
 """Spanner's value ranges, where PostgreSQL holds more: DATE, TIMESTAMP, NUMERIC and JSON
 values are checked here before they are stored (literals, parameters, mutations), so that no
 row holds what no Spanner client could read. Plain Python, no protobuf: the statement
-translator (sql/tables.py) calls it too.
+translator (postgres.py) calls it too.
 """
 
 import itertools

@@ -35,6 +35,7 @@ from ..receive import Receiver
 from ..records import Records
 from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, googlesql, sessions, statements, values
 from .admin import Admin, now_pb
+from .port import TableStore
 from .scope import Scope
 from .executor import Executor, Result, queue_ddl
 from .status import SPANNER_ERRORS, NotFound
@@ -591,12 +592,12 @@ class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, exactly_once_: ExactlyOnce,
-                 operator: Operator, records: Records, clock: Clock, *, max_open_transactions: int,
+                 operator: Operator, records: Records, tables: TableStore, clock: Clock, *, max_open_transactions: int,
                  idle_timeout: timedelta, max_lifetime: timedelta) -> None:
         self.admin = Admin(records)
         self.transactions = Transactions(mutator, exactly_once_, max_open=max_open_transactions,
                                          idle_timeout=idle_timeout, max_lifetime=max_lifetime)
-        self.executor = Executor(catalog, mutator, receiver, operator, records, clock, exactly_once_)
+        self.executor = Executor(catalog, mutator, receiver, operator, records, tables, clock, exactly_once_)
         self.spanner = SpannerService(catalog, mutator, exactly_once_, self.executor, self.transactions, self.admin)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
         self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)

@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 
 from .. import codec
 from ..errors import FailedPrecondition, InvalidArgument
-from ..store.tables import OutOfRange
+from ..model import OutOfRange
 from . import values
 from .googlesql import SpannerType
 

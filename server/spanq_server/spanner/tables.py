@@ -7,8 +7,8 @@ reachable, never another PostgreSQL table. Queues are readable as tables (their
 key columns, Payload and DeliverTime), so a SELECT may join one with a table;
 their writes stay sends and acks.
 
-Statements are parsed by ``googlesql``, translated by ``sql/tables.py`` and run
-by ``store_tables``; in a read-write transaction each is a ``TableOp`` on the
+Statements are parsed by ``googlesql``, translated by ``postgres`` and run
+by the store (``port.TableStore``); in a read-write transaction each is a ``TableOp`` on the
 transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
 read-write transactions do), in a read-only one a strong read.
 """
@@ -26,13 +26,12 @@ from psycopg import sql
 from .. import errors, queues
 from ..mutations import TableOp
 from ..queues import Catalog
-from ..sql import tables as t
-from ..store import Handle
-from ..store.tables import SpannerTables
+from . import postgres as t
 from . import googlesql as g
 from .lexing import fold
 from . import table_values, values
 from .names import Names
+from .port import TableStore
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
 from .scope import RESERVED, Scope
 
@@ -76,7 +75,7 @@ def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
 
 
 class Tables:
-    def __init__(self, store: SpannerTables, catalog: Catalog, names: Names) -> None:
+    def __init__(self, store: TableStore, catalog: Catalog, names: Names) -> None:
         self._store = store
         self._catalog = catalog
         self._names = names
@@ -195,7 +194,7 @@ class Tables:
 
     def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1,
             encode: Callable[[list[Any]], list[Any]] | None = None) -> TableOp:
-        async def run(conn: Handle) -> tuple[list[Any], int]:
+        async def run(conn: Any) -> tuple[list[Any], int]:
             found, count = await self._store.table_run_in(conn, statement, values, what)
             return (encode(found) if encode else found), count
 
@@ -239,7 +238,7 @@ class Tables:
             at_key = [columns.index(c) for c in table.key]
             expected = [len({tuple(row[i] for i in at_key) for row in part}) for part in t.batches(rows, len(columns))]
 
-            async def update(conn: Handle) -> tuple[list[Any], int]:
+            async def update(conn: Any) -> tuple[list[Any], int]:
                 total = 0
                 for (statement, values), wanted in zip(steps, expected):
                     count = (await self._store.table_run_in(conn, statement, values, what))[1]
@@ -262,7 +261,7 @@ class Tables:
     def _steps(self, table: str, before: list[tuple[sql.Composed, dict[str, Any]]],
                counted: list[tuple[sql.Composed, dict[str, Any]]], what: str, rows: int) -> TableOp:
         """A TableOp of several statements run in order; its count is the ``counted`` ones'."""
-        async def run(conn: Handle) -> tuple[list[Any], int]:
+        async def run(conn: Any) -> tuple[list[Any], int]:
             for statement, values in before:
                 await self._store.table_run_in(conn, statement, values, what)
             total = 0
