@@ -228,7 +228,7 @@ async def test_ddl_is_authorized_on_its_parse_before_anything_is_made(channel, s
 
 async def test_each_statement_is_parsed_once_in_its_databases_dialect(channel, monkeypatch) -> None:
     """Authorization reads no other parse than the one that runs: no reading in the other dialect."""
-    from spanq_server.spanner import googlesql, statements
+    from spanq_server.spanner.query import googlesql, statements
 
     await populate(channel, MADE)
     await populate(channel, PG)

@@ -46,7 +46,7 @@ from .wakeups import Wakeups
 from . import spanner as spanner_front_end
 
 if TYPE_CHECKING:
-    from .spanner.servicers import SpannerFrontEnd
+    from .spanner.handlers.servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from spanq_server.errors import InvalidArgument
-from spanq_server.spanner import values
+from spanq_server.spanner.query import values
 
 UTC = timezone.utc
 

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from spanq_server.errors import InvalidArgument
-from spanq_server.spanner import googlesql as g
-from spanq_server.spanner import statements as st
-from spanq_server.spanner.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote
-from spanq_server.spanner.schema import Col, TableDef, table_of
-from spanq_server.spanner import postgres as t
+from spanq_server.spanner.query import googlesql as g
+from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote
+from spanq_server.spanner.query.schema import Col, TableDef, table_of
+from spanq_server.spanner.query import postgres as t
 
 PARSERS = {"googlesql": g.parse, "queues": st.parse, "queues, PostgreSQL": lambda text: st.parse(text, pg=True)}
 

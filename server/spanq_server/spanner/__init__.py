@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ..receive import Receiver
     from ..records import Records
     from .port import TableStore
-    from .servicers import SpannerFrontEnd
+    from .handlers.servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly
            idle_timeout: timedelta, max_lifetime: timedelta) -> "SpannerFrontEnd | None":
     """The Spanner front-end, or None when google-cloud-spanner is not installed."""
     try:
-        from .servicers import SpannerFrontEnd
+        from .handlers.servicers import SpannerFrontEnd
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("google"):
             raise
@@ -73,6 +73,6 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly
 def access_rules() -> "dict[str, Rule]":
     """What each method of this front-end needs of a token (served or not: without
     google-cloud-spanner the rules stay unused)."""
-    from .access import RULES
+    from .handlers.access import RULES
 
     return RULES

@@ -30,8 +30,8 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..model import ColumnType
+from ...errors import InvalidArgument
+from ...model import ColumnType
 from .lexing import MAX_TOKENS, Cursor, Token, check_length, fold, googlesql_token, too_many_tokens
 
 SUPPORTED = (

@@ -9,28 +9,50 @@ import dataclasses
 import operator
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf import struct_pb2
 
-from .. import errors, queues
-from ..admin import Operator
-from ..clock import Clock
-from ..exactly_once import ExactlyOnce
-from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
-from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
-from ..queues import Catalog
-from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
-from ..records import Records
-from . import access, googlesql
+from ... import errors, queues
+from ...admin import Operator
+from ...clock import Clock
+from ...exactly_once import ExactlyOnce
+from ...model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
+from ...mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
+from ...queues import Catalog
+from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
+from ...records import Records
+from . import googlesql
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
-from .port import TableStore
+from ..port import TableStore
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
-from .status import RowCountMismatch
 from .tables import Tables, TableResult, TableStatement
-from .transactions import Use
+
+
+class Use(Protocol):
+    """What a statement runs in, as the engine sees it (handlers/transactions.Use is one): a
+    strong read (``read_only``), partitioned DML, or a read-write transaction held on first use."""
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def partitioned(self) -> bool: ...
+
+    @property
+    def hold(self) -> Callable[[], Any]:
+        """Coroutine function: the transaction's OpenTransaction, begun on first use."""
+        ...
+
+
+Authorize = Callable[[Any, str], None]
+"""Refuses a parsed statement the call's token may not run (handlers/access.authorize)."""
+
+
+class RowCountMismatch(errors.QueueError):
+    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
 """RECEIVE without max_duration (the docs recommend 20 minutes)."""
@@ -113,7 +135,7 @@ class _RenewedRows:
 
 class Executor:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
-                 tables: TableStore, clock: Clock, exactly_once: ExactlyOnce) -> None:
+                 tables: TableStore, clock: Clock, exactly_once: ExactlyOnce, authorize: Authorize) -> None:
         self.names = Names(records, catalog)
         self.tables = Tables(tables, catalog, self.names)
         """Spanner tables (spanner/tables.py): statements the queue parser does not read go there."""
@@ -123,6 +145,7 @@ class Executor:
         self._receiver = receiver
         self._operator = operator
         self._clock = clock
+        self._authorize = authorize
 
     # -- queries and DML ----------------------------------------------------------
 
@@ -142,7 +165,7 @@ class Executor:
                                        "CREATE QUEUE (database.update_ddl)") from None
 
     # Every statement that runs is parsed here, once, in its database's dialect, and that parse
-    # is what authorization checks (access.authorize, under a token file) before it is returned:
+    # is what authorization checks (handlers/access.authorize, under a token file) before it is returned:
     # the object checked is the object run, so no other reading of the text can slip through.
 
     async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Statement | TableStatement":
@@ -150,7 +173,7 @@ class Executor:
         naming a table of the database is the table subset's), authorized for the call's token
         (``where`` begins a refusal: "statement 2: ")."""
         statement = await self._parse(text, ns)
-        access.authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
+        self._authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
         return statement
 
     async def _parse(self, text: str, ns: Scope) -> "st.Statement | TableStatement":
@@ -174,7 +197,7 @@ class Executor:
     def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
         statement = self._parse_ddl(text, ns)
-        access.authorize(statement, where)
+        self._authorize(statement, where)
         return statement
 
     def _parse_ddl(self, text: str, ns: Scope) -> "st.Ddl | googlesql.Ddl":

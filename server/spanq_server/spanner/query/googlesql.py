@@ -32,7 +32,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..errors import InvalidArgument
+from ...errors import InvalidArgument
 from .lexing import MAX_TOKENS, Cursor, Token, check_length, googlesql_token, too_many_tokens
 
 SUPPORTED = (

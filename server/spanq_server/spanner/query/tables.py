@@ -23,15 +23,15 @@ from typing import Any
 from google.protobuf import struct_pb2
 from psycopg import sql
 
-from .. import errors, queues
-from ..mutations import TableOp
-from ..queues import Catalog
+from ... import errors, queues
+from ...mutations import TableOp
+from ...queues import Catalog
 from . import postgres as t
 from . import googlesql as g
 from .lexing import fold
-from . import table_values, values
+from . import values
 from .names import Names
-from .port import TableStore
+from ..port import TableStore
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
 from .scope import RESERVED, Scope
 
@@ -70,7 +70,7 @@ def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
     for name, column_type in columns:
         field = out.fields.add()
         field.name = name
-        field.type_.CopyFrom(table_values.type_pb(column_type))
+        field.type_.CopyFrom(values.typed_pb(column_type))
     return out
 
 
@@ -154,7 +154,7 @@ class Tables:
         schema = await self.schema(ns, relations(statement))
         declared = {}
         for name, type_pb in (param_types or {}).items():
-            found = table_values.of_type_pb(type_pb)
+            found = values.of_type_pb(type_pb)
             if found is not None:
                 declared[name] = found
         writing = not isinstance(statement, g.Select)
@@ -173,14 +173,14 @@ class Tables:
         for name, wanted in translated.wanted.items():
             if name not in params.fields:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
-            bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
+            bound[f"p_{name}"] = values.decode_typed(params.fields[name], wanted, f"parameter @{name}")
             if name in translated.counts and (bound[f"p_{name}"] or 0) < 0:
                 raise errors.InvalidArgument(f"{translated.counts[name]} cannot be negative (parameter @{name})")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
         shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
 
         def encoded(rows: list[Any]) -> list[Any]:
-            return [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
+            return [[values.encode_typed(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
 
         if use.read_only and not writing:
             rows, count = encoded(await self._store.table_read(translated.statement, bound, what)), None
@@ -225,7 +225,7 @@ class Tables:
         for r, row in enumerate(body.values):
             if len(row.values) != len(columns):
                 raise errors.InvalidArgument(f"row {r} has {len(row.values)} value(s) for {len(columns)} column(s)")
-            rows.append([table_values.decode(v, c.type, f"row {r}: column {c.spelled!r}")
+            rows.append([values.decode_typed(v, c.type, f"row {r}: column {c.spelled!r}")
                          for v, c in zip(row.values, columns)])
         if not rows:
             return None
@@ -273,12 +273,12 @@ class Tables:
 
     def _keys(self, key: Sequence[Col], key_set: Any, what: str, prefix_ok: bool = False
               ) -> tuple[list[list[Any]], list[t.KeyRange]]:
-        def decoded(values: Any, where: str, partial: bool) -> list[Any]:
-            given = list(values.values)
+        def decoded(key_values: Any, where: str, partial: bool) -> list[Any]:
+            given = list(key_values.values)
             if len(given) > len(key) or (not partial and len(given) != len(key)):
                 raise errors.InvalidArgument(f"{what}: {where} has {len(given)} value(s) for a key of {len(key)} "
                                              f"column(s) ({', '.join(c.spelled for c in key)})")
-            return [table_values.decode(v, c.type, f"{where}: {c.spelled}") for v, c in zip(given, key)]
+            return [values.decode_typed(v, c.type, f"{where}: {c.spelled}") for v, c in zip(given, key)]
 
         keys = [decoded(k, f"key {i}", prefix_ok) for i, k in enumerate(key_set.keys)]
         ranges = []
@@ -339,7 +339,7 @@ class Tables:
             rows = (await (await use.hold()).apply([self._op(table.name, statement, params, what)]))[0][0]
         typed = [(c.spelled, c.type) for c in columns]
         shown = [(f"{what}: column {c.spelled}", c.type) for c in columns]
-        return TableResult(typed, [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)]
+        return TableResult(typed, [[values.encode_typed(v, t, label) for v, (label, t) in zip(row, shown)]
                                    for row in rows])
 
     # -- DDL --------------------------------------------------------------------------
