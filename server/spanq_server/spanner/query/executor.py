@@ -7,7 +7,7 @@ meet. No protobuf beyond google.protobuf.Value, no SQL.
 import asyncio
 import dataclasses
 import operator
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 
@@ -23,7 +23,9 @@ from ...queues import Catalog
 from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ...records import Records
 from . import googlesql
+from . import parser
 from . import statements as st
+from .parser import Dialect
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
 from ..port import TableStore
@@ -68,9 +70,6 @@ SYSTEM_COLUMNS = {"payload": "payload", "delivertime": "deliver_time", "deliver_
 FILTERED_PAUSE = 0.2
 """Seconds a RECEIVE with WHERE waits after a batch none of whose messages matched, before
 leasing again: the ones it gave back are due again at once."""
-LONG_STATEMENT = 4096
-"""Characters past which a statement's reads (each up to a few tenths of a second within the limits
-of lexing.py) let other calls run before and between them."""
 COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
            ">=": operator.ge}
 
@@ -177,22 +176,13 @@ class Executor:
         return statement
 
     async def _parse(self, text: str, ns: Scope) -> "st.Statement | TableStatement":
-        long = len(text) > LONG_STATEMENT
-        if long:  # other calls go first, and between the reads of a long statement
-            await asyncio.sleep(0)
-        try:
-            statement = st.parse(text, ns.pg)
-        except errors.InvalidArgument as exc:
-            if ns.pg or "limit" in exc.metadata:  # past a limit of one parser is past the other's
-                raise
-            if long:
-                await asyncio.sleep(0)
-            return await self.tables.parse_instead(text, ns, exc)
-        if isinstance(statement, (st.Select, st.Insert, st.Delete)) and await self.tables.is_table(ns, statement.queue):
-            if long:
-                await asyncio.sleep(0)
-            return TableStatement(googlesql.parse(text), text)
-        return statement
+        async def is_table(name: str) -> bool:
+            return await self.tables.is_table(ns, name)
+
+        async def any_table(names: Iterable[str]) -> bool:
+            return await self.tables.any_table(ns, names)
+
+        return await parser.parse(text, Dialect.of(ns.pg), is_table, any_table)
 
     def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""

@@ -146,7 +146,12 @@ class Cursor:
     INVALID_ARGUMENT naming what was expected, what was found, and (``supported``)
     what the parser understands."""
 
+    passes = 0
+    """How many times a grammar has read a statement's tokens, in this process: one Cursor is
+    one parse (tests/unit/test_parse_once.py counts them)."""
+
     def __init__(self, text: str, tokens: list[Token], supported: Callable[[], str]) -> None:
+        Cursor.passes += 1
         self.text = text
         self.tokens = tokens
         self.pos = 0

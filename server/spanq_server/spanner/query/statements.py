@@ -246,8 +246,8 @@ def _supported() -> str:
 
 
 class _Parser(Cursor):
-    def __init__(self, text: str, pg: bool = False) -> None:
-        super().__init__(text, tokenize(text, pg), _supported)
+    def __init__(self, text: str, pg: bool = False, tokens: list[Token] | None = None) -> None:
+        super().__init__(text, tokenize(text, pg) if tokens is None else tokens, _supported)
         self.pg = pg
 
     def name(self, what: str) -> str:
@@ -711,10 +711,16 @@ def _parse_cached(text: str, pg: bool) -> Statement | tuple[str, dict[str, str]]
         return exc.message, dict(exc.metadata)
 
 
-def _parse(text: str, pg: bool) -> Statement:
+def _parse(text: str, pg: bool, tokens: list[Token] | None = None) -> Statement:
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
-    return _Parser(text, pg).statement()
+    return _Parser(text, pg, tokens).statement()
+
+
+def parse_tokens(text: str, tokens: list[Token], pg: bool = False) -> Statement:
+    """``parse`` of a text already read into ``tokens`` (by ``tokenize``), not cached: a long
+    statement, read once."""
+    return _parse(text, pg, tokens)
 
 
 def parse_ddl(text: str, pg: bool = False) -> Ddl:

@@ -127,21 +127,8 @@ class Tables:
                                  tuple(c.name for c in queue.key_columns), queue=True)
         return out
 
-    # -- parsing ---------------------------------------------------------------
-
-    async def parse_instead(self, text: str, ns: Scope, queue_error: errors.InvalidArgument) -> TableStatement:
-        """A statement the queue parser refused, read as one of the table subset; when neither
-        reads it, the error of the one it was meant for (a statement naming a table: this one's)."""
-        try:
-            statement = g.parse(text)
-        except errors.InvalidArgument as table_error:
-            named = g.names_in(text)
-            if text.lstrip()[:6].lower() == "update" or await self._any_table(ns, named):
-                raise table_error from None
-            raise queue_error from None
-        return TableStatement(statement, text)
-
-    async def _any_table(self, ns: Scope, names: Iterable[str]) -> bool:
+    async def any_table(self, ns: Scope, names: Iterable[str]) -> bool:
+        """Whether one of ``names`` (folded) is a table of the database."""
         owned = [ns.prefix + n for n in names if ns.owns(n)]
         return bool([r for r in await self._store.table_definitions(owned) if r[1] == "table"])
 
