@@ -1,8 +1,8 @@
 """What a front-end records beside the queues, in the same database, so that every
 server answers alike and after a restart: the Spanner front-end's instances and
 databases (each a serialized protobuf, by kind and resource name), which database's
-DDL made each queue, and how that DDL spelled the queue's names (spanner/admin.py,
-spanner/names.py). The domain's door to the store's Spanner records: the front-end
+DDL made each queue, and how that DDL spelled the queue's names (spanner/handlers/admin.py,
+spanner/query/names.py). The domain's door to the store's Spanner records: the front-end
 calls this, never the store (its tables take the store as ``spanner.port.TableStore``,
 handed to it by server.py)."""
 

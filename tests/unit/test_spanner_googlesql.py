@@ -1,5 +1,5 @@
 """The GoogleSQL table subset, statement by statement, without PostgreSQL: GoogleSQL in,
-PostgreSQL text and parameters out (spanner/googlesql.py parses, spanner/postgres.py composes),
+PostgreSQL text and parameters out (spanner/query/googlesql.py parses, spanner/query/postgres.py composes),
 and every statement outside the subset INVALID_ARGUMENT naming what is not supported."""
 
 from datetime import date

@@ -1,4 +1,4 @@
-"""Spanner's value ranges alone (spanner/values.py): the literal formats GoogleSQL writes, the
+"""Spanner's value ranges alone (spanner/query/values.py): the literal formats GoogleSQL writes, the
 edges of each range, and what lies past them."""
 
 from datetime import date, datetime, timedelta, timezone

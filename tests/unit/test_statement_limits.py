@@ -1,7 +1,7 @@
-"""The statement limits of the Spanner front-end's parsers (spanner/lexing.py), without a server:
+"""The statement limits of the Spanner front-end's parsers (spanner/query/lexing.py), without a server:
 length, tokens and nesting, each INVALID_ARGUMENT naming its limit in both parsers and both
 dialects; literals unescaped in bulk as a reader would one by one; and the translation's
-positions, aliases and PostgreSQL names (spanner/postgres.py)."""
+positions, aliases and PostgreSQL names (spanner/query/postgres.py)."""
 
 import random
 import re

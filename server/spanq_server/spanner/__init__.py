@@ -3,20 +3,15 @@ instance, database and operations admin services) that the official
 google-cloud-spanner client, pointed at spanq with SPANNER_EMULATOR_HOST, runs
 queue code unchanged. See docs/spanner-compat.md.
 
-Modules, one per concern:
+Two folders, as Google's emulator keeps ``frontend/handlers`` apart from ``backend/query``:
 
-- ``servicers``: the gRPC translation (protobuf <-> domain);
-- ``status``: the domain's errors as Spanner's status codes;
-- ``access``: what each method needs of a token (auth.py applies it);
-- ``statements``: the strict parser for the few statement shapes queue code sends
-  (GoogleSQL, and Spanner's PostgreSQL dialect);
-- ``executor``: runs parsed statements on the domain;
-- ``transactions``: transaction ids, open read-write transactions, the reaper;
-- ``sessions``: resource names and (stateless) sessions;
-- ``admin``: instances, databases (each its own namespace) and long-running operations;
-- ``scope``: a database's namespace and dialect;
-- ``names``: names as the DDL declared them;
-- ``values``: Spanner's value encoding; ``ranges``: the ranges its values are checked against.
+- ``handlers/``: the gRPC side: servicers, sessions, transactions, admin (instances,
+  databases, operations), status codes, and ``access`` (what each method and each
+  parsed statement needs of a token);
+- ``query/``: the query engine: lexer, the two grammars and their one entry point
+  (``parser.parse(text, dialect)``), the PostgreSQL generator, executor, tables,
+  schema, ranges and the one Value codec. It never imports ``handlers/``;
+- ``port``: what the front-end needs of the store (``TableStore``).
 
 The message classes come from google-cloud-spanner. Without it installed the
 front-end is simply not served (``create`` returns None). The seam with the rest

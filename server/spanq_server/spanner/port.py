@@ -1,6 +1,6 @@
 """What the Spanner front-end needs of the store, declared here so that the front-end
 never imports it: ``server.py`` (the composition root) hands it the store, which has
-these methods (store/tables.py). Statements are composed here (``postgres``) and run
+these methods (store/tables.py). Statements are composed here (``query/postgres``) and run
 there; the registry's statements are the store's own, named in queries.sql."""
 
 from collections.abc import Sequence

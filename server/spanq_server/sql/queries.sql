@@ -889,7 +889,7 @@ SELECT DISTINCT d.spanq_dead_letter_source FROM {dead_letter_queue} AS d
 
 -- spanner_names_put --
 -- Records how a Spanner DDL spelled a queue's names, and the database it was
--- created through (spanner/names.py); a queue dropped meanwhile gets no row.
+-- created through (spanner/query/names.py); a queue dropped meanwhile gets no row.
 INSERT INTO spanq.spanner_names (queue, database, spelled)
 SELECT name, %(database)s, %(spelled)s FROM spanq.queues WHERE name = %(queue)s
 ON CONFLICT (queue) DO UPDATE SET spelled = excluded.spelled, database = excluded.database
@@ -940,7 +940,7 @@ SELECT database FROM spanq.spanner_databases WHERE instance = %(instance)s ORDER
 DELETE FROM spanq.spanner_databases WHERE name = %(name)s RETURNING true
 
 -- spanner_table_put --
--- Registers a table or index made through the Spanner API (spanner/tables.py), in its DDL's transaction.
+-- Registers a table or index made through the Spanner API (spanner/query/tables.py), in its DDL's transaction.
 INSERT INTO spanq.spanner_tables (name, database, kind, declared, definition)
 VALUES (%(name)s, %(database)s, %(kind)s, %(declared)s, %(definition)s)
 

@@ -1,5 +1,5 @@
 """The Spanner front-end's tables: runs the statements the front-end composes for them (its
-PostgreSQL generator, spanner/postgres.py) on a transaction's connection or on their own, their
+PostgreSQL generator, spanner/query/postgres.py) on a transaction's connection or on their own, their
 DDL beside the registry's named statements (queries.sql), and translates PostgreSQL's errors into
 Spanner's codes.
 
