@@ -186,17 +186,9 @@ class Executor:
 
     def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
-        statement = self._parse_ddl(text, ns)
+        statement = parser.parse_ddl(text, Dialect.of(ns.pg))
         self._authorize(statement, where)
         return statement
-
-    def _parse_ddl(self, text: str, ns: Scope) -> "st.Ddl | googlesql.Ddl":
-        if not ns.pg and googlesql.is_table_ddl(text):
-            statement = googlesql.parse(text)
-            assert isinstance(statement, (googlesql.CreateTable, googlesql.DropTable, googlesql.CreateIndex,
-                                          googlesql.DropIndex))
-            return statement
-        return st.parse_ddl(text, ns.pg)
 
     async def run(self, statement: "st.Statement | TableStatement", params: Params, use: Use,
                   ns: Scope = DEFAULT_SCOPE, param_types: Any = None) -> "Result | TableResult":

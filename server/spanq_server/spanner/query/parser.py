@@ -1,6 +1,7 @@
 """The one entry point of the Spanner front-end's grammar: ``parse(text, dialect, ...)``
-reads a statement once, in its database's dialect, into the statement that runs and
-that authorization checks (never a reading in another dialect: issue 21).
+(and ``parse_ddl``, for UpdateDatabaseDdl's and CreateDatabase's statements) reads a
+statement once, in its database's dialect, into the statement that runs and that
+authorization checks (never a reading in another dialect: issue 21).
 
 Two grammars share the lexer (``lexing``) for now: ``statements`` reads the queue
 surface (both dialects), ``googlesql`` the table subset (GoogleSQL only). Which one
@@ -78,6 +79,16 @@ async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str])
         if await is_table(name):
             return True
     return False
+
+
+def parse_ddl(text: str, dialect: Dialect) -> st.Ddl | g.Ddl:
+    """A DDL statement in ``dialect``: of queues, or (GoogleSQL) of tables and indexes, by its
+    first words."""
+    if dialect is Dialect.GOOGLESQL and g.is_table_ddl(text):
+        statement = g.parse(text)
+        assert isinstance(statement, (g.CreateTable, g.DropTable, g.CreateIndex, g.DropIndex))
+        return statement
+    return st.parse_ddl(text, dialect is Dialect.POSTGRESQL)
 
 
 def _relations(text: str) -> tuple[bool, tuple[str, ...], list[Token] | None]:
