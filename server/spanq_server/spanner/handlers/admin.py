@@ -27,8 +27,8 @@ from google.protobuf import any_pb2, timestamp_pb2
 
 from ... import errors
 from ...records import Records
-from . import sessions
 from ..query.scope import DEFAULT_SCOPE, Scope
+from . import sessions
 from .status import SPANNER_ERRORS, AlreadyExists, NotFound
 
 DatabasePb = dba.Database.pb()

@@ -34,14 +34,14 @@ from ...queues import Catalog
 from ...receive import Receiver
 from ...records import Records
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
+from ..port import TableStore
 from ..query import googlesql, statements, values
+from ..query.executor import Executor, Result, queue_ddl
+from ..query.scope import Scope
+from ..query.tables import WRITES, TableResult, TableStatement
 from . import access, sessions
 from .admin import Admin, now_pb
-from ..port import TableStore
-from ..query.scope import Scope
-from ..query.executor import Executor, Result, queue_ddl
 from .status import SPANNER_ERRORS, NotFound
-from ..query.tables import WRITES, TableResult, TableStatement
 from .transactions import Transactions, Use, check_read_only
 
 logger = logging.getLogger(__name__)

@@ -74,7 +74,7 @@ class Use:
     hold: Callable[[], Any]
     """Coroutine function: the transaction's OpenTransaction, begun on first use."""
     partitioned: bool = False
-    """Partitioned DML: each statement commits on its own (spanner/tables.py)."""
+    """Partitioned DML: each statement commits on its own (query/tables.py)."""
 
     @property
     def read_only(self) -> bool:

@@ -22,13 +22,13 @@ from ...mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
 from ...queues import Catalog
 from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ...records import Records
+from ..port import TableStore
 from . import googlesql
 from . import parser
 from . import statements as st
-from .parser import Dialect
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
-from ..port import TableStore
+from .parser import Dialect
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
 from .tables import Tables, TableResult, TableStatement
 
@@ -55,6 +55,7 @@ Authorize = Callable[[Any, str], None]
 
 class RowCountMismatch(errors.QueueError):
     """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
+
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
 """RECEIVE without max_duration (the docs recommend 20 minutes)."""
@@ -137,7 +138,7 @@ class Executor:
                  tables: TableStore, clock: Clock, exactly_once: ExactlyOnce, authorize: Authorize) -> None:
         self.names = Names(records, catalog)
         self.tables = Tables(tables, catalog, self.names)
-        """Spanner tables (spanner/tables.py): statements the queue parser does not read go there."""
+        """Spanner tables (tables.py): the statements parser.parse gives the table subset run there."""
         self._catalog = catalog
         self._mutator = mutator
         self._once = exactly_once
@@ -362,7 +363,7 @@ class Executor:
     async def read(self, request: Any, use: Use, ns: Scope) -> Result:
         """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
         all of them in key order, without leasing; as a SELECT of the same columns would.
-        A Read of a table is the table's (spanner/tables.py)."""
+        A Read of a table is the table's (tables.py)."""
         if await self.tables.is_table(ns, st.fold(request.table)):
             return await self.tables.read(request, use, ns)  # type: ignore[return-value]
         queue = await self.queue(ns, st.fold(request.table))

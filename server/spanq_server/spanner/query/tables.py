@@ -26,12 +26,12 @@ from psycopg import sql
 from ... import errors, queues
 from ...mutations import TableOp
 from ...queues import Catalog
-from . import postgres as t
-from . import googlesql as g
-from .lexing import fold
-from . import values
-from .names import Names
 from ..port import TableStore
+from . import googlesql as g
+from . import postgres as t
+from . import values
+from .lexing import fold
+from .names import Names
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
 from .scope import RESERVED, Scope
 
