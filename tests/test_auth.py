@@ -292,7 +292,7 @@ def test_the_authorizer_fails_closed_for_a_method_it_has_no_rule_for() -> None:
 
 
 def test_a_spanner_parse_error_is_raised_fresh_each_time() -> None:
-    from spanq_server.spanner import statements as st
+    from spanq_server.spanner.query import statements as st
 
     # The parse is cached; its error is not: a caller's "statement 3: ..." does not stick to the next one.
     with pytest.raises(spanq_server_errors.InvalidArgument) as first:
@@ -304,9 +304,9 @@ def test_a_spanner_parse_error_is_raised_fresh_each_time() -> None:
 
 
 def test_a_spanner_statement_without_a_privilege_is_refused(monkeypatch) -> None:
-    from spanq_server.spanner import googlesql as g
-    from spanq_server.spanner import statements as st
-    from spanq_server.spanner.access import STATEMENT_PRIVILEGE, check
+    from spanq_server.spanner.query import googlesql as g
+    from spanq_server.spanner.query import statements as st
+    from spanq_server.spanner.handlers.access import STATEMENT_PRIVILEGE, check
 
     monkeypatch.delitem(STATEMENT_PRIVILEGE, st.Select)  # as a new kind of statement would be
     ops = auth.parse(TOKEN_FILE).authenticate(bearer(OPS))

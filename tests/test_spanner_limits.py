@@ -17,7 +17,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import struct_pb2
 
 from spanq_proto.v1 import queue_pb2
-from spanq_server.spanner.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS
+from spanq_server.spanner.query.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS
 
 from .helpers import error_of
 

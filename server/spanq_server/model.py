@@ -237,3 +237,12 @@ class QueueDependents:
     """Queues whose parent table it is."""
     dead_letter_of: list[str]
     """Queues whose dead-letter queue it is."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OutOfRange:
+    """What a read of a Spanner table returns for a value Python cannot hold (a date 'infinity',
+    BC or of year 10000, JSON nested past Python's recursion limit), stored by psql: the front-end
+    refuses it naming its column, instead of the whole read failing."""
+
+    text: str

@@ -1,14 +1,14 @@
 """What a front-end records beside the queues, in the same database, so that every
 server answers alike and after a restart: the Spanner front-end's instances and
 databases (each a serialized protobuf, by kind and resource name), which database's
-DDL made each queue, and how that DDL spelled the queue's names (spanner/admin.py,
-spanner/names.py). The domain's door to the store's spanner tables: the front-end
-calls this, never the store."""
+DDL made each queue, and how that DDL spelled the queue's names (spanner/handlers/admin.py,
+spanner/query/names.py). The domain's door to the store's Spanner records: the front-end
+calls this, never the store (its tables take the store as ``spanner.port.TableStore``,
+handed to it by server.py)."""
 
 from typing import Any, Literal
 
 from .store import Store
-from .store.tables import SpannerTables
 
 Kind = Literal["instance", "database"]
 
@@ -16,11 +16,6 @@ Kind = Literal["instance", "database"]
 class Records:
     def __init__(self, store: Store) -> None:
         self._store = store
-
-    @property
-    def tables(self) -> SpannerTables:
-        """The Spanner API's tables (spanner/tables.py: their statements, registry and DDL)."""
-        return self._store
 
     # -- instances and databases ---------------------------------------------------
 

@@ -46,7 +46,7 @@ from .wakeups import Wakeups
 from . import spanner as spanner_front_end
 
 if TYPE_CHECKING:
-    from .spanner.servicers import SpannerFrontEnd
+    from .spanner.handlers.servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +200,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             catalog, mutator, receiver, exactly_once, operator), server)
         # -- Spanner's own API (google.spanner.v1 and its admin services) on the same port: the
         # second front-end, see docs/spanner-compat.md. None without google-cloud-spanner.
-        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, operator, Records(store), clock,
+        spanner = spanner_front_end.create(catalog, mutator, receiver, exactly_once, operator, Records(store),
+                                           store, clock,
                                            pool_max_size=config.pool_max_size,
                                            idle_timeout=config.spanner_transaction_idle_timeout,
                                            max_lifetime=config.spanner_transaction_max_lifetime)

@@ -77,7 +77,7 @@ def test_status_table_maps_each_error_to_its_code():
 
 def test_the_spanner_front_end_codes_the_same_errors_its_own_way():
     pytest.importorskip("google.cloud.spanner")
-    from spanq_server.spanner.status import SPANNER_ERRORS
+    from spanq_server.spanner.handlers.status import SPANNER_ERRORS
 
     missing = errors.MessageNotFound("message ('k',) is gone", queue="q")
     ours, theirs = status.to_status(missing), SPANNER_ERRORS.to_status(missing)

@@ -7,9 +7,9 @@ from google.protobuf import struct_pb2
 
 from spanq_server.errors import InvalidArgument
 from spanq_server.model import ColumnType
-from spanq_server.spanner import statements as st
-from spanq_server.spanner import values
-from spanq_server.spanner.executor import queue_ddl, queue_from_ddl
+from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query import values
+from spanq_server.spanner.query.executor import queue_ddl, queue_from_ddl
 
 
 def test_create_queue_as_in_spanners_docs() -> None:
@@ -150,7 +150,7 @@ def test_year_one_and_microseconds_in_rfc3339() -> None:
 def test_declared_names_and_postgresql_ddl_round_trip() -> None:
     """GetDatabaseDdl gives back what parses to the same queue, its names as declared, in the
     database's dialect."""
-    from spanq_server.spanner.names import Spelling
+    from spanq_server.spanner.query.names import Spelling
 
     google = st.parse_ddl("CREATE QUEUE MyQueue (`Id` INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)")
     text = queue_ddl(queue_from_ddl(google), Spelling.of_ddl(google))

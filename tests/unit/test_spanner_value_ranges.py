@@ -1,4 +1,4 @@
-"""Spanner's value ranges alone (spanner/values.py): the literal formats GoogleSQL writes, the
+"""Spanner's value ranges alone (spanner/query/values.py): the literal formats GoogleSQL writes, the
 edges of each range, and what lies past them."""
 
 from datetime import date, datetime, timedelta, timezone
@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from spanq_server.errors import InvalidArgument
-from spanq_server.spanner import values
+from spanq_server.spanner.query import values
 
 UTC = timezone.utc
 

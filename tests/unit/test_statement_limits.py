@@ -1,7 +1,7 @@
-"""The statement limits of the Spanner front-end's parsers (spanner/lexing.py), without a server:
+"""The statement limits of the Spanner front-end's parsers (spanner/query/lexing.py), without a server:
 length, tokens and nesting, each INVALID_ARGUMENT naming its limit in both parsers and both
 dialects; literals unescaped in bulk as a reader would one by one; and the translation's
-positions, aliases and PostgreSQL names (sql/tables.py)."""
+positions, aliases and PostgreSQL names (spanner/query/postgres.py)."""
 
 import random
 import re
@@ -9,11 +9,11 @@ import re
 import pytest
 
 from spanq_server.errors import InvalidArgument
-from spanq_server.spanner import googlesql as g
-from spanq_server.spanner import statements as st
-from spanq_server.spanner.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote
-from spanq_server.spanner.schema import Col, TableDef, table_of
-from spanq_server.sql import tables as t
+from spanq_server.spanner.query import googlesql as g
+from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote
+from spanq_server.spanner.query.schema import Col, TableDef, table_of
+from spanq_server.spanner.query import postgres as t
 
 PARSERS = {"googlesql": g.parse, "queues": st.parse, "queues, PostgreSQL": lambda text: st.parse(text, pg=True)}
 

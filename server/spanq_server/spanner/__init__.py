@@ -3,25 +3,22 @@ instance, database and operations admin services) that the official
 google-cloud-spanner client, pointed at spanq with SPANNER_EMULATOR_HOST, runs
 queue code unchanged. See docs/spanner-compat.md.
 
-Modules, one per concern:
+Two folders, as Google's emulator keeps ``frontend/handlers`` apart from ``backend/query``:
 
-- ``servicers``: the gRPC translation (protobuf <-> domain);
-- ``status``: the domain's errors as Spanner's status codes;
-- ``access``: what each method needs of a token (auth.py applies it);
-- ``statements``: the strict parser for the few statement shapes queue code sends
-  (GoogleSQL, and Spanner's PostgreSQL dialect);
-- ``executor``: runs parsed statements on the domain;
-- ``transactions``: transaction ids, open read-write transactions, the reaper;
-- ``sessions``: resource names and (stateless) sessions;
-- ``admin``: instances, databases (each its own namespace) and long-running operations;
-- ``scope``: a database's namespace and dialect;
-- ``names``: names as the DDL declared them;
-- ``values``: Spanner's value encoding; ``ranges``: the ranges its values are checked against.
+- ``handlers/``: the gRPC side: servicers, sessions, transactions, admin (instances,
+  databases, operations), status codes, and ``access`` (what each method and each
+  parsed statement needs of a token);
+- ``query/``: the query engine: lexer, the two grammars and their one entry point
+  (``parser.parse(text, dialect)``), the PostgreSQL generator, executor, tables,
+  schema, ranges and the one Value codec. It never imports ``handlers/``;
+- ``port``: what the front-end needs of the store (``TableStore``).
 
 The message classes come from google-cloud-spanner. Without it installed the
 front-end is simply not served (``create`` returns None). The seam with the rest
-of the server is this module: ``create`` takes the domain's objects (never the
-store), and ``access_rules`` says what each method needs of a token.
+of the server is this module: ``create`` takes the domain's objects and, for its
+tables, the store as the narrow port it declares (``port.TableStore``: server.py hands
+it the store, which spanner/ never imports); ``access_rules`` says what each method
+needs of a token.
 """
 
 import logging
@@ -37,7 +34,8 @@ if TYPE_CHECKING:
     from ..queues import Catalog
     from ..receive import Receiver
     from ..records import Records
-    from .servicers import SpannerFrontEnd
+    from .port import TableStore
+    from .handlers.servicers import SpannerFrontEnd
 
 logger = logging.getLogger(__name__)
 
@@ -50,11 +48,11 @@ SERVICE_NAMES = (SPANNER, INSTANCE_ADMIN, DATABASE_ADMIN, OPERATIONS)
 
 
 def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly_once: "ExactlyOnce",
-           operator: "Operator", records: "Records", clock: "Clock", *, pool_max_size: int,
+           operator: "Operator", records: "Records", tables: "TableStore", clock: "Clock", *, pool_max_size: int,
            idle_timeout: timedelta, max_lifetime: timedelta) -> "SpannerFrontEnd | None":
     """The Spanner front-end, or None when google-cloud-spanner is not installed."""
     try:
-        from .servicers import SpannerFrontEnd
+        from .handlers.servicers import SpannerFrontEnd
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("google"):
             raise
@@ -62,7 +60,7 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
-    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, operator, records, clock,
+    return SpannerFrontEnd(catalog, mutator, receiver, exactly_once, operator, records, tables, clock,
                            max_open_transactions=max(1, pool_max_size // 2), idle_timeout=idle_timeout,
                            max_lifetime=max_lifetime)
 
@@ -70,6 +68,6 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly
 def access_rules() -> "dict[str, Rule]":
     """What each method of this front-end needs of a token (served or not: without
     google-cloud-spanner the rules stay unused)."""
-    from .access import RULES
+    from .handlers.access import RULES
 
     return RULES

@@ -889,7 +889,7 @@ SELECT DISTINCT d.spanq_dead_letter_source FROM {dead_letter_queue} AS d
 
 -- spanner_names_put --
 -- Records how a Spanner DDL spelled a queue's names, and the database it was
--- created through (spanner/names.py); a queue dropped meanwhile gets no row.
+-- created through (spanner/query/names.py); a queue dropped meanwhile gets no row.
 INSERT INTO spanq.spanner_names (queue, database, spelled)
 SELECT name, %(database)s, %(spelled)s FROM spanq.queues WHERE name = %(queue)s
 ON CONFLICT (queue) DO UPDATE SET spelled = excluded.spelled, database = excluded.database
@@ -938,3 +938,48 @@ SELECT database FROM spanq.spanner_databases WHERE instance = %(instance)s ORDER
 
 -- spanner_database_delete --
 DELETE FROM spanq.spanner_databases WHERE name = %(name)s RETURNING true
+
+-- spanner_table_put --
+-- Registers a table or index made through the Spanner API (spanner/query/tables.py), in its DDL's transaction.
+INSERT INTO spanq.spanner_tables (name, database, kind, declared, definition)
+VALUES (%(name)s, %(database)s, %(kind)s, %(declared)s, %(definition)s)
+
+-- spanner_table_get --
+-- The registered ones of some relation names: (name, kind, definition).
+SELECT name, kind, definition FROM spanq.spanner_tables WHERE name = ANY(%(names)s)
+
+-- spanner_tables_of_database --
+-- A Spanner database's tables and indexes, in creation order.
+SELECT name, kind, definition FROM spanq.spanner_tables WHERE database = %(database)s ORDER BY created
+
+-- spanner_table_delete --
+-- Forgets a table or index, in the transaction of the DDL that drops it.
+DELETE FROM spanq.spanner_tables WHERE name = %(name)s
+
+-- spanner_table_indexes --
+-- A table's indexes.
+SELECT name FROM spanq.spanner_tables WHERE kind = 'index' AND definition ->> 'table' = %(table)s
+
+-- spanner_table_children --
+-- A table's interleaved child tables.
+SELECT name FROM spanq.spanner_tables WHERE kind = 'table' AND definition ->> 'parent' = %(table)s
+
+-- spanner_table_lock_timeout --
+-- How long a Spanner table's DDL waits for its locks (this transaction only).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true)
+
+-- spanner_table_outside_dependents --
+-- What depends on one of the relations `names` from outside them: a foreign key (an interleaved
+-- table or queue, or psql's), a view, a queue's dead-letter queue; (dependent, relation).
+WITH mine AS (SELECT n AS name, to_regclass(format('public.%%I', n)) AS oid FROM unnest(%(names)s::text[]) AS n),
+     oids AS (SELECT oid FROM mine WHERE oid IS NOT NULL)
+SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint AS c
+WHERE c.contype = 'f' AND c.confrelid IN (SELECT oid FROM oids) AND c.conrelid NOT IN (SELECT oid FROM oids)
+UNION
+SELECT r.ev_class::regclass::text, d.refobjid::regclass::text
+FROM pg_depend AS d JOIN pg_rewrite AS r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
+WHERE d.refobjid IN (SELECT oid FROM oids) AND r.ev_class NOT IN (SELECT oid FROM oids)
+UNION
+SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
+WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
+ORDER BY 1, 2

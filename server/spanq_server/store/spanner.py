@@ -1,5 +1,5 @@
 """The Spanner front-end's records: instances, databases, and how each queue's names
-were spelled (spanner/admin.py, spanner/names.py)."""
+were spelled (spanner/handlers/admin.py, spanner/query/names.py)."""
 
 from typing import Any
 

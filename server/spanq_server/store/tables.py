@@ -1,6 +1,7 @@
-"""The Spanner front-end's tables: runs the SQL of Spanner tables (composed in ``sql/tables.py``): their DDL
-and registry, statements on a transaction's connection or on their own, and
-the translation of PostgreSQL's errors into Spanner's codes.
+"""The Spanner front-end's tables: runs the statements the front-end composes for them (its
+PostgreSQL generator, spanner/query/postgres.py) on a transaction's connection or on their own, their
+DDL beside the registry's named statements (queries.sql), and translates PostgreSQL's errors into
+Spanner's codes.
 
 - a duplicate key: ALREADY_EXISTS (RowAlreadyExists);
 - a missing parent row (INTERLEAVE IN PARENT): NOT_FOUND (RowNotFound);
@@ -11,7 +12,6 @@ the translation of PostgreSQL's errors into Spanner's codes.
 """
 
 import contextlib
-import dataclasses
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -24,7 +24,8 @@ from psycopg.types.datetime import DateLoader, TimestamptzLoader
 from psycopg.types.json import Jsonb, JsonbLoader
 
 from .. import errors
-from ..sql import tables as t
+from ..model import OutOfRange
+from ..sql.compose import query
 from .database import Connection, Database, Handle, connection_of, wrap_errors
 
 Rows = list[tuple[Any, ...]]
@@ -69,15 +70,6 @@ def table_errors(what: str) -> Iterator[None]:
                 raise errors.InvalidArgument(f"{what}: {exc.diag.message_primary}") from exc
     except errors.QueueNotFound as exc:
         raise errors.RowNotFound(f"{what}: the table does not exist (it was dropped)") from exc
-
-
-@dataclasses.dataclass(frozen=True)
-class OutOfRange:
-    """What a read returns for a value Python cannot hold (a date 'infinity', BC or of year
-    10000, JSON nested past Python's recursion limit), stored by psql: the front-end refuses
-    it naming its column, instead of the whole read failing."""
-
-    text: str
 
 
 def _text(data: Any) -> str:
@@ -164,40 +156,41 @@ class SpannerTables(Database):
         (relation, database, kind, declared name, definition)."""
         async with self._transaction() as conn:
             with table_errors(what):
-                await conn.execute(t.LOCK_TIMEOUT, {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
+                await conn.execute(query("spanner_table_lock_timeout"),
+                                   {"lock_timeout": f"{int(lock_timeout.total_seconds() * 1000)}ms"})
                 for statement in statements:
                     await conn.execute(statement)
                 if register is not None:
                     name, database, kind, declared, definition = register
-                    await conn.execute(t.REGISTRY_PUT, {"name": name, "database": database, "kind": kind,
+                    await conn.execute(query("spanner_table_put"), {"name": name, "database": database, "kind": kind,
                                                         "declared": declared, "definition": Jsonb(definition)})
                 if unregister is not None:
-                    await conn.execute(t.REGISTRY_DELETE, {"name": unregister})
+                    await conn.execute(query("spanner_table_delete"), {"name": unregister})
 
     async def table_definitions(self, names: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
         """(relation, kind, definition) of those of ``names`` that are registered."""
         if not names:
             return []
         async with self._read() as conn:
-            cur = await conn.execute(t.REGISTRY_GET, {"names": list(names)})
+            cur = await conn.execute(query("spanner_table_get"), {"names": list(names)})
             return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
 
     async def table_definitions_of(self, database: str) -> list[tuple[str, str, dict[str, Any]]]:
         """A database's tables and indexes, in creation order."""
         async with self._read() as conn:
-            cur = await conn.execute(t.REGISTRY_OF_DATABASE, {"database": database})
+            cur = await conn.execute(query("spanner_tables_of_database"), {"database": database})
             return [(r[0], r[1], r[2]) for r in await cur.fetchall()]
 
     async def table_dependents(self, table: str) -> tuple[list[str], list[str]]:
         """A table's indexes and child tables."""
         async with self._read() as conn:
-            indexes = await conn.execute(t.REGISTRY_INDEXES_OF, {"table": table})
+            indexes = await conn.execute(query("spanner_table_indexes"), {"table": table})
             found = [r[0] for r in await indexes.fetchall()]
-            children = await conn.execute(t.REGISTRY_CHILDREN_OF, {"table": table})
+            children = await conn.execute(query("spanner_table_children"), {"table": table})
             return found, [r[0] for r in await children.fetchall()]
 
     async def table_outside_dependents(self, names: Sequence[str]) -> list[tuple[str, str]]:
         """(dependent, relation): what depends on one of the relations ``names`` from outside them."""
         async with self._read() as conn:
-            cur = await conn.execute(t.OUTSIDE_DEPENDENTS, {"names": list(names)})
+            cur = await conn.execute(query("spanner_table_outside_dependents"), {"names": list(names)})
             return [(r[0], r[1]) for r in await cur.fetchall()]

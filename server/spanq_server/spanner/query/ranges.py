@@ -1,7 +1,7 @@
 """Spanner's value ranges, where PostgreSQL holds more: DATE, TIMESTAMP, NUMERIC and JSON
 values are checked here before they are stored (literals, parameters, mutations), so that no
 row holds what no Spanner client could read. Plain Python, no protobuf: the statement
-translator (sql/tables.py) calls it too.
+translator (postgres.py) calls it too.
 """
 
 import itertools
@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ..errors import InvalidArgument
+from ...errors import InvalidArgument
 
 MAX_JSON_DEPTH = 80
 """Spanner's JSON nests at most 80 levels (deeper text is refused, as there)."""

@@ -1,5 +1,5 @@
 """The GoogleSQL table subset, statement by statement, without PostgreSQL: GoogleSQL in,
-PostgreSQL text and parameters out (spanner/googlesql.py parses, sql/tables.py composes),
+PostgreSQL text and parameters out (spanner/query/googlesql.py parses, spanner/query/postgres.py composes),
 and every statement outside the subset INVALID_ARGUMENT naming what is not supported."""
 
 from datetime import date
@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 
 from spanq_server.errors import InvalidArgument
-from spanq_server.spanner import googlesql as g
-from spanq_server.spanner.schema import Col, TableDef, index_of, table_of
-from spanq_server.sql import tables as t
+from spanq_server.spanner.query import googlesql as g
+from spanq_server.spanner.query.schema import Col, TableDef, index_of, table_of
+from spanq_server.spanner.query import postgres as t
 
 USERS = table_of(g.parse(  # type: ignore[arg-type]
     "CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING(10), Score FLOAT64, Born DATE, "

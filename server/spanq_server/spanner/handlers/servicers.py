@@ -24,21 +24,24 @@ from google.cloud.spanner_v1.types import commit_response, result_set, spanner, 
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from .. import codec, errors, exactly_once
-from ..admin import Operator
-from ..clock import Clock
-from ..exactly_once import Answer, ExactlyOnce, Request
-from ..model import AckItem, OutgoingMessage
-from ..mutations import AckOp, Mutation, Mutator, SendOp, TableOp
-from ..queues import Catalog
-from ..receive import Receiver
-from ..records import Records
-from . import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER, googlesql, sessions, statements, values
+from ... import codec, errors, exactly_once
+from ...admin import Operator
+from ...clock import Clock
+from ...exactly_once import Answer, ExactlyOnce, Request
+from ...model import AckItem, OutgoingMessage
+from ...mutations import AckOp, Mutation, Mutator, SendOp, TableOp
+from ...queues import Catalog
+from ...receive import Receiver
+from ...records import Records
+from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
+from ..port import TableStore
+from ..query import googlesql, statements, values
+from ..query.executor import Executor, Result, queue_ddl
+from ..query.scope import Scope
+from ..query.tables import WRITES, TableResult, TableStatement
+from . import access, sessions
 from .admin import Admin, now_pb
-from .scope import Scope
-from .executor import Executor, Result, queue_ddl
 from .status import SPANNER_ERRORS, NotFound
-from .tables import WRITES, TableResult, TableStatement
 from .transactions import Transactions, Use, check_read_only
 
 logger = logging.getLogger(__name__)
@@ -591,12 +594,13 @@ class SpannerFrontEnd:
     """The four services, their shared state, and the transaction reaper."""
 
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, exactly_once_: ExactlyOnce,
-                 operator: Operator, records: Records, clock: Clock, *, max_open_transactions: int,
+                 operator: Operator, records: Records, tables: TableStore, clock: Clock, *, max_open_transactions: int,
                  idle_timeout: timedelta, max_lifetime: timedelta) -> None:
         self.admin = Admin(records)
         self.transactions = Transactions(mutator, exactly_once_, max_open=max_open_transactions,
                                          idle_timeout=idle_timeout, max_lifetime=max_lifetime)
-        self.executor = Executor(catalog, mutator, receiver, operator, records, clock, exactly_once_)
+        self.executor = Executor(catalog, mutator, receiver, operator, records, tables, clock, exactly_once_,
+                                 access.authorize)
         self.spanner = SpannerService(catalog, mutator, exactly_once_, self.executor, self.transactions, self.admin)
         self.instance_admin = InstanceAdminService(self.admin, self.executor, catalog)
         self.database_admin = DatabaseAdminService(self.admin, self.executor, catalog)

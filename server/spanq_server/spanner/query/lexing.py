@@ -1,10 +1,12 @@
-"""What both GoogleSQL parsers share: tokens, quoted literals, names folded one
-way, the cursor a recursive-descent parser walks the tokens with, and the limits
-every statement is read within.
+"""The lexer of both grammars: tokens (one loop, ``tokenize``, over each grammar's
+pattern of its dialect), quoted literals, names folded one way, the cursor a
+recursive-descent parser walks the tokens with, and the limits every statement is
+read within.
 
 ``statements.py`` reads the queue statements (in both dialects) and
-``googlesql.py`` the table subset; each has its own token pattern and grammar,
-and the same rules for what a name, a literal, a parse error and a limit are.
+``googlesql.py`` the table subset; each has its own words (a token pattern here)
+and grammar, and the same rules for what a name, a literal, a parse error and a
+limit are.
 
 The limits bound the work of reading one statement, which runs on the server's
 event loop: its length is checked before it is read, its tokens as they are
@@ -17,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ..errors import InvalidArgument
+from ...errors import InvalidArgument
 
 MAX_STATEMENT_LENGTH = 1_000_000
 """Characters of the longest statement: Spanner's own limit ("Query statement length: 1 million
@@ -141,12 +143,118 @@ def googlesql_token(kind: str, raw: str) -> Token | None:
     return None
 
 
+# -- tokens --------------------------------------------------------------------------
+#
+# Each grammar reads its own words of a dialect: the queue surface's GoogleSQL and
+# PostgreSQL, and the table subset's GoogleSQL (floats, hex numbers, +). One loop reads
+# them all.
+
+_SPACE = r"(?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+"
+_PG_SPACE = r"(?:\s|--[^\n]*|/\*.*?\*/)*+"
+"""Space and comments before a token, taken possessively (a long run is never tried again)."""
+GOOGLESQL_QUEUE = re.compile(_SPACE + r"""
+    (?:
+      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)
+    | (?P<number>\d+)
+    | (?P<punct>=>|<=|>=|!=|<>|[(),*=<>\[\];.-])
+    | (?P<end>\Z)
+    )
+    """,
+    re.X | re.S,
+)
+POSTGRESQL_QUEUE = re.compile(_PG_SPACE + r"""
+    (?:
+      (?P<string>'[^']*+(?:''[^']*+)*+')
+    | (?P<ident>"(?=[^"]|"")[^"]*+(?:""[^"]*+)*+"|[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<param>\$[1-9][0-9]{0,4})
+    | (?P<number>\d+)
+    | (?P<punct>=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-])
+    | (?P<end>\Z)
+    )
+    """,
+    re.X | re.S,
+)
+"""Spanner's PostgreSQL dialect: "..." is a name, '...' a string ('' is a quote, backslashes are
+plain), $1 a parameter (named p1 in the request), := names an argument as => does."""
+GOOGLESQL_TABLE = re.compile(
+    r"""
+    (?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+
+    (?:
+      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
+    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`\n]+`)
+    | (?P<float>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
+    | (?P<number>0[xX][0-9A-Fa-f]+|\d+)
+    | (?P<punct><=|>=|!=|<>|[(),*=<>\[\];.+-])
+    | (?P<end>\Z)
+    )
+    """,
+    re.X | re.S,
+)
+"""A token after any space and comments (possessively: a long run of space is never tried
+again); <end> is the end of the text."""
+MAX_NUMBER_DIGITS = 19
+"""Digits of the longest INT64 (its range is checked where the value meets its column)."""
+
+
+def tokenize(text: str, pattern: "re.Pattern[str]", supported: Callable[[], str],
+             long_number: Callable[[str], InvalidArgument], pg: bool = False) -> list[Token]:
+    """The tokens of a statement by a grammar's ``pattern`` (``pg``: Spanner's PostgreSQL dialect),
+    ending with an ``end`` token; INVALID_ARGUMENT where the text cannot be read (naming what
+    the grammar understands: ``supported``), past MAX_TOKENS, or for a number of more than
+    MAX_NUMBER_DIGITS digits (``long_number`` says it)."""
+    check_length(text)
+    tokens: list[Token] = []
+    pos, match, append = 0, pattern.match, tokens.append
+    while True:
+        found = match(text, pos)
+        if found is None:
+            rest = text[pos:].lstrip()
+            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {supported()}")
+        kind = found.lastgroup or ""
+        if kind == "end":
+            break
+        if len(tokens) >= MAX_TOKENS:
+            raise too_many_tokens()
+        pos = found.end()
+        raw = found.group(kind)
+        if kind == "punct":
+            append(Token("punct", raw, "=>" if raw == ":=" else raw))
+        elif pg and kind == "string":
+            append(Token("string", raw, raw[1:-1].replace("''", "'")))
+        elif pg and kind == "ident":
+            quoted = raw[0] == '"'
+            append(Token("ident", raw, fold(raw[1:-1].replace('""', '"') if quoted else raw),
+                         None if quoted else fold(raw)))
+        elif pg and kind == "param":
+            append(Token("param", raw, f"p{raw[1:]}"))
+        elif (token := googlesql_token(kind, raw)) is not None:
+            append(token)
+        elif kind == "float":
+            append(Token("float", raw, float(raw)))
+        else:
+            if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
+                raise long_number(raw)
+            append(Token("number", raw, int(raw, 16) if raw[:2].lower() == "0x" else int(raw)))
+    append(Token("end", "", None))
+    return tokens
+
+
 class Cursor:
     """A parser's position in its tokens, and the errors it raises where it stops:
     INVALID_ARGUMENT naming what was expected, what was found, and (``supported``)
     what the parser understands."""
 
+    passes = 0
+    """How many times a grammar has read a statement's tokens, in this process: one Cursor is
+    one parse (tests/unit/test_parse_once.py counts them)."""
+
     def __init__(self, text: str, tokens: list[Token], supported: Callable[[], str]) -> None:
+        Cursor.passes += 1
         self.text = text
         self.tokens = tokens
         self.pos = 0

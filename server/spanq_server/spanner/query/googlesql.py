@@ -3,7 +3,7 @@
 ``statements`` reads the queue statements (CREATE QUEUE, RECEIVE_, ...); this
 module reads the rest: table DDL, DML on tables and SELECT over tables and
 queues. It builds the dataclasses below and nothing else (no SQL: the
-translation to PostgreSQL is ``sql/tables.py``'s). Anything outside the
+translation to PostgreSQL is ``postgres``'s). Anything outside the
 subset is INVALID_ARGUMENT naming what is not supported.
 
     CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c, ...)
@@ -28,12 +28,12 @@ IN (...)`` / ``IN UNNEST(@p)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and
 """
 
 import dataclasses
-import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..errors import InvalidArgument
-from .lexing import MAX_TOKENS, Cursor, Token, check_length, googlesql_token, too_many_tokens
+from ...errors import InvalidArgument
+from . import lexing
+from .lexing import Cursor, Token
 
 SUPPORTED = (
     "CREATE TABLE, DROP TABLE, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / DELETE of a table with a "
@@ -320,25 +320,6 @@ Statement = Ddl | Dml | Select
 
 # -- tokens -----------------------------------------------------------------------
 
-_TOKEN = re.compile(
-    r"""
-    (?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+
-    (?:
-      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`\n]+`)
-    | (?P<float>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
-    | (?P<number>0[xX][0-9A-Fa-f]+|\d+)
-    | (?P<punct><=|>=|!=|<>|[(),*=<>\[\];.+-])
-    | (?P<end>\Z)
-    )
-    """,
-    re.X | re.S,
-)
-"""A token after any space and comments (possessively: a long run of space is never tried
-again); <end> is the end of the text."""
-MAX_NUMBER_DIGITS = 19
 RESERVED = frozenset({
     "all", "and", "as", "asc", "between", "by", "cross", "desc", "distinct", "from", "full", "group", "having",
     "in", "inner", "is", "join", "left", "like", "limit", "not", "null", "offset", "on", "or", "order", "outer",
@@ -347,33 +328,12 @@ RESERVED = frozenset({
 
 
 def tokenize(text: str) -> list[Token]:
-    check_length(text)
-    tokens: list[Token] = []
-    pos, match, append = 0, _TOKEN.match, tokens.append
-    while True:
-        found = match(text, pos)
-        if found is None:
-            rest = text[pos:].lstrip()
-            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {_supported()}")
-        kind = found.lastgroup or ""
-        if kind == "end":
-            break
-        if len(tokens) >= MAX_TOKENS:
-            raise too_many_tokens()
-        pos = found.end()
-        raw = found.group(kind)
-        if kind == "punct":
-            append(Token("punct", raw, raw))
-        elif (token := googlesql_token(kind, raw)) is not None:
-            append(token)
-        elif kind == "float":
-            append(Token("float", raw, float(raw)))
-        else:
-            if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:
-                raise InvalidArgument(f"the number {raw[:24]}... is longer than an INT64")
-            append(Token("number", raw, int(raw, 16) if raw[:2].lower() == "0x" else int(raw)))
-    append(Token("end", "", None))
-    return tokens
+    """The table subset's tokens (lexing.tokenize)."""
+    return lexing.tokenize(text, lexing.GOOGLESQL_TABLE, _supported, _long_number)
+
+
+def _long_number(raw: str) -> InvalidArgument:
+    return InvalidArgument(f"the number {raw[:24]}... is longer than an INT64")
 
 
 def _supported() -> str:

@@ -30,9 +30,10 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from ..errors import InvalidArgument
-from ..model import ColumnType
-from .lexing import MAX_TOKENS, Cursor, Token, check_length, fold, googlesql_token, too_many_tokens
+from ...errors import InvalidArgument
+from ...model import ColumnType
+from . import lexing
+from .lexing import Cursor, Token, fold
 
 SUPPORTED = (
     "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
@@ -163,79 +164,19 @@ PG_RECEIVE_ARGS = ("max_batch_size", "priority", "max_duration")
 PRIORITIES = ("low", "medium", "high")
 """Spanner's RECEIVE priority values (accepted; see docs/spanner-compat.md)."""
 
-# -- tokens ------------------------------------------------------------------
-
-_SPACE = r"(?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+"
-_PG_SPACE = r"(?:\s|--[^\n]*|/\*.*?\*/)*+"
-"""Space and comments before a token, taken possessively (a long run is never tried again)."""
-_TOKEN = re.compile(_SPACE + r"""
-    (?:
-      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)
-    | (?P<number>\d+)
-    | (?P<punct>=>|<=|>=|!=|<>|[(),*=<>\[\];.-])
-    | (?P<end>\Z)
-    )
-    """,
-    re.X | re.S,
-)
-_PG_TOKEN = re.compile(_PG_SPACE + r"""
-    (?:
-      (?P<string>'[^']*+(?:''[^']*+)*+')
-    | (?P<ident>"(?=[^"]|"")[^"]*+(?:""[^"]*+)*+"|[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<param>\$[1-9][0-9]{0,4})
-    | (?P<number>\d+)
-    | (?P<punct>=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-])
-    | (?P<end>\Z)
-    )
-    """,
-    re.X | re.S,
-)
-"""Spanner's PostgreSQL dialect: "..." is a name, '...' a string ('' is a quote, backslashes are
-plain), $1 a parameter (named p1 in the request), := names an argument as => does."""
-MAX_NUMBER_DIGITS = 19
-"""Digits of the longest INT64 (its range is checked where the value meets its column)."""
 MAX_INTERVAL = timedelta(days=3_652_059)
 """The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
 
 
 def tokenize(text: str, pg: bool = False) -> list[Token]:
-    check_length(text)
-    tokens: list[Token] = []
-    pos, match, append = 0, (_PG_TOKEN if pg else _TOKEN).match, tokens.append
-    while True:
-        found = match(text, pos)
-        if found is None:
-            rest = text[pos:].lstrip()
-            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {_supported()}")
-        kind = found.lastgroup or ""
-        if kind == "end":
-            break
-        if len(tokens) >= MAX_TOKENS:
-            raise too_many_tokens()
-        pos = found.end()
-        raw = found.group(kind)
-        if kind == "punct":
-            append(Token("punct", raw, "=>" if raw == ":=" else raw))
-        elif pg and kind == "string":
-            append(Token("string", raw, raw[1:-1].replace("''", "'")))
-        elif pg and kind == "ident":
-            quoted = raw[0] == '"'
-            append(Token("ident", raw, fold(raw[1:-1].replace('""', '"') if quoted else raw),
-                         None if quoted else fold(raw)))
-        elif pg and kind == "param":
-            append(Token("param", raw, f"p{raw[1:]}"))
-        elif (token := googlesql_token(kind, raw)) is not None:
-            append(token)
-        else:
-            if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
-                raise InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
-                                      f"most {MAX_NUMBER_DIGITS} (-9223372036854775808 to 9223372036854775807)")
-            append(Token("number", raw, int(raw)))
-    append(Token("end", "", None))
-    return tokens
+    """The queue surface's tokens (lexing.tokenize), in GoogleSQL or (``pg``) PostgreSQL."""
+    return lexing.tokenize(text, lexing.POSTGRESQL_QUEUE if pg else lexing.GOOGLESQL_QUEUE, _supported, _long_number,
+                           pg=pg)
+
+
+def _long_number(raw: str) -> InvalidArgument:
+    return InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
+                           f"most {lexing.MAX_NUMBER_DIGITS} (-9223372036854775808 to 9223372036854775807)")
 
 
 def _supported() -> str:
@@ -246,8 +187,8 @@ def _supported() -> str:
 
 
 class _Parser(Cursor):
-    def __init__(self, text: str, pg: bool = False) -> None:
-        super().__init__(text, tokenize(text, pg), _supported)
+    def __init__(self, text: str, pg: bool = False, tokens: list[Token] | None = None) -> None:
+        super().__init__(text, tokenize(text, pg) if tokens is None else tokens, _supported)
         self.pg = pg
 
     def name(self, what: str) -> str:
@@ -711,10 +652,16 @@ def _parse_cached(text: str, pg: bool) -> Statement | tuple[str, dict[str, str]]
         return exc.message, dict(exc.metadata)
 
 
-def _parse(text: str, pg: bool) -> Statement:
+def _parse(text: str, pg: bool, tokens: list[Token] | None = None) -> Statement:
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
-    return _Parser(text, pg).statement()
+    return _Parser(text, pg, tokens).statement()
+
+
+def parse_tokens(text: str, tokens: list[Token], pg: bool = False) -> Statement:
+    """``parse`` of a text already read into ``tokens`` (by ``tokenize``), not cached: a long
+    statement, read once."""
+    return _parse(text, pg, tokens)
 
 
 def parse_ddl(text: str, pg: bool = False) -> Ddl:

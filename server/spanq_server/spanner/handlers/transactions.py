@@ -35,11 +35,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from .. import errors
-from ..exactly_once import Answer, ExactlyOnce, Reply, Request
-from ..interceptors import CALLER
-from ..mutations import Mutation, Mutator, OpenTransaction
-from ..tasks import BackgroundTask
+from ... import errors
+from ...exactly_once import Answer, ExactlyOnce, Reply, Request
+from ...interceptors import CALLER
+from ...mutations import Mutation, Mutator, OpenTransaction
+from ...tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class Use:
     hold: Callable[[], Any]
     """Coroutine function: the transaction's OpenTransaction, begun on first use."""
     partitioned: bool = False
-    """Partitioned DML: each statement commits on its own (spanner/tables.py)."""
+    """Partitioned DML: each statement commits on its own (query/tables.py)."""
 
     @property
     def read_only(self) -> bool:

@@ -13,11 +13,11 @@ from typing import Any
 
 from psycopg import sql
 
-from ..errors import InvalidArgument
-from ..spanner import googlesql as g
-from ..spanner import ranges
-from ..spanner.lexing import fold
-from ..spanner.schema import Col, IndexDef, TableDef
+from ...errors import InvalidArgument
+from . import googlesql as g
+from . import ranges
+from .lexing import fold
+from .schema import Col, IndexDef, TableDef
 
 PG_TYPES = {"BOOL": "boolean", "INT64": "bigint", "FLOAT64": "double precision", "NUMERIC": "numeric",
             "STRING": "text", "BYTES": "bytea", "DATE": "date", "TIMESTAMP": "timestamptz", "JSON": "jsonb"}
@@ -36,36 +36,6 @@ NAME_BYTES = 63
 """PostgreSQL keeps a name's first 63 bytes (NAMEDATALEN - 1) and drops the rest."""
 SYSTEM_COLUMNS = frozenset({"tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"})
 """Names every PostgreSQL table has already: no column of a table may take one."""
-
-REGISTRY_PUT = sql.SQL(
-    "INSERT INTO spanq.spanner_tables (name, database, kind, declared, definition) "
-    "VALUES (%(name)s, %(database)s, %(kind)s, %(declared)s, %(definition)s)")
-REGISTRY_GET = sql.SQL(
-    "SELECT name, kind, definition FROM spanq.spanner_tables WHERE name = ANY(%(names)s)")
-REGISTRY_OF_DATABASE = sql.SQL(
-    "SELECT name, kind, definition FROM spanq.spanner_tables WHERE database = %(database)s ORDER BY created")
-REGISTRY_DELETE = sql.SQL("DELETE FROM spanq.spanner_tables WHERE name = %(name)s")
-REGISTRY_INDEXES_OF = sql.SQL(
-    "SELECT name FROM spanq.spanner_tables WHERE kind = 'index' AND definition ->> 'table' = %(table)s")
-REGISTRY_CHILDREN_OF = sql.SQL(
-    "SELECT name FROM spanq.spanner_tables WHERE kind = 'table' AND definition ->> 'parent' = %(table)s")
-LOCK_TIMEOUT = sql.SQL("SELECT set_config('lock_timeout', %(lock_timeout)s, true)")
-OUTSIDE_DEPENDENTS = sql.SQL("""
-WITH mine AS (SELECT n AS name, to_regclass(format('public.%%I', n)) AS oid FROM unnest(%(names)s::text[]) AS n),
-     oids AS (SELECT oid FROM mine WHERE oid IS NOT NULL)
-SELECT c.conrelid::regclass::text, c.confrelid::regclass::text FROM pg_constraint AS c
-WHERE c.contype = 'f' AND c.confrelid IN (SELECT oid FROM oids) AND c.conrelid NOT IN (SELECT oid FROM oids)
-UNION
-SELECT r.ev_class::regclass::text, d.refobjid::regclass::text
-FROM pg_depend AS d JOIN pg_rewrite AS r ON d.classid = 'pg_rewrite'::regclass AND d.objid = r.oid
-WHERE d.refobjid IN (SELECT oid FROM oids) AND r.ev_class NOT IN (SELECT oid FROM oids)
-UNION
-SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
-WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
-ORDER BY 1, 2""")
-"""What depends on one of the relations ``names`` from outside them: a foreign key (an interleaved
-table or queue, or psql's), a view, a queue's dead-letter queue; (dependent, relation)."""
-
 
 def pg_type(t: g.SpannerType) -> sql.Composable:
     if t.code == "ARRAY":

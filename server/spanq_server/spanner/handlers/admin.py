@@ -25,10 +25,10 @@ from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin 
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, timestamp_pb2
 
-from .. import errors
-from ..records import Records
+from ... import errors
+from ...records import Records
+from ..query.scope import DEFAULT_SCOPE, Scope
 from . import sessions
-from .scope import DEFAULT_SCOPE, Scope
 from .status import SPANNER_ERRORS, AlreadyExists, NotFound
 
 DatabasePb = dba.Database.pb()

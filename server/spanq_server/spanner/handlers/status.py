@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import grpc
 
-from .. import errors, status
+from ... import errors, status
+from ..query.executor import RowCountMismatch
 
 ABORT_RETRY_DELAY = timedelta(milliseconds=50)
 """The RetryInfo delay sent with ABORTED (without one, the Python client waits 2 s and more)."""
@@ -21,10 +22,6 @@ class NotFound(errors.QueueError):
 
 class AlreadyExists(errors.QueueError):
     """The resource exists already."""
-
-
-class RowCountMismatch(errors.QueueError):
-    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
 
 
 def code_and_reason(error: errors.QueueError) -> tuple[grpc.StatusCode, str]:

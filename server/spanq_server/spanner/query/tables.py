@@ -7,8 +7,8 @@ reachable, never another PostgreSQL table. Queues are readable as tables (their
 key columns, Payload and DeliverTime), so a SELECT may join one with a table;
 their writes stay sends and acks.
 
-Statements are parsed by ``googlesql``, translated by ``sql/tables.py`` and run
-by ``store_tables``; in a read-write transaction each is a ``TableOp`` on the
+Statements are parsed by ``googlesql``, translated by ``postgres`` and run
+by the store (``port.TableStore``); in a read-write transaction each is a ``TableOp`` on the
 transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
 read-write transactions do), in a read-only one a strong read.
 """
@@ -23,15 +23,14 @@ from typing import Any
 from google.protobuf import struct_pb2
 from psycopg import sql
 
-from .. import errors, queues
-from ..mutations import TableOp
-from ..queues import Catalog
-from ..sql import tables as t
-from ..store import Handle
-from ..store.tables import SpannerTables
+from ... import errors, queues
+from ...mutations import TableOp
+from ...queues import Catalog
+from ..port import TableStore
 from . import googlesql as g
+from . import postgres as t
+from . import values
 from .lexing import fold
-from . import table_values, values
 from .names import Names
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
 from .scope import RESERVED, Scope
@@ -71,12 +70,12 @@ def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
     for name, column_type in columns:
         field = out.fields.add()
         field.name = name
-        field.type_.CopyFrom(table_values.type_pb(column_type))
+        field.type_.CopyFrom(values.typed_pb(column_type))
     return out
 
 
 class Tables:
-    def __init__(self, store: SpannerTables, catalog: Catalog, names: Names) -> None:
+    def __init__(self, store: TableStore, catalog: Catalog, names: Names) -> None:
         self._store = store
         self._catalog = catalog
         self._names = names
@@ -128,21 +127,8 @@ class Tables:
                                  tuple(c.name for c in queue.key_columns), queue=True)
         return out
 
-    # -- parsing ---------------------------------------------------------------
-
-    async def parse_instead(self, text: str, ns: Scope, queue_error: errors.InvalidArgument) -> TableStatement:
-        """A statement the queue parser refused, read as one of the table subset; when neither
-        reads it, the error of the one it was meant for (a statement naming a table: this one's)."""
-        try:
-            statement = g.parse(text)
-        except errors.InvalidArgument as table_error:
-            named = g.names_in(text)
-            if text.lstrip()[:6].lower() == "update" or await self._any_table(ns, named):
-                raise table_error from None
-            raise queue_error from None
-        return TableStatement(statement, text)
-
-    async def _any_table(self, ns: Scope, names: Iterable[str]) -> bool:
+    async def any_table(self, ns: Scope, names: Iterable[str]) -> bool:
+        """Whether one of ``names`` (folded) is a table of the database."""
         owned = [ns.prefix + n for n in names if ns.owns(n)]
         return bool([r for r in await self._store.table_definitions(owned) if r[1] == "table"])
 
@@ -155,7 +141,7 @@ class Tables:
         schema = await self.schema(ns, relations(statement))
         declared = {}
         for name, type_pb in (param_types or {}).items():
-            found = table_values.of_type_pb(type_pb)
+            found = values.of_type_pb(type_pb)
             if found is not None:
                 declared[name] = found
         writing = not isinstance(statement, g.Select)
@@ -174,14 +160,14 @@ class Tables:
         for name, wanted in translated.wanted.items():
             if name not in params.fields:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
-            bound[f"p_{name}"] = table_values.decode(params.fields[name], wanted, f"parameter @{name}")
+            bound[f"p_{name}"] = values.decode_typed(params.fields[name], wanted, f"parameter @{name}")
             if name in translated.counts and (bound[f"p_{name}"] or 0) < 0:
                 raise errors.InvalidArgument(f"{translated.counts[name]} cannot be negative (parameter @{name})")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
         shown = [(f"{what}: column {name or i + 1}", t) for i, (name, t) in enumerate(translated.columns)]
 
         def encoded(rows: list[Any]) -> list[Any]:
-            return [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
+            return [[values.encode_typed(v, t, label) for v, (label, t) in zip(row, shown)] for row in rows]
 
         if use.read_only and not writing:
             rows, count = encoded(await self._store.table_read(translated.statement, bound, what)), None
@@ -195,7 +181,7 @@ class Tables:
 
     def _op(self, table: str, statement: sql.Composed, values: dict[str, Any], what: str, rows: int = 1,
             encode: Callable[[list[Any]], list[Any]] | None = None) -> TableOp:
-        async def run(conn: Handle) -> tuple[list[Any], int]:
+        async def run(conn: Any) -> tuple[list[Any], int]:
             found, count = await self._store.table_run_in(conn, statement, values, what)
             return (encode(found) if encode else found), count
 
@@ -226,7 +212,7 @@ class Tables:
         for r, row in enumerate(body.values):
             if len(row.values) != len(columns):
                 raise errors.InvalidArgument(f"row {r} has {len(row.values)} value(s) for {len(columns)} column(s)")
-            rows.append([table_values.decode(v, c.type, f"row {r}: column {c.spelled!r}")
+            rows.append([values.decode_typed(v, c.type, f"row {r}: column {c.spelled!r}")
                          for v, c in zip(row.values, columns)])
         if not rows:
             return None
@@ -239,7 +225,7 @@ class Tables:
             at_key = [columns.index(c) for c in table.key]
             expected = [len({tuple(row[i] for i in at_key) for row in part}) for part in t.batches(rows, len(columns))]
 
-            async def update(conn: Handle) -> tuple[list[Any], int]:
+            async def update(conn: Any) -> tuple[list[Any], int]:
                 total = 0
                 for (statement, values), wanted in zip(steps, expected):
                     count = (await self._store.table_run_in(conn, statement, values, what))[1]
@@ -262,7 +248,7 @@ class Tables:
     def _steps(self, table: str, before: list[tuple[sql.Composed, dict[str, Any]]],
                counted: list[tuple[sql.Composed, dict[str, Any]]], what: str, rows: int) -> TableOp:
         """A TableOp of several statements run in order; its count is the ``counted`` ones'."""
-        async def run(conn: Handle) -> tuple[list[Any], int]:
+        async def run(conn: Any) -> tuple[list[Any], int]:
             for statement, values in before:
                 await self._store.table_run_in(conn, statement, values, what)
             total = 0
@@ -274,12 +260,12 @@ class Tables:
 
     def _keys(self, key: Sequence[Col], key_set: Any, what: str, prefix_ok: bool = False
               ) -> tuple[list[list[Any]], list[t.KeyRange]]:
-        def decoded(values: Any, where: str, partial: bool) -> list[Any]:
-            given = list(values.values)
+        def decoded(key_values: Any, where: str, partial: bool) -> list[Any]:
+            given = list(key_values.values)
             if len(given) > len(key) or (not partial and len(given) != len(key)):
                 raise errors.InvalidArgument(f"{what}: {where} has {len(given)} value(s) for a key of {len(key)} "
                                              f"column(s) ({', '.join(c.spelled for c in key)})")
-            return [table_values.decode(v, c.type, f"{where}: {c.spelled}") for v, c in zip(given, key)]
+            return [values.decode_typed(v, c.type, f"{where}: {c.spelled}") for v, c in zip(given, key)]
 
         keys = [decoded(k, f"key {i}", prefix_ok) for i, k in enumerate(key_set.keys)]
         ranges = []
@@ -340,7 +326,7 @@ class Tables:
             rows = (await (await use.hold()).apply([self._op(table.name, statement, params, what)]))[0][0]
         typed = [(c.spelled, c.type) for c in columns]
         shown = [(f"{what}: column {c.spelled}", c.type) for c in columns]
-        return TableResult(typed, [[table_values.encode(v, t, label) for v, (label, t) in zip(row, shown)]
+        return TableResult(typed, [[values.encode_typed(v, t, label) for v, (label, t) in zip(row, shown)]
                                    for row in rows])
 
     # -- DDL --------------------------------------------------------------------------

@@ -7,29 +7,55 @@ meet. No protobuf beyond google.protobuf.Value, no SQL.
 import asyncio
 import dataclasses
 import operator
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from google.protobuf import struct_pb2
 
-from .. import errors, queues
-from ..admin import Operator
-from ..clock import Clock
-from ..exactly_once import ExactlyOnce
-from ..model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
-from ..mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
-from ..queues import Catalog
-from ..receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
-from ..records import Records
-from . import access, googlesql
+from ... import errors, queues
+from ...admin import Operator
+from ...clock import Clock
+from ...exactly_once import ExactlyOnce
+from ...model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
+from ...mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
+from ...queues import Catalog
+from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
+from ...records import Records
+from ..port import TableStore
+from . import googlesql
+from . import parser
 from . import statements as st
 from . import values
 from .names import PG_SYSTEM, Names, Spelling
+from .parser import Dialect
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
-from .status import RowCountMismatch
 from .tables import Tables, TableResult, TableStatement
-from .transactions import Use
+
+
+class Use(Protocol):
+    """What a statement runs in, as the engine sees it (handlers/transactions.Use is one): a
+    strong read (``read_only``), partitioned DML, or a read-write transaction held on first use."""
+
+    @property
+    def read_only(self) -> bool: ...
+
+    @property
+    def partitioned(self) -> bool: ...
+
+    @property
+    def hold(self) -> Callable[[], Any]:
+        """Coroutine function: the transaction's OpenTransaction, begun on first use."""
+        ...
+
+
+Authorize = Callable[[Any, str], None]
+"""Refuses a parsed statement the call's token may not run (handlers/access.authorize)."""
+
+
+class RowCountMismatch(errors.QueueError):
+    """ASSERT_ROWS_MODIFIED: the statement changed another number of rows (OUT_OF_RANGE)."""
+
 
 DEFAULT_RECEIVE_DURATION = timedelta(minutes=20)
 """RECEIVE without max_duration (the docs recommend 20 minutes)."""
@@ -45,9 +71,6 @@ SYSTEM_COLUMNS = {"payload": "payload", "delivertime": "deliver_time", "deliver_
 FILTERED_PAUSE = 0.2
 """Seconds a RECEIVE with WHERE waits after a batch none of whose messages matched, before
 leasing again: the ones it gave back are due again at once."""
-LONG_STATEMENT = 4096
-"""Characters past which a statement's reads (each up to a few tenths of a second within the limits
-of lexing.py) let other calls run before and between them."""
 COMPARE = {"=": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt,
            ">=": operator.ge}
 
@@ -112,16 +135,17 @@ class _RenewedRows:
 
 class Executor:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
-                 clock: Clock, exactly_once: ExactlyOnce) -> None:
+                 tables: TableStore, clock: Clock, exactly_once: ExactlyOnce, authorize: Authorize) -> None:
         self.names = Names(records, catalog)
-        self.tables = Tables(records.tables, catalog, self.names)
-        """Spanner tables (spanner/tables.py): statements the queue parser does not read go there."""
+        self.tables = Tables(tables, catalog, self.names)
+        """Spanner tables (tables.py): the statements parser.parse gives the table subset run there."""
         self._catalog = catalog
         self._mutator = mutator
         self._once = exactly_once
         self._receiver = receiver
         self._operator = operator
         self._clock = clock
+        self._authorize = authorize
 
     # -- queries and DML ----------------------------------------------------------
 
@@ -141,7 +165,7 @@ class Executor:
                                        "CREATE QUEUE (database.update_ddl)") from None
 
     # Every statement that runs is parsed here, once, in its database's dialect, and that parse
-    # is what authorization checks (access.authorize, under a token file) before it is returned:
+    # is what authorization checks (handlers/access.authorize, under a token file) before it is returned:
     # the object checked is the object run, so no other reading of the text can slip through.
 
     async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Statement | TableStatement":
@@ -149,40 +173,23 @@ class Executor:
         naming a table of the database is the table subset's), authorized for the call's token
         (``where`` begins a refusal: "statement 2: ")."""
         statement = await self._parse(text, ns)
-        access.authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
+        self._authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
         return statement
 
     async def _parse(self, text: str, ns: Scope) -> "st.Statement | TableStatement":
-        long = len(text) > LONG_STATEMENT
-        if long:  # other calls go first, and between the reads of a long statement
-            await asyncio.sleep(0)
-        try:
-            statement = st.parse(text, ns.pg)
-        except errors.InvalidArgument as exc:
-            if ns.pg or "limit" in exc.metadata:  # past a limit of one parser is past the other's
-                raise
-            if long:
-                await asyncio.sleep(0)
-            return await self.tables.parse_instead(text, ns, exc)
-        if isinstance(statement, (st.Select, st.Insert, st.Delete)) and await self.tables.is_table(ns, statement.queue):
-            if long:
-                await asyncio.sleep(0)
-            return TableStatement(googlesql.parse(text), text)
-        return statement
+        async def is_table(name: str) -> bool:
+            return await self.tables.is_table(ns, name)
+
+        async def any_table(names: Iterable[str]) -> bool:
+            return await self.tables.any_table(ns, names)
+
+        return await parser.parse(text, Dialect.of(ns.pg), is_table, any_table)
 
     def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
-        statement = self._parse_ddl(text, ns)
-        access.authorize(statement, where)
+        statement = parser.parse_ddl(text, Dialect.of(ns.pg))
+        self._authorize(statement, where)
         return statement
-
-    def _parse_ddl(self, text: str, ns: Scope) -> "st.Ddl | googlesql.Ddl":
-        if not ns.pg and googlesql.is_table_ddl(text):
-            statement = googlesql.parse(text)
-            assert isinstance(statement, (googlesql.CreateTable, googlesql.DropTable, googlesql.CreateIndex,
-                                          googlesql.DropIndex))
-            return statement
-        return st.parse_ddl(text, ns.pg)
 
     async def run(self, statement: "st.Statement | TableStatement", params: Params, use: Use,
                   ns: Scope = DEFAULT_SCOPE, param_types: Any = None) -> "Result | TableResult":
@@ -356,7 +363,7 @@ class Executor:
     async def read(self, request: Any, use: Use, ns: Scope) -> Result:
         """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
         all of them in key order, without leasing; as a SELECT of the same columns would.
-        A Read of a table is the table's (spanner/tables.py)."""
+        A Read of a table is the table's (tables.py)."""
         if await self.tables.is_table(ns, st.fold(request.table)):
             return await self.tables.read(request, use, ns)  # type: ignore[return-value]
         queue = await self.queue(ns, st.fold(request.table))

@@ -1,0 +1,99 @@
+"""One ExecuteSql is parsed once: the servicer hands its text to Executor.parse, which reads it
+with one grammar, in its database's own dialect, and authorizes that very parse. Counted with
+the grammars' own counter (``lexing.Cursor.passes``: one Cursor is one read of the tokens).
+
+No PostgreSQL: the store is an in-memory adapter of the port the front-end declares
+(``spanner.port.TableStore``), holding one registered table."""
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from spanq_server.errors import InvalidArgument
+from spanq_server.spanner.query import googlesql as g
+from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query.executor import Executor
+from spanq_server.spanner.query.lexing import Cursor
+from spanq_server.spanner.query.parser import Dialect, parse
+from spanq_server.spanner.query.schema import table_of
+from spanq_server.spanner.query.scope import Scope
+from spanq_server.spanner.query.tables import TableStatement
+
+SINGERS = table_of(g.parse("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (SingerId)"),
+                   "singers", None)
+
+
+class Registry:
+    """The store's Spanner-table registry, in memory (the part of TableStore a parse reads)."""
+
+    def __init__(self) -> None:
+        self.lookups: list[list[str]] = []
+
+    async def table_definitions(self, names: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
+        self.lookups.append(list(names))
+        return [("singers", "table", SINGERS.as_json())] if "singers" in names else []
+
+
+class Catalog:
+    def on_gone(self, callback: Any) -> None:
+        pass
+
+
+def executor(authorized: list[Any]) -> Executor:
+    def authorize(statement: Any, where: str) -> None:
+        authorized.append(statement)
+
+    return Executor(Catalog(), None, None, None, None, Registry(), None, None, authorize)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("SELECT * FROM messages WHERE id = 1", st.Select),  # a queue: the queue surface
+    ("INSERT INTO messages (id, Payload) VALUES (1, b'x')", st.Insert),
+    ("DELETE FROM messages WHERE id = 1", st.Delete),
+    ("SELECT * FROM RECEIVE_messages(max_batch_size => 5)", st.Receive),
+    ("SELECT SingerId, Name FROM Singers WHERE SingerId = 1", g.Select),  # a table: read by its grammar only
+    ("INSERT INTO Singers (SingerId, Name) VALUES (1, 'a')", g.Insert),
+    ("INSERT OR UPDATE INTO Singers (SingerId, Name) VALUES (1, 'a')", g.Insert),
+    ("DELETE FROM Singers WHERE SingerId = 1", g.Delete),
+    ("UPDATE Singers SET Name = 'b' WHERE SingerId = 1", g.Update),
+    ("SELECT m.id FROM messages AS m JOIN Singers AS s ON s.SingerId = m.id", g.Select),
+])
+async def test_one_execute_sql_is_one_parse_in_its_dialect_and_authorization_reads_it(text: str, kind: type) -> None:
+    authorized: list[Any] = []
+    run = executor(authorized)
+    text = f"{text} -- {id(authorized)}"  # a text no parse cache holds
+    before = Cursor.passes
+    parsed = await run.parse(text, Scope())
+    assert Cursor.passes - before == 1
+    statement = parsed.statement if isinstance(parsed, TableStatement) else parsed
+    assert isinstance(statement, kind)
+    assert authorized == [statement]  # the one parse is what authorization checked
+
+
+async def test_a_postgresql_database_is_read_in_its_dialect_only() -> None:
+    registry = Registry()
+
+    async def is_table(name: str) -> bool:
+        return bool(await registry.table_definitions([name]))
+
+    async def any_table(names: Any) -> bool:
+        return bool(await registry.table_definitions(list(names)))
+
+    before = Cursor.passes
+    parsed = await parse('SELECT * FROM spanner.receive_messages(5) -- "x"', Dialect.POSTGRESQL, is_table, any_table)
+    assert isinstance(parsed, st.Receive) and Cursor.passes - before == 1
+    assert registry.lookups == []  # tables are GoogleSQL only: no lookup, no second grammar
+    # A GoogleSQL reading of a PostgreSQL text is never tried: `#` starts no comment there.
+    with pytest.raises(InvalidArgument):
+        await parse("SELECT * FROM messages # comment", Dialect.POSTGRESQL, is_table, any_table)
+
+
+async def test_the_parse_is_kept_for_the_same_text() -> None:
+    """A queue statement's text parsed again (the next call of the same code) costs no grammar."""
+    run = executor([])
+    text = "SELECT * FROM messages WHERE id = @id -- kept"
+    await run.parse(text, Scope())
+    before = Cursor.passes
+    await run.parse(text, Scope())
+    assert Cursor.passes == before
