@@ -217,16 +217,29 @@ class Receiver:
 
     async def _look_at_lapses(self, queue: QueueDef, watch: LapseWatch, holding: StreamHolding,
                               now: datetime) -> None:
-        """Looks at the leases the stream delivered (lapses.py); when every one lapsed, gives
-        back the attempts of those it sent past its read watermark, and ends the stream if
-        another stream of the queue here is proven."""
+        """Looks at the leases the stream delivered (lapses.py): gives back the attempts of
+        those it sent past its read watermark if they all lapsed, and ends the stream if its
+        client is suspect while another stream of the queue here is proven."""
         tokens = watch.to_look_at(now)
         lapsed, live = await self._store.leases_lapsed(queue, tokens, self._clock.now())
         _honour_cancellation()
-        if watch.found(now, len(tokens), lapsed, live):
-            await self._refund(queue, holding.unread(tokens))
+        suspect = watch.found(now, len(tokens), lapsed, live)
+        if lapsed and not live:  # their leases are over, and some lapsed
+            await self._refund_lapsed(queue, holding, tokens, every=suspect)
             _honour_cancellation()
+        if suspect:
             await self._end_if_others_process(queue, watch, holding, now)
+
+    async def _refund_lapsed(self, queue: QueueDef, holding: StreamHolding, tokens: list[str], every: bool) -> None:
+        """After a look at leases that ended: those sent past the read watermark get their
+        attempts back if every one of them lapsed (``every``: all the look found did). A
+        client that settled one of them, through any server, reads what it gets: they count."""
+        past = holding.unread(tokens)
+        if past and not every:
+            lapsed, _ = await self._store.leases_lapsed(queue, past, self._clock.now())
+            if lapsed < len(past):
+                return
+        await self._refund(queue, past)
 
     async def _end_if_others_process(self, queue: QueueDef, watch: LapseWatch, holding: StreamHolding,
                                      now: datetime) -> None:
