@@ -78,7 +78,7 @@ class StreamHolding:
         self.uncertain = False
         """Something may have freed room that this server cannot attribute: recount."""
         self._recheck_at: datetime | None = None
-        self._unread: OrderedDict[str, int] = OrderedDict()  # token -> its response's number, in order
+        self._unread: OrderedDict[str, tuple[int, datetime]] = OrderedDict()  # token -> (response, lease end)
         self._responses = 0  # responses handed to the transport
         self._read = 0  # the watermark: responses 1.._read were read
 
@@ -109,28 +109,37 @@ class StreamHolding:
         """One more response, carrying these messages, was handed to the transport."""
         self._responses += 1
         for m in messages:
-            self._unread[m.lease_token] = self._responses
+            self._unread[m.lease_token] = (self._responses, m.lease_expiration_time)
         while len(self._unread) > MAX_UNREAD:
             self._unread.popitem(last=False)
 
     def read(self, token: str) -> None:
         """The client settled this token (ack, renewal, release): it read its response and
         every one before it."""
-        response = self._unread.pop(token, None)
-        if response is None or response <= self._read:
+        found = self._unread.pop(token, None)
+        if found is None or found[0] <= self._read:
             return
-        self._read = response
-        while self._unread and next(iter(self._unread.values())) <= response:
+        self._read = found[0]
+        while self._unread and next(iter(self._unread.values()))[0] <= self._read:
             self._unread.popitem(last=False)
 
-    def unread(self, tokens: Iterable[str] | None = None) -> list[str]:
-        """Takes the tokens past the read watermark (of ``tokens``, or all): each once, so that
-        an attempt is given back at most once."""
-        if tokens is None:
-            taken = list(self._unread)
-            self._unread.clear()
-            return taken
-        return [t for t in tokens if self._unread.pop(t, None) is not None]
+    def unread(self) -> list[str]:
+        """Takes every token past the read watermark: each once, so that an attempt is given
+        back at most once."""
+        taken = list(self._unread)
+        self._unread.clear()
+        return taken
+
+    def unread_end(self) -> datetime | None:
+        """When the first lease past the watermark ends (they were handed over in order)."""
+        return next(iter(self._unread.values()))[1] if self._unread else None
+
+    def unread_ended(self, now: datetime) -> list[str]:
+        """Takes the tokens past the watermark whose leases have ended by ``now``."""
+        ended = []
+        while self._unread and next(iter(self._unread.values()))[1] <= now:
+            ended.append(self._unread.popitem(last=False)[0])
+        return ended
 
     def next_end(self) -> datetime | None:
         """When the earliest lease ends (room may come then); None when none is held."""

@@ -223,23 +223,19 @@ class Receiver:
         tokens = watch.to_look_at(now)
         lapsed, live = await self._store.leases_lapsed(queue, tokens, self._clock.now())
         _honour_cancellation()
-        suspect = watch.found(now, len(tokens), lapsed, live)
-        if lapsed and not live:  # their leases are over, and some lapsed
-            await self._refund_lapsed(queue, holding, tokens, every=suspect)
-            _honour_cancellation()
-        if suspect:
+        if watch.found(now, len(tokens), lapsed, live):
             await self._end_if_others_process(queue, watch, holding, now)
 
-    async def _refund_lapsed(self, queue: QueueDef, holding: StreamHolding, tokens: list[str], every: bool) -> None:
-        """After a look at leases that ended: those sent past the read watermark get their
-        attempts back if every one of them lapsed (``every``: all the look found did). A
-        client that settled one of them, through any server, reads what it gets: they count."""
-        past = holding.unread(tokens)
-        if past and not every:
-            lapsed, _ = await self._store.leases_lapsed(queue, past, self._clock.now())
-            if lapsed < len(past):
-                return
-        await self._refund(queue, past)
+    async def _refund_lapsed(self, queue: QueueDef, ended: list[str]) -> None:
+        """The leases the stream sent past its read watermark that have ended get their attempts
+        back if every one of them lapsed (a client that settled one of them, through any server,
+        reads what it gets) and the stream is not alone on its queue here. Alone, its lapses
+        count (lapses.py: a lapse is also how a client fails a message)."""
+        if len(self._watches[queue.name]) < 2:
+            return
+        lapsed, _ = await self._store.leases_lapsed(queue, ended, self._clock.now())
+        if lapsed == len(ended):
+            await self._refund(queue, ended)
 
     async def _end_if_others_process(self, queue: QueueDef, watch: LapseWatch, holding: StreamHolding,
                                      now: datetime) -> None:
@@ -363,6 +359,12 @@ class Receiver:
             if probe is not None and probe <= 0:
                 await self._look_at_lapses(queue, watch, holding, now)
                 continue
+            unread_end = holding.unread_end()
+            if unread_end is not None and unread_end <= now:
+                await self._refund_lapsed(queue, holding.unread_ended(now))
+                _honour_cancellation()
+                continue
+            unread_in = None if unread_end is None else (unread_end - now).total_seconds()
             if len(holding) < options.max_outstanding:
                 full_since = None
             else:
@@ -404,7 +406,7 @@ class Receiver:
                 keeper = not turn_over and signal.ready.keep_time()  # a turn over waits for a wake only
                 turn_over = False
                 try:
-                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS), probe]
+                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS), probe, unread_in]
                     if keeper:
                         due = await self._store.next_delivery_in(queue, self._clock.now())
                         _honour_cancellation()
@@ -419,7 +421,7 @@ class Receiver:
                 # whose), a lease's end, or, for acks elsewhere, the poll.
                 ends = holding.next_end()
                 recount = self._poll - (time.monotonic() - (full_since or time.monotonic()))
-                waits = [max(recount, MIN_WAIT), remaining, probe,
+                waits = [max(recount, MIN_WAIT), remaining, probe, unread_in,
                          None if ends is None else max((ends - now).total_seconds(), MIN_WAIT)]
                 # An ack through this server that frees room may lease for it meanwhile
                 # (ack_lease.py); not with a dead-letter history to read beside each batch.
