@@ -27,13 +27,14 @@ the bytes). So an ended stream (cancelled, dropped, timed out, shut down) gives
 back only the responses it never started to write, and a batch it was still
 leasing (_lease).
 
-What a stream can give back once handed over is the attempt, never the lease: when
-it shows that its client does not read (a write blocked for WRITE_BOUND, or every
-lease it looked at lapsed: lapses.py), the messages of the responses past its read
-watermark (held.py: none of them acked, renewed or released through this server)
-get their delivery attempt back, so that a message nobody read does not approach
-the dead-letter queue. A client that went away (cancelled) gets nothing back: it
-may have read what it was sent.
+What a stream can give back once handed over is the attempt, never the lease: the
+messages of the responses past its read watermark (held.py: none of them acked,
+renewed or released through this server) get their delivery attempt back when the
+stream shows that its client does not read them, so that a message nobody read does
+not approach the dead-letter queue: a write blocked for WRITE_BOUND, the stream ended
+for letting every lease lapse (lapses.py), or, beside other streams of the queue,
+their leases ended and every one lapsed. A client that went away (cancelled) gets
+nothing back: it may have read what it was sent.
 """
 
 import asyncio
@@ -217,8 +218,7 @@ class Receiver:
 
     async def _look_at_lapses(self, queue: QueueDef, watch: LapseWatch, holding: StreamHolding,
                               now: datetime) -> None:
-        """Looks at the leases the stream delivered (lapses.py): gives back the attempts of
-        those it sent past its read watermark if they all lapsed, and ends the stream if its
+        """Looks at the leases the stream delivered (lapses.py); ends the stream if its
         client is suspect while another stream of the queue here is proven."""
         tokens = watch.to_look_at(now)
         lapsed, live = await self._store.leases_lapsed(queue, tokens, self._clock.now())
@@ -233,7 +233,11 @@ class Receiver:
         count (lapses.py: a lapse is also how a client fails a message)."""
         if len(self._watches[queue.name]) < 2:
             return
-        lapsed, _ = await self._store.leases_lapsed(queue, ended, self._clock.now())
+        try:
+            lapsed, _ = await self._store.leases_lapsed(queue, ended, self._clock.now())
+        except errors.QueueError as exc:
+            logger.warning("could not look at the unread leases of a stream: %s", exc)
+            return  # they count, as they did before
         if lapsed == len(ended):
             await self._refund(queue, ended)
 

@@ -44,9 +44,9 @@ class Counters:
                                     ["queue"], registry=r)
         self._refunded = Counter("spanq_queue_attempts_refunded", "Delivery attempts given back to messages "
                                  "leased to this server's Receive streams whose clients showed they did not read "
-                                 "them (a write blocked, or every lease lapsed past the last response the client "
-                                 "settled a message of): the lease stays, and the next delivery counts the same "
-                                 "attempt again.", ["queue"], registry=r)
+                                 "them (a write blocked, the stream ended for letting every lease lapse, or every "
+                                 "lease past the last response the client settled a message of lapsed): the lease "
+                                 "stays, and the next delivery counts the same attempt again.", ["queue"], registry=r)
         self._undeliverable = Counter("spanq_queue_messages_undeliverable", "Messages leased to this server's "
                                       "Receive streams that no client can receive (a value written by SQL that "
                                       "spanq.v1 cannot encode): moved to the dead-letter queue, or, without one, "
