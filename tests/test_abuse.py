@@ -114,6 +114,51 @@ async def test_streams_that_never_read_neither_starve_a_reader_nor_dead_letter_i
     assert sql.execute("SELECT count(*) FROM work_dead").fetchone() == (0,)
 
 
+async def test_messages_leased_to_streams_that_never_read_keep_their_attempts(server, stub, sql):
+    # Issue 21's case, scaled: 2 KiB messages that every stream's transport takes unread, leases
+    # that lapse again and again, and two attempts before the dead-letter queue.
+    await create_queue(stub, "unread_dead", payload_type=queue_pb2.STRING)
+    await create_queue(stub, "unread", payload_type=queue_pb2.STRING, lease_duration=duration(2),
+                       max_delivery_attempts=2, dead_letter_queue="unread_dead")
+    registry = server.metrics.registry
+
+    def counted(name: str) -> float:
+        return registry.get_sample_value(name, {"queue": "unread"}) or 0
+
+    async with grpc.aio.insecure_channel(server.target) as rude_channel:
+        rude = queue_pb2_grpc.QueueServiceStub(rude_channel)
+        stuck = [rude.Receive(queue_pb2.ReceiveRequest(queue="unread")) for _ in range(20)]
+        await until(lambda: server.receiver.streams_by_queue().get("unread", 0) == 20, "20 open streams")
+        for batch in range(10):
+            await stub.Send(queue_pb2.SendRequest(queue="unread", messages=[
+                text_message(f"m{batch * 100 + i:04}", "x" * 2048) for i in range(100)]))
+        # Three rounds of leases nobody read: without their attempts back, the third would move
+        # them to the dead-letter queue instead.
+        def dead() -> int:
+            return int(sql.execute("SELECT count(*) FROM unread_dead").fetchone()[0])
+
+        await until(lambda: counted("spanq_queue_messages_delivered_total") >= 3000 or dead(),
+                    "three rounds of unread leases", timeout=30)
+        assert dead() == 0, "messages nobody read were dead-lettered"
+        attempts: dict[str, int] = {}
+        async with open_stream(stub, "unread") as reader:
+            async def drained() -> bool:
+                try:
+                    got = [await reader.next(timeout=1)] + reader.drain()
+                except AssertionError:
+                    return False  # nothing this second
+                attempts.update((plain(m.key)[0], m.delivery_attempt) for m in got)
+                await ack(stub, "unread", *got)
+                return len(attempts) == 1000
+
+            await until(drained, "the reader to get every message", timeout=30, interval=0)
+        for call in stuck:
+            call.cancel()
+    assert dead() == 0
+    assert set(attempts.values()) == {1}, "an attempt the reader saw counts a lease nobody read"
+    assert counted("spanq_queue_attempts_refunded_total") >= 2000
+
+
 async def test_a_stream_whose_client_stops_reading_ends_and_gives_back_what_it_had_not_written(server, stub, sql):
     # Ten 1 MiB messages in one batch: four responses, more than a client's HTTP/2 window takes unread.
     await create_queue(stub, "blobs", payload_type=queue_pb2.BYTES, lease_duration=duration(2))
@@ -128,7 +173,7 @@ async def test_a_stream_whose_client_stops_reading_ends_and_gives_back_what_it_h
         await until(lambda: "blobs" not in server.receiver.streams_by_queue(), "the stream ended")
         rows = sql.execute("SELECT id, spanq_delivery_attempt, spanq_lease_token IS NULL FROM blobs").fetchall()
         given_back = {r[0] for r in rows if r[1:] == (0, True)}
-        leased = {r[0] for r in rows if r[1:] == (1, False)}
+        leased = {r[0] for r in rows if r[1:] == (0, False)}  # the leases stay, their attempts came back
         assert given_back and leased and len(given_back | leased) == 10, rows
         # Reading now, the client gets what was written (the blocked response too), and then the end.
         read: list[str] = []

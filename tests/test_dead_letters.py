@@ -12,11 +12,13 @@ import pytest
 
 import spanq
 import spanq.aio
-from spanq_proto.v1 import queue_pb2
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.config import Config
 from spanq_server.store import Store
 
-from .helpers import create_queue, duration, error_of, open_stream, send, stamp, text_message, until
+from .helpers import (
+    ack, create_queue, duration, error_of, open_stream, plain, receive_some, send, stamp, text_message, until,
+)
 from .test_metrics import scrape, value
 
 
@@ -64,6 +66,52 @@ async def test_a_message_whose_leases_ran_out_keeps_its_history(server, stub, cl
         got = await dead.next()
     assert got.delivery_attempt == 1 and got.dead_letter == m.dead_letter
     assert value(await scrape(server), "spanq_queue_messages_dead_lettered_total", queue="tasks") == 1
+
+
+def attempts(sql, table: str) -> dict[str, tuple[int, bool]]:
+    """Each message's stored delivery attempt, and whether a lease token is set."""
+    return {k: (n, held) for k, n, held in sql.execute(
+        f'SELECT id, spanq_delivery_attempt, spanq_lease_token IS NOT NULL FROM "{table}"').fetchall()}
+
+
+async def test_only_what_a_stream_sent_past_the_last_message_its_client_settled_gets_its_attempt_back(
+        server, stub, clock, sql):
+    await create_queue(stub, "marks", payload_type=queue_pb2.STRING, lease_duration=duration(2))
+    refunded = lambda: server.metrics.registry.get_sample_value(  # noqa: E731
+        "spanq_queue_attempts_refunded_total", {"queue": "marks"}) or 0
+    async with grpc.aio.insecure_channel(server.target) as raw_channel:
+        raw = queue_pb2_grpc.QueueServiceStub(raw_channel)
+        call = raw.Receive(queue_pb2.ReceiveRequest(queue="marks", max_batch_size=2))
+        await send(stub, "marks", text_message("a", "x"), text_message("b", "x"))
+        first = await call.read()  # the client reads its first response, acks one of it, and reads no more
+        await ack(stub, "marks", first.messages[0])
+        kept = plain(first.messages[1].key)[0]
+        for pair in (("c", "d"), ("e", "f")):  # one batch each (an unproven stream takes one per wake-up)
+            await send(stub, "marks", *(text_message(k, "x") for k in pair))
+            await until(lambda: all(attempts(sql, "marks").get(k) == (1, True) for k in pair), f"{pair} leased")
+        async with open_stream(stub, "marks") as other:  # the stream is not alone on its queue
+            await until(lambda: refunded() == 4, "the unread leases' attempts given back")
+            # The leases stay where they are; only the attempts of the responses never read came back.
+            assert attempts(sql, "marks") == {kept: (1, True), "c": (0, True), "d": (0, True), "e": (0, True),
+                                              "f": (0, True)}
+            call.cancel()
+            clock.advance(timedelta(seconds=2))  # past the backoff
+            got = await other.take(5)
+            assert {plain(m.key)[0]: m.delivery_attempt for m in got} == {kept: 2, "c": 1, "d": 1, "e": 1, "f": 1}
+
+
+async def test_a_client_that_disconnects_with_a_message_unsettled_counts_its_attempts(server, stub, clock, sql):
+    await dead_letter_pair(stub)
+    await send(stub, "tasks", text_message("k", "poison"))
+    for attempt in (1, 2):
+        async with grpc.aio.insecure_channel(server.target) as crashing:
+            call = queue_pb2_grpc.QueueServiceStub(crashing).Receive(queue_pb2.ReceiveRequest(queue="tasks"))
+            assert (await call.read()).messages[0].delivery_attempt == attempt
+        # The connection closed with the message read and unsettled: its lease runs out.
+        await until(lambda: "tasks" not in server.receiver.streams_by_queue(), "the stream gone")
+        clock.advance(timedelta(seconds=61))
+    assert await receive_some(stub, "tasks", 1, timeout=1) == []
+    assert history(sql, "graveyard") == [("k", "tasks", 2, "lease expired", True)]
 
 
 async def test_a_nacked_message_keeps_the_reason_of_its_last_nack(server, stub, sql):

@@ -15,10 +15,16 @@ So the holding is an upper bound on the stream's live leases, as the count was; 
 one-at-a-time worker's loop costs a lease and an ack, and nothing else. The recount
 looks up the messages its tokens name, by key (lease_held in queries.sql): a lease
 renewed elsewhere keeps its key and prefix, and the stream leases no key it is not told.
+
+The holding also keeps the stream's read watermark: a stream's responses arrive in
+order, so a client that acks, renews or releases a message of response k through this
+server has read responses 1..k. The tokens of later responses are the ones it may not
+have read: a stream that shows it does not read (receive.py) gives their attempts back.
 """
 
 import asyncio
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -27,6 +33,9 @@ from .model import LeasedMessage
 RECHECK = timedelta(seconds=0.25)
 """When a recount finds leases live past their end by this host's clock (the database's is
 behind), the next recount for lapsed leases waits this long."""
+MAX_UNREAD = 100_000
+"""Tokens past the read watermark a stream remembers (the oldest are forgotten: their
+attempts then count)."""
 
 
 def token_prefix(token: str) -> str:
@@ -69,6 +78,9 @@ class StreamHolding:
         self.uncertain = False
         """Something may have freed room that this server cannot attribute: recount."""
         self._recheck_at: datetime | None = None
+        self._unread: OrderedDict[str, tuple[int, datetime]] = OrderedDict()  # token -> (response, lease end)
+        self._responses = 0  # responses handed to the transport
+        self._read = 0  # the watermark: responses 1.._read were read
 
     def __len__(self) -> int:
         return len(self._leases)
@@ -86,10 +98,48 @@ class StreamHolding:
 
     def settled(self, token: str) -> None:
         self._leases.pop(token, None)
+        self.read(token)
 
     def renewed(self, old: str, new: str, end: datetime) -> None:
+        self.read(old)
         if self._leases.pop(old, None) is not None:
             self._leases[new] = end
+
+    def handed(self, messages: Iterable[LeasedMessage]) -> None:
+        """One more response, carrying these messages, was handed to the transport."""
+        self._responses += 1
+        for m in messages:
+            self._unread[m.lease_token] = (self._responses, m.lease_expiration_time)
+        while len(self._unread) > MAX_UNREAD:
+            self._unread.popitem(last=False)
+
+    def read(self, token: str) -> None:
+        """The client settled this token (ack, renewal, release): it read its response and
+        every one before it."""
+        found = self._unread.pop(token, None)
+        if found is None or found[0] <= self._read:
+            return
+        self._read = found[0]
+        while self._unread and next(iter(self._unread.values()))[0] <= self._read:
+            self._unread.popitem(last=False)
+
+    def unread(self) -> list[str]:
+        """Takes every token past the read watermark: each once, so that an attempt is given
+        back at most once."""
+        taken = list(self._unread)
+        self._unread.clear()
+        return taken
+
+    def unread_end(self) -> datetime | None:
+        """When the first lease past the watermark ends (they were handed over in order)."""
+        return next(iter(self._unread.values()))[1] if self._unread else None
+
+    def unread_ended(self, now: datetime) -> list[str]:
+        """Takes the tokens past the watermark whose leases have ended by ``now``."""
+        ended = []
+        while self._unread and next(iter(self._unread.values()))[1] <= now:
+            ended.append(self._unread.popitem(last=False)[0])
+        return ended
 
     def next_end(self) -> datetime | None:
         """When the earliest lease ends (room may come then); None when none is held."""
@@ -132,7 +182,8 @@ class Holdings:
         """The queue's open streams' holdings, by token prefix (not to be changed)."""
         return self._queues.get(queue, {})
 
-    def _holding(self, queue: str, token: str) -> StreamHolding | None:
+    def of(self, queue: str, token: str) -> StreamHolding | None:
+        """The holding of the open stream whose lease this token is (by its prefix)."""
         streams = self._queues.get(queue)
         return None if streams is None else streams.get(token_prefix(token))
 
@@ -154,10 +205,11 @@ class Holdings:
         """Renewals through this server (committed): old token, new token and lease end, or
         None for a release or a token that holds nothing (not told apart: recount)."""
         for old, new, end in renewals:
-            holding = self._holding(queue, old)
+            holding = self.of(queue, old)
             if holding is None:
                 continue
             if new is None or end is None:
                 holding.uncertain = True
+                holding.read(old)
             else:
                 holding.renewed(old, new, end)

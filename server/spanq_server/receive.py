@@ -26,6 +26,15 @@ cancel is often processed first, so the write raises although the client read
 the bytes). So an ended stream (cancelled, dropped, timed out, shut down) gives
 back only the responses it never started to write, and a batch it was still
 leasing (_lease).
+
+What a stream can give back once handed over is the attempt, never the lease: the
+messages of the responses past its read watermark (held.py: none of them acked,
+renewed or released through this server) get their delivery attempt back when the
+stream shows that its client does not read them, so that a message nobody read does
+not approach the dead-letter queue: a write blocked for WRITE_BOUND, the stream ended
+for letting every lease lapse (lapses.py), or, beside other streams of the queue,
+their leases ended and every one lapsed. A client that went away (cancelled) gets
+nothing back: it may have read what it was sent.
 """
 
 import asyncio
@@ -85,15 +94,19 @@ class Handover(Generic[Response]):
     counts as handed over from the moment write() is called for it, whatever the write
     then reports."""
 
-    def __init__(self, responses: list[tuple[Response, list[LeasedMessage]]]) -> None:
+    def __init__(self, responses: list[tuple[Response, list[LeasedMessage]]],
+                 handed: Callable[[list[LeasedMessage]], None] | None = None) -> None:
         self._responses = responses
+        self._handed = handed  # told of each response's messages as it is handed to write()
         self._past = 0  # responses[:_past] were handed to write() (their leases stay) or taken back
 
     async def write_all(self, write: Callable[[Response], Awaitable[Any]], bound: float) -> None:
         """Writes each response in turn, each within ``bound`` seconds (asyncio.TimeoutError)."""
         while self._past < len(self._responses):
-            response, _ = self._responses[self._past]
+            response, carried = self._responses[self._past]
             self._past += 1  # before write(): from here the client may get it
+            if self._handed is not None:
+                self._handed(carried)
             await asyncio.wait_for(write(response), bound)
 
     def take_back(self) -> list[LeasedMessage]:
@@ -203,17 +216,36 @@ class Receiver:
     def _healthy_peer(self, queue: str, watch: LapseWatch, now: datetime) -> bool:
         return any(w is not watch and w.healthy(now) for w in self._watches[queue])
 
-    async def _look_at_lapses(self, queue: QueueDef, watch: LapseWatch, now: datetime) -> None:
+    async def _look_at_lapses(self, queue: QueueDef, watch: LapseWatch, holding: StreamHolding,
+                              now: datetime) -> None:
         """Looks at the leases the stream delivered (lapses.py); ends the stream if its
         client is suspect while another stream of the queue here is proven."""
         tokens = watch.to_look_at(now)
         lapsed, live = await self._store.leases_lapsed(queue, tokens, self._clock.now())
         _honour_cancellation()
         if watch.found(now, len(tokens), lapsed, live):
-            self._end_if_others_process(queue, watch, now)
+            await self._end_if_others_process(queue, watch, holding, now)
 
-    def _end_if_others_process(self, queue: QueueDef, watch: LapseWatch, now: datetime) -> None:
+    async def _refund_lapsed(self, queue: QueueDef, ended: list[str]) -> None:
+        """The leases the stream sent past its read watermark that have ended get their attempts
+        back if every one of them lapsed (a client that settled one of them, through any server,
+        reads what it gets) and the stream is not alone on its queue here. Alone, its lapses
+        count (lapses.py: a lapse is also how a client fails a message)."""
+        if len(self._watches[queue.name]) < 2:
+            return
+        try:
+            lapsed, _ = await self._store.leases_lapsed(queue, ended, self._clock.now())
+        except errors.QueueError as exc:
+            logger.warning("could not look at the unread leases of a stream: %s", exc)
+            return  # they count, as they did before
+        if lapsed == len(ended):
+            await self._refund(queue, ended)
+
+    async def _end_if_others_process(self, queue: QueueDef, watch: LapseWatch, holding: StreamHolding,
+                                     now: datetime) -> None:
         if self._healthy_peer(queue.name, watch, now):
+            # Nothing it sent since will be read either: their attempts back too.
+            await self._refund(queue, holding.unread())
             raise errors.ClientNotReading(
                 "this stream's client let every lease of the messages it was sent lapse (none acked, renewed "
                 "or released) while other streams of the queue process theirs: the stream ended so that its "
@@ -237,7 +269,8 @@ class Receiver:
                        encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
                        write: Callable[[Response], Awaitable[Any]], bound: float) -> None:
         encoded = encode(batch, self._limits.max_response_bytes)
-        handover = Handover(encoded.responses)
+        holding = self._holdings.of(queue.name, batch[0].lease_token)
+        handover = Handover(encoded.responses, holding.handed if holding else None)
         try:
             if encoded.undeliverable:
                 await self._undeliverable(queue, encoded.undeliverable)
@@ -247,6 +280,8 @@ class Receiver:
                 # gRPC still sends the blocked response if the client reads on: it keeps its leases.
                 unwritten = handover.take_back()
                 await self._return_now(queue, unwritten)
+                if holding is not None:
+                    await self._refund(queue, holding.unread())
                 raise errors.ClientNotReading(
                     f"this stream's client read none of a response for {bound:g} s (half its lease): the "
                     f"stream ended, and gave back the {len(unwritten)} messages it had not written yet. Read "
@@ -284,6 +319,15 @@ class Receiver:
                          "queue a dead-letter queue", queue.name, m.key, why)
             self._metrics.undeliverable(queue.name, 1)
 
+    async def _refund(self, queue: QueueDef, unread: list[str]) -> None:
+        """Gives back the attempts of leases the client did not read (the leases stay)."""
+        if not unread:
+            return
+        try:
+            self._metrics.refunded(queue.name, await self._store.leases_refund(queue, unread))
+        except errors.QueueError as exc:
+            logger.warning("could not give back the delivery attempts of unread leases: %s", exc)
+
     async def _return_now(self, queue: QueueDef, unwritten: list[LeasedMessage]) -> None:
         if not unwritten:
             return
@@ -317,8 +361,14 @@ class Receiver:
             now = self._clock.now() or datetime.now(timezone.utc)
             probe = watch.due_in(now)
             if probe is not None and probe <= 0:
-                await self._look_at_lapses(queue, watch, now)
+                await self._look_at_lapses(queue, watch, holding, now)
                 continue
+            unread_end = holding.unread_end()
+            if unread_end is not None and unread_end <= now:
+                await self._refund_lapsed(queue, holding.unread_ended(now))
+                _honour_cancellation()
+                continue
+            unread_in = None if unread_end is None else (unread_end - now).total_seconds()
             if len(holding) < options.max_outstanding:
                 full_since = None
             else:
@@ -334,7 +384,7 @@ class Receiver:
             if held < options.max_outstanding:
                 if not drained:
                     if watch.suspect:
-                        self._end_if_others_process(queue, watch, now)
+                        await self._end_if_others_process(queue, watch, holding, now)
                     asked = min(options.max_batch_size, options.max_outstanding - held)
                     batch = await self._lease(queue, history, max_batch_size=asked, lease_duration=lease,
                                               lease_prefix=prefix)
@@ -360,7 +410,7 @@ class Receiver:
                 keeper = not turn_over and signal.ready.keep_time()  # a turn over waits for a wake only
                 turn_over = False
                 try:
-                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS), probe]
+                    waits = [remaining, self._poll * (1 if keeper else IDLE_POLLS), probe, unread_in]
                     if keeper:
                         due = await self._store.next_delivery_in(queue, self._clock.now())
                         _honour_cancellation()
@@ -375,7 +425,7 @@ class Receiver:
                 # whose), a lease's end, or, for acks elsewhere, the poll.
                 ends = holding.next_end()
                 recount = self._poll - (time.monotonic() - (full_since or time.monotonic()))
-                waits = [max(recount, MIN_WAIT), remaining, probe,
+                waits = [max(recount, MIN_WAIT), remaining, probe, unread_in,
                          None if ends is None else max((ends - now).total_seconds(), MIN_WAIT)]
                 # An ack through this server that frees room may lease for it meanwhile
                 # (ack_lease.py); not with a dead-letter history to read beside each batch.

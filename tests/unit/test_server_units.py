@@ -158,6 +158,31 @@ def test_a_lapse_watch_with_some_lapsed_is_neither_proven_nor_suspect():
     assert not watch.proven and not watch.suspect
 
 
+def test_a_holding_keeps_the_read_watermark_and_gives_each_unread_token_once():
+    from datetime import datetime, timedelta, timezone
+
+    from spanq_server.held import StreamHolding
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    holding = StreamHolding()
+    for i, tokens in enumerate((["a", "b"], ["c"], ["d", "e"], ["f"])):  # four responses, in order
+        batch = _leased(t0 + timedelta(seconds=i), tokens)
+        holding.leased(batch)
+        holding.handed(batch)
+    assert holding.unread_end() == t0
+    holding.settled("c")  # an ack of response 2: responses 1 and 2 were read
+    assert holding.unread_end() == t0 + timedelta(seconds=2)
+    assert holding.unread_ended(t0 + timedelta(seconds=2)) == ["d", "e"]
+    assert holding.unread_ended(t0 + timedelta(seconds=2)) == []  # each once
+    holding.settled("a")  # behind the watermark: moves nothing
+    assert holding.unread() == ["f"] and holding.unread() == []
+
+    holding.handed(_leased(t0, ["g"]))
+    holding.handed(_leased(t0, ["h"]))
+    holding.renewed("h", "h2", t0)  # a renewal (or a release) shows its response was read too
+    assert holding.unread() == []
+
+
 def test_every_serve_flag_has_help_and_its_default(capsys):
     from spanq_server import cli
 

@@ -22,7 +22,7 @@ child's); it decides so at import, from the same variable."""
 
 class Counters:
     """One server's counters, in its registry. Hooks: sent, acked, nacked, delivered,
-    undeliverable, listener_listening; forget_queue when a queue is dropped."""
+    refunded, undeliverable, listener_listening; forget_queue when a queue is dropped."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -42,6 +42,11 @@ class Counters:
                                     "streams with delivery_attempt > 1: their previous lease expired or was "
                                     "released (nacked). Stands in for Spanner's lease_expiration_count.",
                                     ["queue"], registry=r)
+        self._refunded = Counter("spanq_queue_attempts_refunded", "Delivery attempts given back to messages "
+                                 "leased to this server's Receive streams whose clients showed they did not read "
+                                 "them (a write blocked, the stream ended for letting every lease lapse, or every "
+                                 "lease past the last response the client settled a message of lapsed): the lease "
+                                 "stays, and the next delivery counts the same attempt again.", ["queue"], registry=r)
         self._undeliverable = Counter("spanq_queue_messages_undeliverable", "Messages leased to this server's "
                                       "Receive streams that no client can receive (a value written by SQL that "
                                       "spanq.v1 cannot encode): moved to the dead-letter queue, or, without one, "
@@ -52,7 +57,8 @@ class Counters:
                                 "0 while it cannot, as behind a transaction-mode pooler: streams then poll every "
                                 "--deaf-poll-interval. With --workers, the lowest of the live workers'.",
                                 multiprocess_mode="livemin", registry=r)
-        self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered)
+        self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered,
+                                self._refunded)
         self._children: dict[tuple[Counter, str], Any] = {}
         self.rates = Rates()
         """Send and ack rates over the last minute, fed by the same hooks (GetQueueStats)."""
@@ -82,6 +88,10 @@ class Counters:
         again = sum(1 for m in batch if m.delivery_attempt > 1)
         if again:
             self._child(self._redelivered, queue).inc(again)
+
+    def refunded(self, queue: str, n: int) -> None:
+        if n:
+            self._child(self._refunded, queue).inc(n)
 
     def undeliverable(self, queue: str, n: int) -> None:
         self._child(self._undeliverable, queue).inc(n)

@@ -609,6 +609,21 @@ WITH returned AS (
 )
 SELECT count(*), pg_notify('spanq_wakeup', %(queue_name)s::text) FROM returned HAVING count(*) > 0
 
+-- lease_attempt_refund --
+-- Gives back the delivery attempt of leases their stream's client did not read
+-- (receive.py): the lease itself stays (token, expiry and deliver_time as they
+-- are, so its holder can still ack it), and the next delivery counts the same
+-- attempt again. A token that moved on (acked, renewed, released, leased again)
+-- matches nothing. Returns how many attempts were given back.
+WITH refunded AS (
+    UPDATE {queue} AS m SET spanq_delivery_attempt = m.spanq_delivery_attempt - 1
+    FROM ({token_keys}) AS f
+    WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
+      AND m.spanq_delivery_attempt > 0
+    RETURNING 1
+)
+SELECT count(*) FROM refunded
+
 -- message_dead_letter --
 -- Moves leased messages that no client can receive (a value written by SQL
 -- that the receive path cannot encode) to the queue's dead-letter queue, by

@@ -226,6 +226,15 @@ class MessageTables(Database):
             row = await cur.fetchone()
         return int(row[0]) if row else 0
 
+    async def leases_refund(self, queue: QueueDef, lease_tokens: Sequence[str]) -> int:
+        """Gives back the delivery attempt of the leases these tokens still hold, which stay
+        held (lease_attempt_refund); how many were given back."""
+        async with self._read(queue.name) as conn:
+            cur = await conn.execute(QueueStatements(queue).by_token("lease_attempt_refund"),
+                                     {"lease_tokens": list(lease_tokens)})
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
     async def messages_dead_letter(self, queue: QueueDef, lease_tokens: Sequence[str], reason: str,
                                    now: datetime | None = None) -> int:
         """Moves leased messages to the queue's dead-letter queue as stored, with their
