@@ -4,8 +4,9 @@ spanq command").
 
 Built on click (commands, options, environment variables, help, usage errors
 with exit status 2) and rich (tables and progress bars on a terminal), both
-well kept and widely used; ``serve`` and ``token`` stay on argparse in cli.py
-and are only listed here, so that ``spanq --help`` shows every command.
+well kept and widely used. The group is cli/__init__.py's, which imports this
+module only for a client command or the help, so that ``spanq serve`` loads
+neither the SDK nor rich.
 
 Every command talks to the server through the public SDK (spanq.Client), as an
 application would. Output is a table for people, or with ``--json`` JSON for
@@ -36,13 +37,12 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from queue import Empty, Queue
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 # gRPC core logs to stderr (18 lines for --tls against a plaintext server): the CLI says it in one line.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import click  # noqa: E402
-from click.exceptions import NoArgsIsHelpError  # noqa: E402
 import grpc  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn  # noqa: E402
@@ -50,6 +50,8 @@ from rich.table import Table  # noqa: E402
 from rich.text import Text  # noqa: E402
 
 import spanq  # noqa: E402
+
+from . import Commands, group as main  # noqa: E402  # every @main.command below joins `spanq`
 
 DEFAULT_TARGET = "localhost:50051"
 SEND_BATCH = 100
@@ -286,41 +288,6 @@ def _shown_payload(payload: Any) -> str:
 def _seconds(value: timedelta) -> str:
     seconds = value.total_seconds()
     return f"{seconds:.1f}s" if seconds < 120 else f"{seconds / 60:.1f}m" if seconds < 7200 else f"{seconds / 3600:.1f}h"
-
-
-# -- the group -------------------------------------------------------------------------
-
-
-class Commands(click.Group):
-    """Lists commands in the order they are added; ``serve`` and ``token`` go to cli.py."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
-
-
-@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="spanq", prog_name="spanq", message="%(prog)s %(version)s")
-def main() -> None:
-    """Spanner's queues on PostgreSQL, over gRPC: serve it, and work with its queues.
-
-    Client commands talk to a server at --target (env SPANQ_TARGET, default localhost:50051).
-    Exit status: 0 done, 1 failed, 2 bad usage or input, 3 no such queue, 4 already exists,
-    5 not allowed, 6 server unreachable, 7 a precondition failed, 8 outcome unknown.
-    """
-
-
-def _passthrough(name: str, help_text: str) -> None:
-    @main.command(name, help=help_text, add_help_option=False,
-                  context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def run(args: tuple[str, ...]) -> None:
-        from . import cli  # noqa: PLC0415  # argparse's side of the command
-
-        cli.main([name, *args])
-
-
-_passthrough("serve", "serve the spanq.v1 gRPC API (`spanq serve --help` for its options)")
-_passthrough("token", "print a fresh random bearer token and its entry for --auth-file")
 
 
 # -- queues ------------------------------------------------------------------------------
@@ -951,30 +918,9 @@ def _embedded_url(data_dir: str) -> str:
 
 def _psql_binary(embedded: bool) -> str:
     """The embedded PostgreSQL's own psql (its version) for it, else the system's psql first."""
-    from .embedded import bundled_psql, psql_binary  # noqa: PLC0415  # only this command needs it
+    from ..embedded import bundled_psql, psql_binary  # noqa: PLC0415  # only this command needs it
 
     found = (embedded and bundled_psql()) or psql_binary()
     if found is None:
         raise CliError("psql is not installed: install the PostgreSQL client (e.g. apt install postgresql-client)", 1)
     return found
-
-
-def run(argv: list[str]) -> NoReturn:
-    """Runs a client command (cli.main hands over every command but serve and token). Usage
-    errors are one line too, with where to read more; exit status 2."""
-    try:
-        code = main.main(argv, prog_name="spanq", standalone_mode=False)
-    except NoArgsIsHelpError as exc:  # `spanq`, `spanq queue`: the help, as --help prints it
-        click.echo(exc.format_message())
-        sys.exit(0)
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx is not None else "spanq"
-        click.echo(f"spanq: {exc.format_message()} (see `{where} --help`)", err=True)
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, click.Abort):
-        click.echo("spanq: interrupted", err=True)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
