@@ -53,8 +53,8 @@ test-unit: $(STAMP) ## the unit tests alone: no PostgreSQL, no server (seconds)
 
 chaos: $(STAMP) ## the fault, history and lease soaks, ten times longer, and the failover figures (SPANQ_CHAOS_SCALE)
 	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
-		tests/test_faults.py tests/test_history.py tests/test_failover.py tests/test_lease_safety.py \
-		tests/test_lease_stress.py
+		tests/faults/test_faults.py tests/faults/test_history.py tests/faults/test_failover.py tests/faults/test_lease_safety.py \
+		tests/faults/test_lease_stress.py
 
 typecheck: $(STAMP) ## mypy: the SDK (--strict) and the server (also part of make test)
 	$(PY) -m mypy --strict -p spanq

@@ -117,7 +117,7 @@ def await_idle_streams(waiting: Listener[StreamState]) -> Any:
 
 @pytest.fixture
 def server_config(database_url: str) -> Config:
-    # No metrics endpoint (tests/test_metrics.py turns it on, on a free port); the
+    # No metrics endpoint (tests/e2e/test_metrics.py turns it on, on a free port); the
     # metrics themselves are still kept, so every test runs through their hooks.
     return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1, metrics_listen="")
 
