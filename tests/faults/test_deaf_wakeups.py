@@ -7,33 +7,20 @@ meanwhile (a wake-up of 1.9 s, issue 20)."""
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterator
 
 import grpc
-import pytest
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server import wakeups
 from spanq_server.server import start
 
 from ..helpers import ack, create_queue, open_stream
-from ..pgbouncer import PgBouncer, ensure_installed
 
 POLL_S = 0.25
 """The documented default of --deaf-poll-interval."""
 MARGIN_S = 0.5
 """A loaded machine's slack (two cores shared by many test runs)."""
 SENDS = 30
-
-
-@pytest.fixture
-def pgbouncer(database_url: str) -> Iterator[PgBouncer]:
-    missing = ensure_installed()
-    if missing:
-        pytest.skip(missing)
-    bouncer = PgBouncer(database_url, "transaction")
-    yield bouncer
-    bouncer.stop()
 
 
 async def test_behind_a_deaf_listener_every_wake_up_is_within_the_poll_interval_also_during_probes(

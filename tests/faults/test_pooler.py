@@ -11,32 +11,17 @@ import time
 from datetime import timedelta
 
 import grpc
-import pytest
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 
 from ..helpers import ack, create_queue, open_stream, send, text_message
 from ..lease_history import assert_safe
-from ..pgbouncer import PgBouncer, ensure_installed
+from ..pgbouncer import PgBouncer
 from ..workload import Workload, remaining_rows
 
 POLL_S = 0.25
 """The documented default of --deaf-poll-interval."""
-
-
-@pytest.fixture(scope="session")
-def pgbouncer_installed() -> None:
-    missing = ensure_installed()
-    if missing:
-        pytest.skip(missing)
-
-
-@pytest.fixture
-def pgbouncer(pgbouncer_installed, database_url):  # type: ignore[no-untyped-def]
-    bouncer = PgBouncer(database_url, "transaction")
-    yield bouncer
-    bouncer.stop()
 
 
 async def test_behind_pgbouncer_in_transaction_mode_nothing_is_lost_or_duplicated_and_streams_poll(

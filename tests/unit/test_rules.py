@@ -1,7 +1,7 @@
 """Fast tests of the rules the domain decides on facts from the store: which error an
 ack earns, what a new or dropped queue must agree with, where commit faults strike,
-what makes two requests the same; and the store's array literals, read back by
-PostgreSQL."""
+what makes two requests the same (tests/store/test_arrays.py reads the store's array
+literals back through PostgreSQL)."""
 
 import contextlib
 from collections.abc import AsyncIterator
@@ -15,7 +15,6 @@ from spanq_server.faults import FaultInjector
 from spanq_server.model import (AckFound, AckItem, AckResult, CatalogFacts, ColumnType, KeyColumn, QueueDef,
                                 QueueDependents)
 from spanq_server.mutations import ack_results
-from spanq_server.store.arrays import array_literal, bytea_array_literal
 
 KEYS = (KeyColumn("id", ColumnType.STRING),)
 
@@ -139,14 +138,3 @@ def test_two_requests_are_the_same_whatever_their_request_ids():
         Request.of("x" * 129, "Send", b"fields")
     with pytest.raises(errors.InvalidArgument):
         Request.of("bad\nid", "Send", b"fields")
-
-
-def test_array_literals_read_back_as_the_values(sql):
-    strings = ['plain', 'with "quotes"', "back\\slash", "comma, brace {}", "", "NULL", "ünï"]
-    assert sql.execute("SELECT %s::text[]", [array_literal(strings)]).fetchone()[0] == strings
-    assert sql.execute("SELECT %s::bigint[]", [array_literal([1, -2, 2**62])]).fetchone()[0] == [1, -2, 2**62]
-    blobs = [b"", b"\x00\xff", b'"\\']
-    assert [bytes(b) for b in sql.execute("SELECT %s::bytea[]", [bytea_array_literal(blobs)]).fetchone()[0]] == blobs
-    assert array_literal([None, None]) is None  # unnest pads a NULL array
-    assert array_literal(["a", None]) == ["a", None]  # psycopg adapts the rest
-    assert array_literal(["nul\x00"]) == ["nul\x00"]
