@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 # Three stamps, one per set of dependencies: each command installs only what it needs.
 # The SDK alone is `pip install .` (grpcio and protobuf); the server is the `server` extra.
@@ -51,10 +51,26 @@ test: $(STAMP) chromium ## run the whole suite (DATABASE_URL, else an embedded P
 test-unit: $(STAMP) ## the unit tests alone: no PostgreSQL, no server (seconds)
 	$(PY) -m pytest -p no:cacheprovider tests/unit
 
+# One layer of the suite each (docs/architecture.md, Tests): PostgreSQL as for make test.
+test-store: $(STAMP) ## the store tests: an opened Store on a cloned database, no server
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/store
+
+test-e2e: $(STAMP) ## the end-to-end tests over a real server
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/e2e
+
+test-spanner: $(STAMP) ## the Spanner front-end's tests, through Google's client
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/spanner
+
+test-faults: $(STAMP) ## the fault, failover, pooler and soak tests, at scale 1
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/faults
+
+test-tools: $(STAMP) chromium ## the spanq command, README, examples, dashboard, install and grpcurl tests
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests/tools
+
 chaos: $(STAMP) ## the fault, history and lease soaks, ten times longer, and the failover figures (SPANQ_CHAOS_SCALE)
 	SPANQ_CHAOS_SCALE=$${SPANQ_CHAOS_SCALE:-10} $(PY) -m pytest -p no:cacheprovider -o timeout=1800 -s \
-		tests/test_faults.py tests/test_history.py tests/test_failover.py tests/test_lease_safety.py \
-		tests/test_lease_stress.py
+		tests/faults/test_faults.py tests/faults/test_history.py tests/faults/test_failover.py \
+		tests/faults/test_lease_safety.py tests/faults/test_lease_stress.py
 
 typecheck: $(STAMP) ## mypy: the SDK (--strict) and the server (also part of make test)
 	$(PY) -m mypy --strict -p spanq
@@ -72,4 +88,4 @@ bench-quick: $(STAMP) ## the same benchmark table with small sizes (under a minu
 clean: ## remove the venv and local data
 	rm -rf $(VENV) .spanq
 
-.PHONY: help install run run-spanner grpcurl chromium test chaos typecheck proto bench bench-quick clean
+.PHONY: help install run run-spanner grpcurl chromium test test-unit test-store test-e2e test-spanner test-faults test-tools chaos typecheck proto bench bench-quick clean

@@ -1,9 +1,13 @@
-"""Real PostgreSQL and a real gRPC server over a real socket, for every test.
+"""What every layer shares: a real PostgreSQL, for every layer but unit.
 
 The database is DATABASE_URL when set (CI's running server), else an embedded
 PostgreSQL started once per session; tests never skip for want of one. The
 schema is migrated once into a template database; each test gets its own
-database cloned from it, dropped afterwards.
+database cloned from it, dropped afterwards. Nothing starts until a test asks.
+
+Each layer's folder has its own conftest.py: unit/ refuses the database, store/
+opens a Store on it, and e2e/, spanner/, faults/ and tools/ take the server
+fixtures they use from servers.py.
 """
 
 import os
@@ -17,20 +21,14 @@ import asyncio  # noqa: E402
 import pathlib
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-import grpc
 import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from spanq_proto.v1 import queue_pb2_grpc
 from spanq_server.clock import ManualClock
-from spanq_server.config import Config
-from spanq_server.server import Running, start
 from spanq_server.store import Store
-from spanq_server.testsignals import Listener, StreamState, stream_waiting
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -93,51 +91,6 @@ def database_url(pg_url: str, template_db: str) -> Iterator[str]:
 def clock() -> ManualClock:
     """The server's clock: real time plus an offset the test advances instead of sleeping."""
     return ManualClock()
-
-
-@pytest.fixture
-def waiting() -> Iterator[Listener[StreamState]]:
-    """Hears every Receive stream of this process wait (testsignals.stream_waiting) during the
-    test: ``await waiting.wait(...)``, or ``helpers.streams_idle(waiting, queue, n)``."""
-    with stream_waiting.listen() as listener:
-        yield listener
-
-
-@pytest.fixture
-def await_idle_streams(waiting: Listener[StreamState]) -> Any:
-    """``await await_idle_streams(queue, n)``: until n Receive streams of the queue were heard
-    waiting for messages. Modules whose server runs in a subprocess override it."""
-    from .helpers import streams_idle
-
-    async def wait(queue: str, n: int = 1, timeout: float = 10) -> None:
-        await streams_idle(waiting, queue, n, timeout)
-
-    return wait
-
-
-@pytest.fixture
-def server_config(database_url: str) -> Config:
-    # No metrics endpoint (tests/test_metrics.py turns it on, on a free port); the
-    # metrics themselves are still kept, so every test runs through their hooks.
-    return Config(database_url=database_url, listen="127.0.0.1:0", pool_min_size=1, metrics_listen="")
-
-
-@pytest.fixture
-async def server(server_config: Config, clock: ManualClock) -> AsyncIterator[Running]:
-    running = await start(server_config, clock=clock)
-    yield running
-    await running.stop(0)
-
-
-@pytest.fixture
-async def channel(server: Running) -> AsyncIterator[grpc.aio.Channel]:
-    async with grpc.aio.insecure_channel(server.target) as channel:
-        yield channel
-
-
-@pytest.fixture
-def stub(channel: grpc.aio.Channel) -> queue_pb2_grpc.QueueServiceStub:
-    return queue_pb2_grpc.QueueServiceStub(channel)
 
 
 @pytest.fixture

@@ -41,6 +41,13 @@ class Limits:
 RESPONSE_HEADROOM = 4096
 """Bytes of a Receive response beyond a message's base64 payload: its key, lease token, timestamps."""
 
+SERVE_UI_LISTEN = "localhost:9465"
+"""``spanq serve`` serves the dashboard here unless told otherwise (Config's own default is off)."""
+LOG_LEVEL = "INFO"
+"""``spanq serve``'s logging level unless told otherwise (--log-level, SPANQ_LOG_LEVEL)."""
+LOG_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+"""How ``spanq serve`` logs to stderr (each worker adds ``worker=N``)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -62,7 +69,7 @@ class Config:
     scrapes in between get that copy. 0: at every scrape."""
     ui_listen: str = "off"
     """host:port serving the web dashboard (spanq_server.dashboard; port 0: any free port);
-    "" or "off": none. ``spanq serve`` defaults to localhost:9465."""
+    "" or "off": none. ``spanq serve`` defaults to SERVE_UI_LISTEN."""
     default_listens: frozenset[str] = frozenset()
     """Which of "metrics" and "ui" are at ``spanq serve``'s default address, not asked for: a port
     another process holds there costs that endpoint alone, with a warning. An address given

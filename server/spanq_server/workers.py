@@ -36,7 +36,7 @@ from typing import Any
 from prometheus_client.multiprocess import mark_process_dead
 
 from .clock import Clock
-from .config import Config, ConfigError
+from .config import LOG_FORMAT, Config, ConfigError
 from .metrics.endpoint import parse_listen, serve_files
 from .store import Store
 
@@ -259,7 +259,6 @@ async def supervise(config: Config) -> int:
 
 def child_main() -> None:
     """A child's entry: ``python -c _CHILD READY_FD INDEX``, its Config pickled on stdin."""
-    from .cli import LOG_FORMAT
     from .server import serve
 
     ready_fd, index = int(sys.argv[1]), sys.argv[2]

@@ -1,6 +1,10 @@
 """Fast unit tests: the SQL file parser, migrations, fault specs, status table, lapse watches."""
 
 import asyncio
+import dataclasses
+import os
+import subprocess
+import sys
 import uuid
 
 import grpc
@@ -194,6 +198,27 @@ def test_every_serve_flag_has_help_and_its_default(capsys):
                           ("--poll-interval", "5"), ("--log-level", "INFO")]:
         after = text.split(f"{flag} {flag[2:].upper().replace('-', '_')} ", 1)[1].split(" --", 1)[0]
         assert f"(default {default})" in after or f"default {default})" in after, (flag, after)
+
+
+def test_serve_takes_its_defaults_from_config_and_an_empty_variable_as_given():
+    from spanq_server import cli
+    from spanq_server.config import SERVE_UI_LISTEN, Config
+
+    assert cli.parse_config(["serve"], {}) == dataclasses.replace(
+        Config(), ui_listen=SERVE_UI_LISTEN, default_listens=frozenset({"metrics", "ui"}))
+    # As with argparse before: SPANQ_METRICS_LISTEN= is "" (no endpoint), where click alone would skip it.
+    quiet = cli.parse_config(["serve"], {"SPANQ_METRICS_LISTEN": "", "SPANQ_UI_LISTEN": ""})
+    assert quiet.metrics_listen == quiet.ui_listen == "" and quiet.default_listens == frozenset()
+
+
+def test_serve_loads_none_of_the_client_commands():
+    # admin.py quiets gRPC core's logging (GRPC_VERBOSITY) and loads rich: the server keeps its logs.
+    check = ("import os, sys; from spanq_server.cli import parse_config; parse_config(['serve'], {}); "
+             "print(sorted(m for m in ('spanq_server.cli.admin', 'rich', 'spanq') if m in sys.modules), "
+             "os.environ.get('GRPC_VERBOSITY'))")
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=60)
+    assert done.stdout.split() == ["[]", "None"], done.stderr
 
 
 async def test_a_background_task_that_swallows_a_cancellation_is_still_stopped():
