@@ -98,7 +98,7 @@ async def test_the_default_namespace_does_not_reach_a_created_databases_tables_o
                 lambda: query(f"SELECT s.Code FROM {secret} AS s JOIN {inbox} AS i ON s.Id = i.Id"))
         refuses("Read", exceptions.NotFound, lambda: read(secret))
         refuses("SELECT the queue", exceptions.NotFound, lambda: query(f"SELECT * FROM {inbox}"))
-        # Spanner's analyzer finds no such table function (tests/test_spanner_node.py).
+        # Spanner's analyzer finds no such table function (tests/spanner/test_spanner_node.py).
         refuses("RECEIVE", exceptions.InvalidArgument, lambda: query(f"SELECT * FROM RECEIVE_{inbox}()"))
         refuses("INSERT", exceptions.NotFound, lambda: dml(f"INSERT INTO {secret} (Id, Code) VALUES (2, 'x')"))
         refuses("UPDATE", exceptions.InvalidArgument, lambda: dml(f"UPDATE {secret} SET Code = 'x' WHERE true"))

@@ -4,9 +4,9 @@ PostgreSQL with SPANNER_EMULATOR_HOST, makes the calls Google's Node queue sampl
 transaction.queueSend / queueAck, INSERT and DELETE through runUpdate, RECEIVE through
 database.run and runStream, RENEWLEASE in a transaction.
 
-The samples are not copied: tests/node/queue.js makes their calls, one case per process
+The samples are not copied: tests/spanner/node/queue.js makes their calls, one case per process
 (the arguments as JSON, the answer as JSON lines on stdout). The suite installs the client
-itself (npm ci into tests/node/node_modules, once, from package-lock.json); without node or
+itself (npm ci into tests/spanner/node/node_modules, once, from package-lock.json); without node or
 npm the tests skip and say what to install.
 """
 
@@ -25,9 +25,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from .conftest import ROOT
+from ..conftest import ROOT
 
-NODE_DIR = ROOT / "tests" / "node"
+NODE_DIR = ROOT / "tests" / "spanner" / "node"
 NODE_MAJOR = 20  # @google-cloud/spanner 9.1 declares node >= 22; it runs on 20, which this suite is run with
 PROJECT, INSTANCE, DATABASE = "node-project", "node-instance", "queues"
 QUEUE_DDL = "CREATE QUEUE MyQueue (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)"
@@ -40,7 +40,7 @@ Node = Callable[..., Awaitable[Any]]
 
 @pytest.fixture(scope="session")
 def node_client() -> str:
-    """tests/node/node_modules as package-lock.json pins it: `npm ci` when the lock changed since
+    """tests/spanner/node/node_modules as package-lock.json pins it: `npm ci` when the lock changed since
     the last install (a stamp in node_modules says which lock it installed), else nothing."""
     missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
     if missing:
@@ -75,7 +75,7 @@ def node_env(target: str, database: str = DATABASE) -> dict[str, str]:
 
 @pytest.fixture
 def node(node_client: str, server: Any) -> Node:
-    """``await node(case, database=..., **args)``: runs tests/node/queue.js <case> and returns
+    """``await node(case, database=..., **args)``: runs tests/spanner/node/queue.js <case> and returns
     its JSON answer (a Spanner error as {"error": {"code", "details"}})."""
     async def run(case: str, database: str = DATABASE, **args: Any) -> Any:
         process = await asyncio.create_subprocess_exec(
