@@ -533,6 +533,8 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
     they arrive, in batches of up to 100 (each batch atomic), a batch at most 0.2 s after its first
     line, so `tail -f log | spanq send q` sends as the log grows. Interrupted (Ctrl-C) or failed, it
     says how many were sent; on a keyed queue, run it again with --skip-existing to send the rest.
+    A Ctrl-C while a batch is in flight waits for its answer, so the count is exact; a second one
+    stops at once and says which lines may or may not be stored.
     --json prints one document: {"sent": N, "skipped": N, "keys": [...]}."""
     conn = _connection(kwargs)
     with talking(conn) as client:
@@ -629,6 +631,8 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
                     except spanq.AlreadyExists:
                         outcome.skipped += 1
         in_flight, batch, first_line = False, [], 0
+        if interrupted:
+            raise KeyboardInterrupt
         done = len(outcome.keys) + outcome.skipped
         if done > PROGRESS_AFTER and sys.stderr.isatty() and not progress.live.is_started:
             progress.start()  # a long input (a count: its end is unknown while lines arrive)
@@ -643,6 +647,18 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
 
     lines = _lines(stream)
     progress = _progress(True)
+    interrupted = False
+
+    def on_interrupt(*_: Any) -> None:
+        # The first Ctrl-C during a batch waits for its answer (the count then says what is stored);
+        # a second, or one between batches, stops here.
+        nonlocal interrupted
+        if in_flight and not interrupted:
+            interrupted = True
+            return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         task = progress.add_task(f"sending to {schema.name}", total=None)
         try:
@@ -676,6 +692,7 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
         except KeyboardInterrupt:
             raise CliError(f"interrupted: {unsent()}", 130) from None
     finally:
+        signal.signal(signal.SIGINT, previous)
         progress.stop()
     return outcome
 
