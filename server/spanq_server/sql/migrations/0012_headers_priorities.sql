@@ -1,0 +1,25 @@
+-- Messages carry headers (a small string map, trace context among them) and
+-- a priority: every queue table gets spanq_headers and spanq_priority and
+-- the priority index (queue_history_columns_add in queries.sql), and its
+-- receive function returns both and leases higher priorities first. Its
+-- result columns change, so the store drops and re-creates it, giving its
+-- EXECUTE grants back (CatalogTables._recreate_queue_functions). Adding the
+-- columns checks each queue's rows once (all NULL and 0) under its lock:
+-- spanq: add queue history columns
+-- spanq: recreate queue functions
+--
+-- The header limits of spanq.v1 (SendMessage.headers), as a CHECK on every
+-- write, an INSERT from psql included: an object of at most 32 string
+-- values of at most 1024 bytes, keys of 1 to 128 letters, digits and
+-- `-_.:/`. What every write path of the server checks first (codec.py).
+CREATE FUNCTION spanq.headers_ok(headers jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $headers$
+SELECT headers IS NULL OR (
+    jsonb_typeof(headers) = 'object'
+    AND (SELECT count(*) <= 32
+                AND coalesce(bool_and(h.key ~ '^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$'
+                                      AND jsonb_typeof(h.value) = 'string'
+                                      AND octet_length(h.value #>> '{}') <= 1024), true)
+         FROM jsonb_each(headers) AS h))
+$headers$;
