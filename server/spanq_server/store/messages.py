@@ -338,8 +338,11 @@ def _leased(queue: QueueDef, rows: Sequence[Any]) -> list[LeasedMessage]:
     # dead_letter (leased_history adds it): headers and priority come last.
     width = len(queue.key_columns)
     if width == 1:
-        return [LeasedMessage((row[0],), *row[1:8], None, *row[8:]) for row in rows]
-    return [LeasedMessage(tuple(row[:width]), *row[width:width + 7], None, *row[width + 7:]) for row in rows]
+        return [LeasedMessage((row[0],), row[1], row[2], row[3], row[4], row[5], row[6], row[7], None, row[8],
+                              row[9]) for row in rows]
+    w = width
+    return [LeasedMessage(tuple(row[:w]), row[w], row[w + 1], row[w + 2], row[w + 3], row[w + 4], row[w + 5],
+                          row[w + 6], None, row[w + 7], row[w + 8]) for row in rows]
 
 
 def _connection_or_none(handle: Handle | None) -> Connection | None:
