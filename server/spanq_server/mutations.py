@@ -199,7 +199,7 @@ class Mutator:
             size = headers + (len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit - headers
                               else message.payload_size())
             if size > limit:
-                with_headers = f" with its headers' {headers}" if headers else ""
+                with_headers = f" with its headers' {headers} bytes" if headers else ""
                 raise errors.LimitExceeded(
                     f"message {i}: payload{with_headers} is {size} bytes, over the {limit}-byte limit; keep large "
                     "data out of band and send a reference"
