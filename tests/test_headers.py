@@ -5,6 +5,7 @@ trace context: the SDK's spans, read from the OpenTelemetry SDK's in-memory expo
 run in one trace from a send to the callback that processed it."""
 
 import asyncio
+import json
 
 import grpc
 import psycopg
@@ -201,3 +202,29 @@ async def test_published_messages_carry_a_create_span_each(server, spans):
     assert sorted(m.headers["traceparent"].split("-")[2] for m in got) == sorted(
         f"{s.context.span_id:016x}" for s in creates)
     assert [m.priority for m in got] == [2, 1, 0]
+
+
+async def test_the_cli_sends_headers_and_priorities_and_shows_them(server, stub):
+    from .test_cli import spanq_cli
+
+    await create_queue(stub, "tasks", key_columns=[queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64)],
+                       payload_type=STRING)
+    t = server.target
+    code, out, err = await spanq_cli(t, "send", "tasks", "hi", "--key", "1", "--header", "tenant=acme",
+                                     "--header", "run=7=x", "--priority", "4")
+    assert code == 0, err
+    code, out, err = await spanq_cli(t, "send", "tasks", "-", "--priority", "2",
+                                     stdin='{"key": [2], "payload": "x"}\n')
+    assert code == 0, err
+    code, out, err = await spanq_cli(t, "peek", "tasks", "--json")
+    assert code == 0, err
+    assert [(m["key"], m["priority"], m["headers"]) for m in json.loads(out)] == [
+        ([1], 4, {"tenant": "acme", "run": "7=x"}), ([2], 2, {})]
+    code, out, err = await spanq_cli(t, "tail", "tasks", "--max", "2", "--ack")
+    assert code == 0 and out.splitlines() == ["1\tattempt 1\tacked\tpriority 4\trun=7=x tenant=acme\thi",
+                                              "2\tattempt 1\tacked\tpriority 2\tx"], err
+    for bad, said in ((["--header", "novalue"], "'novalue' is not KEY=VALUE"), (["--priority", "10"], "10")):
+        code, out, err = await spanq_cli(t, "send", "tasks", "hi", "--key", "3", *bad)
+        assert code == 2 and said in err, err
+    code, out, err = await spanq_cli(t, "send", "tasks", "hi", "--key", "3", "--header", "bad key=v")
+    assert code != 0 and "header key 'bad key' must be 1 to 128" in err, err
