@@ -268,7 +268,10 @@ CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_
 -- Higher priorities first: one probe of the priority index per priority
 -- from 9 down to 1 (each an index range of due messages in deliver_time
 -- order), then priority 0 along the deliver_time index; the LIMIT stops the
--- probes once the batch is full. So a lease stays O(log n) in the queue's
+-- probes once the batch is full. Each probe is LATERAL to `clock`, so that
+-- `deliver_time <= now` bounds its index range (joined to the CTE instead, it
+-- was a filter on a scan that ran on past the due messages when they were
+-- fewer than the batch). So a lease stays O(log n) in the queue's
 -- depth (ten descents) however the priorities are spread; one ORDER BY
 -- (priority DESC, deliver_time) over one index would walk past every leased
 -- or scheduled message of a higher priority.
@@ -317,12 +320,14 @@ WITH clock AS (
                    LIMIT greatest($1, 1)
                    FOR UPDATE OF m SKIP LOCKED) AS r)
     UNION ALL
-    SELECT * FROM (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1
-                   FROM {queue} AS m, clock
-                   WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0
-                   ORDER BY m.deliver_time
-                   LIMIT greatest($1, 1)
-                   FOR UPDATE OF m SKIP LOCKED) AS low
+    SELECT low.*
+    FROM clock,
+         LATERAL (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1
+                  FROM {queue} AS m
+                  WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0
+                  ORDER BY m.deliver_time
+                  LIMIT greatest($1, 1)
+                  FOR UPDATE OF m SKIP LOCKED) AS low
     LIMIT greatest($1, 1)
 ){dead_letter_steps}, leased AS (
     UPDATE {queue} AS m SET
