@@ -228,3 +228,8 @@ async def test_the_cli_sends_headers_and_priorities_and_shows_them(server, stub)
         assert code == 2 and said in err, err
     code, out, err = await spanq_cli(t, "send", "tasks", "hi", "--key", "3", "--header", "bad key=v")
     assert code != 0 and "header key 'bad key' must be 1 to 128" in err, err
+    code, out, err = await spanq_cli(t, "send", "tasks", "hi", "--key", "4", "--header", "a=b", "--priority", "1")
+    code, out, err = await spanq_cli(t, "peek", "tasks")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "KEY", "STATE", "ATTEMPTS", "PRIORITY", "DELIVER", "TIME", "SENT", "HEADERS", "PAYLOAD"], err
+    assert out.splitlines()[1].split()[3] == "1" and "a=b" in out.splitlines()[1], out

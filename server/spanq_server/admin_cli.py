@@ -490,9 +490,13 @@ def peek(queue: str, limit: int, **kwargs: Any) -> None:
     if conn.json:
         _json([dataclasses.asdict(m) for m in found])
         return
-    _table(["KEY", "STATE", "ATTEMPTS", "PRIORITY", "DELIVER TIME", "SENT", "HEADERS", "PAYLOAD"],
-           [[_shown_key(m.key), m.state, m.delivery_attempt, m.priority, _shown_time(m.deliver_time),
-             _shown_time(m.enqueue_time), _shown_headers(m.headers), _shown_payload(m.payload)] for m in found])
+    # PRIORITY and HEADERS only when a message shown has them.
+    tagged = any(m.priority or m.headers for m in found)
+    _table(["KEY", "STATE", "ATTEMPTS", *(["PRIORITY"] if tagged else []), "DELIVER TIME", "SENT",
+            *(["HEADERS"] if tagged else []), "PAYLOAD"],
+           [[_shown_key(m.key), m.state, m.delivery_attempt, *([m.priority] if tagged else []),
+             _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
+             *([_shown_headers(m.headers)] if tagged else []), _shown_payload(m.payload)] for m in found])
 
 
 def _shown_headers(headers: dict[str, str]) -> str:
