@@ -3,10 +3,12 @@ deliver_time within one priority, on a Receive stream, the SDK and the SQL recei
 function; scheduled and leased messages of a higher priority wait their turn; bad
 priorities are refused on every write path and nothing is stored."""
 
+import asyncio
 from datetime import datetime, timedelta, timezone
 
 import grpc
 import psycopg
+import psycopg.sql
 import pytest
 
 import spanq
@@ -14,6 +16,7 @@ import spanq.aio
 from spanq_proto.v1 import queue_pb2
 
 from .helpers import create_queue, error_of, receive_some, send, text_message
+from .test_spanner_client import database, spanner_env  # noqa: F401  (fixtures)
 
 STRING = queue_pb2.STRING
 
@@ -92,3 +95,27 @@ async def test_bad_priorities_are_refused_and_nothing_is_stored(stub, sql, jobs,
     with pytest.raises((psycopg.errors.CheckViolation, psycopg.errors.NumericValueOutOfRange)):
         sql.execute("INSERT INTO jobs (id, payload, spanq_priority) VALUES ('bad', 'x', %s)", [priority])
     assert sql.execute("SELECT count(*) FROM jobs").fetchone()[0] == 0
+
+
+async def test_the_spanner_front_end_delivers_higher_priorities_first(database, sql):
+    """A Spanner client cannot set a priority (Send mutations have no field for one); set in SQL, it
+    orders RECEIVE too, whatever RECEIVE's own priority argument says."""
+    from .test_spanner_client import b64
+
+    def send() -> None:
+        with database.batch() as batch:
+            for i in range(3):
+                batch.send(queue="UserTasks", key=[i, f"m{i}"], payload=b64(b"x"))
+
+    await asyncio.to_thread(send)
+    [(table,)] = sql.execute("SELECT name FROM spanq.queues").fetchall()
+    sql.execute(psycopg.sql.SQL("UPDATE {} SET spanq_priority = 5 WHERE messageid = 'm2'").format(
+        psycopg.sql.Identifier(table)))
+
+    def receive() -> list[int]:
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql("SELECT UserId FROM RECEIVE_UserTasks(max_duration => '500ms', "
+                                        "max_batch_size => 10, priority => 'LOW')")
+            return [row[0] for row in rows]
+
+    assert await asyncio.to_thread(receive) == [2, 0, 1]
