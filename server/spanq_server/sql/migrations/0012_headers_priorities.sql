@@ -3,8 +3,9 @@
 -- the priority index (queue_history_columns_add in queries.sql), and its
 -- receive function returns both and leases higher priorities first. Its
 -- result columns change, so the store drops and re-creates it, giving its
--- EXECUTE grants back (CatalogTables._recreate_queue_functions). Adding the
--- columns checks each queue's rows once (all NULL and 0) under its lock:
+-- EXECUTE grants back (CatalogTables._recreate_queue_functions). The
+-- columns' CHECKs are NOT VALID (the rows there are hold NULL and 0), so
+-- only the index build reads each queue's table, once:
 -- spanq: add queue history columns
 -- spanq: recreate queue functions
 --
