@@ -26,10 +26,6 @@ SYSTEM = "spanq"
 _SCOPE = "spanq"
 
 
-def enabled() -> bool:
-    return trace is not None
-
-
 @contextlib.contextmanager
 def producing(queue: str, operation: str, count: int = 1) -> Iterator[dict[str, str] | None]:
     """A PRODUCER span (``send`` or ``create``) for ``count`` messages to ``queue``; yields the

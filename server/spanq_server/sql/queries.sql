@@ -281,11 +281,13 @@ CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_
 -- probes once the batch is full. Each probe is LATERAL to `clock`, so that
 -- `deliver_time <= now` bounds its index range (joined to the CTE instead, it
 -- was a filter on a scan that ran on past the due messages when they were
--- fewer than the batch). A probe's bound is a row comparison, which only
--- the priority index can take: given `deliver_time <= now`, the planner
--- priced the deliver_time index, filtering by priority, the same, and took
--- it (ten times the rows read at ten priorities, and every message leased
--- since the last VACUUM walked again). So a lease stays O(log n) in the queue's
+-- fewer than the batch). A probe's range, (p, -infinity) to (p, now), and
+-- its order, (priority, deliver_time), are the priority index's alone (row
+-- comparisons, and no equality that would make the priority a constant of
+-- the order): given `priority = p AND deliver_time <= now`, the planner
+-- priced the deliver_time index, filtering by priority, the same or less
+-- (stale statistics), and took it, reading ten times the rows at ten
+-- priorities. So a lease stays O(log n) in the queue's
 -- depth (ten descents) however the priorities are spread; one ORDER BY
 -- (priority DESC, deliver_time) over one index would walk past every leased
 -- or scheduled message of a higher priority.
@@ -329,9 +331,10 @@ WITH clock AS (
      FROM clock, generate_series(9, 1, -1) AS p(priority),
           LATERAL (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS spanq_attempt
                    FROM {queue} AS m
-                   WHERE m.spanq_priority = p.priority AND m.spanq_priority > 0
+                   WHERE m.spanq_priority > 0
+                     AND (m.spanq_priority, m.deliver_time) >= (p.priority, '-infinity')
                      AND (m.spanq_priority, m.deliver_time) <= (p.priority, clock.now)
-                   ORDER BY m.deliver_time
+                   ORDER BY m.spanq_priority, m.deliver_time
                    LIMIT greatest($1, 1)
                    FOR UPDATE OF m SKIP LOCKED) AS r)
     UNION ALL
