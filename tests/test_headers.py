@@ -110,6 +110,7 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
     # As before migration 0012: no columns, no index, the receive function of the old
     # shape, whose EXECUTE is granted to one role only.
     await send(stub, "tasks", text_message("old", "x"))
+    sql.execute("DROP TRIGGER spanq_headers_limits ON tasks")
     sql.execute("ALTER TABLE tasks DROP COLUMN spanq_headers, DROP COLUMN spanq_priority")
     sql.execute("DROP FUNCTION spanq.receive_tasks")
     sql.execute("""CREATE FUNCTION spanq.receive_tasks(max_batch_size integer DEFAULT 1,
@@ -121,7 +122,7 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
                 "CREATE ROLE spanq_worker; END IF; END$$")
     sql.execute("REVOKE EXECUTE ON FUNCTION spanq.receive_tasks FROM PUBLIC")
     sql.execute("GRANT EXECUTE ON FUNCTION spanq.receive_tasks TO spanq_worker")
-    sql.execute("DROP FUNCTION spanq.headers_ok")
+    sql.execute("DROP FUNCTION spanq.headers_check, spanq.headers_ok")
     sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 12")
 
     async with Store(database_url, min_size=1, max_size=1) as store:

@@ -96,7 +96,7 @@ def send(conn: Any, queue: str, key: KeyArg, payload: Any, *,
     after the transaction began). ``key`` None on a queue without key columns makes a UUID key.
 
     ``payload`` is bytes (BYTES queue), str (STRING) or JSON data (JSON). ``headers`` and ``priority`` as
-    for ``Client.send`` (a CHECK on the table holds them to their limits: InvalidArgument); with
+    for ``Client.send`` (the table's trigger and CHECK hold them to their limits: InvalidArgument); with
     OpenTelemetry installed the insert is a PRODUCER span whose context goes into the headers. Raises
     AlreadyExists if the key is taken, NotFound if there is no such queue (either aborts the transaction,
     as any SQL error does).
