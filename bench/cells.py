@@ -695,3 +695,5 @@ from .one_at_a_time import cell_lease  # noqa: E402  (the same)
 CELLS["lease"] = cell_lease
 from .budget import cell_budget  # noqa: E402  (the same)
 CELLS["budget"] = cell_budget
+from .tagged import cell_tagged  # noqa: E402  (the same)
+CELLS["tagged"] = cell_tagged

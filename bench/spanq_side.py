@@ -18,6 +18,7 @@ import grpc
 import psycopg
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
@@ -81,17 +82,21 @@ class SpanqQueue:
         verb = sql.SQL("ENABLE" if on else "DISABLE")
         await self.sql(sql.SQL("ALTER TABLE {t} {verb} TRIGGER spanq_notify_send").format(t=self.table, verb=verb))
 
-    async def preload(self, n: int, chunk: int = 200_000) -> None:
-        """n deliverable messages with distinct, past deliver_times, oldest first (as sends leave them)."""
+    async def preload(self, n: int, chunk: int = 200_000, headers: dict[str, str] | None = None,
+                      priorities: bool = False) -> None:
+        """n deliverable messages with distinct, past deliver_times, oldest first (as sends leave them);
+        each with ``headers``, and with priorities 0 to 9 spread evenly over them when ``priorities``."""
         done = 0
         while done < n:
             size = min(chunk, n - done)
             await self.sql(sql.SQL("""
-                INSERT INTO {t} (id, payload, deliver_time, spanq_enqueue_time)
+                INSERT INTO {t} (id, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority)
                 SELECT gen_random_uuid()::text, %(payload)s,
-                       now() - (%(size)s - g) * interval '1 microsecond', now()
+                       now() - (%(size)s - g) * interval '1 microsecond', now(), %(headers)s,
+                       CASE WHEN %(priorities)s THEN (g * 7) %% 10 ELSE 0 END
                 FROM generate_series(1, %(size)s) AS g""").format(t=self.table),
-                {"payload": PAYLOAD, "size": size})
+                {"payload": PAYLOAD, "size": size, "headers": Jsonb(headers) if headers else None,
+                 "priorities": priorities})
             done += size
 
     async def count(self) -> int:

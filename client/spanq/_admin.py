@@ -52,6 +52,8 @@ class PeekedMessage:
     lease_expiration_time: datetime | None
     dead_letter: DeadLetter | None = None
     """Set on a message of a dead-letter queue."""
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +101,8 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             lease_expiration_time=(_codec.timestamp_to_datetime(m.lease_expiration_time)
                                    if m.HasField("lease_expiration_time") else None),
             dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
+            headers=dict(m.headers),
+            priority=m.priority,
         )
         for m in page.messages
     ], page.next_page_token)

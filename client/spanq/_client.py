@@ -17,7 +17,7 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -306,6 +306,8 @@ class Client:
         key: Key | KeyValue | None = None,
         deliver_time: datetime | None = None,
         delay: timedelta | float | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> Future[Key]:
         """Publishes one message through the batching publisher and returns its Future at once
         (``future.result()`` is the key, or raises this message's own error).
@@ -315,7 +317,8 @@ class Client:
         one thread to one queue are stored in the order published. ``flush()`` sends at once; ``close()``
         flushes.
         """
-        return self.publish_many(queue, [OutgoingMessage(payload, key, deliver_time, as_timedelta(delay))])[0]
+        message = OutgoingMessage(payload, key, deliver_time, as_timedelta(delay), headers, priority)
+        return self.publish_many(queue, [message])[0]
 
     def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
         """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that)."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import grpc
 from spanq_proto.v1 import queue_pb2
 
-from . import _codec, _requests
+from . import _codec, _requests, _tracing
 from ._errors import Closed, CommitOutcomeUnknown, ResourceExhausted, SpanqError
 from ._loop import call_soon, on_loop_thread
 from ._types import BatchSettings, Future, Key, OutgoingMessage, PublishFlowControl, Queue
@@ -304,7 +304,10 @@ class Publisher:
         encoded raises here, and nothing of the call is published."""
         items = []
         for message in messages:
-            wire = _requests.send_message(queue, message)
+            # One PRODUCER span per message ("create": the batch's Send comes later), its context in the
+            # message's headers.
+            with _tracing.producing(queue.name, "create") as trace_context:
+                wire = _requests.send_message(queue, message, trace_context)
             items.append(_Item(wire, wire.ByteSize(), Future()))
         return items
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, Union
 
 from google.protobuf import struct_pb2
 from spanq_proto.v1 import queue_pb2
 
-from . import _codec
+from . import _codec, _tracing
 from ._errors import InvalidArgument
 from ._types import Key, KeyValue, Message, OutgoingMessage, Queue, RenewedLease
 
@@ -54,30 +54,42 @@ def outgoing(messages: Iterable[OutgoingMessage | Any]) -> list[OutgoingMessage]
     return [m if isinstance(m, OutgoingMessage) else OutgoingMessage(payload=m) for m in messages]
 
 
-def send_request(queue: Queue, messages: Sequence[OutgoingMessage]) -> queue_pb2.SendRequest:
+def send_request(queue: Queue, messages: Sequence[OutgoingMessage],
+                 trace_context: Mapping[str, str] | None = None) -> queue_pb2.SendRequest:
     if not messages:
         raise InvalidArgument("a send needs at least one message")
     out = queue_pb2.SendRequest(queue=queue.name)
     for m in messages:
-        write_message(queue, m, out.messages.add())
+        write_message(queue, m, out.messages.add(), trace_context)
     return out
 
 
-def send_message(queue: Queue, message: OutgoingMessage | Any) -> queue_pb2.SendMessage:
+def send_message(queue: Queue, message: OutgoingMessage | Any,
+                 trace_context: Mapping[str, str] | None = None) -> queue_pb2.SendMessage:
     """One message of a SendRequest, on its own (the publisher batches these); as ``outgoing``, anything
     but an OutgoingMessage is a payload with no key."""
     out = queue_pb2.SendMessage()
     if isinstance(message, OutgoingMessage):
-        write_message(queue, message, out)
+        write_message(queue, message, out, trace_context)
     else:
         _codec.write_payload(queue, message, out.payload)
+        if trace_context:
+            out.headers.update(trace_context)
     return out
 
 
-def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage) -> None:
+def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage,
+                  trace_context: Mapping[str, str] | None = None) -> None:
     if m.key is not None:
         out.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
     _codec.write_payload(queue, m.payload, out.payload)
+    headers = _tracing.with_context(m.headers, trace_context)
+    if headers:
+        out.headers.update(headers)
+    if m.priority:
+        if isinstance(m.priority, bool) or not isinstance(m.priority, int) or not 0 <= m.priority <= 9:
+            raise InvalidArgument(f"priority must be an int between 0 and 9, not {m.priority!r}")
+        out.priority = m.priority
     if m.deliver_time is not None and m.delay is not None:
         raise InvalidArgument("set at most one of deliver_time and delay")
     if m.deliver_time is not None:
@@ -167,6 +179,8 @@ def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
         delivery_attempt=m.delivery_attempt,
         size=m.payload.ByteSize(),
         dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
+        headers=dict(m.headers),
+        priority=m.priority,
     )
     # A copy, not a reference: that would keep the whole response (every payload in it) alive.
     message._wire_key = struct_pb2.ListValue()

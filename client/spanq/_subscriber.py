@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Generator, Union
 import grpc
 from spanq_proto.v1 import queue_pb2
 
-from . import _codec, _requests, _retry
+from . import _codec, _requests, _retry, _tracing
 from ._dispatcher import Dispatcher, Request
 from ._connect import CONNECT_TIMEOUT
 from ._errors import Closed, LeaseLost, SpanqError, Unavailable, from_rpc_error
@@ -433,7 +433,8 @@ class Subscriber:
         error: BaseException | None = None
         try:
             if self._is_async:
-                await self._callback(message)
+                with _tracing.processing(message):
+                    await self._callback(message)
             else:
                 await self._loop.run_in_executor(self._executor, self._call_sync, message)
         except _Skipped:
@@ -449,9 +450,10 @@ class Subscriber:
     def _call_sync(self, message: Message) -> None:
         if self._stopping:
             raise _Skipped
-        result = self._callback(message)
-        if inspect.isawaitable(result):  # a plain function that returned a coroutine: run it on the loop
-            asyncio.run_coroutine_threadsafe(_awaited(result), self._loop).result()
+        with _tracing.processing(message):  # on the executor's thread, where the callback runs
+            result = self._callback(message)
+            if inspect.isawaitable(result):  # a plain function that returned a coroutine: run it on the loop
+                asyncio.run_coroutine_threadsafe(_awaited(result), self._loop).result()
 
     def _after(self, message: Message, error: BaseException | None) -> None:
         """What happens to a message whose callback returned without settling it."""

@@ -4,7 +4,7 @@ applies atomically, in order. Pure data: the clients encode and commit it."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Union
 
@@ -60,9 +60,12 @@ class Transaction:
         key: Key | KeyValue | None = None,
         deliver_time: datetime | None = None,
         delay: timedelta | float | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> Transaction:
         """Adds a send of one message (see ``Client.send``)."""
-        return self.send_many(queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay))])
+        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)
+        return self.send_many(queue, [message])
 
     def send_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> Transaction:
         """Adds a send of several messages, stored together."""

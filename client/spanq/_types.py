@@ -10,7 +10,7 @@ import concurrent.futures
 import dataclasses
 import enum
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, Union
 
@@ -109,12 +109,16 @@ class OutgoingMessage:
 
     ``key`` may be omitted only on a queue created without key columns (the server makes a UUID). Set at most
     one of ``deliver_time`` (a timezone-aware datetime) and ``delay``; neither means deliverable now.
+    ``headers`` (a small str-to-str map) travel with the message; ``priority`` (0 to 9, higher first) orders
+    it among deliverable messages (docs/semantics.md has both's limits).
     """
 
     payload: Any
     key: Key | KeyValue | None = None
     deliver_time: datetime | None = None
     delay: timedelta | None = None
+    headers: Mapping[str, str] | None = None
+    priority: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,6 +329,7 @@ class Message:
 
     __slots__ = (
         "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size", "dead_letter",
+        "headers", "priority",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
         "_wire_key",
     )
@@ -345,6 +350,10 @@ class Message:
     """The payload's size on the wire, in bytes (for flow control)."""
     dead_letter: DeadLetter | None
     """Set on a message of a dead-letter queue: where it came from and why."""
+    headers: dict[str, str]
+    """The headers it was sent with (trace context among them); empty when none."""
+    priority: int
+    """0 to 9, as sent."""
 
     def __init__(
         self,
@@ -360,6 +369,8 @@ class Message:
         size: int = 0,
         settler: _Settler | None = None,
         dead_letter: DeadLetter | None = None,
+        headers: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> None:
         self.queue = queue
         self.key = key
@@ -369,6 +380,8 @@ class Message:
         self.delivery_attempt = delivery_attempt
         self.size = size
         self.dead_letter = dead_letter
+        self.headers = headers if headers is not None else {}
+        self.priority = priority
         self._lease_token = lease_token
         self._lease_expiration_time = lease_expiration_time
         self._settler = settler

@@ -11,14 +11,14 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import grpc
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
-from . import _admin, _codec, _connect, _requests, _retry, _slots
+from . import _admin, _codec, _connect, _requests, _retry, _slots, _tracing
 from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
 from ._publisher import Publisher
 from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
@@ -303,15 +303,19 @@ class Client:
         deliver_time: datetime | None = None,
         delay: timedelta | float | None = None,
         request_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> Key:
         """Sends one message and returns its key (the server makes a UUID key when the queue has no key
         columns and ``key`` is omitted).
 
         ``payload`` is bytes, str or JSON data to match the queue's payload type; ``key`` a tuple (or a lone
-        value for a one-column key). ``deliver_time`` (timezone-aware) or ``delay`` schedules it. Raises
-        AlreadyExists if a message with that key is in the queue.
+        value for a one-column key). ``deliver_time`` (timezone-aware) or ``delay`` schedules it; ``headers``
+        travel with it and ``priority`` (0 to 9) orders it before lower ones. Raises AlreadyExists if a
+        message with that key is in the queue. With OpenTelemetry installed the send is a PRODUCER span and
+        its trace context goes into the headers.
         """
-        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay))
+        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)
         [sent] = await self.send_many(queue, [message], request_id=request_id)
         return sent
 
@@ -322,8 +326,10 @@ class Client:
 
         Each item is an OutgoingMessage, or a bare payload (for a queue without key columns)."""
         schema = await self._schema(queue)
-        request = _requests.send_request(schema, _requests.outgoing(messages))
-        response = await self._call_mutation("Send", request, queue=queue, request_id=request_id)
+        outgoing = _requests.outgoing(messages)
+        with _tracing.producing(queue, "send", len(outgoing)) as trace_context:
+            request = _requests.send_request(schema, outgoing, trace_context)
+            response = await self._call_mutation("Send", request, queue=queue, request_id=request_id)
         return _requests.send_keys(schema, response)
 
     # -- publishing (batched) ---------------------------------------------------
@@ -336,6 +342,8 @@ class Client:
         key: Key | KeyValue | None = None,
         deliver_time: datetime | None = None,
         delay: timedelta | float | None = None,
+        headers: Mapping[str, str] | None = None,
+        priority: int = 0,
     ) -> Future[Key]:
         """Publishes one message through the batching publisher and returns its Future (the key) at once;
         ``await`` the Future for the key, or an error for this message alone.
@@ -348,7 +356,7 @@ class Client:
         raises InvalidArgument here. ``flush()`` sends at once; ``aclose()`` flushes.
         """
         [future] = await self.publish_many(
-            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay))]
+            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)]
         )
         return future
 

@@ -57,6 +57,9 @@ class OutgoingMessage(NamedTuple):
     payload: Any
     deliver_time: datetime | None = None
     delay: timedelta | None = None
+    headers: "dict[str, str] | None" = None
+    """None or a non-empty map (an empty one is stored as none)."""
+    priority: int = 0
 
     def payload_size(self) -> int:
         """Bytes the payload takes on the wire, for the size limit."""
@@ -129,6 +132,8 @@ class LeasedMessage(NamedTuple):
     enqueue_time: datetime
     last_batch_message: bool
     dead_letter: "DeadLetterHistory | None" = None
+    headers: "dict[str, str] | None" = None
+    priority: int = 0
 
 
 class AckItem(NamedTuple):
@@ -177,6 +182,8 @@ class PeekedMessage(NamedTuple):
     enqueue_time: datetime
     ready: bool
     dead_letter: "DeadLetterHistory | None" = None
+    headers: "dict[str, str] | None" = None
+    priority: int = 0
 
 
 class DeadLetterHistory(NamedTuple):

@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 from datetime import datetime, timedelta, timezone
@@ -29,6 +30,11 @@ from .store import Handle, HeldTransaction, Store
 from .wakeups import Wakeups
 
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
+MAX_HEADERS = 32
+MAX_HEADER_VALUE_BYTES = 1024
+HEADER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}")
+"""A header's key; the same limits as spanq.headers_ok, which holds SQL's INSERTs to them."""
+MAX_PRIORITY = 9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +110,24 @@ def ack_results(queue: QueueDef, items: Sequence[AckItem], found: Sequence[AckFo
     return [AckResult(item.key, state is AckFound.ACKED) for item, state in zip(items, found)]
 
 
+def _headers_size(headers: dict[str, str], i: int) -> int:
+    """The bytes a message's headers take (keys and values), once they are within the limits."""
+    if len(headers) > MAX_HEADERS:
+        raise errors.InvalidArgument(f"message {i}: {len(headers)} headers, over the limit of {MAX_HEADERS}")
+    size = 0
+    for key, value in headers.items():
+        if not HEADER_KEY.fullmatch(key):
+            raise errors.InvalidArgument(
+                f"message {i}: header key {key[:40]!r} must be 1 to 128 letters, digits and '-_.:/', "
+                "starting with a letter or digit")
+        length = len(value.encode())
+        if length > MAX_HEADER_VALUE_BYTES:
+            raise errors.InvalidArgument(f"message {i}: header {key!r} is {length} bytes, over the limit of "
+                                         f"{MAX_HEADER_VALUE_BYTES} bytes")
+        size += len(key) + length
+    return size
+
+
 def _check_token(token: str) -> None:
     """A lease token as the server makes them could be: anything else is bad input, never a
     look-up (PostgreSQL text cannot even hold a NUL)."""
@@ -167,12 +191,18 @@ class Mutator:
             payload = message.payload
             if json_payloads:
                 codec.check_json(payload, f"message {i}: payload")
+            headers = _headers_size(message.headers, i) if message.headers else 0
+            if not 0 <= message.priority <= MAX_PRIORITY:
+                raise errors.InvalidArgument(f"message {i}: priority must be between 0 and {MAX_PRIORITY}, "
+                                             f"got {message.priority}")
             # A string of n characters takes at most 4n bytes: most need no encoding to be measured.
-            size = len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit else message.payload_size()
+            size = headers + (len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit - headers
+                              else message.payload_size())
             if size > limit:
+                with_headers = f" with its headers' {headers} bytes" if headers else ""
                 raise errors.LimitExceeded(
-                    f"message {i}: payload is {size} bytes, over the {limit}-byte limit; keep large data out of "
-                    "band and send a reference"
+                    f"message {i}: payload{with_headers} is {size} bytes, over the {limit}-byte limit; keep large "
+                    "data out of band and send a reference"
                 )
             if message.delay is not None and not timedelta(0) <= message.delay <= MAX_SCHEDULE_AHEAD:
                 raise errors.InvalidArgument(f"message {i}: delay must be between 0 and 366 days")
@@ -189,7 +219,7 @@ class Mutator:
             return op
         keys = iter(new_uuids(keyless))
         return dataclasses.replace(op, messages=[
-            OutgoingMessage((next(keys),), m.payload, m.deliver_time, m.delay) if m.key == () else m
+            m._replace(key=(next(keys),)) if m.key == () else m
             for m in op.messages
         ])
 

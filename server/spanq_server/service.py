@@ -215,6 +215,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                         m.delay, f"{where}: delay", default=None, minimum=timedelta(0),
                         maximum=MAX_SCHEDULE_AHEAD,
                     ) if m.HasField("delay") else None,
+                    headers=dict(m.headers) or None,
+                    priority=m.priority,
                 )
             )
         return SendOp(queue=queue, messages=messages)
@@ -305,7 +307,7 @@ def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.R
     add = out.messages.add
     for m in batch:
         r = add(lease_token=m.lease_token, delivery_attempt=m.delivery_attempt,
-                last_batch_message=m.last_batch_message)
+                last_batch_message=m.last_batch_message, priority=m.priority, headers=m.headers)
         write_key(r.key, m.key)
         write_payload(r.payload, m.payload)
         stamp(r.deliver_time, m.deliver_time)
@@ -403,7 +405,8 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
     write_payload = codec.payload_writer(queue.payload_type)
     out = queue_pb2.PeekResponse(next_page_token=token)
     for m in found:
-        r = out.messages.add(delivery_attempt=m.delivery_attempt, state=peeked_state(m))
+        r = out.messages.add(delivery_attempt=m.delivery_attempt, state=peeked_state(m), priority=m.priority,
+                             headers=m.headers)
         write_key(r.key, m.key)
         write_payload(r.payload, m.payload)
         codec.set_timestamp(r.deliver_time, m.deliver_time)

@@ -17,7 +17,8 @@ from ..helpers import create_queue, duration, error_of, key, plain, receive_some
 from ..readme_session import replay
 
 RECEIVE_COLUMNS = ["id", "payload", "deliver_time", "spanq_lease_token", "spanq_lease_expiration_timestamp",
-                   "spanq_delivery_attempt", "spanq_enqueue_time", "spanq_last_batch_message"]
+                   "spanq_delivery_attempt", "spanq_enqueue_time", "spanq_last_batch_message", "spanq_headers",
+                   "spanq_priority"]
 RENEW_COLUMNS = ["spanq_old_lease_token", "spanq_new_lease_token", "spanq_lease_expiration_timestamp"]
 
 

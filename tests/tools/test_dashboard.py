@@ -255,6 +255,19 @@ async def test_the_dead_letter_queue_page_says_where_and_why_each_failed(ui, bro
         await expect(page.locator("#messages thead")).not_to_contain_text("Attempts there")
 
 
+async def test_the_queue_page_shows_priorities_and_headers_as_text(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send("jobs", "x", key=1, priority=7, headers={"tenant": "<b>acme</b>", "traceparent": "00-ab"})
+        await client.send("jobs", "y", key=2)
+        page = await open_page(browser, ui.ui_port, "#/queue/jobs")
+        tagged = page.locator('#messages tr.message[data-key="[\\"1\\"]"]')
+        await expect(tagged.locator("td.priority")).to_have_text("7", timeout=LIVE)
+        await expect(tagged.locator("td.headers div.header")).to_have_text(["tenant=<b>acme</b>", "traceparent=00-ab"])
+        await expect(page.locator('#messages tr.message[data-key="[\\"2\\"]"] td.priority')).to_have_text("0")
+        await expect(page.locator("#messages thead")).to_contain_text("Headers")
+
+
 async def test_a_large_payload_is_folded_and_a_narrow_screen_scrolls_no_page(ui, browser):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("docs", key_columns=[("id", "INT64")], payload_type="JSON")

@@ -97,16 +97,27 @@ class DropQueueRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SendMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "delay")
+    __slots__ = ("key", "payload", "deliver_time", "delay", "headers", "priority")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELIVER_TIME_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
     delay: _duration_pb2.Duration
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, str]
+    priority: int
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("queue", "messages", "request_id")
@@ -141,7 +152,14 @@ class ReceiveRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_outstanding: _Optional[int] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter")
+    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter", "headers", "priority")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELIVER_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +169,8 @@ class ReceivedMessage(_message.Message):
     ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     LAST_BATCH_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -160,7 +180,9 @@ class ReceivedMessage(_message.Message):
     enqueue_time: _timestamp_pb2.Timestamp
     last_batch_message: bool
     dead_letter: DeadLetter
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, str]
+    priority: int
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("messages",)
@@ -313,7 +335,7 @@ class PeekRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class PeekedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter")
+    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter", "headers", "priority")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[PeekedMessage.State]
@@ -324,6 +346,13 @@ class PeekedMessage(_message.Message):
     READY: PeekedMessage.State
     SCHEDULED: PeekedMessage.State
     LEASED: PeekedMessage.State
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     KEY_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     DELIVER_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +361,8 @@ class PeekedMessage(_message.Message):
     ENQUEUE_TIME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -340,7 +371,9 @@ class PeekedMessage(_message.Message):
     enqueue_time: _timestamp_pb2.Timestamp
     state: PeekedMessage.State
     dead_letter: DeadLetter
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ...) -> None: ...
+    headers: _containers.ScalarMap[str, str]
+    priority: int
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
     __slots__ = ("source_queue", "delivery_attempts", "dead_letter_time", "last_failure")

@@ -457,9 +457,24 @@ def peek(queue: str, limit: int, **kwargs: Any) -> None:
     if conn.json:
         _json([dataclasses.asdict(m) for m in found])
         return
-    _table(["KEY", "STATE", "ATTEMPTS", "DELIVER TIME", "SENT", "PAYLOAD"],
-           [[_shown_key(m.key), m.state, m.delivery_attempt, _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
-             _shown_payload(m.payload)] for m in found])
+    # PRIORITY and HEADERS only when a message shown has them.
+    tagged = any(m.priority or m.headers for m in found)
+    _table(["KEY", "STATE", "ATTEMPTS", *(["PRIORITY"] if tagged else []), "DELIVER TIME", "SENT",
+            *(["HEADERS"] if tagged else []), "PAYLOAD"],
+           [[_shown_key(m.key), m.state, m.delivery_attempt, *([m.priority] if tagged else []),
+             _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
+             *([_shown_headers(m.headers)] if tagged else []), _shown_payload(m.payload)] for m in found])
+
+
+def _shown_headers(headers: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(headers.items()))
+
+
+def _header(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not equals:
+        raise click.BadParameter(f"{text!r} is not KEY=VALUE", param_hint="--header")
+    return key, value
 
 
 # -- send, receive, tail -----------------------------------------------------------------
@@ -521,12 +536,17 @@ def _generated_key(queue: spanq.Queue) -> bool:
 @click.argument("payload", required=False)
 @click.option("--key", "key_values", multiple=True, help="the key, one value per key column in order")
 @click.option("--delay", type=click.FloatRange(min=0), help="seconds until the message is deliverable")
+@click.option("--header", "headers", multiple=True, metavar="KEY=VALUE",
+              help="a header to send with each message (repeat for more; at most 32, keys of letters, digits "
+                   "and -_.:/, values of at most 1024 bytes)")
+@click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True,
+              help="each message's priority: among deliverable messages, higher ones are delivered first")
 @click.option("--skip-existing", is_flag=True,
               help="skip messages whose key the queue already holds (and say how many): a rerun of an "
                    "interrupted send resumes where it stopped")
 @connection_options
-def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None, skip_existing: bool,
-         **kwargs: Any) -> None:
+def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None,
+         headers: tuple[str, ...], priority: int, skip_existing: bool, **kwargs: Any) -> None:
     """Send PAYLOAD to QUEUE; without PAYLOAD (or with -), one message per line of stdin.
 
     On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines are sent as
@@ -535,8 +555,10 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
     says how many were sent; on a keyed queue, run it again with --skip-existing to send the rest.
     A Ctrl-C while a batch is in flight waits for its answer, so the count is exact; a second one
     stops at once and says which lines may or may not be stored.
-    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}."""
+    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}. --header and --priority
+    apply to every message sent (as Pub/Sub attributes and River priorities do per message)."""
     conn = _connection(kwargs)
+    sent_with: dict[str, Any] = {"headers": dict(_header(h) for h in headers) or None, "priority": priority}
     with talking(conn) as client:
         schema = client.get_queue(queue)
         if skip_existing and _generated_key(schema):
@@ -553,7 +575,8 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
                 raise CliError(f"queue {queue!r} has key columns: give each with --key", 2)
             outcome = Sent()
             try:
-                outcome.keys.append(client.send(queue, _payload(schema, payload, "the payload"), key=key, delay=delay))
+                outcome.keys.append(client.send(queue, _payload(schema, payload, "the payload"), key=key, delay=delay,
+                                                **sent_with))
             except spanq.AlreadyExists:
                 if not skip_existing:
                     raise
@@ -561,7 +584,7 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
         else:
             if key_values or delay is not None:
                 raise CliError("--key and --delay go with one PAYLOAD; for stdin lines give the key in each line", 2)
-            outcome = _send_lines(conn, client, schema, sys.stdin, skip_existing)
+            outcome = _send_lines(conn, client, schema, sys.stdin, skip_existing, sent_with)
     sent = outcome.keys
     skipped = f" ({outcome.skipped} skipped: their keys were in {queue} already)" if skip_existing else ""
     if conn.json:
@@ -599,7 +622,7 @@ def _lines(stream: Any) -> "Queue[str | None]":
 
 
 def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, stream: Any,
-                skip_existing: bool) -> Sent:
+                skip_existing: bool, sent_with: dict[str, Any]) -> Sent:
     outcome = Sent()
     batch: list[spanq.OutgoingMessage] = []
     first_line = number = 0
@@ -677,7 +700,7 @@ def _send_lines(conn: Connection, client: spanq.Client, schema: spanq.Queue, str
                 if not text:
                     continue
                 try:
-                    message = _line_message(schema, text, number)
+                    message = dataclasses.replace(_line_message(schema, text, number), **sent_with)
                 except CliError as exc:
                     flush()  # the lines before it go, as they would have had it come later
                     first_line = number
@@ -720,15 +743,19 @@ def _progress(show: bool) -> Progress:
 
 def _message_json(m: spanq.Message) -> dict[str, Any]:
     return {"key": list(m.key), "payload": m.payload, "delivery_attempt": m.delivery_attempt,
-            "deliver_time": m.deliver_time, "enqueue_time": m.enqueue_time}
+            "deliver_time": m.deliver_time, "enqueue_time": m.enqueue_time, "priority": m.priority,
+            "headers": m.headers}
 
 
 def _print_message(conn: Connection, m: spanq.Message, acked: bool) -> None:
     if conn.json:
         _json({**_message_json(m), "acked": acked})
     else:
+        # Priority and headers only when the message has them: the columns stay as they were for the rest.
+        extra = (f"priority {m.priority}\t" if m.priority else "") + (
+            f"{_escaped(_shown_headers(m.headers))}\t" if m.headers else "")
         click.echo(f"{_escaped(_shown_key(m.key))}\tattempt {m.delivery_attempt}\t"
-                   f"{'acked' if acked else 'released'}\t{_escaped(_shown_payload(m.payload))}")
+                   f"{'acked' if acked else 'released'}\t{extra}{_escaped(_shown_payload(m.payload))}")
 
 
 @main.command("receive")

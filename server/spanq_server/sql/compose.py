@@ -49,6 +49,7 @@ class QueueStatements:
         self.renew_function = sql.Identifier(f"renewlease_{queue.name}")
         self.deliver_time_index = f"spanq_dt_{queue.name}"
         self.lease_token_index = f"spanq_lt_{queue.name}"
+        self.priority_index = f"spanq_pr_{queue.name}"
         self.keys = identifiers(c.name for c in queue.key_columns)
         self.key_definitions = sql.SQL(",\n    ").join(
             sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type]))
@@ -137,13 +138,15 @@ class QueueStatements:
             initial_backoff=sql.Literal(q.initial_backoff),
             m_key_columns=self.qualified_keys("m"),
             ready_qualified_key_columns=self.qualified_keys("ready"),
+            leased_key_columns=self.qualified_keys("leased"),
             live_condition=live,
             new_token=self.new_token(sql.SQL("$3"), sql.SQL("(extract(epoch FROM clock.now + $2) * 1000000)::bigint"),
                                      "m"),
         )
 
     def history_columns_ddl(self) -> sql.Composed:
-        return query("queue_history_columns_add", queue=self.table)
+        return query("queue_history_columns_add", queue=self.table,
+                     priority_index=sql.Identifier(self.priority_index))
 
     def renew_function_ddl(self) -> sql.Composed:
         q = self.queue

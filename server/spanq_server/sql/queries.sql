@@ -237,11 +237,31 @@ WHERE o.spanq_lease_token = ANY ({tokens}) AND {unkeyed}
 -- its delivery attempts there, when it moved, and its last failure there
 -- ('lease expired', a nack's reason, 'nacked', 'undeliverable: ...'). In a
 -- queue, spanq_last_failure holds the reason of the last nack that gave one.
+-- Then (migration 0012) the message's headers (NULL: none; spanq.headers_ok
+-- holds an INSERT from psql to the limits) and priority (0 to 9), and the
+-- priority index: only of messages above priority 0 (a queue that never uses
+-- priorities writes no entry to it), one range per priority in deliver_time
+-- order, which the receive function reads one priority at a time.
 ALTER TABLE {queue}
     ADD COLUMN IF NOT EXISTS spanq_last_failure         text,
     ADD COLUMN IF NOT EXISTS spanq_dead_letter_source   text,
     ADD COLUMN IF NOT EXISTS spanq_dead_letter_attempts integer,
-    ADD COLUMN IF NOT EXISTS spanq_dead_letter_time     timestamptz
+    ADD COLUMN IF NOT EXISTS spanq_dead_letter_time     timestamptz,
+    ADD COLUMN IF NOT EXISTS spanq_headers              jsonb,
+    ADD COLUMN IF NOT EXISTS spanq_priority             smallint NOT NULL DEFAULT 0;
+-- NOT VALID: the rows there are (0) are not read again, under the table's
+-- lock, to check them (8 s for 1M rows). The headers' limits are a trigger
+-- on the writes that set them, not a CHECK: a CHECK runs on every write of a
+-- row, each lease's too (a third of a lease's database time with headers).
+DO $checks$
+BEGIN
+    ALTER TABLE {queue} ADD CONSTRAINT spanq_priority_range CHECK (spanq_priority BETWEEN 0 AND 9) NOT VALID;
+EXCEPTION WHEN duplicate_object THEN NULL;  -- added before
+END
+$checks$;
+CREATE OR REPLACE TRIGGER spanq_headers_limits BEFORE INSERT OR UPDATE OF spanq_headers ON {queue}
+    FOR EACH ROW WHEN (NEW.spanq_headers IS NOT NULL) EXECUTE FUNCTION spanq.headers_check();
+CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_time) WHERE spanq_priority > 0
 
 -- queue_parent_constraint --
 -- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE: the queue's
@@ -256,6 +276,22 @@ ALTER TABLE {queue}
 -- concurrent receivers take disjoint rows instead of queueing on each other.
 -- The new deliver_time is the lease's end plus the backoff for this attempt,
 -- so a lease that lapses is redelivered after backoff with no sweeper.
+-- Higher priorities first: one probe of the priority index per priority
+-- from 9 down to 1 (each an index range of due messages in deliver_time
+-- order), then priority 0 along the deliver_time index; the LIMIT stops the
+-- probes once the batch is full. Each probe is LATERAL to `clock`, so that
+-- `deliver_time <= now` bounds its index range (joined to the CTE instead, it
+-- was a filter on a scan that ran on past the due messages when they were
+-- fewer than the batch). A probe's range, (p, -infinity) to (p, now), and
+-- its order, (priority, deliver_time), are the priority index's alone (row
+-- comparisons, and no equality that would make the priority a constant of
+-- the order): given `priority = p AND deliver_time <= now`, the planner
+-- priced the deliver_time index, filtering by priority, the same or less
+-- (stale statistics), and took it, reading ten times the rows at ten
+-- priorities. So a lease stays O(log n) in the queue's
+-- depth (ten descents) however the priorities are spread; one ORDER BY
+-- (priority DESC, deliver_time) over one index would walk past every leased
+-- or scheduled message of a higher priority.
 -- A lease token (lease_token_new) carries the stream's prefix, the lease's
 -- end and the message's key, so that renewals, acks and counts find its row
 -- by primary key.
@@ -276,7 +312,9 @@ RETURNS TABLE (
     spanq_lease_expiration_timestamp timestamptz,
     spanq_delivery_attempt           integer,
     spanq_enqueue_time               timestamptz,
-    spanq_last_batch_message         boolean)
+    spanq_last_batch_message         boolean,
+    spanq_headers                    jsonb,
+    spanq_priority                   smallint)
 LANGUAGE sql VOLATILE
 -- A SQL function's statements are planned without its arguments: the planner
 -- guesses `ready` at a tenth of the due rows and joins it to the queue by
@@ -290,12 +328,26 @@ AS $receive$
 WITH clock AS (
     SELECT coalesce($4, statement_timestamp()) AS now
 ), ready AS (
-    SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS spanq_attempt
-    FROM {queue} AS m, clock
-    WHERE m.deliver_time <= clock.now
-    ORDER BY m.deliver_time
+    (SELECT r.*
+     FROM clock, generate_series(9, 1, -1) AS p(priority),
+          LATERAL (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS spanq_attempt
+                   FROM {queue} AS m
+                   WHERE m.spanq_priority > 0
+                     AND (m.spanq_priority, m.deliver_time) >= (p.priority, '-infinity')
+                     AND (m.spanq_priority, m.deliver_time) <= (p.priority, clock.now)
+                   ORDER BY m.spanq_priority, m.deliver_time
+                   LIMIT greatest($1, 1)
+                   FOR UPDATE OF m SKIP LOCKED) AS r)
+    UNION ALL
+    SELECT low.*
+    FROM clock,
+         LATERAL (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1
+                  FROM {queue} AS m
+                  WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0
+                  ORDER BY m.deliver_time
+                  LIMIT greatest($1, 1)
+                  FOR UPDATE OF m SKIP LOCKED) AS low
     LIMIT greatest($1, 1)
-    FOR UPDATE OF m SKIP LOCKED
 ){dead_letter_steps}, leased AS (
     UPDATE {queue} AS m SET
         spanq_lease_token = {new_token},
@@ -306,11 +358,15 @@ WITH clock AS (
     FROM ready, clock
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}){live_condition}
     RETURNING {m_key_columns}, m.payload, ready.deliver_time, m.spanq_lease_token,
-              m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time
+              m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
+              m.spanq_headers, m.spanq_priority
 )
-SELECT leased.*, row_number() OVER (ORDER BY leased.deliver_time) = count(*) OVER ()
+SELECT {leased_key_columns}, leased.payload, leased.deliver_time, leased.spanq_lease_token,
+       leased.spanq_lease_expiration_timestamp, leased.spanq_delivery_attempt, leased.spanq_enqueue_time,
+       row_number() OVER (ORDER BY leased.spanq_priority DESC, leased.deliver_time) = count(*) OVER (),
+       leased.spanq_headers, leased.spanq_priority
 FROM leased
-ORDER BY leased.deliver_time
+ORDER BY leased.spanq_priority DESC, leased.deliver_time
 $receive$
 
 -- queue_receive_dead_letter_steps --
@@ -329,12 +385,14 @@ $receive$
     DELETE FROM {queue} AS m USING ready
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
-    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_delivery_attempt,
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
+              m.spanq_delivery_attempt,
               CASE WHEN m.spanq_lease_token IS NOT NULL THEN 'lease expired'
                    ELSE coalesce(m.spanq_last_failure, 'nacked') END
 ), buried AS (
-    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_dead_letter_attempts,
-                                     spanq_last_failure, spanq_dead_letter_source, spanq_dead_letter_time)
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
+                                     spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
+                                     spanq_dead_letter_time)
     SELECT dead.*, {queue_name}, clock.now FROM dead, clock
 ), parked AS (
     UPDATE {queue} AS m SET deliver_time = clock.now + {max_backoff}
@@ -402,6 +460,26 @@ WHERE substring(t.token FROM '\.(-?[0-9]{{1,19}})\.(?:[^.~]*~)?[0-9a-f]{{32}}$')
   AND t.token NOT IN (SELECT renewed.spanq_old_token FROM renewed)
 $renew$
 
+-- function_grantees --
+-- A queue function's own grants of EXECUTE, to give back when it is
+-- re-created: NULL while it has the default (PUBLIC may execute), else the
+-- roles granted it other than its owner ('' for PUBLIC).
+SELECT CASE WHEN p.proacl IS NOT NULL THEN
+           array(SELECT coalesce(r.rolname, '') FROM aclexplode(p.proacl) AS a
+                 LEFT JOIN pg_roles AS r ON r.oid = a.grantee
+                 WHERE a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner) END
+FROM pg_proc AS p
+WHERE p.oid = to_regproc(%(function)s)
+
+-- function_drop --
+DROP FUNCTION spanq.{function}
+
+-- function_revoke --
+REVOKE EXECUTE ON FUNCTION spanq.{function} FROM PUBLIC
+
+-- function_grant --
+GRANT EXECUTE ON FUNCTION spanq.{function} TO {grantee}
+
 -- queue_drop --
 -- Drops a queue's functions and table (its messages with it).
 DROP FUNCTION IF EXISTS spanq.{receive_function};
@@ -415,14 +493,15 @@ DROP TABLE IF EXISTS {queue}
 -- deliver_time are a microsecond apart in the order sent (now, now + 1 us, ...):
 -- receive takes them by deliver_time, so one Send's messages are delivered in
 -- the order sent; with a shared deliver_time their order would be the plan's.
-INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
+INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority)
 SELECT {s_key_columns}, s.spanq_payload,
        greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')
                                                + (s.spanq_ordinal - 1) * interval '1 microsecond'), clock.now),
-       clock.now
+       clock.now, s.spanq_headers, coalesce(s.spanq_priority, 0)
 FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
-            %(delays)b::interval[]) WITH ORDINALITY
-         AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_ordinal),
+            %(delays)b::interval[], %(headers)b::jsonb[], %(priorities)b::smallint[]) WITH ORDINALITY
+         AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_headers, spanq_priority,
+              spanq_ordinal),
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 
 -- message_insert_claimed --
@@ -444,14 +523,16 @@ WITH claimed AS (
     ON CONFLICT (request_id) DO NOTHING
     RETURNING request_id
 ), stored AS (
-    INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time)
+    INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority)
     SELECT {s_key_columns}, s.spanq_payload,
            greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')
                                                    + (s.spanq_ordinal - 1) * interval '1 microsecond'), clock.now),
-           clock.now
+           clock.now, s.spanq_headers, coalesce(s.spanq_priority, 0)
     FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
-                %(delays)b::interval[], %(owners)b::text[]) WITH ORDINALITY
-             AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner, spanq_ordinal),
+                %(delays)b::interval[], %(owners)b::text[], %(headers)b::jsonb[],
+                %(priorities)b::smallint[]) WITH ORDINALITY
+             AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner, spanq_headers,
+                  spanq_priority, spanq_ordinal),
          (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
     WHERE s.spanq_owner IN (SELECT request_id FROM claimed)
 )
@@ -638,10 +719,12 @@ WITH clock AS (
     DELETE FROM {queue} AS m USING ({token_keys}) AS f
     WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
-    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_delivery_attempt
+    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
+              m.spanq_delivery_attempt
 ), buried AS (
-    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_dead_letter_attempts,
-                                     spanq_last_failure, spanq_dead_letter_source, spanq_dead_letter_time)
+    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
+                                     spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
+                                     spanq_dead_letter_time)
     SELECT dead.*, %(reason)s, %(queue_name)s, clock.now FROM dead, clock
 ), parked AS (
     UPDATE {queue} AS m SET spanq_lease_token = NULL, spanq_lease_expiration_timestamp = clock.now,
@@ -822,7 +905,7 @@ SELECT {key_columns}, m.payload, m.deliver_time,
        coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) AS leased,
        m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
        m.deliver_time <= clock.now AS ready, m.spanq_dead_letter_source, m.spanq_dead_letter_attempts,
-       m.spanq_dead_letter_time, m.spanq_last_failure
+       m.spanq_dead_letter_time, m.spanq_last_failure, m.spanq_headers, m.spanq_priority
 FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 WHERE {after}
   AND (%(key_prefix)s::text IS NULL OR starts_with({first_key_column}::text, %(key_prefix)s::text))
@@ -864,9 +947,9 @@ WITH clock AS (
 ), moved AS (
     DELETE FROM {dead_letter_queue} AS d USING moving
     WHERE ({d_key_columns}) = ({moving_key_columns})
-    RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time
+    RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time, d.spanq_headers, d.spanq_priority
 )
-INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time)
+INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority)
 SELECT * FROM moved
 
 -- message_delete_one --

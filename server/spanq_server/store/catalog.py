@@ -72,7 +72,21 @@ class CatalogTables(Database):
         for queue in await _fetch_queues(conn):
             logger.info("re-creating the SQL functions of queue %s", queue.name)
             names = QueueStatements(queue)
-            await conn.execute(names.receive_function_ddl())
+            try:
+                async with conn.transaction():  # a savepoint
+                    await conn.execute(names.receive_function_ddl())
+            except pg_errors.InvalidFunctionDefinition:
+                # Its result columns changed (migration 0012): drop it and create it anew,
+                # with the EXECUTE grants it had.
+                function = names.receive_function
+                grantees = await _scalar(conn, "function_grantees", function=f'spanq."receive_{queue.name}"')
+                await conn.execute(query("function_drop", function=function))
+                await conn.execute(names.receive_function_ddl())
+                if grantees is not None:
+                    await conn.execute(query("function_revoke", function=function))
+                    for grantee in grantees:
+                        role = sql.Identifier(grantee) if grantee else sql.SQL("PUBLIC")
+                        await conn.execute(query("function_grant", function=function, grantee=role))
             await conn.execute(names.renew_function_ddl())
 
     # -- the queue catalog --------------------------------------------------
@@ -112,7 +126,8 @@ class CatalogTables(Database):
             queues=await _scalar(conn, "queue_count"),
             name_taken=bool(await _scalar(conn, "relation_exists", name=queue.name)),
             index_name_taken=await _scalar(conn, "relations_taken",
-                                           names=[names.deliver_time_index, names.lease_token_index]),
+                                           names=[names.deliver_time_index, names.lease_token_index,
+                                                  names.priority_index]),
             parent_key_width=(await _scalar(conn, "parent_key_width", name=queue.parent_table)
                               if queue.parent_table else None),
             dead_letter_queue=(await _fetch_queue(conn, queue.dead_letter_queue)

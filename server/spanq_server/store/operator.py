@@ -71,7 +71,8 @@ class OperatorQueries(Database):
         async with self._read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
         return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:width + 7])
-                ._replace(dead_letter=_history(row[width + 7:])) for row in rows]
+                ._replace(dead_letter=_history(row[width + 7:width + 11]), headers=row[-2], priority=row[-1])
+                for row in rows]
 
     async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
         """Deletes every message (or those sent before sent_before) in one transaction; how many."""

@@ -231,6 +231,8 @@ async function queuePage(page, name, state) {
   // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
   // where it failed, after how many attempts, and why.
   const dead = peek.messages.some(m => m.dead_letter);
+  // Priority and headers get columns when a message on the page has them.
+  const tagged = peek.messages.some(m => m.priority || Object.keys(m.headers).length);
   const messages = peek.messages.map(m => {
     const id = JSON.stringify(m.key);
     return el("tr", {class: "message", "data-key": id},
@@ -241,6 +243,9 @@ async function queuePage(page, name, state) {
         el("td", {class: "source-attempts"}, m.dead_letter ? m.dead_letter.delivery_attempts : ""),
         el("td", {class: "text failure"}, m.dead_letter ? m.dead_letter.last_failure || el("span", {class: "muted"}, "none given") : ""),
         el("td", {class: "time"}, m.dead_letter ? time(m.dead_letter.dead_letter_time) : "")] : null,
+      tagged ? [el("td", {class: "priority"}, m.priority),
+        el("td", {class: "text headers"}, Object.entries(m.headers).sort().map(([k, v]) =>
+          el("div", {class: "header"}, el("span", {class: "muted"}, k + "="), v)))] : null,
       el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type)),
       el("td", {class: "time"}, time(m.enqueue_time)), el("td", {class: "time"}, time(m.deliver_time)),
       el("td", {class: "time"}, time(m.lease_expiration_time)));
@@ -253,7 +258,8 @@ async function queuePage(page, name, state) {
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
     el("span", {id: "action-result"}, state.result || ""));
   const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts",
-    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
+    ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []),
+    ...(tagged ? ["Priority", "Headers"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
   page.replaceChildren(
     el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name), " ", marks(s)),
     el("dl", {class: "def"}, definition.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),

@@ -436,8 +436,9 @@ class Executor:
         return ReceiveStream(queue, columns, chosen, keep, stream, self._receiver)
 
     def _priority(self, expr: st.Expr, params: Params) -> str:
-        """Spanner's RECEIVE priority: accepted and checked; spanq delivers in deliver-time order whatever
-        it is (docs/spanner-compat.md)."""
+        """Spanner's RECEIVE priority: accepted and checked, and changes nothing (its values are Spanner's
+        request priorities, not a choice of messages); messages' own priorities order delivery as on
+        spanq.v1 (docs/spanner-compat.md)."""
         if isinstance(expr, st.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
             return str(expr.value)
         text = self._value(expr, ColumnType.STRING, params, "priority")
