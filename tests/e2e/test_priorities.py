@@ -15,8 +15,8 @@ import spanq
 import spanq.aio
 from spanq_proto.v1 import queue_pb2
 
-from .helpers import create_queue, error_of, receive_some, send, text_message
-from .test_spanner_client import database, spanner_env  # noqa: F401  (fixtures)
+from ..helpers import create_queue, error_of, receive_some, send, text_message
+from ..spanner.test_spanner_client import database, spanner_env  # noqa: F401  (fixtures)
 
 STRING = queue_pb2.STRING
 
@@ -100,7 +100,7 @@ async def test_bad_priorities_are_refused_and_nothing_is_stored(stub, sql, jobs,
 async def test_the_spanner_front_end_delivers_higher_priorities_first(database, sql):
     """A Spanner client cannot set a priority (Send mutations have no field for one); set in SQL, it
     orders RECEIVE too, whatever RECEIVE's own priority argument says."""
-    from .test_spanner_client import b64
+    from ..spanner.test_spanner_client import b64
 
     def send() -> None:
         with database.batch() as batch:

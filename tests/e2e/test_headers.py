@@ -21,7 +21,7 @@ import spanq.sql
 from spanq_proto.v1 import queue_pb2
 from spanq_server.store import Store
 
-from .helpers import create_queue, error_of, receive_some, send, text_message, until
+from ..helpers import create_queue, error_of, receive_some, send, text_message, until
 
 STRING = queue_pb2.STRING
 
@@ -206,7 +206,7 @@ async def test_published_messages_carry_a_create_span_each(server, spans):
 
 
 async def test_the_cli_sends_headers_and_priorities_and_shows_them(server, stub):
-    from .test_cli import spanq_cli
+    from ..tools.test_cli import spanq_cli
 
     await create_queue(stub, "tasks", key_columns=[queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64)],
                        payload_type=STRING)
