@@ -48,6 +48,10 @@ class QueueDef:
     key_generated: bool = False
     """True when the queue was created without key columns: sends may omit the key."""
     create_time: datetime | None = None
+    disable_send: bool = False
+    """Sends are refused (FAILED_PRECONDITION); Spanner's queue option of that name."""
+    disable_delivery: bool = False
+    """Receives lease nothing; acks and renewals of held leases still work."""
 
 
 class OutgoingMessage(NamedTuple):

@@ -156,6 +156,10 @@ class Mutator:
         return mutation
 
     def _prepare_send(self, op: SendOp) -> SendOp:
+        if op.queue.disable_send:
+            raise errors.FailedPrecondition(
+                f"queue {op.queue.name!r} has sending disabled (disable_send): nothing was sent; resume it "
+                "with UpdateQueue (spanq queue resume --send) and send again", queue=op.queue.name)
         self._check_count(len(op.messages), "messages")
         limit = self._limits.max_payload_bytes
         # The injected clock when there is one (tests advance it); else this host's, which

@@ -178,6 +178,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # forget its counters, so that a queue created again under its name starts at zero.
         catalog.on_gone(receiver.queue_dropped)
         catalog.on_gone(metrics.forget_queue)
+        catalog.on_changed(wakeups.wake_streams)  # a paused stream finds nothing; a resumed one leases now
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics,

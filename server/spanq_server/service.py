@@ -75,6 +75,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         return queue_pb2.ListQueuesResponse(queues=[queue_to_proto(q) for q in found], next_page_token=token)
 
     @translate_errors
+    async def UpdateQueue(self, request: queue_pb2.UpdateQueueRequest, context: Any) -> queue_pb2.Queue:
+        return queue_to_proto(await self._catalog.update(request.queue.name, queue_changes(request)))
+
+    @translate_errors
     async def DropQueue(self, request: queue_pb2.DropQueueRequest, context: Any) -> empty_pb2.Empty:
         await self._catalog.drop(request.name)  # its on_gone listeners end the queue's streams
         return empty_pb2.Empty()
@@ -439,7 +443,32 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         max_backoff=_setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
         max_delivery_attempts=q.max_delivery_attempts or None,
         dead_letter_queue=q.dead_letter_queue or None,
+        disable_send=q.disable_send,
+        disable_delivery=q.disable_delivery,
     )
+
+
+def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
+    """The settings an UpdateQueue names (QueueDef's field names), with their new values:
+    a named duration left unset takes CreateQueue's default; 0 and "" remove the
+    dead-letter pair. Names of fields that cannot change pass through for queues.py to refuse."""
+    q = request.queue
+    values: dict[str, Callable[[], Any]] = {
+        "lease_duration": lambda: _setting(q.lease_duration, "lease_duration", queues.DEFAULT_LEASE,
+                                           queues.MAX_LEASE),
+        "initial_backoff": lambda: _setting(q.initial_backoff, "initial_backoff", queues.DEFAULT_INITIAL_BACKOFF,
+                                            queues.MAX_BACKOFF, explicit_zero=q.HasField("initial_backoff")),
+        "max_backoff": lambda: _setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
+        "max_delivery_attempts": lambda: q.max_delivery_attempts or None,
+        "dead_letter_queue": lambda: q.dead_letter_queue or None,
+        "disable_send": lambda: q.disable_send,
+        "disable_delivery": lambda: q.disable_delivery,
+    }
+    changes: dict[str, Any] = {}
+    for path in request.update_mask.paths:
+        value = values.get(path)
+        changes[path] = None if value is None else value()
+    return changes
 
 
 def _setting(d: Any, what: str, default: timedelta, maximum: timedelta,
@@ -461,6 +490,8 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
         max_backoff=codec.duration(q.max_backoff),
         max_delivery_attempts=q.max_delivery_attempts or 0,
         dead_letter_queue=q.dead_letter_queue or "",
+        disable_send=q.disable_send,
+        disable_delivery=q.disable_delivery,
     )
     if q.create_time is not None:
         out.create_time.CopyFrom(codec.timestamp(q.create_time))

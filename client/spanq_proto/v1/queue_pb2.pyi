@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import empty_pb2 as _empty_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -39,7 +40,7 @@ class KeyColumn(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TypeCode, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time")
+    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -50,6 +51,8 @@ class Queue(_message.Message):
     MAX_DELIVERY_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     CREATE_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_SEND_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     name: str
     key_columns: _containers.RepeatedCompositeFieldContainer[KeyColumn]
     payload_type: TypeCode
@@ -60,7 +63,17 @@ class Queue(_message.Message):
     max_delivery_attempts: int
     dead_letter_queue: str
     create_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    disable_send: bool
+    disable_delivery: bool
+    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ...) -> None: ...
+
+class UpdateQueueRequest(_message.Message):
+    __slots__ = ("queue", "update_mask")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_MASK_FIELD_NUMBER: _ClassVar[int]
+    queue: Queue
+    update_mask: _field_mask_pb2.FieldMask
+    def __init__(self, queue: _Optional[_Union[Queue, _Mapping]] = ..., update_mask: _Optional[_Union[_field_mask_pb2.FieldMask, _Mapping]] = ...) -> None: ...
 
 class CreateQueueRequest(_message.Message):
     __slots__ = ("queue",)

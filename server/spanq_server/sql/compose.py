@@ -133,6 +133,7 @@ class QueueStatements:
             ready_key_columns=self.qualified_keys("m"),
             queue=self.table,
             dead_letter_steps=steps,
+            delivery_paused=sql.SQL(" AND false" if q.disable_delivery else ""),
             max_backoff=sql.Literal(q.max_backoff),
             initial_backoff=sql.Literal(q.initial_backoff),
             m_key_columns=self.qualified_keys("m"),

@@ -31,14 +31,16 @@ SELECT count(*) FROM spanq.queues
 -- queue_get --
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
-       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time
+       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
+       disable_send, disable_delivery
 FROM spanq.queues
 WHERE name = %(name)s
 
 -- queue_list --
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
-       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time
+       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
+       disable_send, disable_delivery
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -48,11 +50,23 @@ LIMIT %(limit)s
 -- Adds a queue to the catalog; its table and functions are created in the same transaction.
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
-                          max_delivery_attempts, dead_letter_queue)
+                          max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
-        %(max_delivery_attempts)s, %(dead_letter_queue)s)
+        %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s)
 RETURNING create_time
+
+-- queue_update --
+-- Changes a live queue's settings (UpdateQueue), under the catalog lock; its
+-- functions are re-created in the same transaction. No row: the queue was
+-- dropped, or dropped and created again, since it was read. A resumed
+-- delivery wakes the queue's streams on every server at commit.
+UPDATE spanq.queues SET lease_duration = %(lease_duration)s, initial_backoff = %(initial_backoff)s,
+       max_backoff = %(max_backoff)s, max_delivery_attempts = %(max_delivery_attempts)s,
+       dead_letter_queue = %(dead_letter_queue)s, disable_send = %(disable_send)s,
+       disable_delivery = %(disable_delivery)s
+WHERE name = %(name)s AND create_time = %(create_time)s
+RETURNING create_time, CASE WHEN NOT disable_delivery THEN pg_notify('spanq_wakeup', name) END
 
 -- queue_delete --
 -- Removes a queue from the catalog; RESTRICT on dead_letter_queue refuses a queue still in use.
@@ -262,7 +276,9 @@ ALTER TABLE {queue}
 -- The columns these functions add beside the key columns (spanq_attempt,
 -- spanq_old_token) are spanq_-prefixed, as no key column can be: a key column
 -- named `attempt` made a reference ambiguous (migration 0006).
--- CREATE OR REPLACE: a migration re-creates existing queues' functions with it.
+-- CREATE OR REPLACE: a migration re-creates existing queues' functions with it,
+-- and UpdateQueue with the new settings; while delivery is paused
+-- (disable_delivery) {delivery_paused} is `AND false`: it leases nothing.
 CREATE OR REPLACE FUNCTION spanq.{receive_function}(
     max_batch_size integer DEFAULT 1,
     lease_duration interval DEFAULT {lease_duration},
@@ -292,7 +308,7 @@ WITH clock AS (
 ), ready AS (
     SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1 AS spanq_attempt
     FROM {queue} AS m, clock
-    WHERE m.deliver_time <= clock.now
+    WHERE m.deliver_time <= clock.now{delivery_paused}
     ORDER BY m.deliver_time
     LIMIT greatest($1, 1)
     FOR UPDATE OF m SKIP LOCKED
@@ -692,9 +708,11 @@ WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %
   AND m.spanq_lease_expiration_timestamp > clock.now
 
 -- message_next_delivery --
--- Seconds until the earliest deliver_time (negative when one is due); no row when empty.
+-- Seconds until the earliest deliver_time (negative when one is due); no row
+-- when empty, or while delivery is paused (nothing becomes deliverable).
 SELECT extract(epoch FROM m.deliver_time - coalesce(%(now)s::timestamptz, statement_timestamp()))::float8
 FROM {queue} AS m
+WHERE NOT EXISTS (SELECT FROM spanq.queues AS q WHERE q.name = %(queue_name)s AND q.disable_delivery)
 ORDER BY m.deliver_time
 LIMIT 1
 

@@ -261,9 +261,10 @@ class MessageTables(Database):
             return {token: end for token, end in await cur.fetchall()}
 
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
-        """Seconds until the queue's earliest deliver_time; None when the queue is empty."""
+        """Seconds until the queue's earliest deliver_time; None when the queue is empty or
+        its delivery is paused."""
         async with self._read(queue.name) as conn:
-            cur = await conn.execute(_queue_sql(queue).next_delivery, {"now": now})
+            cur = await conn.execute(_queue_sql(queue).next_delivery, {"now": now, "queue_name": queue.name})
             row = await cur.fetchone()
         return float(row[0]) if row else None
 

@@ -1,0 +1,8 @@
+-- Durable pauses per queue, Spanner's disable_send and disable_delivery queue
+-- options, set through UpdateQueue: a paused send is refused by the servers;
+-- a paused delivery is written into the queue's receive function, which
+-- UpdateQueue re-creates (existing queues start unpaused: their functions
+-- stand as they are). A constant default: no table rewrite.
+ALTER TABLE spanq.queues
+    ADD COLUMN disable_send boolean NOT NULL DEFAULT false,
+    ADD COLUMN disable_delivery boolean NOT NULL DEFAULT false;

@@ -1,0 +1,189 @@
+"""A live queue's settings over a real socket and PostgreSQL: UpdateQueue (lease, backoff,
+dead-lettering, with CreateQueue's checks and nothing changed on bad input) and the durable
+pauses of send and delivery (disable_send, disable_delivery) on both the gRPC and the SQL
+surface, and migration 0011 from the schema before it."""
+
+from datetime import timedelta
+
+import grpc
+import pytest
+from google.protobuf import field_mask_pb2
+
+from spanq_proto.v1 import queue_pb2
+from spanq_server.store import Store
+
+from .helpers import (
+    create_queue, duration, error_of, key, open_stream, plain, renew, send, streams_idle, text_message, value,
+)
+
+
+async def update(stub, name: str, *paths: str, **fields) -> queue_pb2.Queue:
+    return await stub.UpdateQueue(queue_pb2.UpdateQueueRequest(
+        queue=queue_pb2.Queue(name=name, **fields), update_mask=field_mask_pb2.FieldMask(paths=list(paths))))
+
+
+def rows(sql, queue: str) -> list[tuple]:
+    return sql.execute(f"SELECT id, payload, spanq_delivery_attempt FROM {queue} ORDER BY id").fetchall()
+
+
+async def test_update_queue_changes_the_settings_named_and_only_those(stub, sql):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, lease_duration=duration(10))
+    await create_queue(stub, "graveyard", payload_type=queue_pb2.STRING)
+    updated = await update(stub, "tasks", "lease_duration", "max_delivery_attempts", "dead_letter_queue",
+                           lease_duration=duration(45), max_delivery_attempts=3, dead_letter_queue="graveyard",
+                           max_backoff=duration(7))  # not in the mask: left alone
+    assert updated.lease_duration.ToTimedelta() == timedelta(seconds=45)
+    assert (updated.max_delivery_attempts, updated.dead_letter_queue) == (3, "graveyard")
+    assert updated.max_backoff.ToTimedelta() == timedelta(hours=1)
+    assert await stub.GetQueue(queue_pb2.GetQueueRequest(name="tasks")) == updated
+    # psql's receive function grants the new default lease at once.
+    await send(stub, "tasks", text_message("k", "one"))
+    [(lease,)] = sql.execute("SELECT r.spanq_lease_expiration_timestamp - statement_timestamp() "
+                             "FROM spanq.receive_tasks() AS r").fetchall()
+    assert lease == timedelta(seconds=45)
+    # Removing the dead-letter pair (both, as they go together) and a default back.
+    cleared = await update(stub, "tasks", "max_delivery_attempts", "dead_letter_queue", "lease_duration")
+    assert (cleared.max_delivery_attempts, cleared.dead_letter_queue) == (0, "")
+    assert cleared.lease_duration.ToTimedelta() == timedelta(seconds=10)
+    # The dead-letter queue is free again: it can be dropped.
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="graveyard"))
+
+
+async def test_a_dead_letter_queue_named_later_takes_the_next_failed_message(stub, sql, clock):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, initial_backoff=duration(0))
+    await create_queue(stub, "graveyard", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("k", "poison"))
+    async with open_stream(stub, "tasks") as stream:
+        first = await stream.next()
+        await update(stub, "tasks", "max_delivery_attempts", "dead_letter_queue", max_delivery_attempts=1,
+                     dead_letter_queue="graveyard")
+        await renew(stub, "tasks", first.lease_token, seconds=0)  # a nack: due again at once
+        await stream.quiet()
+    # The open stream's next lease ran the new function: past 1 attempt it moved.
+    assert rows(sql, "tasks") == []
+    assert rows(sql, "graveyard") == [("k", "poison", 0)]
+
+
+@pytest.mark.parametrize("paths, fields, code, words", [
+    ((), {}, grpc.StatusCode.INVALID_ARGUMENT, "update_mask names no field"),
+    (("key_columns",), {"key_columns": [queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64)]},
+     grpc.StatusCode.INVALID_ARGUMENT, "key_columns cannot change"),
+    (("payload_type",), {"payload_type": queue_pb2.JSON}, grpc.StatusCode.INVALID_ARGUMENT,
+     "payload_type cannot change"),
+    (("parent_table",), {"parent_table": "shops"}, grpc.StatusCode.INVALID_ARGUMENT, "parent_table cannot change"),
+    (("colour",), {}, grpc.StatusCode.INVALID_ARGUMENT, "not a setting of a queue"),
+    (("lease_duration",), {"lease_duration": duration(0.5)}, grpc.StatusCode.INVALID_ARGUMENT,
+     "lease_duration must be between 1s and 12h"),
+    (("initial_backoff",), {"initial_backoff": duration(7200)}, grpc.StatusCode.INVALID_ARGUMENT,
+     "initial_backoff <= max_backoff"),
+    (("max_delivery_attempts",), {"max_delivery_attempts": 3}, grpc.StatusCode.INVALID_ARGUMENT, "go together"),
+    (("max_delivery_attempts", "dead_letter_queue"), {"max_delivery_attempts": 3, "dead_letter_queue": "nowhere"},
+     grpc.StatusCode.INVALID_ARGUMENT, "'nowhere' does not exist"),
+    (("max_delivery_attempts", "dead_letter_queue"), {"max_delivery_attempts": 3, "dead_letter_queue": "numbers"},
+     grpc.StatusCode.INVALID_ARGUMENT, "same key columns and payload type"),
+    (("max_delivery_attempts", "dead_letter_queue"), {"max_delivery_attempts": 3, "dead_letter_queue": "tasks"},
+     grpc.StatusCode.INVALID_ARGUMENT, "its own dead-letter queue"),
+    (("max_delivery_attempts", "dead_letter_queue"), {"max_delivery_attempts": 5000, "dead_letter_queue": "spare"},
+     grpc.StatusCode.INVALID_ARGUMENT, "max_delivery_attempts must be between 1 and 1000"),
+])
+async def test_bad_updates_are_refused_and_change_nothing(stub, sql, paths, fields, code, words):
+    before = await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, lease_duration=duration(20))
+    await create_queue(stub, "spare", payload_type=queue_pb2.STRING)
+    await create_queue(stub, "numbers", payload_type=queue_pb2.STRING,
+                       key_columns=[queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64)])
+    function = sql.execute("SELECT prosrc FROM pg_proc WHERE proname = 'receive_tasks'").fetchone()
+    got, message, _ = await error_of(update(stub, "tasks", *paths, **fields))
+    assert (got, words in message) == (code, True), message
+    assert await stub.GetQueue(queue_pb2.GetQueueRequest(name="tasks")) == before
+    assert sql.execute("SELECT prosrc FROM pg_proc WHERE proname = 'receive_tasks'").fetchone() == function
+
+
+async def test_update_of_a_missing_queue_is_not_found(stub):
+    got, message, _ = await error_of(update(stub, "ghost", "lease_duration", lease_duration=duration(5)))
+    assert got == grpc.StatusCode.NOT_FOUND and "'ghost' does not exist" in message
+
+
+# -- pause and resume ------------------------------------------------------------------------------
+
+
+async def test_paused_sends_are_refused_and_nothing_is_stored(stub, sql):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("a", "before"))
+    paused = await update(stub, "tasks", "disable_send", disable_send=True)
+    assert (paused.disable_send, paused.disable_delivery) == (True, False)
+    got, message, info = await error_of(send(stub, "tasks", text_message("b", "during")))
+    assert got == grpc.StatusCode.FAILED_PRECONDITION and "sending disabled" in message
+    assert info.get("queue") == "tasks"
+    commit = queue_pb2.CommitRequest(mutations=[queue_pb2.Mutation(send=queue_pb2.SendRequest(
+        queue="tasks", messages=[text_message("c", "in a commit")]))])
+    got, _, _ = await error_of(stub.Commit(commit))
+    assert got == grpc.StatusCode.FAILED_PRECONDITION
+    assert rows(sql, "tasks") == [("a", "before", 0)]
+    # Receiving and acking go on while sends are paused.
+    [(token,)] = sql.execute("SELECT spanq_lease_token FROM spanq.receive_tasks()").fetchall()
+    await stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[queue_pb2.AckMessage(key=key("a"),
+                                                                                 lease_token=token)]))
+    await update(stub, "tasks", "disable_send", disable_send=False)
+    await send(stub, "tasks", text_message("b", "after"))
+    assert rows(sql, "tasks") == [("b", "after", 0)]
+
+
+async def test_paused_delivery_keeps_streams_open_and_held_leases_settle(stub, sql, waiting):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, lease_duration=duration(30))
+    await send(stub, "tasks", text_message("held", "leased before the pause"),
+               text_message("renewed", "leased before the pause"))
+    async with open_stream(stub, "tasks", max_batch_size=2) as stream:
+        held, other = await stream.take(2)
+        paused = await update(stub, "tasks", "disable_delivery", disable_delivery=True)
+        assert paused.disable_delivery
+        waiting.clear()
+        await send(stub, "tasks", text_message("new", "sent while paused"))  # sends are still taken
+        await streams_idle(waiting, "tasks")  # woken by the send, it leased nothing and waits again
+        assert stream.pending() == 0 and not stream.task.done()
+        # psql's receive function leases nothing either; the stored message is ready.
+        assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []
+        assert sql.execute("SELECT spanq_lease_token IS NULL FROM tasks WHERE id = 'new'").fetchone() == (True,)
+        # Leases held from before the pause renew and ack.
+        [r] = (await renew(stub, "tasks", other.lease_token, seconds=60)).leases
+        assert r.new_lease_token
+        acked = await stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+            queue_pb2.AckMessage(key=held.key, lease_token=held.lease_token),
+            queue_pb2.AckMessage(key=other.key, lease_token=r.new_lease_token)]))
+        assert [a.acked for a in acked.results] == [True, True]
+        # Resumed: the open stream delivers at once (woken, not at its next poll).
+        await update(stub, "tasks", "disable_delivery", disable_delivery=False)
+        resumed = await stream.next()
+        assert (plain(resumed.key), resumed.payload) == (["new"], value("sent while paused"))
+
+
+async def test_paused_delivery_survives_a_restart(server_config, clock, stub, sql):
+    from spanq_server.server import start
+
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await update(stub, "tasks", "disable_delivery", "disable_send", disable_delivery=True, disable_send=True)
+    again = await start(server_config, clock=clock)
+    try:
+        async with grpc.aio.insecure_channel(again.target) as channel:
+            from spanq_proto.v1 import queue_pb2_grpc
+            other = queue_pb2_grpc.QueueServiceStub(channel)
+            got = await other.GetQueue(queue_pb2.GetQueueRequest(name="tasks"))
+            assert (got.disable_send, got.disable_delivery) == (True, True)
+            code, _, _ = await error_of(send(other, "tasks", text_message("a", "x")))
+            assert code == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        await again.stop(0)
+    sql.execute("INSERT INTO tasks (id, payload) VALUES ('b', 'by SQL')")
+    assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []
+
+
+async def test_migration_0011_leaves_existing_queues_unpaused(stub, sql, database_url):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", text_message("a", "kept"))
+    # The catalog as before migration 0011.
+    sql.execute("ALTER TABLE spanq.queues DROP COLUMN disable_send, DROP COLUMN disable_delivery")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 11")
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [11]
+        queue = await store.queue_get("tasks")
+        assert queue is not None and (queue.disable_send, queue.disable_delivery) == (False, False)
+    assert [row[0] for row in sql.execute("SELECT id FROM spanq.receive_tasks(10)").fetchall()] == ["a"]
