@@ -3,6 +3,7 @@ dead-lettering, with CreateQueue's checks and nothing changed on bad input) and 
 pauses of send and delivery (disable_send, disable_delivery) on both the gRPC and the SQL
 surface, and migration 0011 from the schema before it."""
 
+import json
 from datetime import timedelta
 
 import grpc
@@ -187,3 +188,67 @@ async def test_migration_0011_leaves_existing_queues_unpaused(stub, sql, databas
         queue = await store.queue_get("tasks")
         assert queue is not None and (queue.disable_send, queue.disable_delivery) == (False, False)
     assert [row[0] for row in sql.execute("SELECT id FROM spanq.receive_tasks(10)").fetchall()] == ["a"]
+
+
+# -- the SDK and the command line ------------------------------------------------------------------
+
+
+async def test_sdk_update_queue_sync_and_aio(server):
+    import spanq
+    import spanq.aio
+
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("tasks", payload_type="STRING")
+        await client.create_queue("graveyard", payload_type="STRING")
+        got = await client.update_queue("tasks", lease_duration=30, max_delivery_attempts=2,
+                                        dead_letter_queue="graveyard", disable_delivery=True)
+        assert (got.lease_duration, got.max_delivery_attempts, got.dead_letter_queue) == (
+            timedelta(seconds=30), 2, "graveyard")
+        assert (got.disable_send, got.disable_delivery) == (False, True)
+        assert (await client.stats("tasks")).disable_delivery
+        with pytest.raises(spanq.InvalidArgument, match="go together"):
+            await client.update_queue("tasks", dead_letter_queue=None)
+        assert (await client.get_queue("tasks")).dead_letter_queue == "graveyard"
+
+    def blocking() -> spanq.Queue:
+        with spanq.Client(server.target) as sync_client:
+            sync_client.update_queue("tasks", disable_send=True)
+            with pytest.raises(spanq.FailedPrecondition, match="sending disabled"):
+                sync_client.send("tasks", "refused", key="k")
+            return sync_client.update_queue("tasks", disable_send=False, disable_delivery=False,
+                                            max_delivery_attempts=None, dead_letter_queue=None)
+
+    import asyncio
+    back = await asyncio.to_thread(blocking)
+    assert (back.disable_send, back.disable_delivery, back.dead_letter_queue) == (False, False, None)
+
+
+async def test_cli_queue_update_pause_and_resume(server):
+    from .test_cli import one_line, spanq_cli
+
+    t = server.target
+    code, _, err = await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "string")
+    assert code == 0, err
+    code, out, err = await spanq_cli(t, "queue", "update", "tasks", "--lease-duration", "45",
+                                     "--max-backoff", "60", "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["lease_duration"], shown["max_backoff"]) == (45.0, 60.0)
+    code, _, err = await spanq_cli(t, "queue", "update", "tasks")
+    assert code == 2 and "at least one setting" in one_line(err)
+    code, _, err = await spanq_cli(t, "queue", "update", "tasks", "--max-delivery-attempts", "3")
+    assert code == 2 and "go together" in one_line(err)
+    code, _, err = await spanq_cli(t, "queue", "update", "ghost", "--lease-duration", "5")
+    assert code == 3
+    code, out, err = await spanq_cli(t, "queue", "pause", "tasks", "--send")
+    assert code == 0 and out.split("\n")[1].split()[-2] == "send", out
+    code, _, err = await spanq_cli(t, "send", "tasks", "x", "--key", "a")
+    assert code == 7 and "sending disabled" in one_line(err)
+    code, out, _ = await spanq_cli(t, "queue", "pause", "tasks")  # both
+    assert code == 0 and "send, delivery" in out
+    code, out, _ = await spanq_cli(t, "stats", "tasks")
+    assert code == 0 and out.split("\n")[1].split()[-2:] == ["send,", "delivery"]
+    code, out, _ = await spanq_cli(t, "queue", "resume", "tasks", "--send", "--json")
+    assert code == 0 and (json.loads(out)["disable_send"], json.loads(out)["disable_delivery"]) == (False, True)
+    code, out, _ = await spanq_cli(t, "queue", "resume", "tasks")
+    assert code == 0 and out.split("\n")[1].split()[-2] == "-"

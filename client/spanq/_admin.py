@@ -37,6 +37,10 @@ class QueueStats:
     """Messages acknowledged per second over the last minute, through the server that answered."""
     dead_letter_queue: str | None
     read_time: datetime | None
+    disable_send: bool = False
+    """Sends are paused (``update_queue(disable_send=...)``)."""
+    disable_delivery: bool = False
+    """Delivery is paused."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +88,7 @@ def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:
         oldest_ready_age=s.oldest_ready_age.ToTimedelta(), send_rate=s.send_rate, ack_rate=s.ack_rate,
         dead_letter_queue=s.dead_letter_queue or None,
         read_time=_codec.timestamp_to_datetime(s.read_time) if s.HasField("read_time") else None,
+        disable_send=s.disable_send, disable_delivery=s.disable_delivery,
     )
 
 

@@ -390,6 +390,7 @@ def stats_response(stats: admin.QueueStats) -> queue_pb2.QueueStats:
     out = queue_pb2.QueueStats(
         name=stats.queue.name, ready=c.ready, scheduled=c.scheduled, leased=c.leased, dead_lettered=c.dead_lettered,
         send_rate=stats.send_rate, ack_rate=stats.ack_rate, dead_letter_queue=stats.queue.dead_letter_queue or "",
+        disable_send=stats.queue.disable_send, disable_delivery=stats.queue.disable_delivery,
     )
     out.oldest_ready_age.FromTimedelta(timedelta(seconds=c.oldest_ready_age))
     codec.set_timestamp(out.read_time, c.read_time)

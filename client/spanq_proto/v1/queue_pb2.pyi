@@ -292,7 +292,7 @@ class GetQueueStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time")
+    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +303,8 @@ class QueueStats(_message.Message):
     ACK_RATE_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTER_QUEUE_FIELD_NUMBER: _ClassVar[int]
     READ_TIME_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_SEND_FIELD_NUMBER: _ClassVar[int]
+    DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     name: str
     ready: int
     scheduled: int
@@ -313,7 +315,9 @@ class QueueStats(_message.Message):
     ack_rate: float
     dead_letter_queue: str
     read_time: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    disable_send: bool
+    disable_delivery: bool
+    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
     __slots__ = ("queue", "page_size", "page_token")
