@@ -252,3 +252,39 @@ async def test_cli_queue_update_pause_and_resume(server):
     assert code == 0 and (json.loads(out)["disable_send"], json.loads(out)["disable_delivery"]) == (False, True)
     code, out, _ = await spanq_cli(t, "queue", "resume", "tasks")
     assert code == 0 and out.split("\n")[1].split()[-2] == "-"
+
+
+# -- the dashboard ---------------------------------------------------------------------------------
+
+from .test_dashboard import LIVE, browser, http_post, open_page, ui  # noqa: E402,F401  (fixtures)
+
+
+async def test_dashboard_pauses_and_resumes_from_the_queue_page(ui, browser):
+    from playwright.async_api import expect
+
+    import spanq.aio
+
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+        page = await open_page(browser, ui.ui_port, "#/queue/work")
+        await expect(page.locator("#paused")).to_have_text("no", timeout=LIVE)
+        await page.click("#pause-delivery")
+        await expect(page.locator("#paused")).to_have_text("delivery", timeout=LIVE)
+        assert (await client.get_queue("work")).disable_delivery
+        await page.click("#pause-send")
+        await expect(page.locator("#paused")).to_have_text("send, delivery", timeout=LIVE)
+        await page.click("#resume-delivery")
+        await expect(page.locator("#paused")).to_have_text("send", timeout=LIVE)
+        got = await client.get_queue("work")
+        assert (got.disable_send, got.disable_delivery) == (True, False)
+    host = f"127.0.0.1:{ui.ui_port}"
+    # Another site's page cannot pause (JSON from this origin only); bad bodies change nothing.
+    assert (await http_post(host, "/api/queues/work/pause", "text/plain", "", '{"disable_send": false}'))[0] == 400
+    foreign = await http_post(host, "/api/queues/work/pause", "application/json", "http://evil.example",
+                              '{"disable_send": false}')
+    assert foreign[0] == 403
+    for body in ('{}', '{"disable_send": "no"}', '{"disable_send": false, "colour": 1}'):
+        status, answer = await http_post(host, "/api/queues/work/pause", "application/json", f"http://{host}", body)
+        assert status == 400 and "disable_send" in answer, (body, answer)
+    async with spanq.aio.Client(ui.target) as client:
+        assert (await client.get_queue("work")).disable_send
