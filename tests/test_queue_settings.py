@@ -86,6 +86,10 @@ async def test_a_dead_letter_queue_named_later_takes_the_next_failed_message(stu
      grpc.StatusCode.INVALID_ARGUMENT, "its own dead-letter queue"),
     (("max_delivery_attempts", "dead_letter_queue"), {"max_delivery_attempts": 5000, "dead_letter_queue": "spare"},
      grpc.StatusCode.INVALID_ARGUMENT, "max_delivery_attempts must be between 1 and 1000"),
+    (("message_retention_duration",), {"message_retention_duration": duration(0.5)},
+     grpc.StatusCode.INVALID_ARGUMENT, "message_retention_duration must be between 1s and 8784h"),
+    (("message_retention_duration",), {"message_retention_duration": duration(400 * 86400)},
+     grpc.StatusCode.INVALID_ARGUMENT, "message_retention_duration must be at most 8784h"),
 ])
 async def test_bad_updates_are_refused_and_change_nothing(stub, sql, paths, fields, code, words):
     before = await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, lease_duration=duration(20))
@@ -177,17 +181,45 @@ async def test_paused_delivery_survives_a_restart(server_config, clock, stub, sq
     assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []
 
 
-async def test_migration_0011_leaves_existing_queues_unpaused(stub, sql, database_url):
+async def test_migration_0011_leaves_existing_queues_unpaused_and_kept(stub, sql, database_url):
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     await send(stub, "tasks", text_message("a", "kept"))
     # The catalog as before migration 0011.
-    sql.execute("ALTER TABLE spanq.queues DROP COLUMN disable_send, DROP COLUMN disable_delivery")
+    sql.execute("ALTER TABLE spanq.queues DROP COLUMN disable_send, DROP COLUMN disable_delivery, "
+                "DROP COLUMN message_retention")
     sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 11")
     async with Store(database_url, min_size=1, max_size=1) as store:
         assert await store.migrate() == [11]
         queue = await store.queue_get("tasks")
         assert queue is not None and (queue.disable_send, queue.disable_delivery) == (False, False)
+        assert queue.message_retention_duration is None
     assert [row[0] for row in sql.execute("SELECT id FROM spanq.receive_tasks(10)").fetchall()] == ["a"]
+
+
+# -- message retention (Spanner's ROW DELETION POLICY) ----------------------------------------------
+
+
+async def test_messages_past_the_retention_are_deleted_leased_or_not_and_counted(server, stub, sql, clock):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    got = await update(stub, "tasks", "message_retention_duration", message_retention_duration=duration(60))
+    assert got.message_retention_duration.ToTimedelta() == timedelta(seconds=60)
+    await send(stub, "tasks", text_message("a", "old, leased"), text_message("b", "old"))
+    [(token,)] = sql.execute("SELECT spanq_lease_token FROM spanq.receive_tasks()").fetchall()
+    clock.advance(timedelta(seconds=61))
+    await send(stub, "tasks", text_message("c", "new"))
+    assert await server.expiry.expire() == 2
+    assert rows(sql, "tasks") == [("c", "new", 0)]
+    assert server.metrics.registry.get_sample_value("spanq_queue_messages_expired_total", {"queue": "tasks"}) == 2
+    # The holder of a deleted message's lease learns it is gone.
+    code, _, _ = await error_of(stub.Ack(queue_pb2.AckRequest(queue="tasks", acks=[
+        queue_pb2.AckMessage(key=key("a"), lease_token=token)])))
+    assert code == grpc.StatusCode.OUT_OF_RANGE
+    # Without a retention nothing expires.
+    cleared = await update(stub, "tasks", "message_retention_duration")
+    assert not cleared.HasField("message_retention_duration")
+    clock.advance(timedelta(days=30))
+    assert await server.expiry.expire() == 0
+    assert rows(sql, "tasks") == [("c", "new", 0)]
 
 
 # -- the SDK and the command line ------------------------------------------------------------------

@@ -101,6 +101,8 @@ class Queue:
     """Sends are refused (FailedPrecondition) while set: a durable pause (``update_queue``)."""
     disable_delivery: bool = False
     """Receives deliver nothing while set; held leases can still be acked and renewed."""
+    message_retention_duration: timedelta | None = None
+    """Unacknowledged messages sent longer ago are deleted, within about a minute (None: kept until acked)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))

@@ -251,6 +251,7 @@ class Client:
         dead_letter_queue: str | None | EllipsisType = ...,
         disable_send: bool | EllipsisType = ...,
         disable_delivery: bool | EllipsisType = ...,
+        message_retention_duration: timedelta | float | None | EllipsisType = ...,
     ) -> Queue:
         """Changes the settings given (and only those) on a live queue, and returns it as stored.
 
@@ -258,13 +259,16 @@ class Client:
         ``update_queue("tasks", disable_delivery=True)`` pauses delivery, ``False`` resumes it. None for a
         duration means the server's default; None for the dead-letter pair removes it. Raises NotFound, or
         InvalidArgument with CreateQueue's checks (nothing changes then). Other servers see the change
-        within 2 s (backoff, dead-lettering and the delivery pause at once)."""
+        within 2 s (backoff, dead-lettering and the delivery pause at once). ``message_retention_duration``
+        deletes unacknowledged messages sent longer ago (None: keep them until acked)."""
         given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff, "max_backoff": max_backoff,
                  "max_delivery_attempts": max_delivery_attempts, "dead_letter_queue": dead_letter_queue,
-                 "disable_send": disable_send, "disable_delivery": disable_delivery}
+                 "disable_send": disable_send, "disable_delivery": disable_delivery,
+                 "message_retention_duration": message_retention_duration}
         changes = {field: value for field, value in given.items() if value is not ...}
         durations: dict[str, Any] = {field: _codec.as_timedelta(changes[field]) for field in
-                     ("lease_duration", "initial_backoff", "max_backoff") if field in changes}
+                     ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration")
+                     if field in changes}
         values: dict[str, Any] = {**changes, **durations}
         wanted = dataclasses.replace(Queue(name=name), **values)
         request = queue_pb2.UpdateQueueRequest(queue=_codec.queue_to_proto(wanted))

@@ -1,5 +1,6 @@
 """The operator's tools on queues: stats, peek, purge and redrive, and a plain read of a
-queue's messages (the rules; the SQL is in queries.sql, run by the store; service.py translates).
+queue's messages (the rules; the SQL is in queries.sql, run by the store; service.py translates);
+and the expiry of messages past their queue's message_retention_duration, in the background.
 
 Redrive moves dead letters back in batches, each one statement in its own
 transaction, so an interrupted redrive (cancelled, the server stopped, the
@@ -23,10 +24,12 @@ from google.protobuf import json_format, struct_pb2
 
 from . import codec, errors
 from .clock import Clock
+from .metrics.counters import Counters
 from .model import Key, PeekedMessage, QueueCounts, QueueDef
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
 from .rates import Rates
 from .store import ALL_SOURCES, PeekFilter, RedriveSource, Store
+from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +42,9 @@ MAX_ATTEMPT_FILTER = 2**31 - 1
 MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
 """Times one batch is tried again when a key was sent to the target while it moved."""
+EXPIRE_INTERVAL = timedelta(minutes=1)
+"""How often each server deletes the messages past their queue's retention: the bound on how late."""
+EXPIRE_BATCH = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,6 +256,62 @@ class Operator:
         raise errors.TransactionAborted(
             f"redrive of {dead.name!r} to {target.name!r} kept meeting keys sent to the target meanwhile; "
             "nothing of the last batch moved: run it again")
+
+
+class Expiry:
+    """Deletes unacknowledged messages older than their queue's message_retention_duration
+    (Spanner's ROW DELETION POLICY) every EXPIRE_INTERVAL, on every server: batches of
+    EXPIRE_BATCH rows, each its own short transaction that skips rows another holds, so
+    servers share the work and no send or ack waits behind it. Counted per queue by the
+    server that deleted (spanq_queue_messages_expired)."""
+
+    def __init__(self, catalog: Catalog, store: Store, clock: Clock, metrics: Counters) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._task = BackgroundTask("message-expiry", self._forever)
+
+    async def expire(self) -> int:
+        """One pass over every queue with a retention; how many messages it deleted."""
+        total = 0
+        token = ""
+        while True:
+            found, token = await self._catalog.list(MAX_PAGE_SIZE, token)
+            for queue in found:
+                if queue.message_retention_duration is not None:
+                    total += await self._expire(queue, queue.message_retention_duration)
+            if not token:
+                return total
+
+    async def _expire(self, queue: QueueDef, retention: timedelta) -> int:
+        total = 0
+        while True:
+            try:
+                deleted = await self._store.messages_expire(queue, retention, self._clock.now(), EXPIRE_BATCH)
+            except errors.QueueNotFound:
+                return total  # dropped meanwhile
+            if deleted:
+                self._metrics.expired(queue.name, deleted)
+                logger.info("queue %s: deleted %d message(s) sent more than %s ago (message_retention_duration)",
+                            queue.name, deleted, retention)
+            total += deleted
+            if deleted < EXPIRE_BATCH:
+                return total
+
+    def start(self) -> None:
+        self._task.start()
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def _forever(self) -> None:
+        while True:
+            try:
+                await self.expire()
+            except errors.QueueError as exc:
+                logger.warning("message expiry failed (%s); will retry", exc)
+            await asyncio.sleep(EXPIRE_INTERVAL.total_seconds())
 
 
 def _key_from_json(queue: QueueDef, key: Any) -> Key:

@@ -463,10 +463,12 @@ def queue_drop(name: str, yes: bool, **kwargs: Any) -> None:
 @click.option("--max-delivery-attempts", type=click.IntRange(min=1), help="with --dead-letter-queue")
 @click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
 @click.option("--no-dead-letter-queue", is_flag=True, help="stop dead-lettering (messages stay and are retried)")
+@click.option("--message-retention", type=click.FloatRange(min=0),
+              help="seconds: delete unacknowledged messages sent longer ago (0: keep them until acked)")
 @connection_options
 def queue_update(name: str, lease_duration: float | None, initial_backoff: float | None, max_backoff: float | None,
                  max_delivery_attempts: int | None, dead_letter_queue: str | None, no_dead_letter_queue: bool,
-                 **kwargs: Any) -> None:
+                 message_retention: float | None, **kwargs: Any) -> None:
     """Change queue NAME's settings given here (the others stay), with create's checks.
 
     Backoff and dead-lettering apply at once on every server; the default lease to streams
@@ -476,6 +478,8 @@ def queue_update(name: str, lease_duration: float | None, initial_backoff: float
                              "max_backoff": max_backoff, "max_delivery_attempts": max_delivery_attempts,
                              "dead_letter_queue": dead_letter_queue}
     changes = {field: value for field, value in given.items() if value is not None}
+    if message_retention is not None:
+        changes["message_retention_duration"] = message_retention or None
     if no_dead_letter_queue:
         if max_delivery_attempts is not None or dead_letter_queue is not None:
             raise click.UsageError("--no-dead-letter-queue goes without --dead-letter-queue and --max-delivery-attempts")
@@ -489,7 +493,7 @@ def queue_update(name: str, lease_duration: float | None, initial_backoff: float
 def _pausing(name: str, send: bool, delivery: bool, paused: bool, kwargs: dict[str, Any]) -> None:
     conn = _connection(kwargs)
     both = not send and not delivery
-    changes = {f: paused for f, on in (("disable_send", send or both), ("disable_delivery", delivery or both)) if on}
+    changes: dict[str, Any] = {f: paused for f, on in (("disable_send", send or both), ("disable_delivery", delivery or both)) if on}
     with talking(conn) as client:
         _show_queue(conn, client.update_queue(name, **changes))
 

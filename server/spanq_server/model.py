@@ -52,6 +52,8 @@ class QueueDef:
     """Sends are refused (FAILED_PRECONDITION); Spanner's queue option of that name."""
     disable_delivery: bool = False
     """Receives lease nothing; acks and renewals of held leases still work."""
+    message_retention_duration: timedelta | None = None
+    """Unacknowledged messages sent longer ago are deleted in the background (None: kept)."""
 
 
 class OutgoingMessage(NamedTuple):

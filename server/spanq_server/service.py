@@ -446,7 +446,14 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         dead_letter_queue=q.dead_letter_queue or None,
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
+        message_retention_duration=_retention(q),
     )
+
+
+def _retention(q: queue_pb2.Queue) -> timedelta | None:
+    """Unset or 0: none (messages kept until acked)."""
+    return codec.duration_from_proto(q.message_retention_duration, "message_retention_duration", default=None,
+                                     minimum=queues.MIN_RETENTION, maximum=queues.MAX_RETENTION)
 
 
 def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
@@ -464,6 +471,7 @@ def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
         "dead_letter_queue": lambda: q.dead_letter_queue or None,
         "disable_send": lambda: q.disable_send,
         "disable_delivery": lambda: q.disable_delivery,
+        "message_retention_duration": lambda: _retention(q),
     }
     changes: dict[str, Any] = {}
     for path in request.update_mask.paths:
@@ -494,6 +502,8 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
     )
+    if q.message_retention_duration is not None:
+        out.message_retention_duration.CopyFrom(codec.duration(q.message_retention_duration))
     if q.create_time is not None:
         out.create_time.CopyFrom(codec.timestamp(q.create_time))
     return out

@@ -312,7 +312,7 @@ class Dashboard:
         return Response(content_type="application/x-ndjson", stream=lines())
 
 
-def _pausing(name: str, changes: dict[str, bool]) -> queue_pb2.UpdateQueueRequest:
+def _pausing(name: str, changes: dict[str, Any]) -> queue_pb2.UpdateQueueRequest:
     request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=name, **changes))
     request.update_mask.paths.extend(changes)
     return request

@@ -32,7 +32,7 @@ SELECT count(*) FROM spanq.queues
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery
+       disable_send, disable_delivery, message_retention
 FROM spanq.queues
 WHERE name = %(name)s
 
@@ -40,7 +40,7 @@ WHERE name = %(name)s
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery
+       disable_send, disable_delivery, message_retention
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -50,10 +50,12 @@ LIMIT %(limit)s
 -- Adds a queue to the catalog; its table and functions are created in the same transaction.
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
-                          max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery)
+                          max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
+                          message_retention)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
-        %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s)
+        %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
+        %(message_retention)s)
 RETURNING create_time
 
 -- queue_update --
@@ -64,7 +66,7 @@ RETURNING create_time
 UPDATE spanq.queues SET lease_duration = %(lease_duration)s, initial_backoff = %(initial_backoff)s,
        max_backoff = %(max_backoff)s, max_delivery_attempts = %(max_delivery_attempts)s,
        dead_letter_queue = %(dead_letter_queue)s, disable_send = %(disable_send)s,
-       disable_delivery = %(disable_delivery)s
+       disable_delivery = %(disable_delivery)s, message_retention = %(message_retention)s
 WHERE name = %(name)s AND create_time = %(create_time)s
 RETURNING create_time, CASE WHEN NOT disable_delivery THEN pg_notify('spanq_wakeup', name) END
 
@@ -842,6 +844,19 @@ LIMIT %(limit)s
 -- before sent_before.
 DELETE FROM {queue} AS m
 WHERE %(sent_before)s::timestamptz IS NULL OR m.spanq_enqueue_time < %(sent_before)s::timestamptz
+
+-- message_expire --
+-- Deletes up to batch_size unacknowledged messages sent longer ago than the
+-- queue's message_retention (leased or not), by row address: small batches and
+-- SKIP LOCKED, so expiry never waits for a row a sender, acker or another
+-- server's expiry holds, nor holds many itself. Scans the table (no index on
+-- enqueue time) until it has a batch.
+DELETE FROM {queue}
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {queue}
+    WHERE spanq_enqueue_time < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(retention)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED))
 
 -- message_redrive --
 -- One batch of a Redrive, in one statement: deletes up to `limit` messages

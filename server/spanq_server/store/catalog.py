@@ -312,13 +312,15 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
         "dead_letter_queue": queue.dead_letter_queue,
         "disable_send": queue.disable_send,
         "disable_delivery": queue.disable_delivery,
+        "message_retention": queue.message_retention_duration,
         "create_time": queue.create_time,
     }
 
 
 def _queue_from_row(row: Sequence[Any]) -> QueueDef:
     (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
-     max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery) = row
+     max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery,
+     message_retention) = row
     return QueueDef(
         name=name,
         key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
@@ -333,4 +335,5 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         create_time=create_time,
         disable_send=disable_send,
         disable_delivery=disable_delivery,
+        message_retention_duration=message_retention,
     )

@@ -1,7 +1,7 @@
 """The operator's reads and bulk moves over the queue tables: stats and gauges,
 peek, purge, redrive (admin.py, metrics/endpoint.py)."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from psycopg import sql
@@ -78,6 +78,15 @@ class OperatorQueries(Database):
         async with self._transaction(queue.name) as conn:
             cur = await conn.execute(query("message_purge", queue=QueueStatements(queue).table),
                                      {"sent_before": sent_before})
+            return cur.rowcount
+
+    async def messages_expire(self, queue: QueueDef, retention: timedelta, now: datetime | None,
+                              batch_size: int) -> int:
+        """Deletes up to batch_size messages sent longer than ``retention`` ago, in one short
+        transaction; how many."""
+        async with self._transaction(queue.name) as conn:
+            cur = await conn.execute(query("message_expire", queue=QueueStatements(queue).table),
+                                     {"retention": retention, "now": now, "batch_size": batch_size})
             return cur.rowcount
 
     async def message_delete(self, queue: QueueDef, key: Key) -> int:
