@@ -262,10 +262,12 @@ async def test_cli_queue_update_pause_and_resume(server):
     code, _, err = await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "string")
     assert code == 0, err
     code, out, err = await spanq_cli(t, "queue", "update", "tasks", "--lease-duration", "45",
-                                     "--max-backoff", "60", "--json")
+                                     "--max-backoff", "60", "--message-retention", "3600", "--json")
     assert code == 0, err
     shown = json.loads(out)
-    assert (shown["lease_duration"], shown["max_backoff"]) == (45.0, 60.0)
+    assert (shown["lease_duration"], shown["max_backoff"], shown["message_retention_duration"]) == (45.0, 60.0, 3600.0)
+    code, out, err = await spanq_cli(t, "queue", "update", "tasks", "--message-retention", "0", "--json")
+    assert code == 0 and json.loads(out)["message_retention_duration"] is None, err
     code, _, err = await spanq_cli(t, "queue", "update", "tasks")
     assert code == 2 and "at least one setting" in one_line(err)
     code, _, err = await spanq_cli(t, "queue", "update", "tasks", "--max-delivery-attempts", "3")
