@@ -161,6 +161,44 @@ async def test_paused_delivery_keeps_streams_open_and_held_leases_settle(stub, s
         assert (plain(resumed.key), resumed.payload) == (["new"], value("sent while paused"))
 
 
+async def test_another_server_sees_an_update_within_the_cache_bound(server_config, clock, stub, sql, waiting):
+    """Delivery pauses at the update's commit everywhere (the receive function holds it) and
+    resumes promptly (the notification wakes the other server's streams); the send pause
+    reaches the other server when its cached definition is read again (queues.CACHE_SECONDS)."""
+    from spanq_proto.v1 import queue_pb2_grpc
+    from spanq_server.server import start
+
+    from .helpers import until
+
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    other_server = await start(server_config, clock=clock)
+    try:
+        async with grpc.aio.insecure_channel(other_server.target) as channel:
+            other = queue_pb2_grpc.QueueServiceStub(channel)
+            await send(other, "tasks", text_message("a", "sent through the other server"))  # caches the queue there
+            async with open_stream(other, "tasks") as stream:
+                assert plain((await stream.next()).key) == ["a"]
+                await update(stub, "tasks", "disable_delivery", "disable_send", disable_delivery=True,
+                             disable_send=True)
+                waiting.clear()
+                sql.execute("INSERT INTO tasks (id, payload) VALUES ('b', 'by SQL')")  # notifies the other server
+                await streams_idle(waiting, "tasks")
+                assert stream.pending() == 0
+                await update(stub, "tasks", "disable_delivery", disable_delivery=False)
+                assert plain((await stream.next()).key) == ["b"]
+
+            async def refused() -> bool:
+                try:
+                    await send(other, "tasks", text_message("c", "maybe"))
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code() == grpc.StatusCode.FAILED_PRECONDITION
+                return False
+
+            await until(refused, "the other server refusing sends", timeout=10)
+    finally:
+        await other_server.stop(0)
+
+
 async def test_paused_delivery_survives_a_restart(server_config, clock, stub, sql):
     from spanq_server.server import start
 
