@@ -56,6 +56,10 @@ class PeekedMessage:
     lease_expiration_time: datetime | None
     dead_letter: DeadLetter | None = None
     """Set on a message of a dead-letter queue."""
+    ack_time: datetime | None = None
+    """Set on an archived message (``peek(archived=True)``; state ACKED): when it was acked."""
+    ack_request_id: str | None = None
+    """The request_id of the Ack or Commit that acked an archived message."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +108,8 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             lease_expiration_time=(_codec.timestamp_to_datetime(m.lease_expiration_time)
                                    if m.HasField("lease_expiration_time") else None),
             dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
+            ack_time=_codec.timestamp_to_datetime(m.ack_time) if m.HasField("ack_time") else None,
+            ack_request_id=m.ack_request_id or None,
         )
         for m in page.messages
     ], page.next_page_token)

@@ -49,7 +49,8 @@ def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
         disable_send=queue.disable_send,
         disable_delivery=queue.disable_delivery,
     )
-    for field in ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration"):
+    for field in ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
+                  "archive_duration"):
         value = getattr(queue, field)
         if value is not None:
             getattr(out, field).CopyFrom(duration(value))
@@ -72,6 +73,7 @@ def queue_from_proto(q: queue_pb2.Queue) -> Queue:
         disable_delivery=q.disable_delivery,
         message_retention_duration=(q.message_retention_duration.ToTimedelta()
                                     if q.HasField("message_retention_duration") else None),
+        archive_duration=q.archive_duration.ToTimedelta() if q.HasField("archive_duration") else None,
     )
 
 

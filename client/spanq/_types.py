@@ -103,6 +103,8 @@ class Queue:
     """Receives deliver nothing while set; held leases can still be acked and renewed."""
     message_retention_duration: timedelta | None = None
     """Unacknowledged messages sent longer ago are deleted, within about a minute (None: kept until acked)."""
+    archive_duration: timedelta | None = None
+    """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))

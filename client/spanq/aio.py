@@ -252,6 +252,7 @@ class Client:
         disable_send: bool | EllipsisType = ...,
         disable_delivery: bool | EllipsisType = ...,
         message_retention_duration: timedelta | float | None | EllipsisType = ...,
+        archive_duration: timedelta | float | None | EllipsisType = ...,
     ) -> Queue:
         """Changes the settings given (and only those) on a live queue, and returns it as stored.
 
@@ -260,14 +261,16 @@ class Client:
         duration means the server's default; None for the dead-letter pair removes it. Raises NotFound, or
         InvalidArgument with CreateQueue's checks (nothing changes then). Other servers see the change
         within 2 s (backoff, dead-lettering and the delivery pause at once). ``message_retention_duration``
-        deletes unacknowledged messages sent longer ago (None: keep them until acked)."""
+        deletes unacknowledged messages sent longer ago (None: keep them until acked); ``archive_duration``
+        keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes)."""
         given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff, "max_backoff": max_backoff,
                  "max_delivery_attempts": max_delivery_attempts, "dead_letter_queue": dead_letter_queue,
                  "disable_send": disable_send, "disable_delivery": disable_delivery,
-                 "message_retention_duration": message_retention_duration}
+                 "message_retention_duration": message_retention_duration, "archive_duration": archive_duration}
         changes = {field: value for field, value in given.items() if value is not ...}
         durations: dict[str, Any] = {field: _codec.as_timedelta(changes[field]) for field in
-                     ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration")
+                     ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
+                      "archive_duration")
                      if field in changes}
         values: dict[str, Any] = {**changes, **durations}
         wanted = dataclasses.replace(Queue(name=name), **values)
@@ -601,12 +604,14 @@ class Client:
                                   self._retry, what=f"stats of queue {queue}", sleep=self._sleep)
         return _admin.stats_from_proto(found)
 
-    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> PeekPage:
+    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "", archived: bool = False
+                   ) -> PeekPage:
         """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
-        ``select``. Pass the page's ``next_page_token`` for the next one."""
+        ``select``. Pass the page's ``next_page_token`` for the next one. ``archived``: the queue's archive
+        (acked messages, with ``ack_time`` and ``ack_request_id``) in ack order."""
         schema = await self._schema(queue)
         stub = self._stub()
-        request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
+        request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token, archived=archived)
         page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
                                  what=f"peek at queue {queue}", sleep=self._sleep)
         return _admin.peek_page_from_proto(schema, page)

@@ -96,12 +96,13 @@ class Operator:
             None, queue, key_equals=key_equals, deliver_time_bounds=deliver_time_bounds, order_by=order_by,
             descending=descending, limit=limit, now=self._clock.now())
 
-    async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter()
-                   ) -> tuple[QueueDef, list[PeekedMessage], str]:
-        """A page of messages in delivery order; ``where`` (the dashboard's search) keeps some."""
+    async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter(), *,
+                   archived: bool = False) -> tuple[QueueDef, list[PeekedMessage], str]:
+        """A page of messages in delivery order (``archived``: of the archive, in ack order);
+        ``where`` (the dashboard's search) keeps some."""
         if not 0 <= page_size <= MAX_PAGE_SIZE:
             raise errors.InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
-        if where.state not in (None, *PEEK_STATES):
+        if where.state not in (None, *PEEK_STATES, *(("ACKED",) if archived else ())):
             raise errors.InvalidArgument(f"state must be one of {', '.join(PEEK_STATES)}, got {where.state!r}")
         if where.min_attempt is not None and not 0 <= where.min_attempt <= MAX_ATTEMPT_FILTER:
             raise errors.InvalidArgument(f"the attempt filter must be between 0 and {MAX_ATTEMPT_FILTER:,}, "
@@ -113,7 +114,7 @@ class Operator:
         queue = await self._catalog.get(name)
         size = page_size or DEFAULT_PAGE_SIZE
         found = await self._store.messages_peek(queue, _decode_peek_token(queue, page_token), size + 1,
-                                                self._clock.now(), where)
+                                                self._clock.now(), where, archived=archived)
         more = len(found) > size
         found = found[:size]
         return queue, found, (_encode_peek_token(queue, found[-1]) if more else "")
@@ -263,7 +264,8 @@ class Expiry:
     (Spanner's ROW DELETION POLICY) every EXPIRE_INTERVAL, on every server: batches of
     EXPIRE_BATCH rows, each its own short transaction that skips rows another holds, so
     servers share the work and no send or ack waits behind it. Counted per queue by the
-    server that deleted (spanq_queue_messages_expired)."""
+    server that deleted (spanq_queue_messages_expired). Prunes each queue's archive alike,
+    of what was acked longer than its archive_duration ago (everything, without one)."""
 
     def __init__(self, catalog: Catalog, store: Store, clock: Clock, metrics: Counters) -> None:
         self._catalog = catalog
@@ -272,26 +274,29 @@ class Expiry:
         self._metrics = metrics
         self._task = BackgroundTask("message-expiry", self._forever)
 
-    async def expire(self) -> int:
-        """One pass over every queue with a retention; how many messages it deleted."""
-        total = 0
+    async def expire(self) -> tuple[int, int]:
+        """One pass over every queue: how many messages it deleted, and how many archived
+        messages it forgot."""
+        expired = pruned = 0
         token = ""
         while True:
             found, token = await self._catalog.list(MAX_PAGE_SIZE, token)
             for queue in found:
                 if queue.message_retention_duration is not None:
-                    total += await self._expire(queue, queue.message_retention_duration)
+                    expired += await self._batches(queue, queue.message_retention_duration, archive=False)
+                pruned += await self._batches(queue, queue.archive_duration or timedelta(0), archive=True)
             if not token:
-                return total
+                return expired, pruned
 
-    async def _expire(self, queue: QueueDef, retention: timedelta) -> int:
+    async def _batches(self, queue: QueueDef, retention: timedelta, *, archive: bool) -> int:
+        run = self._store.archive_prune if archive else self._store.messages_expire
         total = 0
         while True:
             try:
-                deleted = await self._store.messages_expire(queue, retention, self._clock.now(), EXPIRE_BATCH)
+                deleted = await run(queue, retention, self._clock.now(), EXPIRE_BATCH)
             except errors.QueueNotFound:
                 return total  # dropped meanwhile
-            if deleted:
+            if deleted and not archive:
                 self._metrics.expired(queue.name, deleted)
                 logger.info("queue %s: deleted %d message(s) sent more than %s ago (message_retention_duration)",
                             queue.name, deleted, retention)
@@ -311,6 +316,8 @@ class Expiry:
                 await self.expire()
             except errors.QueueError as exc:
                 logger.warning("message expiry failed (%s); will retry", exc)
+            except Exception:  # a bug must not end expiry for good, nor fail the server's stop
+                logger.exception("message expiry failed; will retry")
             await asyncio.sleep(EXPIRE_INTERVAL.total_seconds())
 
 
@@ -327,7 +334,8 @@ def _key_from_json(queue: QueueDef, key: Any) -> Key:
 
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
     key = json_format.MessageToDict(codec.key_to_proto(queue, last.key))
-    data = json.dumps({"t": last.deliver_time.isoformat(), "k": key}, separators=(",", ":"))
+    at = last.ack_time or last.deliver_time  # an archive's page goes in ack order
+    data = json.dumps({"t": at.isoformat(), "k": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(data.encode()).decode()
 
 

@@ -465,10 +465,12 @@ def queue_drop(name: str, yes: bool, **kwargs: Any) -> None:
 @click.option("--no-dead-letter-queue", is_flag=True, help="stop dead-lettering (messages stay and are retried)")
 @click.option("--message-retention", type=click.FloatRange(min=0),
               help="seconds: delete unacknowledged messages sent longer ago (0: keep them until acked)")
+@click.option("--archive", type=click.FloatRange(min=0),
+              help="seconds: keep acked messages this long in the archive, for peek --archived (0: an ack deletes)")
 @connection_options
 def queue_update(name: str, lease_duration: float | None, initial_backoff: float | None, max_backoff: float | None,
                  max_delivery_attempts: int | None, dead_letter_queue: str | None, no_dead_letter_queue: bool,
-                 message_retention: float | None, **kwargs: Any) -> None:
+                 message_retention: float | None, archive: float | None, **kwargs: Any) -> None:
     """Change queue NAME's settings given here (the others stay), with create's checks.
 
     Backoff and dead-lettering apply at once on every server; the default lease to streams
@@ -480,6 +482,8 @@ def queue_update(name: str, lease_duration: float | None, initial_backoff: float
     changes = {field: value for field, value in given.items() if value is not None}
     if message_retention is not None:
         changes["message_retention_duration"] = message_retention or None
+    if archive is not None:
+        changes["archive_duration"] = archive or None
     if no_dead_letter_queue:
         if max_delivery_attempts is not None or dead_letter_queue is not None:
             raise click.UsageError("--no-dead-letter-queue goes without --dead-letter-queue and --max-delivery-attempts")
@@ -544,21 +548,27 @@ def stats(queue: str | None, **kwargs: Any) -> None:
 @click.argument("queue")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True,
               help="at most this many messages")
+@click.option("--archived", is_flag=True, help="the acked messages the queue's archive keeps, in ack order")
 @connection_options
-def peek(queue: str, limit: int, **kwargs: Any) -> None:
-    """Show QUEUE's messages in delivery order, without leasing them."""
+def peek(queue: str, limit: int, archived: bool, **kwargs: Any) -> None:
+    """Show QUEUE's messages in delivery order, without leasing them (or its archive's)."""
     conn = _connection(kwargs)
     found: list[spanq.PeekedMessage] = []
     with talking(conn) as client:
         token = ""
         while len(found) < limit:
-            page = client.peek(queue, page_size=min(limit - len(found), 1000), page_token=token)
+            page = client.peek(queue, page_size=min(limit - len(found), 1000), page_token=token, archived=archived)
             found.extend(page.messages)
             token = page.next_page_token
             if not token:
                 break
     if conn.json:
         _json([dataclasses.asdict(m) for m in found])
+        return
+    if archived:
+        _table(["KEY", "ACKED", "BY REQUEST", "ATTEMPTS", "SENT", "PAYLOAD"],
+               [[_shown_key(m.key), _shown_time(m.ack_time), m.ack_request_id or "-", m.delivery_attempt,
+                 _shown_time(m.enqueue_time), _shown_payload(m.payload)] for m in found])
         return
     _table(["KEY", "STATE", "ATTEMPTS", "DELIVER TIME", "SENT", "PAYLOAD"],
            [[_shown_key(m.key), m.state, m.delivery_attempt, _shown_time(m.deliver_time), _shown_time(m.enqueue_time),

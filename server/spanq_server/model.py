@@ -54,6 +54,8 @@ class QueueDef:
     """Receives lease nothing; acks and renewals of held leases still work."""
     message_retention_duration: timedelta | None = None
     """Unacknowledged messages sent longer ago are deleted in the background (None: kept)."""
+    archive_duration: timedelta | None = None
+    """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
 
 
 class OutgoingMessage(NamedTuple):
@@ -183,6 +185,9 @@ class PeekedMessage(NamedTuple):
     enqueue_time: datetime
     ready: bool
     dead_letter: "DeadLetterHistory | None" = None
+    ack_time: datetime | None = None
+    """Set on an archived message (a Peek of the archive), with the request that acked it."""
+    ack_request_id: str | None = None
 
 
 class DeadLetterHistory(NamedTuple):

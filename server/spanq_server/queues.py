@@ -41,7 +41,7 @@ CACHE_SECONDS = 2.0
 server may drop and re-create a queue, or update it: the bound of UpdateQueue
 for what servers read from their cache)."""
 UPDATABLE = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
-             "disable_send", "disable_delivery", "message_retention_duration")
+             "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
 """The settings UpdateQueue may change (QueueDef's fields; spanq.v1 Queue's alike)."""
 FIXED = ("name", "key_columns", "payload_type", "parent_table", "create_time")
 """What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
@@ -107,10 +107,10 @@ def validate(queue: QueueDef) -> QueueDef:
         raise errors.InvalidArgument("max_delivery_attempts and dead_letter_queue go together: set both or neither")
     if queue.max_delivery_attempts is not None and not 1 <= queue.max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS:
         raise errors.InvalidArgument(f"max_delivery_attempts must be between 1 and {MAX_DELIVERY_ATTEMPTS}")
-    retention = queue.message_retention_duration
-    if retention is not None and not MIN_RETENTION <= retention <= MAX_RETENTION:
-        raise errors.InvalidArgument("message_retention_duration must be between 1s and 366 days (0: keep messages "
-                                     "until acked)")
+    for what, retention in (("message_retention_duration", queue.message_retention_duration),
+                            ("archive_duration", queue.archive_duration)):
+        if retention is not None and not MIN_RETENTION <= retention <= MAX_RETENTION:
+            raise errors.InvalidArgument(f"{what} must be between 1s and 366 days (0: none)")
     if queue.dead_letter_queue is not None:
         check_name(queue.dead_letter_queue, "dead_letter_queue", MAX_QUEUE_NAME)
         if queue.dead_letter_queue == queue.name:

@@ -180,7 +180,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     @translate_errors
     async def Peek(self, request: queue_pb2.PeekRequest, context: Any) -> queue_pb2.PeekResponse:
-        queue, found, token = await self._operator.peek(request.queue, request.page_size, request.page_token)
+        queue, found, token = await self._operator.peek(request.queue, request.page_size, request.page_token,
+                                                        archived=request.archived)
         return peek_response(queue, found, token)
 
     @translate_errors
@@ -398,6 +399,8 @@ def stats_response(stats: admin.QueueStats) -> queue_pb2.QueueStats:
 
 
 def peeked_state(m: PeekedMessage) -> "queue_pb2.PeekedMessage.State":
+    if m.ack_time is not None:
+        return queue_pb2.PeekedMessage.ACKED
     if m.leased:
         return queue_pb2.PeekedMessage.LEASED
     return queue_pb2.PeekedMessage.READY if m.ready else queue_pb2.PeekedMessage.SCHEDULED
@@ -417,6 +420,9 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
             codec.set_timestamp(r.lease_expiration_time, m.lease_expiration_time)
         if m.dead_letter is not None:
             write_dead_letter(r.dead_letter, m.dead_letter)
+        if m.ack_time is not None:
+            codec.set_timestamp(r.ack_time, m.ack_time)
+            r.ack_request_id = m.ack_request_id or ""
     return out
 
 
@@ -446,14 +452,15 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         dead_letter_queue=q.dead_letter_queue or None,
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
-        message_retention_duration=_retention(q),
+        message_retention_duration=_retention(q, "message_retention_duration"),
+        archive_duration=_retention(q, "archive_duration"),
     )
 
 
-def _retention(q: queue_pb2.Queue) -> timedelta | None:
-    """Unset or 0: none (messages kept until acked)."""
-    return codec.duration_from_proto(q.message_retention_duration, "message_retention_duration", default=None,
-                                     minimum=queues.MIN_RETENTION, maximum=queues.MAX_RETENTION)
+def _retention(q: queue_pb2.Queue, field: str) -> timedelta | None:
+    """Unset or 0: none (messages kept until acked; an ack deletes)."""
+    return codec.duration_from_proto(getattr(q, field), field, default=None, minimum=queues.MIN_RETENTION,
+                                     maximum=queues.MAX_RETENTION)
 
 
 def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
@@ -471,7 +478,8 @@ def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
         "dead_letter_queue": lambda: q.dead_letter_queue or None,
         "disable_send": lambda: q.disable_send,
         "disable_delivery": lambda: q.disable_delivery,
-        "message_retention_duration": lambda: _retention(q),
+        "message_retention_duration": lambda: _retention(q, "message_retention_duration"),
+        "archive_duration": lambda: _retention(q, "archive_duration"),
     }
     changes: dict[str, Any] = {}
     for path in request.update_mask.paths:
@@ -504,6 +512,8 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
     )
     if q.message_retention_duration is not None:
         out.message_retention_duration.CopyFrom(codec.duration(q.message_retention_duration))
+    if q.archive_duration is not None:
+        out.archive_duration.CopyFrom(codec.duration(q.archive_duration))
     if q.create_time is not None:
         out.create_time.CopyFrom(codec.timestamp(q.create_time))
     return out

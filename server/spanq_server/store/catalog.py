@@ -46,7 +46,7 @@ class CatalogTables(Database):
             cur = await conn.execute(query("migration_applied_list"))
             applied = {row[0] for row in await cur.fetchall()}
             done = []
-            recreate = columns = False
+            recreate = columns = archives = False
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
@@ -56,11 +56,15 @@ class CatalogTables(Database):
                 done.append(migration.version)
                 recreate |= migration.recreates_queue_functions
                 columns |= migration.adds_history_columns
+                archives |= migration.adds_archives
             # Once, after the last migration: the current definitions need the current catalog
             # (and the functions the columns).
-            if columns:
+            if columns or archives:
                 for queue in await _fetch_queues(conn):
-                    await conn.execute(QueueStatements(queue).history_columns_ddl())
+                    if columns:
+                        await conn.execute(QueueStatements(queue).history_columns_ddl())
+                    if archives:
+                        await conn.execute(QueueStatements(queue).archive_ddl())
             if recreate:
                 await self._recreate_queue_functions(conn)
             return done
@@ -152,6 +156,7 @@ class CatalogTables(Database):
             ) from exc
         await conn.execute(names.token_index_ddl())
         await conn.execute(names.history_columns_ddl())
+        await conn.execute(names.archive_ddl())
         await conn.execute(names.receive_function_ddl())
         await conn.execute(names.renew_function_ddl())
         return dataclasses.replace(queue, create_time=row[0])
@@ -214,6 +219,7 @@ class CatalogTables(Database):
                             queue=names.table,
                             receive_function=names.receive_function,
                             renew_function=names.renew_function,
+                            archive=names.archive,
                         )
                     )
                 except pg_errors.DependentObjectsStillExist as exc:  # a table of the application's references it
@@ -313,6 +319,7 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
         "disable_send": queue.disable_send,
         "disable_delivery": queue.disable_delivery,
         "message_retention": queue.message_retention_duration,
+        "archive_duration": queue.archive_duration,
         "create_time": queue.create_time,
     }
 
@@ -320,7 +327,7 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
 def _queue_from_row(row: Sequence[Any]) -> QueueDef:
     (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
      max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery,
-     message_retention) = row
+     message_retention, archive_duration) = row
     return QueueDef(
         name=name,
         key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
@@ -336,4 +343,5 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         disable_send=disable_send,
         disable_delivery=disable_delivery,
         message_retention_duration=message_retention,
+        archive_duration=archive_duration,
     )

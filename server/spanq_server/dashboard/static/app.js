@@ -227,7 +227,7 @@ async function queuePage(page, name, state) {
     ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
-    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
+    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
     ["Paused", el("span", {id: "paused"}, [q.disable_send && "send", q.disable_delivery && "delivery"].filter(Boolean).join(", ") || "no")]];
   // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
   // where it failed, after how many attempts, and why.

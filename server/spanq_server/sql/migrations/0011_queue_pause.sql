@@ -8,4 +8,9 @@ ALTER TABLE spanq.queues
     ADD COLUMN disable_delivery boolean NOT NULL DEFAULT false,
     -- Spanner's ROW DELETION POLICY: unacknowledged messages older than this
     -- (by enqueue time) are deleted in the background. NULL: kept.
-    ADD COLUMN message_retention interval;
+    ADD COLUMN message_retention interval,
+    -- Acked messages are kept this long in the queue's archive, a table
+    -- spanq.archive_<queue> (queue_archive_create), made by the store for each
+    -- existing queue on the marker below. NULL: an ack deletes.
+    ADD COLUMN archive_duration interval;
+-- spanq: add queue archives
