@@ -2,10 +2,10 @@
 
 import base64
 import binascii
+import dataclasses
 import logging
 import re
 import time
-import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
