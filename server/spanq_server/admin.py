@@ -43,7 +43,8 @@ MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
 """Times one batch is tried again when a key was sent to the target while it moved."""
 EXPIRE_INTERVAL = timedelta(minutes=1)
-"""How often each server deletes the messages past their queue's retention: the bound on how late."""
+"""How often each server deletes the messages past their queue's retention (the first time a
+minute after it starts): the bound on how late."""
 EXPIRE_BATCH = 1000
 
 
@@ -312,13 +313,14 @@ class Expiry:
 
     async def _forever(self) -> None:
         while True:
+            # First a wait: a starting server's pool serves its callers first.
+            await asyncio.sleep(EXPIRE_INTERVAL.total_seconds())
             try:
                 await self.expire()
             except errors.QueueError as exc:
                 logger.warning("message expiry failed (%s); will retry", exc)
             except Exception:  # a bug must not end expiry for good, nor fail the server's stop
                 logger.exception("message expiry failed; will retry")
-            await asyncio.sleep(EXPIRE_INTERVAL.total_seconds())
 
 
 def _key_from_json(queue: QueueDef, key: Any) -> Key:
