@@ -10,11 +10,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg import sql as psycopg_sql
+
+from spanq_proto.v1 import queue_pb2
+from spanq_server.queues import CACHE_SECONDS as CATALOG_CACHE_SECONDS
 
 from . import env, sdk_side
 from .baseline import SqlQueue
 from .cpu import Meter, nothing, server_cpu_of
-from .spanq_side import SpanqQueue, cpu_seconds
+from .spanq_side import SpanqQueue, cpu_seconds, duration
 from .stats import CpuFigures, Figure, percentile, ratio
 
 T = TypeVar("T")
@@ -230,6 +234,39 @@ async def cell_drain(ctx: Context) -> list[Row]:
                                        "column repeated from the row above"
                             if sdk else "the installed SDK has no subscriber"))
             ctx.log(f"  drain x{receivers}: spanq {a.median:,.0f}  sql {b.median:,.0f}  sdk {c.median:,.0f}")
+    finally:
+        await _teardown(spanq, sql)
+    return rows
+
+
+async def cell_archive(ctx: Context) -> list[Row]:
+    """What an archive_duration costs the ack path: cell 2's drain (Receive streams + Ack) of
+    one queue with archiving on, then off, in turns; the baseline column is the same queue
+    without an archive (each ack then also inserts the row into spanq.archive_<queue>)."""
+    s = ctx.sizes
+    spanq, sql = await _setup(ctx, "archive")
+    archive = psycopg_sql.Identifier("spanq", f"archive_{spanq.name}")
+    rows = []
+    try:
+        for receivers in (1, 4):
+            on, off, con, coff = Figure(), Figure(), CpuFigures(), CpuFigures()
+            for _ in range(s.drain_runs):
+                for archived, figure, cpu in ((True, on, con), (False, off, coff)):
+                    request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(
+                        name=spanq.name, archive_duration=duration(3600) if archived else None))
+                    request.update_mask.paths.append("archive_duration")
+                    await spanq.stub.UpdateQueue(request)
+                    await asyncio.sleep(CATALOG_CACHE_SECONDS)  # every server's cached definition says so
+                    await spanq.truncate()
+                    await spanq.sql(psycopg_sql.SQL("TRUNCATE {}").format(archive))
+                    await spanq.preload(s.drain_n)
+                    await spanq.vacuum()
+                    figure.add(await ctx.spanq_run(cpu, spanq.drain(s.drain_n, receivers), lambda _: s.drain_n))
+            plural = "s" if receivers > 1 else ""
+            rows.append(Row("2a archive", f"drain {s.drain_n:,}, {receivers} Receive stream{plural} + Ack, "
+                            "archive_duration set", "msgs/s", on, off, cpu=con, baseline_cpu=coff,
+                            note="baseline column: the same drain of the same queue without an archive, in turns"))
+            ctx.log(f"  drain x{receivers}: archived {on.median:,.0f}  not archived {off.median:,.0f}")
     finally:
         await _teardown(spanq, sql)
     return rows
@@ -678,6 +715,7 @@ async def cell_workers(ctx: Context) -> list[Row]:
 CELLS: dict[str, Callable[[Context], Awaitable[list[Row]]]] = {
     "1": cell_send,
     "2": cell_drain,
+    "2a": cell_archive,
     "3": cell_latency,
     "4": cell_lateness,
     "5": cell_depth,

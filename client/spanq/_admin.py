@@ -37,6 +37,10 @@ class QueueStats:
     """Messages acknowledged per second over the last minute, through the server that answered."""
     dead_letter_queue: str | None
     read_time: datetime | None
+    disable_send: bool = False
+    """Sends are paused (``update_queue(disable_send=...)``)."""
+    disable_delivery: bool = False
+    """Delivery is paused."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +58,10 @@ class PeekedMessage:
     """Set on a message of a dead-letter queue."""
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     priority: int = 0
+    ack_time: datetime | None = None
+    """Set on an archived message (``peek(archived=True)``; state ACKED): when it was acked."""
+    ack_request_id: str | None = None
+    """The request_id of the Ack or Commit that acked an archived message."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +94,7 @@ def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:
         oldest_ready_age=s.oldest_ready_age.ToTimedelta(), send_rate=s.send_rate, ack_rate=s.ack_rate,
         dead_letter_queue=s.dead_letter_queue or None,
         read_time=_codec.timestamp_to_datetime(s.read_time) if s.HasField("read_time") else None,
+        disable_send=s.disable_send, disable_delivery=s.disable_delivery,
     )
 
 
@@ -103,6 +112,8 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
             headers=dict(m.headers),
             priority=m.priority,
+            ack_time=_codec.timestamp_to_datetime(m.ack_time) if m.HasField("ack_time") else None,
+            ack_request_id=m.ack_request_id or None,
         )
         for m in page.messages
     ], page.next_page_token)

@@ -280,6 +280,7 @@ class Client:
 
     create_queue = _direct(aio.Client.create_queue)
     get_queue = _direct(aio.Client.get_queue)
+    update_queue = _direct(aio.Client.update_queue)
     list_queues = _direct(aio.Client.list_queues)
     drop_queue = _direct(aio.Client.drop_queue)
     send = _direct(aio.Client.send)

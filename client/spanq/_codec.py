@@ -46,8 +46,11 @@ def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
         parent_table=queue.parent_table or "",
         max_delivery_attempts=queue.max_delivery_attempts or 0,
         dead_letter_queue=queue.dead_letter_queue or "",
+        disable_send=queue.disable_send,
+        disable_delivery=queue.disable_delivery,
     )
-    for field in ("lease_duration", "initial_backoff", "max_backoff"):
+    for field in ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
+                  "archive_duration"):
         value = getattr(queue, field)
         if value is not None:
             getattr(out, field).CopyFrom(duration(value))
@@ -66,6 +69,11 @@ def queue_from_proto(q: queue_pb2.Queue) -> Queue:
         max_delivery_attempts=q.max_delivery_attempts or None,
         dead_letter_queue=q.dead_letter_queue or None,
         create_time=timestamp_to_datetime(q.create_time) if q.HasField("create_time") else None,
+        disable_send=q.disable_send,
+        disable_delivery=q.disable_delivery,
+        message_retention_duration=(q.message_retention_duration.ToTimedelta()
+                                    if q.HasField("message_retention_duration") else None),
+        archive_duration=q.archive_duration.ToTimedelta() if q.HasField("archive_duration") else None,
     )
 
 

@@ -97,6 +97,14 @@ class Queue:
     """An existing queue with the same key columns and payload type."""
     create_time: datetime | None = None
     """Output only."""
+    disable_send: bool = False
+    """Sends are refused (FailedPrecondition) while set: a durable pause (``update_queue``)."""
+    disable_delivery: bool = False
+    """Receives deliver nothing while set; held leases can still be acked and renewed."""
+    message_retention_duration: timedelta | None = None
+    """Unacknowledged messages sent longer ago are deleted, within about a minute (None: kept until acked)."""
+    archive_duration: timedelta | None = None
+    """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))

@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
+from types import EllipsisType
 from typing import Any
 
 import grpc
@@ -237,6 +239,51 @@ class Client:
         result = _codec.queue_from_proto(created)
         self._schemas[result.name] = result
         return result
+
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        lease_duration: timedelta | float | None | EllipsisType = ...,
+        initial_backoff: timedelta | float | None | EllipsisType = ...,
+        max_backoff: timedelta | float | None | EllipsisType = ...,
+        max_delivery_attempts: int | None | EllipsisType = ...,
+        dead_letter_queue: str | None | EllipsisType = ...,
+        disable_send: bool | EllipsisType = ...,
+        disable_delivery: bool | EllipsisType = ...,
+        message_retention_duration: timedelta | float | None | EllipsisType = ...,
+        archive_duration: timedelta | float | None | EllipsisType = ...,
+    ) -> Queue:
+        """Changes the settings given (and only those) on a live queue, and returns it as stored.
+
+        ``update_queue("tasks", lease_duration=30, max_delivery_attempts=5, dead_letter_queue="tasks_dead")``;
+        ``update_queue("tasks", disable_delivery=True)`` pauses delivery, ``False`` resumes it. None for a
+        duration means the server's default; None for the dead-letter pair removes it. Raises NotFound, or
+        InvalidArgument with CreateQueue's checks (nothing changes then). Other servers see the change
+        within 2 s (backoff, dead-lettering and the delivery pause at once). ``message_retention_duration``
+        deletes unacknowledged messages sent longer ago (None: keep them until acked); ``archive_duration``
+        keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes)."""
+        given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff, "max_backoff": max_backoff,
+                 "max_delivery_attempts": max_delivery_attempts, "dead_letter_queue": dead_letter_queue,
+                 "disable_send": disable_send, "disable_delivery": disable_delivery,
+                 "message_retention_duration": message_retention_duration, "archive_duration": archive_duration}
+        changes = {field: value for field, value in given.items() if value is not ...}
+        durations: dict[str, Any] = {field: _codec.as_timedelta(changes[field]) for field in
+                     ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
+                      "archive_duration")
+                     if field in changes}
+        values: dict[str, Any] = {**changes, **durations}
+        wanted = dataclasses.replace(Queue(name=name), **values)
+        request = queue_pb2.UpdateQueueRequest(queue=_codec.queue_to_proto(wanted))
+        request.update_mask.paths.extend(changes)
+        stub = self._stub()
+        updated = await _retry.call(  # it sets values: a retry after an unknown outcome sets the same
+            lambda t: stub.UpdateQueue(request, timeout=t, metadata=self._metadata), self._retry,
+            what=f"update queue {name}", sleep=self._sleep,
+        )
+        queue = _codec.queue_from_proto(updated)
+        self._schemas[name] = queue
+        return queue
 
     async def get_queue(self, name: str) -> Queue:
         """Returns a queue's definition; raises NotFound if there is none."""
@@ -565,12 +612,14 @@ class Client:
                                   self._retry, what=f"stats of queue {queue}", sleep=self._sleep)
         return _admin.stats_from_proto(found)
 
-    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "") -> PeekPage:
+    async def peek(self, queue: str, *, page_size: int = 0, page_token: str = "", archived: bool = False
+                   ) -> PeekPage:
         """One page of messages in delivery order, read without leasing them (``page_size`` 0: 50); needs
-        ``select``. Pass the page's ``next_page_token`` for the next one."""
+        ``select``. Pass the page's ``next_page_token`` for the next one. ``archived``: the queue's archive
+        (acked messages, with ``ack_time`` and ``ack_request_id``) in ack order."""
         schema = await self._schema(queue)
         stub = self._stub()
-        request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token)
+        request = queue_pb2.PeekRequest(queue=queue, page_size=page_size, page_token=page_token, archived=archived)
         page = await _retry.call(lambda t: stub.Peek(request, timeout=t, metadata=self._metadata), self._retry,
                                  what=f"peek at queue {queue}", sleep=self._sleep)
         return _admin.peek_page_from_proto(schema, page)

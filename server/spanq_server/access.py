@@ -56,6 +56,15 @@ def _create_queue(p: Principal, request: Any) -> None:
     require_parent(p, queue.name, queue.parent_table, "CreateQueue")
 
 
+def _update_queue(p: Principal, request: Any) -> None:
+    """admin on the queue; a new dead_letter_queue as CreateQueue's (send or admin there)."""
+    queue = request.queue
+    p.require("admin", queue.name, "UpdateQueue")
+    target = queue.dead_letter_queue if "dead_letter_queue" in request.update_mask.paths else ""
+    if target and not p.grants.get(target, p.everywhere) & DEAD_LETTER_PRIVILEGES:
+        raise p.denied("send", target, f"UpdateQueue of {queue.name!r}, whose dead letters would go there,")
+
+
 def _commit(p: Principal, request: Any) -> None:
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
@@ -90,6 +99,7 @@ def _redrive(p: Principal, request: Any) -> None:
 
 RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
+    f"{QUEUE_SERVICE}/UpdateQueue": _update_queue,
     f"{QUEUE_SERVICE}/DropQueue": one("admin", "name", "DropQueue"),
     f"{QUEUE_SERVICE}/GetQueue": _get_queue,
     f"{QUEUE_SERVICE}/ListQueues": _list_queues,

@@ -1,5 +1,6 @@
 """The operator's tools on queues: stats, peek, purge and redrive, and a plain read of a
-queue's messages (the rules; the SQL is in queries.sql, run by the store; service.py translates).
+queue's messages (the rules; the SQL is in queries.sql, run by the store; service.py translates);
+and the expiry of messages past their queue's message_retention_duration, in the background.
 
 Redrive moves dead letters back in batches, each one statement in its own
 transaction, so an interrupted redrive (cancelled, the server stopped, the
@@ -23,10 +24,12 @@ from google.protobuf import json_format, struct_pb2
 
 from . import codec, errors
 from .clock import Clock
+from .metrics.counters import Counters
 from .model import Key, PeekedMessage, QueueCounts, QueueDef
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
 from .rates import Rates
 from .store import ALL_SOURCES, PeekFilter, RedriveSource, Store
+from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +42,10 @@ MAX_ATTEMPT_FILTER = 2**31 - 1
 MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
 """Times one batch is tried again when a key was sent to the target while it moved."""
+EXPIRE_INTERVAL = timedelta(minutes=1)
+"""How often each server deletes the messages past their queue's retention (the first time a
+minute after it starts): the bound on how late."""
+EXPIRE_BATCH = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,12 +97,13 @@ class Operator:
             None, queue, key_equals=key_equals, deliver_time_bounds=deliver_time_bounds, order_by=order_by,
             descending=descending, limit=limit, now=self._clock.now())
 
-    async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter()
-                   ) -> tuple[QueueDef, list[PeekedMessage], str]:
-        """A page of messages in delivery order; ``where`` (the dashboard's search) keeps some."""
+    async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter(), *,
+                   archived: bool = False) -> tuple[QueueDef, list[PeekedMessage], str]:
+        """A page of messages in delivery order (``archived``: of the archive, in ack order);
+        ``where`` (the dashboard's search) keeps some."""
         if not 0 <= page_size <= MAX_PAGE_SIZE:
             raise errors.InvalidArgument(f"page_size must be between 0 and {MAX_PAGE_SIZE}, got {page_size}")
-        if where.state not in (None, *PEEK_STATES):
+        if where.state not in (None, *PEEK_STATES, *(("ACKED",) if archived else ())):
             raise errors.InvalidArgument(f"state must be one of {', '.join(PEEK_STATES)}, got {where.state!r}")
         if where.min_attempt is not None and not 0 <= where.min_attempt <= MAX_ATTEMPT_FILTER:
             raise errors.InvalidArgument(f"the attempt filter must be between 0 and {MAX_ATTEMPT_FILTER:,}, "
@@ -107,7 +115,7 @@ class Operator:
         queue = await self._catalog.get(name)
         size = page_size or DEFAULT_PAGE_SIZE
         found = await self._store.messages_peek(queue, _decode_peek_token(queue, page_token), size + 1,
-                                                self._clock.now(), where)
+                                                self._clock.now(), where, archived=archived)
         more = len(found) > size
         found = found[:size]
         return queue, found, (_encode_peek_token(queue, found[-1]) if more else "")
@@ -252,6 +260,69 @@ class Operator:
             "nothing of the last batch moved: run it again")
 
 
+class Expiry:
+    """Deletes unacknowledged messages older than their queue's message_retention_duration
+    (Spanner's ROW DELETION POLICY) every EXPIRE_INTERVAL, on every server: batches of
+    EXPIRE_BATCH rows, each its own short transaction that skips rows another holds, so
+    servers share the work and no send or ack waits behind it. Counted per queue by the
+    server that deleted (spanq_queue_messages_expired). Prunes each queue's archive alike,
+    of what was acked longer than its archive_duration ago (everything, without one)."""
+
+    def __init__(self, catalog: Catalog, store: Store, clock: Clock, metrics: Counters) -> None:
+        self._catalog = catalog
+        self._store = store
+        self._clock = clock
+        self._metrics = metrics
+        self._task = BackgroundTask("message-expiry", self._forever)
+
+    async def expire(self) -> tuple[int, int]:
+        """One pass over every queue: how many messages it deleted, and how many archived
+        messages it forgot."""
+        expired = pruned = 0
+        token = ""
+        while True:
+            found, token = await self._catalog.list(MAX_PAGE_SIZE, token)
+            for queue in found:
+                if queue.message_retention_duration is not None:
+                    expired += await self._batches(queue, queue.message_retention_duration, archive=False)
+                pruned += await self._batches(queue, queue.archive_duration or timedelta(0), archive=True)
+            if not token:
+                return expired, pruned
+
+    async def _batches(self, queue: QueueDef, retention: timedelta, *, archive: bool) -> int:
+        run = self._store.archive_prune if archive else self._store.messages_expire
+        total = 0
+        while True:
+            try:
+                deleted = await run(queue, retention, self._clock.now(), EXPIRE_BATCH)
+            except errors.QueueNotFound:
+                return total  # dropped meanwhile
+            if deleted and not archive:
+                self._metrics.expired(queue.name, deleted)
+                logger.info("queue %s: deleted %d message(s) sent more than %s ago (message_retention_duration)",
+                            queue.name, deleted, retention)
+            total += deleted
+            if deleted < EXPIRE_BATCH:
+                return total
+
+    def start(self) -> None:
+        self._task.start()
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def _forever(self) -> None:
+        while True:
+            # First a wait: a starting server's pool serves its callers first.
+            await asyncio.sleep(EXPIRE_INTERVAL.total_seconds())
+            try:
+                await self.expire()
+            except errors.QueueError as exc:
+                logger.warning("message expiry failed (%s); will retry", exc)
+            except Exception:  # a bug must not end expiry for good, nor fail the server's stop
+                logger.exception("message expiry failed; will retry")
+
+
 def _key_from_json(queue: QueueDef, key: Any) -> Key:
     if not isinstance(key, list):
         raise errors.InvalidArgument(f"`key` must be a list of the key's values (as Peek shows it), got {key!r:.100}")
@@ -265,7 +336,8 @@ def _key_from_json(queue: QueueDef, key: Any) -> Key:
 
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
     key = json_format.MessageToDict(codec.key_to_proto(queue, last.key))
-    data = json.dumps({"t": last.deliver_time.isoformat(), "k": key}, separators=(",", ":"))
+    at = last.ack_time or last.deliver_time  # an archive's page goes in ack order
+    data = json.dumps({"t": at.isoformat(), "k": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(data.encode()).decode()
 
 

@@ -17,7 +17,7 @@ control on queues:
   including a release with lease_duration 0, a Commit's renew_lease);
 - ``ack``: DELETE ON QUEUE (Ack, a Commit's ack, DELETE, the Ack mutation);
 - ``select``: SELECT ON QUEUE (the Spanner front-end's SELECT ... FROM q; GetQueueStats, Peek);
-- ``admin``: queue DDL (CreateQueue, DropQueue, CREATE/DROP QUEUE). A CreateQueue
+- ``admin``: queue DDL (CreateQueue, UpdateQueue, DropQueue, CREATE/DROP QUEUE). A CreateQueue
   naming a ``dead_letter_queue`` also needs ``send`` (or ``admin``) on that queue;
   naming a ``parent_table`` (INTERLEAVE IN PARENT) needs ``admin`` on the parent,
   queue or table.

@@ -193,7 +193,7 @@ class ExactlyOnce:
                 claimed = await self._store.ledger_claim(handle, request.request_id, request.fingerprint,
                                                          self._clock.now())
                 if claimed:
-                    results = await self._mutator.apply_in(handle, prepared)
+                    results = await self._mutator.apply_in(handle, prepared, request.request_id)
                     await self._store.ledger_record(handle, request.request_id, encoding(results))
             if claimed:
                 fault = self._faults.before_commit()
@@ -262,7 +262,7 @@ class ExactlyOnce:
                 if not await self._store.ledger_claim(handle, request.request_id, request.fingerprint,
                                                       self._clock.now()):
                     raise _RollBack
-                results = await self._mutator.apply_in(handle, prepared)
+                results = await self._mutator.apply_in(handle, prepared, request.request_id)
                 await self._store.ledger_record(handle, request.request_id, encoding(results))
         except _RollBack:
             return None

@@ -48,6 +48,14 @@ class QueueDef:
     key_generated: bool = False
     """True when the queue was created without key columns: sends may omit the key."""
     create_time: datetime | None = None
+    disable_send: bool = False
+    """Sends are refused (FAILED_PRECONDITION); Spanner's queue option of that name."""
+    disable_delivery: bool = False
+    """Receives lease nothing; acks and renewals of held leases still work."""
+    message_retention_duration: timedelta | None = None
+    """Unacknowledged messages sent longer ago are deleted in the background (None: kept)."""
+    archive_duration: timedelta | None = None
+    """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
 
 
 class OutgoingMessage(NamedTuple):
@@ -184,6 +192,9 @@ class PeekedMessage(NamedTuple):
     dead_letter: "DeadLetterHistory | None" = None
     headers: "dict[str, str] | None" = None
     priority: int = 0
+    ack_time: datetime | None = None
+    """Set on an archived message (a Peek of the archive), with the request that acked it."""
+    ack_request_id: str | None = None
 
 
 class DeadLetterHistory(NamedTuple):

@@ -180,6 +180,10 @@ class Mutator:
         return mutation
 
     def _prepare_send(self, op: SendOp) -> SendOp:
+        if op.queue.disable_send:
+            raise errors.FailedPrecondition(
+                f"queue {op.queue.name!r} has sending disabled (disable_send): nothing was sent; resume it "
+                "with UpdateQueue (spanq queue resume --send) and send again", queue=op.queue.name)
         self._check_count(len(op.messages), "messages")
         limit = self._limits.max_payload_bytes
         # The injected clock when there is one (tests advance it); else this host's, which
@@ -259,28 +263,31 @@ class Mutator:
         """A transaction held open across calls, for statements one at a time."""
         return OpenTransaction(self, await self._store.hold(lock_timeout=lock_timeout))
 
-    async def apply_in(self, conn: Handle, mutations: Sequence[Mutation]) -> list[Result]:
-        """Applies prepared mutations on a transaction the caller commits. With
-        several mutations, an error carries the index of the one that failed."""
+    async def apply_in(self, conn: Handle, mutations: Sequence[Mutation], request_id: str | None = None
+                       ) -> list[Result]:
+        """Applies prepared mutations on a transaction the caller commits (for the request
+        ``request_id``, which an archive records of its acks). With several mutations, an
+        error carries the index of the one that failed."""
         results: list[Result] = []
         now = self._clock.now()
         for index, mutation in enumerate(mutations):
             try:
-                results.append(await self._apply_one(conn, mutation, now))
+                results.append(await self._apply_one(conn, mutation, now, request_id))
             except errors.QueueError as exc:
                 if len(mutations) > 1:
                     exc.metadata.setdefault("mutation_index", str(index))
                 raise
         return results
 
-    async def _apply_one(self, conn: Handle, mutation: Mutation, now: datetime | None) -> Result:
+    async def _apply_one(self, conn: Handle, mutation: Mutation, now: datetime | None,
+                         request_id: str | None) -> Result:
         if isinstance(mutation, TableOp):
             return await mutation.run(conn)
         if isinstance(mutation, SendOp):
             await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
             return [m.key for m in mutation.messages]
         if isinstance(mutation, AckOp):
-            found = await self._store.messages_ack(conn, mutation.queue, mutation.items)
+            found = await self._store.messages_ack(conn, mutation.queue, mutation.items, request_id, now)
             return ack_results(mutation.queue, mutation.items, found, ignore_not_found=mutation.ignore_not_found)
         renewed = await self._store.leases_renew(conn, mutation.queue, mutation.lease_tokens,
                                                  mutation.lease_duration, now, mutation.reason)

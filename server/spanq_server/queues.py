@@ -2,11 +2,13 @@
 
 import base64
 import binascii
+import dataclasses
 import logging
 import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from . import errors
 from .config import Limits
@@ -29,11 +31,20 @@ DEFAULT_INITIAL_BACKOFF = timedelta(seconds=1)
 DEFAULT_MAX_BACKOFF = timedelta(hours=1)
 MAX_BACKOFF = timedelta(hours=24)
 MAX_DELIVERY_ATTEMPTS = 1000
+MIN_RETENTION = timedelta(seconds=1)
+MAX_RETENTION = timedelta(days=366)
+"""As far ahead as a message may be scheduled: a longer retention would never delete one unsent."""
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 CACHE_SECONDS = 2.0
 """How long a queue definition is trusted before it is read again (another
-server may drop and re-create a queue)."""
+server may drop and re-create a queue, or update it: the bound of UpdateQueue
+for what servers read from their cache)."""
+UPDATABLE = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
+             "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
+"""The settings UpdateQueue may change (QueueDef's fields; spanq.v1 Queue's alike)."""
+FIXED = ("name", "key_columns", "payload_type", "parent_table", "create_time")
+"""What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +107,10 @@ def validate(queue: QueueDef) -> QueueDef:
         raise errors.InvalidArgument("max_delivery_attempts and dead_letter_queue go together: set both or neither")
     if queue.max_delivery_attempts is not None and not 1 <= queue.max_delivery_attempts <= MAX_DELIVERY_ATTEMPTS:
         raise errors.InvalidArgument(f"max_delivery_attempts must be between 1 and {MAX_DELIVERY_ATTEMPTS}")
+    for what, retention in (("message_retention_duration", queue.message_retention_duration),
+                            ("archive_duration", queue.archive_duration)):
+        if retention is not None and not MIN_RETENTION <= retention <= MAX_RETENTION:
+            raise errors.InvalidArgument(f"{what} must be between 1s and 366 days (0: none)")
     if queue.dead_letter_queue is not None:
         check_name(queue.dead_letter_queue, "dead_letter_queue", MAX_QUEUE_NAME)
         if queue.dead_letter_queue == queue.name:
@@ -128,8 +143,12 @@ def check_creatable(queue: QueueDef, facts: CatalogFacts, max_queues: int) -> No
                 f"parent table {queue.parent_table!r} has {width} primary-key columns; the queue's key "
                 f"must start with as many columns matching them, but it has {len(queue.key_columns)}"
             )
+    check_dead_letter_queue(queue, facts.dead_letter_queue)
+
+
+def check_dead_letter_queue(queue: QueueDef, target: QueueDef | None) -> None:
+    """The queue's dead_letter_queue, if it names one, is ``target`` as the catalog holds it."""
     if queue.dead_letter_queue:
-        target = facts.dead_letter_queue
         if target is None:
             raise errors.InvalidArgument(f"dead-letter queue {queue.dead_letter_queue!r} does not exist")
         if target.key_columns != queue.key_columns or target.payload_type != queue.payload_type:
@@ -137,6 +156,20 @@ def check_creatable(queue: QueueDef, facts: CatalogFacts, max_queues: int) -> No
                 f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
                 "type as the queue"
             )
+
+
+def check_changes(changes: dict[str, Any]) -> None:
+    """UpdateQueue's field names: at least one, each one that may change."""
+    if not changes:
+        raise errors.InvalidArgument(f"update_mask names no field; name one or more of {', '.join(UPDATABLE)}")
+    for field in changes:
+        if field in FIXED:
+            raise errors.InvalidArgument(
+                f"{field} cannot change on a live queue (it is the table's shape); the settings that can are "
+                f"{', '.join(UPDATABLE)}. Create another queue for a new {field}")
+        if field not in UPDATABLE:
+            raise errors.InvalidArgument(f"update_mask names {field!r}, not a setting of a queue; use "
+                                         f"{', '.join(UPDATABLE)}")
 
 
 def check_droppable(name: str, dependents: QueueDependents) -> None:
@@ -169,6 +202,7 @@ class Catalog:
         self._ddl_lock_timeout = ddl_lock_timeout
         self._cache: dict[str, tuple[float, QueueDef]] = {}
         self._on_gone: list[Callable[[str], None]] = []
+        self._on_changed: list[Callable[[str], None]] = []
 
     def on_gone(self, callback: Callable[[str], None]) -> None:
         """Calls ``callback(name)`` whenever a queue of that name is gone: dropped through
@@ -177,12 +211,16 @@ class Catalog:
         under the name belonged to an earlier queue)."""
         self._on_gone.append(callback)
 
-    def _gone(self, name: str) -> None:
-        for callback in self._on_gone:
+    def on_changed(self, callback: Callable[[str], None]) -> None:
+        """Calls ``callback(name)`` after an UpdateQueue through this server committed."""
+        self._on_changed.append(callback)
+
+    def _gone(self, name: str, listeners: list[Callable[[str], None]] | None = None) -> None:
+        for callback in self._on_gone if listeners is None else listeners:
             try:
                 callback(name)
             except Exception:  # a listener's failure must not fail the DDL that committed
-                logger.exception("a listener failed on queue %s being gone", name)
+                logger.exception("a listener failed on queue %s being gone or changed", name)
 
     async def create(self, queue: QueueDef) -> QueueDef:
         max_queues = self._limits.max_queues
@@ -192,6 +230,26 @@ class Catalog:
         self._cache[created.name] = (time.monotonic(), created)
         self._gone(created.name)
         return created
+
+    async def update(self, name: str, changes: dict[str, Any]) -> QueueDef:
+        """Sets the settings ``changes`` names (UPDATABLE) on a live queue, with CreateQueue's
+        checks, merged under the catalog lock with what the catalog holds then. This server
+        sees the result at once; others within CACHE_SECONDS (what the SQL functions hold,
+        at once everywhere)."""
+        check_queue_name(name)
+        check_changes(changes)
+
+        def check(queue: QueueDef, target: QueueDef | None) -> None:
+            validate(queue)
+            check_dead_letter_queue(queue, target)
+
+        updated = await self._store.queue_update(
+            name, lambda current: dataclasses.replace(current, **changes), check,
+            dead_letter_queue=changes.get("dead_letter_queue"), lock_timeout=self._ddl_lock_timeout)
+        self._cache[name] = (time.monotonic(), updated)
+        logger.info("updated queue %s: %s", name, ", ".join(f"{k}={v}" for k, v in changes.items()))
+        self._gone(name, self._on_changed)
+        return updated
 
     async def get(self, name: str, *, fresh: bool = False) -> QueueDef:
         """The queue's definition, cached for CACHE_SECONDS; ``fresh`` reads it from the catalog

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from spanq_proto.v1 import queue_pb2_grpc
 
 from . import access, auth
-from .admin import Operator
+from .admin import Expiry, Operator
 from .clock import Clock
 from .config import Config, ConfigError
 from .dashboard import Dashboard
@@ -79,6 +79,8 @@ class Running:
     dashboard: Dashboard | None = None
     ui_port: int | None = None
     """Where the dashboard is served (None: ui_listen turned it off)."""
+    expiry: Expiry | None = None
+    """Deletes messages past their queue's message_retention_duration (admin.Expiry)."""
     _stopped: bool = False
 
     @property
@@ -105,6 +107,8 @@ class Running:
         if self.spanner is not None:
             await self.spanner.stop()  # rolls back open Spanner transactions
         await self.ledger.stop()
+        if self.expiry is not None:
+            await self.expiry.stop()
         await self.store.close()
 
 
@@ -164,6 +168,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     endpoint: Endpoint | None = None
     dashboard: Dashboard | None = None
     ui_port: int | None = None
+    expiry: Expiry | None = None
     await store.open()
     try:
         applied = await store.migrate()
@@ -178,6 +183,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         # forget its counters, so that a queue created again under its name starts at zero.
         catalog.on_gone(receiver.queue_dropped)
         catalog.on_gone(metrics.forget_queue)
+        catalog.on_changed(wakeups.wake_streams)  # a paused stream finds nothing; a resumed one leases now
         ledger.start()
         mutator = Mutator(store, limits, clock, wakeups,
                           commit_groups_in_flight=config.commit_groups_in_flight, metrics=metrics,
@@ -195,6 +201,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                                           ("grpc.so_reuseport", 1 if config.worker else 0)],
                                  interceptors=interceptors)
         operator = Operator(catalog, store, clock, metrics.rates)
+        expiry = Expiry(catalog, store, clock, metrics)
+        expiry.start()
         exactly_once = ExactlyOnce(store, mutator, clock)
         queue_pb2_grpc.add_QueueServiceServicer_to_server(QueueService(
             catalog, mutator, receiver, exactly_once, operator), server)
@@ -255,6 +263,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         if spanner is not None:
             await spanner.stop()
         await ledger.stop()
+        if expiry is not None:
+            await expiry.stop()
         await wakeups.stop()
         await store.close()
         raise
@@ -271,7 +281,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                     config.ui_listen, ui_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
                    rpc_timing, endpoint, metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard,
-                   ui_port=ui_port)
+                   ui_port=ui_port, expiry=expiry)
 
 
 async def _stop_endpoint(endpoint: Endpoint | None) -> None:

@@ -75,6 +75,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         return queue_pb2.ListQueuesResponse(queues=[queue_to_proto(q) for q in found], next_page_token=token)
 
     @translate_errors
+    async def UpdateQueue(self, request: queue_pb2.UpdateQueueRequest, context: Any) -> queue_pb2.Queue:
+        return queue_to_proto(await self._catalog.update(request.queue.name, queue_changes(request)))
+
+    @translate_errors
     async def DropQueue(self, request: queue_pb2.DropQueueRequest, context: Any) -> empty_pb2.Empty:
         await self._catalog.drop(request.name)  # its on_gone listeners end the queue's streams
         return empty_pb2.Empty()
@@ -176,7 +180,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     @translate_errors
     async def Peek(self, request: queue_pb2.PeekRequest, context: Any) -> queue_pb2.PeekResponse:
-        queue, found, token = await self._operator.peek(request.queue, request.page_size, request.page_token)
+        queue, found, token = await self._operator.peek(request.queue, request.page_size, request.page_token,
+                                                        archived=request.archived)
         return peek_response(queue, found, token)
 
     @translate_errors
@@ -388,6 +393,7 @@ def stats_response(stats: admin.QueueStats) -> queue_pb2.QueueStats:
     out = queue_pb2.QueueStats(
         name=stats.queue.name, ready=c.ready, scheduled=c.scheduled, leased=c.leased, dead_lettered=c.dead_lettered,
         send_rate=stats.send_rate, ack_rate=stats.ack_rate, dead_letter_queue=stats.queue.dead_letter_queue or "",
+        disable_send=stats.queue.disable_send, disable_delivery=stats.queue.disable_delivery,
     )
     out.oldest_ready_age.FromTimedelta(timedelta(seconds=c.oldest_ready_age))
     codec.set_timestamp(out.read_time, c.read_time)
@@ -395,6 +401,8 @@ def stats_response(stats: admin.QueueStats) -> queue_pb2.QueueStats:
 
 
 def peeked_state(m: PeekedMessage) -> "queue_pb2.PeekedMessage.State":
+    if m.ack_time is not None:
+        return queue_pb2.PeekedMessage.ACKED
     if m.leased:
         return queue_pb2.PeekedMessage.LEASED
     return queue_pb2.PeekedMessage.READY if m.ready else queue_pb2.PeekedMessage.SCHEDULED
@@ -415,6 +423,9 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
             codec.set_timestamp(r.lease_expiration_time, m.lease_expiration_time)
         if m.dead_letter is not None:
             write_dead_letter(r.dead_letter, m.dead_letter)
+        if m.ack_time is not None:
+            codec.set_timestamp(r.ack_time, m.ack_time)
+            r.ack_request_id = m.ack_request_id or ""
     return out
 
 
@@ -442,7 +453,42 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         max_backoff=_setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
         max_delivery_attempts=q.max_delivery_attempts or None,
         dead_letter_queue=q.dead_letter_queue or None,
+        disable_send=q.disable_send,
+        disable_delivery=q.disable_delivery,
+        message_retention_duration=_retention(q, "message_retention_duration"),
+        archive_duration=_retention(q, "archive_duration"),
     )
+
+
+def _retention(q: queue_pb2.Queue, field: str) -> timedelta | None:
+    """Unset or 0: none (messages kept until acked; an ack deletes)."""
+    return codec.duration_from_proto(getattr(q, field), field, default=None, minimum=queues.MIN_RETENTION,
+                                     maximum=queues.MAX_RETENTION)
+
+
+def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
+    """The settings an UpdateQueue names (QueueDef's field names), with their new values:
+    a named duration left unset takes CreateQueue's default; 0 and "" remove the
+    dead-letter pair. Names of fields that cannot change pass through for queues.py to refuse."""
+    q = request.queue
+    values: dict[str, Callable[[], Any]] = {
+        "lease_duration": lambda: _setting(q.lease_duration, "lease_duration", queues.DEFAULT_LEASE,
+                                           queues.MAX_LEASE),
+        "initial_backoff": lambda: _setting(q.initial_backoff, "initial_backoff", queues.DEFAULT_INITIAL_BACKOFF,
+                                            queues.MAX_BACKOFF, explicit_zero=q.HasField("initial_backoff")),
+        "max_backoff": lambda: _setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
+        "max_delivery_attempts": lambda: q.max_delivery_attempts or None,
+        "dead_letter_queue": lambda: q.dead_letter_queue or None,
+        "disable_send": lambda: q.disable_send,
+        "disable_delivery": lambda: q.disable_delivery,
+        "message_retention_duration": lambda: _retention(q, "message_retention_duration"),
+        "archive_duration": lambda: _retention(q, "archive_duration"),
+    }
+    changes: dict[str, Any] = {}
+    for path in request.update_mask.paths:
+        value = values.get(path)
+        changes[path] = None if value is None else value()
+    return changes
 
 
 def _setting(d: Any, what: str, default: timedelta, maximum: timedelta,
@@ -464,7 +510,13 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
         max_backoff=codec.duration(q.max_backoff),
         max_delivery_attempts=q.max_delivery_attempts or 0,
         dead_letter_queue=q.dead_letter_queue or "",
+        disable_send=q.disable_send,
+        disable_delivery=q.disable_delivery,
     )
+    if q.message_retention_duration is not None:
+        out.message_retention_duration.CopyFrom(codec.duration(q.message_retention_duration))
+    if q.archive_duration is not None:
+        out.archive_duration.CopyFrom(codec.duration(q.archive_duration))
     if q.create_time is not None:
         out.create_time.CopyFrom(codec.timestamp(q.create_time))
     return out

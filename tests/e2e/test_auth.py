@@ -439,6 +439,28 @@ async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> Non
     assert (await create(DLQ_ADMIN)).dead_letter_queue == "dlq"
 
 
+async def test_update_queue_needs_admin_and_send_on_a_new_dead_letter_queue(stub) -> None:
+    await make_queue(stub, "q")
+    await make_queue(stub, "dlq")
+
+    def update(token: str, *paths: str, **fields: Any) -> Any:
+        request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name="q", **fields))
+        request.update_mask.paths.extend(paths)
+        return stub.UpdateQueue(request, metadata=bearer(token))
+
+    for token in (ONLY["send"], ONLY["receive"], ONLY["select"]):
+        code, text, info = await error_of(update(token, "disable_delivery", disable_delivery=True))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and info["privilege"] == "admin", text
+    code, text, info = await error_of(update(ONLY["admin"], "max_delivery_attempts", "dead_letter_queue",
+                                             max_delivery_attempts=3, dead_letter_queue="dlq"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and (info["privilege"], info["queue"]) == ("send", "dlq"), text
+    got = await stub.GetQueue(queue_pb2.GetQueueRequest(name="q"), metadata=bearer(OPS))
+    assert (got.disable_delivery, got.dead_letter_queue) == (False, "")  # nothing changed
+    assert (await update(ONLY["admin"], "disable_delivery", disable_delivery=True)).disable_delivery
+    assert (await update(DLQ_SENDER, "max_delivery_attempts", "dead_letter_queue", max_delivery_attempts=3,
+                         dead_letter_queue="dlq")).dead_letter_queue == "dlq"
+
+
 async def test_naming_a_parent_table_needs_admin_on_it(stub, channel, sql) -> None:
     """Else a token with admin on its own queue alone could interleave it in any queue or
     table: its sends would answer which keys the parent holds (NOT_FOUND or OK), the parent's

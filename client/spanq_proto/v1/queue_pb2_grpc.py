@@ -50,6 +50,11 @@ class QueueServiceStub:
                 request_serializer=spanq__proto_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
                 response_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
                 _registered_method=True)
+        self.UpdateQueue = channel.unary_unary(
+                '/spanq.v1.QueueService/UpdateQueue',
+                request_serializer=spanq__proto_dot_v1_dot_queue__pb2.UpdateQueueRequest.SerializeToString,
+                response_deserializer=spanq__proto_dot_v1_dot_queue__pb2.Queue.FromString,
+                _registered_method=True)
         self.DropQueue = channel.unary_unary(
                 '/spanq.v1.QueueService/DropQueue',
                 request_serializer=spanq__proto_dot_v1_dot_queue__pb2.DropQueueRequest.SerializeToString,
@@ -123,6 +128,18 @@ class QueueServiceServicer:
 
     def ListQueues(self, request, context):
         """Lists queues in name order, one page at a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateQueue(self, request, context):
+        """Changes a live queue's settings: those named in update_mask, with the
+        checks of CreateQueue. Needs `admin` on the queue (and `send` or `admin`
+        on a new dead_letter_queue). Effective at once on every server for what
+        the queue's SQL functions hold (backoff, dead-lettering, the delivery
+        pause); within 2s for what servers cache (the send pause, the default
+        lease of streams opened later).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -230,6 +247,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.ListQueues,
                     request_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ListQueuesRequest.FromString,
                     response_serializer=spanq__proto_dot_v1_dot_queue__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'UpdateQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateQueue,
+                    request_deserializer=spanq__proto_dot_v1_dot_queue__pb2.UpdateQueueRequest.FromString,
+                    response_serializer=spanq__proto_dot_v1_dot_queue__pb2.Queue.SerializeToString,
             ),
             'DropQueue': grpc.unary_unary_rpc_method_handler(
                     servicer.DropQueue,
@@ -363,6 +385,33 @@ class QueueService:
             '/spanq.v1.QueueService/ListQueues',
             spanq__proto_dot_v1_dot_queue__pb2.ListQueuesRequest.SerializeToString,
             spanq__proto_dot_v1_dot_queue__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/spanq.v1.QueueService/UpdateQueue',
+            spanq__proto_dot_v1_dot_queue__pb2.UpdateQueueRequest.SerializeToString,
+            spanq__proto_dot_v1_dot_queue__pb2.Queue.FromString,
             options,
             channel_credentials,
             insecure,

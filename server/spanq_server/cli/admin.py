@@ -297,10 +297,14 @@ def _queue_row(q: spanq.Queue) -> list[Any]:
     keys = ", ".join(f"{c.name} {c.type.value}" for c in q.key_columns)
     dead = f"{q.dead_letter_queue} after {q.max_delivery_attempts}" if q.dead_letter_queue else ""
     return [q.name, keys, q.payload_type.value, _seconds(q.lease_duration) if q.lease_duration else "", dead,
-            _shown_time(q.create_time)]
+            _paused(q), _shown_time(q.create_time)]
 
 
-QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "CREATED"]
+QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "PAUSED", "CREATED"]
+
+
+def _paused(q: spanq.Queue | spanq.QueueStats) -> str:
+    return ", ".join(what for what, on in (("send", q.disable_send), ("delivery", q.disable_delivery)) if on) or "-"
 
 
 def _queue_json(q: spanq.Queue) -> dict[str, Any]:
@@ -324,7 +328,7 @@ def list_queues(**kwargs: Any) -> None:
 
 @main.group("queue", cls=Commands)
 def queue_group() -> None:
-    """Create, show or drop one queue."""
+    """Create, show, update, pause, resume or drop one queue."""
 
 
 def _key_column(text: str) -> tuple[str, str]:
@@ -415,6 +419,76 @@ def queue_drop(name: str, yes: bool, **kwargs: Any) -> None:
         click.echo(f"dropped queue {name}")
 
 
+# A live queue's settings (UpdateQueue): update, pause, resume.
+
+
+@queue_group.command("update")
+@click.argument("name")
+@click.option("--lease-duration", type=click.FloatRange(min=0, min_open=True), help="seconds: the default lease")
+@click.option("--initial-backoff", type=click.FloatRange(min=0), help="seconds before a failed attempt is redelivered")
+@click.option("--max-backoff", type=click.FloatRange(min=0, min_open=True), help="seconds: the longest backoff")
+@click.option("--max-delivery-attempts", type=click.IntRange(min=1), help="with --dead-letter-queue")
+@click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
+@click.option("--no-dead-letter-queue", is_flag=True, help="stop dead-lettering (messages stay and are retried)")
+@click.option("--message-retention", type=click.FloatRange(min=0),
+              help="seconds: delete unacknowledged messages sent longer ago (0: keep them until acked)")
+@click.option("--archive", type=click.FloatRange(min=0),
+              help="seconds: keep acked messages this long in the archive, for peek --archived (0: an ack deletes)")
+@connection_options
+def queue_update(name: str, lease_duration: float | None, initial_backoff: float | None, max_backoff: float | None,
+                 max_delivery_attempts: int | None, dead_letter_queue: str | None, no_dead_letter_queue: bool,
+                 message_retention: float | None, archive: float | None, **kwargs: Any) -> None:
+    """Change queue NAME's settings given here (the others stay), with create's checks.
+
+    Backoff and dead-lettering apply at once on every server; the default lease to streams
+    opened from then on (within 2 s on other servers)."""
+    conn = _connection(kwargs)
+    given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff,
+                             "max_backoff": max_backoff, "max_delivery_attempts": max_delivery_attempts,
+                             "dead_letter_queue": dead_letter_queue}
+    changes = {field: value for field, value in given.items() if value is not None}
+    if message_retention is not None:
+        changes["message_retention_duration"] = message_retention or None
+    if archive is not None:
+        changes["archive_duration"] = archive or None
+    if no_dead_letter_queue:
+        if max_delivery_attempts is not None or dead_letter_queue is not None:
+            raise click.UsageError("--no-dead-letter-queue goes without --dead-letter-queue and --max-delivery-attempts")
+        changes.update(max_delivery_attempts=None, dead_letter_queue=None)
+    if not changes:
+        raise click.UsageError("give at least one setting to change (see --help)")
+    with talking(conn) as client:
+        _show_queue(conn, client.update_queue(name, **changes))
+
+
+def _pausing(name: str, send: bool, delivery: bool, paused: bool, kwargs: dict[str, Any]) -> None:
+    conn = _connection(kwargs)
+    both = not send and not delivery
+    changes: dict[str, Any] = {f: paused for f, on in (("disable_send", send or both), ("disable_delivery", delivery or both)) if on}
+    with talking(conn) as client:
+        _show_queue(conn, client.update_queue(name, **changes))
+
+
+@queue_group.command("pause")
+@click.argument("name")
+@click.option("--send", is_flag=True, help="refuse sends (FAILED_PRECONDITION; nothing stored)")
+@click.option("--delivery", is_flag=True, help="deliver nothing; held leases can still be acked and renewed")
+@connection_options
+def queue_pause(name: str, send: bool, delivery: bool, **kwargs: Any) -> None:
+    """Pause queue NAME durably: its sends, its delivery, or (neither flag) both, until resumed."""
+    _pausing(name, send, delivery, True, kwargs)
+
+
+@queue_group.command("resume")
+@click.argument("name")
+@click.option("--send", is_flag=True, help="take sends again")
+@click.option("--delivery", is_flag=True, help="deliver again (open streams wake at once)")
+@connection_options
+def queue_resume(name: str, send: bool, delivery: bool, **kwargs: Any) -> None:
+    """Resume queue NAME's sends, delivery, or (neither flag) both."""
+    _pausing(name, send, delivery, False, kwargs)
+
+
 # -- stats and peek ----------------------------------------------------------------------
 
 
@@ -430,10 +504,10 @@ def stats(queue: str | None, **kwargs: Any) -> None:
     if conn.json:
         _json([dataclasses.asdict(s) for s in found] if queue is None else dataclasses.asdict(found[0]))
         return
-    _table(["QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD-LETTERED", "OLDEST READY", "SENT/S", "ACKED/S"],
+    _table(["QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD-LETTERED", "OLDEST READY", "SENT/S", "ACKED/S", "PAUSED"],
            [[s.name, s.ready, s.scheduled, s.leased,
              f"{s.dead_lettered} in {s.dead_letter_queue}" if s.dead_letter_queue else "-",
-             _seconds(s.oldest_ready_age) if s.ready else "-", f"{s.send_rate:.2f}", f"{s.ack_rate:.2f}"]
+             _seconds(s.oldest_ready_age) if s.ready else "-", f"{s.send_rate:.2f}", f"{s.ack_rate:.2f}", _paused(s)]
             for s in found])
 
 
@@ -441,21 +515,27 @@ def stats(queue: str | None, **kwargs: Any) -> None:
 @click.argument("queue")
 @click.option("--limit", "-n", type=click.IntRange(min=1), default=20, show_default=True,
               help="at most this many messages")
+@click.option("--archived", is_flag=True, help="the acked messages the queue's archive keeps, in ack order")
 @connection_options
-def peek(queue: str, limit: int, **kwargs: Any) -> None:
-    """Show QUEUE's messages in delivery order, without leasing them."""
+def peek(queue: str, limit: int, archived: bool, **kwargs: Any) -> None:
+    """Show QUEUE's messages in delivery order, without leasing them (or its archive's)."""
     conn = _connection(kwargs)
     found: list[spanq.PeekedMessage] = []
     with talking(conn) as client:
         token = ""
         while len(found) < limit:
-            page = client.peek(queue, page_size=min(limit - len(found), 1000), page_token=token)
+            page = client.peek(queue, page_size=min(limit - len(found), 1000), page_token=token, archived=archived)
             found.extend(page.messages)
             token = page.next_page_token
             if not token:
                 break
     if conn.json:
         _json([dataclasses.asdict(m) for m in found])
+        return
+    if archived:
+        _table(["KEY", "ACKED", "BY REQUEST", "ATTEMPTS", "SENT", "PAYLOAD"],
+               [[_shown_key(m.key), _shown_time(m.ack_time), m.ack_request_id or "-", m.delivery_attempt,
+                 _shown_time(m.enqueue_time), _shown_payload(m.payload)] for m in found])
         return
     # PRIORITY and HEADERS only when a message shown has them.
     tagged = any(m.priority or m.headers for m in found)

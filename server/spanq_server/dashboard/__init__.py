@@ -1,5 +1,6 @@
 """The web dashboard (``spanq serve --ui-listen``): queues with their charts and
-marks (watch.py), a queue's messages and their search, purge and redrive, one
+marks (watch.py), a queue's messages and their search, purge, redrive and its
+pauses (an UpdateQueue of disable_send / disable_delivery), one
 message's delete, release and redrive, open streams. Static pages (static/, no
 build step) call a small JSON API here, which calls the domain in-process
 (admin.Operator, the catalog, the receiver).
@@ -102,6 +103,8 @@ class Dashboard:
                 return json_response(await self._messages(request, parts[2]))
             if route == ("POST", "queues", "*", "purge"):
                 return json_response(await self._purge(request, parts[2]))
+            if route == ("POST", "queues", "*", "pause"):
+                return json_response(await self._pause(request, parts[2], body))
             if route == ("POST", "queues", "*", "redrive"):
                 return await self._redrive(request, parts[2], body)
             if route[:4] == ("POST", "queues", "*", "messages") and len(route) == 5 and route[4] in MESSAGE_ACTIONS:
@@ -230,6 +233,7 @@ class Dashboard:
         return {"queue": _dict(queue_to_proto(queue)), "stats": await self._stats(name, bool(sources)),
                 "dead_letter_sources": sources, "rate_step": RATE_STEP,
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
+                "may_pause": self._may(principal, "UpdateQueue", _pausing(name, {})),
                 "may_delete": self._may(principal, "Ack", queue_pb2.AckRequest(queue=name)),
                 "may_release": self._may(principal, "RenewLease", queue_pb2.RenewLeaseRequest(queue=name)),
                 "may_redrive": bool(sources) and self._may(
@@ -271,6 +275,14 @@ class Dashboard:
         self._require(request, principal, "Redrive", queue_pb2.RedriveRequest(queue=name, to=to))
         return {"redriven": key, "to": await self._operator.redrive_one(name, key, to)}
 
+    async def _pause(self, request: Request, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """{"disable_send": bool, "disable_delivery": bool} (either or both): an UpdateQueue of those."""
+        changes = {k: v for k, v in body.items() if k in ("disable_send", "disable_delivery")}
+        if not changes or len(changes) != len(body) or not all(isinstance(v, bool) for v in changes.values()):
+            raise errors.InvalidArgument('give "disable_send" and/or "disable_delivery", each true or false')
+        self._require(request, self._principal(request), "UpdateQueue", _pausing(name, changes))
+        return {"queue": _dict(queue_to_proto(await self._catalog.update(name, changes)))}
+
     async def _purge(self, request: Request, name: str) -> dict[str, Any]:
         self._require(request, self._principal(request), "Purge", queue_pb2.PurgeRequest(queue=name))
         return {"purged": await self._operator.purge(name, None)}
@@ -298,6 +310,12 @@ class Dashboard:
                 await progress.aclose()
 
         return Response(content_type="application/x-ndjson", stream=lines())
+
+
+def _pausing(name: str, changes: dict[str, Any]) -> queue_pb2.UpdateQueueRequest:
+    request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=name, **changes))
+    request.update_mask.paths.extend(changes)
+    return request
 
 
 def _error(exc: errors.QueueError) -> Response:

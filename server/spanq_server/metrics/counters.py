@@ -22,7 +22,7 @@ child's); it decides so at import, from the same variable."""
 
 class Counters:
     """One server's counters, in its registry. Hooks: sent, acked, nacked, delivered,
-    refunded, undeliverable, listener_listening; forget_queue when a queue is dropped."""
+    refunded, undeliverable, expired, listener_listening; forget_queue when a queue is dropped."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -52,13 +52,16 @@ class Counters:
                                       "spanq.v1 cannot encode): moved to the dead-letter queue, or, without one, "
                                       "left in the queue (counted once per message and server).",
                                       ["queue"], registry=r)
+        self._expired = Counter("spanq_queue_messages_expired", "Unacknowledged messages deleted by this server "
+                                "for being older than their queue's message_retention_duration (Spanner's ROW "
+                                "DELETION POLICY).", ["queue"], registry=r)
         self._listening = Gauge("spanq_wakeup_listener_listening", "1 while this server's wake-up listener has "
                                 "proved (by hearing its own probe notification) that it hears sends made elsewhere; "
                                 "0 while it cannot, as behind a transaction-mode pooler: streams then poll every "
                                 "--deaf-poll-interval. With --workers, the lowest of the live workers'.",
                                 multiprocess_mode="livemin", registry=r)
         self._queue_counters = (self._sent, self._acked, self._nacked, self._delivered, self._redelivered,
-                                self._refunded)
+                                self._refunded, self._expired)
         self._children: dict[tuple[Counter, str], Any] = {}
         self.rates = Rates()
         """Send and ack rates over the last minute, fed by the same hooks (GetQueueStats)."""
@@ -95,6 +98,9 @@ class Counters:
 
     def undeliverable(self, queue: str, n: int) -> None:
         self._child(self._undeliverable, queue).inc(n)
+
+    def expired(self, queue: str, n: int) -> None:
+        self._child(self._expired, queue).inc(n)
 
     def listener_listening(self, listening: bool) -> None:
         self._listening.set(1 if listening else 0)

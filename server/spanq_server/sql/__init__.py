@@ -9,7 +9,9 @@ columns and settings), so it says ``-- spanq: recreate queue functions`` on a
 line of its own, and the store re-creates every existing queue's functions
 from the current definitions after applying it. One that adds columns to every
 queue table says ``-- spanq: add queue history columns``: the store runs
-queue_history_columns_add on each existing queue (before re-creating functions).
+queue_history_columns_add on each existing queue (before re-creating functions). One
+that says ``-- spanq: add queue archives`` has the store create each existing queue's
+archive table (queue_archive_create).
 """
 
 import importlib.resources
@@ -20,6 +22,7 @@ _BLOCK_START = re.compile(r"^-- ([a-z_]+) --$", re.M)
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _RECREATE_QUEUE_FUNCTIONS = re.compile(r"^-- spanq: recreate queue functions$", re.M)
 _ADD_HISTORY_COLUMNS = re.compile(r"^-- spanq: add queue history columns$", re.M)
+_ADD_ARCHIVES = re.compile(r"^-- spanq: add queue archives$", re.M)
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -45,6 +48,7 @@ class Migration(NamedTuple):
     sql: str
     recreates_queue_functions: bool = False
     adds_history_columns: bool = False
+    adds_archives: bool = False
 
 
 def load_migrations() -> list[Migration]:
@@ -56,7 +60,7 @@ def load_migrations() -> list[Migration]:
         if match:
             text = entry.read_text()
             found.append(Migration(int(match[1]), match[2], text, bool(_RECREATE_QUEUE_FUNCTIONS.search(text)),
-                                   bool(_ADD_HISTORY_COLUMNS.search(text))))
+                                   bool(_ADD_HISTORY_COLUMNS.search(text)), bool(_ADD_ARCHIVES.search(text))))
     found.sort()
     versions = [m.version for m in found]
     # Unique and from 1; a gap is allowed, so that two branches can number their migrations

@@ -50,6 +50,8 @@ class QueueStatements:
         self.deliver_time_index = f"spanq_dt_{queue.name}"
         self.lease_token_index = f"spanq_lt_{queue.name}"
         self.priority_index = f"spanq_pr_{queue.name}"
+        self.archive = sql.Identifier("spanq", f"archive_{queue.name}")
+        """Acked messages kept for the queue's archive_duration (queue_archive_create)."""
         self.keys = identifiers(c.name for c in queue.key_columns)
         self.key_definitions = sql.SQL(",\n    ").join(
             sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type]))
@@ -134,6 +136,7 @@ class QueueStatements:
             ready_key_columns=self.qualified_keys("m"),
             queue=self.table,
             dead_letter_steps=steps,
+            delivery_paused=sql.SQL(" AND false" if q.disable_delivery else ""),
             max_backoff=sql.Literal(q.max_backoff),
             initial_backoff=sql.Literal(q.initial_backoff),
             m_key_columns=self.qualified_keys("m"),
@@ -143,6 +146,22 @@ class QueueStatements:
             new_token=self.new_token(sql.SQL("$3"), sql.SQL("(extract(epoch FROM clock.now + $2) * 1000000)::bigint"),
                                      "m"),
         )
+
+    def archive_ddl(self) -> sql.Composed:
+        return query("queue_archive_create", archive=self.archive, key_column_definitions=self.key_definitions,
+                     payload_type=sql.SQL(SQL_TYPES[self.queue.payload_type]),
+                     archive_index=sql.Identifier(f"spanq_at_{self.queue.name}"))
+
+    def archive_step(self, acked_key_columns: sql.Composable, request_id: sql.Composable) -> sql.Composable:
+        """What an ack statement's ``{archive}`` is: nothing when the queue keeps no archive,
+        else a step that inserts what its ``acked`` step deleted (with ``{archive_returning}``)."""
+        if self.queue.archive_duration is None:
+            return sql.SQL("")
+        return query("message_ack_archive", archive=self.archive, key_columns=self.keys,
+                     acked_key_columns=acked_key_columns, request_id=request_id)
+
+    def archive_returning(self) -> sql.Composable:
+        return sql.SQL("") if self.queue.archive_duration is None else query("message_ack_archive_returning")
 
     def history_columns_ddl(self) -> sql.Composed:
         return query("queue_history_columns_add", queue=self.table,

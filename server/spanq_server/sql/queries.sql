@@ -31,14 +31,16 @@ SELECT count(*) FROM spanq.queues
 -- queue_get --
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
-       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time
+       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
+       disable_send, disable_delivery, message_retention, archive_duration
 FROM spanq.queues
 WHERE name = %(name)s
 
 -- queue_list --
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
-       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time
+       initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
+       disable_send, disable_delivery, message_retention, archive_duration
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -48,11 +50,26 @@ LIMIT %(limit)s
 -- Adds a queue to the catalog; its table and functions are created in the same transaction.
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
-                          max_delivery_attempts, dead_letter_queue)
+                          max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
+                          message_retention, archive_duration)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
-        %(max_delivery_attempts)s, %(dead_letter_queue)s)
+        %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
+        %(message_retention)s, %(archive_duration)s)
 RETURNING create_time
+
+-- queue_update --
+-- Changes a live queue's settings (UpdateQueue), under the catalog lock; its
+-- functions are re-created in the same transaction. No row: the queue was
+-- dropped, or dropped and created again, since it was read. A resumed
+-- delivery wakes the queue's streams on every server at commit.
+UPDATE spanq.queues SET lease_duration = %(lease_duration)s, initial_backoff = %(initial_backoff)s,
+       max_backoff = %(max_backoff)s, max_delivery_attempts = %(max_delivery_attempts)s,
+       dead_letter_queue = %(dead_letter_queue)s, disable_send = %(disable_send)s,
+       disable_delivery = %(disable_delivery)s, message_retention = %(message_retention)s,
+       archive_duration = %(archive_duration)s
+WHERE name = %(name)s AND create_time = %(create_time)s
+RETURNING create_time, CASE WHEN NOT disable_delivery THEN pg_notify('spanq_wakeup', name) END
 
 -- queue_delete --
 -- Removes a queue from the catalog; RESTRICT on dead_letter_queue refuses a queue still in use.
@@ -230,6 +247,23 @@ SELECT {o_key_columns}, o.spanq_lease_token
 FROM {queue} AS o
 WHERE o.spanq_lease_token = ANY ({tokens}) AND {unkeyed}
 
+-- queue_archive_create --
+-- A queue's archive: acked messages, kept for its archive_duration when it has
+-- one (message_ack_archive), with when and by which request they were acked.
+-- A key may be in it more than once (sent and acked again). Indexed by ack
+-- time, for pruning (archive_prune) and browsing (archive_peek).
+CREATE TABLE IF NOT EXISTS {archive} (
+    {key_column_definitions},
+    payload                {payload_type} NOT NULL,
+    spanq_enqueue_time     timestamptz NOT NULL,
+    spanq_delivery_attempt integer NOT NULL,
+    spanq_ack_time         timestamptz NOT NULL,
+    spanq_ack_request_id   text,
+    spanq_headers          jsonb,
+    spanq_priority         smallint NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS {archive_index} ON {archive} (spanq_ack_time)
+
 -- queue_history_columns_add --
 -- A message's dead-letter history, beside the columns of queue_table_create
 -- (added to existing queues by migration 0008): set in a dead-letter queue,
@@ -298,7 +332,9 @@ CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_
 -- The columns these functions add beside the key columns (spanq_attempt,
 -- spanq_old_token) are spanq_-prefixed, as no key column can be: a key column
 -- named `attempt` made a reference ambiguous (migration 0006).
--- CREATE OR REPLACE: a migration re-creates existing queues' functions with it.
+-- CREATE OR REPLACE: a migration re-creates existing queues' functions with it,
+-- and UpdateQueue with the new settings; while delivery is paused
+-- (disable_delivery) {delivery_paused} is `AND false`: it leases nothing.
 CREATE OR REPLACE FUNCTION spanq.{receive_function}(
     max_batch_size integer DEFAULT 1,
     lease_duration interval DEFAULT {lease_duration},
@@ -334,7 +370,7 @@ WITH clock AS (
                    FROM {queue} AS m
                    WHERE m.spanq_priority > 0
                      AND (m.spanq_priority, m.deliver_time) >= (p.priority, '-infinity')
-                     AND (m.spanq_priority, m.deliver_time) <= (p.priority, clock.now)
+                     AND (m.spanq_priority, m.deliver_time) <= (p.priority, clock.now){delivery_paused}
                    ORDER BY m.spanq_priority, m.deliver_time
                    LIMIT greatest($1, 1)
                    FOR UPDATE OF m SKIP LOCKED) AS r)
@@ -343,7 +379,7 @@ WITH clock AS (
     FROM clock,
          LATERAL (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1
                   FROM {queue} AS m
-                  WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0
+                  WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0{delivery_paused}
                   ORDER BY m.deliver_time
                   LIMIT greatest($1, 1)
                   FOR UPDATE OF m SKIP LOCKED) AS low
@@ -481,10 +517,11 @@ REVOKE EXECUTE ON FUNCTION spanq.{function} FROM PUBLIC
 GRANT EXECUTE ON FUNCTION spanq.{function} TO {grantee}
 
 -- queue_drop --
--- Drops a queue's functions and table (its messages with it).
+-- Drops a queue's functions and table (its messages with it), and its archive.
 DROP FUNCTION IF EXISTS spanq.{receive_function};
 DROP FUNCTION IF EXISTS spanq.{renew_function};
-DROP TABLE IF EXISTS {queue}
+DROP TABLE IF EXISTS {queue};
+DROP TABLE IF EXISTS {archive}
 
 -- message_insert --
 -- Stores a batch of messages: one row per element of the parallel arrays
@@ -577,12 +614,35 @@ LIMIT %(limit)s
 SELECT set_config('lock_timeout', %(lock_timeout)s, true)
 
 -- message_ack --
--- Deletes acked messages by key; with a lease token, only while that token is current.
-DELETE FROM {queue} AS m
-USING unnest({key_arrays}, %(lease_tokens)s::text[]) AS a({key_columns}, spanq_lease_token)
-WHERE ({m_key_columns}) = ({a_key_columns})
-  AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
-RETURNING {m_key_columns}
+-- Deletes acked messages by key; with a lease token, only while that token is
+-- current. {archive} (in each ack statement): nothing, or for a queue with an
+-- archive_duration the step that keeps what `acked` deleted (message_ack_archive).
+WITH acked AS (
+    DELETE FROM {queue} AS m
+    USING unnest({key_arrays}, %(lease_tokens)s::text[]) AS a({key_columns}, spanq_lease_token)
+    WHERE ({m_key_columns}) = ({a_key_columns})
+      AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
+    RETURNING {m_key_columns}{archive_returning}
+){archive}
+SELECT {acked_key_columns} FROM acked
+
+-- message_ack_archive_returning --
+-- What an ack's DELETE returns beside the keys when the queue keeps an archive.
+, m.payload AS spanq_payload, m.spanq_enqueue_time, m.spanq_delivery_attempt, m.spanq_headers, m.spanq_priority
+
+-- message_ack_archive --
+-- An ack statement's step for a queue with an archive_duration: what its
+-- `acked` step deleted goes to the archive in the same statement, with the
+-- ack's time and request_id (one statement still: see docs/semantics.md,
+-- Archive, for what it costs).
+, archived AS (
+    INSERT INTO {archive} ({key_columns}, payload, spanq_enqueue_time, spanq_delivery_attempt, spanq_ack_time,
+                           spanq_ack_request_id, spanq_headers, spanq_priority)
+    SELECT {acked_key_columns}, acked.spanq_payload, acked.spanq_enqueue_time, acked.spanq_delivery_attempt,
+           coalesce(%(now)s::timestamptz, statement_timestamp()), {request_id}, acked.spanq_headers,
+           acked.spanq_priority
+    FROM acked
+)
 
 -- message_ack_claimed --
 -- An Ack RPC's ledger claim and its DELETE in one statement (one round trip
@@ -601,9 +661,9 @@ WITH claim AS (
     WHERE EXISTS (SELECT FROM claim)
       AND ({m_key_columns}) = ({a_key_columns})
       AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
-    RETURNING {m_key_columns}
-)
-SELECT EXISTS (SELECT FROM claim) AS claimed, acked.*
+    RETURNING {m_key_columns}{archive_returning}
+){archive}
+SELECT EXISTS (SELECT FROM claim) AS claimed, {acked_key_columns}
 FROM (SELECT) AS one LEFT JOIN acked ON true
 
 -- message_ack_claimed_group --
@@ -652,8 +712,8 @@ WITH acks AS (
     WHERE a.spanq_owner IN (SELECT request_id FROM claimed)
       AND ({m_key_columns}) = ({a_key_columns})
       AND (a.spanq_lease_token IS NULL OR m.spanq_lease_token = a.spanq_lease_token)
-    RETURNING a.spanq_owner
-)
+    RETURNING a.spanq_owner{archive_keys}{archive_returning}
+){archive}
 SELECT r.request_id, r.ready,
        CASE WHEN c.request_id IS NULL THEN false WHEN coalesce(d.n, 0) = r.acks THEN true
             ELSE ('spanq: an ack group deleted fewer rows than request ' || r.request_id || ' acks')::boolean END
@@ -790,9 +850,11 @@ WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %
   AND m.spanq_lease_expiration_timestamp > clock.now
 
 -- message_next_delivery --
--- Seconds until the earliest deliver_time (negative when one is due); no row when empty.
+-- Seconds until the earliest deliver_time (negative when one is due); no row
+-- when empty, or while delivery is paused (nothing becomes deliverable).
 SELECT extract(epoch FROM m.deliver_time - coalesce(%(now)s::timestamptz, statement_timestamp()))::float8
 FROM {queue} AS m
+WHERE NOT EXISTS (SELECT FROM spanq.queues AS q WHERE q.name = %(queue_name)s AND q.disable_delivery)
 ORDER BY m.deliver_time
 LIMIT 1
 
@@ -922,6 +984,49 @@ LIMIT %(limit)s
 -- before sent_before.
 DELETE FROM {queue} AS m
 WHERE %(sent_before)s::timestamptz IS NULL OR m.spanq_enqueue_time < %(sent_before)s::timestamptz
+
+-- message_expire --
+-- Deletes up to batch_size unacknowledged messages sent longer ago than the
+-- queue's message_retention (leased or not), by row address: small batches and
+-- SKIP LOCKED, so expiry never waits for a row a sender, acker or another
+-- server's expiry holds, nor holds many itself. Scans the table (no index on
+-- enqueue time) until it has a batch.
+DELETE FROM {queue}
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {queue}
+    WHERE spanq_enqueue_time < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(retention)s
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED))
+
+-- archive_prune --
+-- Forgets up to batch_size archived messages acked longer ago than the queue's
+-- archive_duration (all of them when it has none now), oldest first by the ack
+-- time index, by row address and SKIP LOCKED, as message_expire.
+DELETE FROM {archive}
+WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM {archive}
+    WHERE spanq_ack_time < coalesce(%(now)s::timestamptz, statement_timestamp()) - %(retention)s
+    ORDER BY spanq_ack_time
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED))
+
+-- archive_peek --
+-- A page of the archive in ack order (then key), as message_peek pages a
+-- queue, with the same columns (ack time for deliver time; no lease, no
+-- history), then the ack's time and request_id, and the headers and priority
+-- it was sent with; the same filters, of which
+-- state matches ACKED only.
+SELECT {key_columns}, m.payload, m.deliver_time, false, NULL::timestamptz, m.spanq_delivery_attempt,
+       m.spanq_enqueue_time, false, NULL::text, NULL::integer, NULL::timestamptz, NULL::text,
+       m.spanq_ack_time, m.spanq_ack_request_id, m.spanq_headers, m.spanq_priority
+FROM (SELECT *, spanq_ack_time AS deliver_time FROM {queue}) AS m
+WHERE {after}
+  AND (%(key_prefix)s::text IS NULL OR starts_with({first_key_column}::text, %(key_prefix)s::text))
+  AND (%(state)s::text IS NULL OR %(state)s::text = 'ACKED')
+  AND (%(min_attempt)s::bigint IS NULL OR m.spanq_delivery_attempt >= %(min_attempt)s::bigint)
+  AND (%(text)s::text IS NULL OR strpos(lower(m.payload::text), lower(%(text)s::text)) > 0)
+ORDER BY m.deliver_time, {key_columns}
+LIMIT %(limit)s
 
 -- message_redrive --
 -- One batch of a Redrive, in one statement: deletes up to `limit` messages

@@ -1,4 +1,4 @@
-"""The queue catalog and its schema: migrations, queue DDL (CreateQueue, DropQueue)
+"""The queue catalog and its schema: migrations, queue DDL (CreateQueue, UpdateQueue, DropQueue)
 under bounded lock waits, and reading queue definitions."""
 
 import contextlib
@@ -46,7 +46,7 @@ class CatalogTables(Database):
             cur = await conn.execute(query("migration_applied_list"))
             applied = {row[0] for row in await cur.fetchall()}
             done = []
-            recreate = columns = False
+            recreate = columns = archives = False
             for migration in MIGRATIONS:
                 if migration.version in applied:
                     continue
@@ -56,11 +56,15 @@ class CatalogTables(Database):
                 done.append(migration.version)
                 recreate |= migration.recreates_queue_functions
                 columns |= migration.adds_history_columns
+                archives |= migration.adds_archives
             # Once, after the last migration: the current definitions need the current catalog
             # (and the functions the columns).
-            if columns:
+            if columns or archives:
                 for queue in await _fetch_queues(conn):
-                    await conn.execute(QueueStatements(queue).history_columns_ddl())
+                    if columns:
+                        await conn.execute(QueueStatements(queue).history_columns_ddl())
+                    if archives:
+                        await conn.execute(QueueStatements(queue).archive_ddl())
             if recreate:
                 await self._recreate_queue_functions(conn)
             return done
@@ -167,9 +171,37 @@ class CatalogTables(Database):
             ) from exc
         await conn.execute(names.token_index_ddl())
         await conn.execute(names.history_columns_ddl())
+        await conn.execute(names.archive_ddl())
         await conn.execute(names.receive_function_ddl())
         await conn.execute(names.renew_function_ddl())
         return dataclasses.replace(queue, create_time=row[0])
+
+    async def queue_update(self, name: str, change: Callable[[QueueDef], QueueDef],
+                           check: Callable[[QueueDef, QueueDef | None], None], *, dead_letter_queue: str | None,
+                           lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> QueueDef:
+        """Changes a queue's settings: reads its definition under the catalog lock (so that two
+        updates of different fields both hold), applies ``change``, lets ``check`` (the domain's
+        rules) see the result with its dead-letter queue, then writes the row and re-creates the
+        queue's functions, in one transaction. The queue's table is not locked: sends, receives
+        and acks go on; each receive runs the functions as they were when it started."""
+        what = f"UpdateQueue of {name!r}"
+        async with self._transaction(name) as conn:
+            with _bounded_ddl(what, lock_timeout):
+                # The receive function reads a new dead-letter queue: it must not be dropped meanwhile.
+                tables = [(dead_letter_queue, "ACCESS SHARE")] if dead_letter_queue else []
+                await self._ddl_locks(conn, what, tables, lock_timeout)
+                current = await _fetch_queue(conn, name)
+                if current is None:
+                    raise errors.QueueNotFound(f"queue {name!r} does not exist; create it with CreateQueue")
+                queue = change(current)
+                check(queue, await _fetch_queue(conn, queue.dead_letter_queue) if queue.dead_letter_queue else None)
+                cur = await conn.execute(query("queue_update"), _queue_params(queue))
+                if await cur.fetchone() is None:
+                    raise errors.QueueNotFound(f"queue {name!r} was dropped meanwhile")
+                names = QueueStatements(queue)
+                await conn.execute(names.receive_function_ddl())
+                await conn.execute(names.renew_function_ddl())
+                return queue
 
     async def queue_drop(self, queue: QueueDef, check: Callable[[QueueDependents], None], *,
                          lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> None:
@@ -202,6 +234,7 @@ class CatalogTables(Database):
                             queue=names.table,
                             receive_function=names.receive_function,
                             renew_function=names.renew_function,
+                            archive=names.archive,
                         )
                     )
                 except pg_errors.DependentObjectsStillExist as exc:  # a table of the application's references it
@@ -298,12 +331,18 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
         "max_backoff": queue.max_backoff,
         "max_delivery_attempts": queue.max_delivery_attempts,
         "dead_letter_queue": queue.dead_letter_queue,
+        "disable_send": queue.disable_send,
+        "disable_delivery": queue.disable_delivery,
+        "message_retention": queue.message_retention_duration,
+        "archive_duration": queue.archive_duration,
+        "create_time": queue.create_time,
     }
 
 
 def _queue_from_row(row: Sequence[Any]) -> QueueDef:
     (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
-     max_backoff, max_delivery_attempts, dead_letter_queue, create_time) = row
+     max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery,
+     message_retention, archive_duration) = row
     return QueueDef(
         name=name,
         key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
@@ -316,4 +355,8 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         max_delivery_attempts=max_delivery_attempts,
         dead_letter_queue=dead_letter_queue,
         create_time=create_time,
+        disable_send=disable_send,
+        disable_delivery=disable_delivery,
+        message_retention_duration=message_retention,
+        archive_duration=archive_duration,
     )

@@ -135,13 +135,17 @@ class MessageTables(Database):
             return batch
         return [m._replace(dead_letter=found[m.lease_token]) if m.lease_token in found else m for m in batch]
 
-    async def messages_ack(self, handle: Handle, queue: QueueDef, items: Sequence[AckItem]) -> list[AckFound]:
-        """Deletes the acked messages; what it found of each (the domain decides what
-        that means for the request, and raises for the caller to roll back)."""
+    async def messages_ack(self, handle: Handle, queue: QueueDef, items: Sequence[AckItem],
+                           request_id: str | None = None, now: datetime | None = None) -> list[AckFound]:
+        """Deletes the acked messages (to the archive, by ``request_id``, if the queue keeps
+        one); what it found of each (the domain decides what that means for the request, and
+        raises for the caller to roll back)."""
         statements = _queue_sql(queue)
         conn = connection_of(handle)
+        params = statements.ack_params(items)
+        params.update(request_id=request_id, now=now)
         with wrap_errors(queue.name):
-            cur = await conn.execute(statements.ack, statements.ack_params(items))
+            cur = await conn.execute(statements.ack, params)
             rows = await cur.fetchall()
             return await self._ack_found(conn, queue, items, rows)
 
@@ -270,9 +274,10 @@ class MessageTables(Database):
             return {token: end for token, end in await cur.fetchall()}
 
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
-        """Seconds until the queue's earliest deliver_time; None when the queue is empty."""
+        """Seconds until the queue's earliest deliver_time; None when the queue is empty or
+        its delivery is paused."""
         async with self._read(queue.name) as conn:
-            cur = await conn.execute(_queue_sql(queue).next_delivery, {"now": now})
+            cur = await conn.execute(_queue_sql(queue).next_delivery, {"now": now, "queue_name": queue.name})
             row = await cur.fetchone()
         return float(row[0]) if row else None
 
@@ -372,11 +377,18 @@ class _QueueSql:
         self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
         self.held = names.by_token("lease_held").as_bytes(None)
         self.lapsed = names.by_token("lease_lapsed").as_bytes(None)
+        acked = names.qualified_keys("acked")
+        archived = queue.archive_duration is not None
         acks = dict(queue=names.table, key_arrays=names.key_arrays, key_columns=names.keys,
-                    m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"))
-        self.ack = query("message_ack", **acks).as_bytes(None)
-        self.ack_claimed = query("message_ack_claimed", **acks).as_bytes(None)
-        self.ack_claimed_group = query("message_ack_claimed_group", **acks).as_bytes(None)
+                    m_key_columns=names.qualified_keys("m"), a_key_columns=names.qualified_keys("a"),
+                    acked_key_columns=acked, archive_returning=names.archive_returning())
+        by_request = names.archive_step(acked, sql.SQL("%(request_id)s::text"))
+        self.ack = query("message_ack", archive=by_request, **acks).as_bytes(None)
+        self.ack_claimed = query("message_ack_claimed", archive=by_request, **acks).as_bytes(None)
+        self.ack_claimed_group = query(
+            "message_ack_claimed_group", archive=names.archive_step(acked, sql.SQL("acked.spanq_owner")),
+            archive_keys=sql.SQL(", {}").format(names.qualified_keys("m")) if archived else sql.SQL(""),
+            **acks).as_bytes(None)
         self._width = len(queue.key_columns)
 
     def ack_params(self, items: Sequence[AckItem]) -> dict[str, Any]:

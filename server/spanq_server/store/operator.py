@@ -1,7 +1,7 @@
 """The operator's reads and bulk moves over the queue tables: stats and gauges,
 peek, purge, redrive (admin.py, metrics/endpoint.py)."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from psycopg import sql
@@ -48,9 +48,11 @@ class OperatorQueries(Database):
         return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time)
 
     async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
-                            now: datetime | None, where: PeekFilter = PeekFilter()) -> list[PeekedMessage]:
+                            now: datetime | None, where: PeekFilter = PeekFilter(), *,
+                            archived: bool = False) -> list[PeekedMessage]:
         """Up to limit messages in delivery order after (deliver_time, key), unleased; only
-        those ``where`` keeps."""
+        those ``where`` keeps. ``archived``: of the queue's archive, in ack order after
+        (ack_time, key)."""
         names = QueueStatements(queue)
         params: dict[str, Any] = {"limit": limit, "now": now, "key_prefix": where.key_prefix, "state": where.state,
                                   "min_attempt": where.min_attempt, "text": where.text}
@@ -65,13 +67,15 @@ class OperatorQueries(Database):
                 names.qualified_keys("m"), sql.SQL(", ").join(values))
         first_key: sql.Composable = (sql.Identifier("m", queue.key_columns[0].name)
                                      if queue.key_columns else sql.SQL("NULL"))
-        statement = query("message_peek", key_columns=names.qualified_keys("m"), queue=names.table, after=condition,
+        statement = query("archive_peek" if archived else "message_peek", key_columns=names.qualified_keys("m"),
+                          queue=names.archive if archived else names.table, after=condition,
                           first_key_column=first_key)
         width = len(queue.key_columns)
         async with self._read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
         return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:width + 7])
-                ._replace(dead_letter=_history(row[width + 7:width + 11]), headers=row[-2], priority=row[-1])
+                ._replace(dead_letter=_history(row[width + 7:width + 11]), headers=row[-2], priority=row[-1],
+                          **(dict(ack_time=row[width + 11], ack_request_id=row[width + 12]) if archived else {}))
                 for row in rows]
 
     async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
@@ -79,6 +83,23 @@ class OperatorQueries(Database):
         async with self._transaction(queue.name) as conn:
             cur = await conn.execute(query("message_purge", queue=QueueStatements(queue).table),
                                      {"sent_before": sent_before})
+            return cur.rowcount
+
+    async def messages_expire(self, queue: QueueDef, retention: timedelta, now: datetime | None,
+                              batch_size: int) -> int:
+        """Deletes up to batch_size messages sent longer than ``retention`` ago, in one short
+        transaction; how many."""
+        async with self._transaction(queue.name) as conn:
+            cur = await conn.execute(query("message_expire", queue=QueueStatements(queue).table),
+                                     {"retention": retention, "now": now, "batch_size": batch_size})
+            return cur.rowcount
+
+    async def archive_prune(self, queue: QueueDef, retention: timedelta, now: datetime | None,
+                            batch_size: int) -> int:
+        """Forgets up to batch_size archived messages acked longer than ``retention`` ago; how many."""
+        async with self._transaction(queue.name) as conn:
+            cur = await conn.execute(query("archive_prune", archive=QueueStatements(queue).archive),
+                                     {"retention": retention, "now": now, "batch_size": batch_size})
             return cur.rowcount
 
     async def message_delete(self, queue: QueueDef, key: Key) -> int:

@@ -227,7 +227,8 @@ async function queuePage(page, name, state) {
     ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
-    ["Parent", q.parent_table || "none"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"]];
+    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
+    ["Paused", el("span", {id: "paused"}, [q.disable_send && "send", q.disable_delivery && "delivery"].filter(Boolean).join(", ") || "no")]];
   // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
   // where it failed, after how many attempts, and why.
   const dead = peek.messages.some(m => m.dead_letter);
@@ -253,6 +254,12 @@ async function queuePage(page, name, state) {
   const actions = el("div", {class: "actions"},
     el("button", {id: "purge", disabled: !info.may_purge, title: info.may_purge ? null : "this token may not purge it",
       onclick: () => purge(name)}, "Purge"),
+    ["send", "delivery"].map(what => {
+      const field = "disable_" + what, paused = q[field];
+      return el("button", {id: `${paused ? "resume" : "pause"}-${what}`, disabled: !info.may_pause,
+        title: info.may_pause ? null : "this token may not update the queue (admin)",
+        onclick: () => pause(name, field, !paused)}, `${paused ? "Resume" : "Pause"} ${what}`);
+    }),
     info.dead_letter_sources.length ? el("button", {id: "redrive", disabled: !info.may_redrive,
       onclick: () => redrive(name, info.dead_letter_sources[0])}, `Redrive to ${info.dead_letter_sources[0]}`) : null,
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
@@ -334,6 +341,15 @@ function searchForm(state) {
       onclick: () => { state.draft = {}; state.filter = null; state.tokens = [""]; refresh(); }}, "Clear"),
     state.filter ? el("span", {class: "muted", id: "search-applied"}, "filtered: " +
       Object.entries(state.filter).map(([k, v]) => `${FILTERS.find(f => f[0] === k)[1].toLowerCase()} ${v}`).join(", ")) : null);
+}
+
+// A durable pause (UpdateQueue): sends refused, or nothing delivered, until resumed.
+async function pause(name, field, paused) {
+  try {
+    await api(`/api/queues/${encodeURIComponent(name)}/pause`, {method: "POST", body: JSON.stringify({[field]: paused})});
+    current.state.result = `${paused ? "Paused" : "Resumed"} ${field.replace("disable_", "")}.`;
+  } catch (e) { current.state.result = "Refused: " + e.message; }
+  refresh();
 }
 
 async function purge(name) {
