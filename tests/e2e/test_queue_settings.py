@@ -13,7 +13,7 @@ from google.protobuf import field_mask_pb2
 from spanq_proto.v1 import queue_pb2
 from spanq_server.store import Store
 
-from .helpers import (
+from ..helpers import (
     create_queue, duration, error_of, key, open_stream, plain, renew, send, streams_idle, text_message, value,
 )
 
@@ -170,7 +170,7 @@ async def test_another_server_sees_an_update_within_the_cache_bound(server_confi
     from spanq_proto.v1 import queue_pb2_grpc
     from spanq_server.server import start
 
-    from .helpers import until
+    from ..helpers import until
 
     await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
     other_server = await start(server_config, clock=clock)
@@ -347,7 +347,7 @@ async def test_sdk_update_queue_sync_and_aio(server):
 
 
 async def test_cli_queue_update_pause_and_resume(server):
-    from .test_cli import one_line, spanq_cli
+    from ..tools.test_cli import one_line, spanq_cli
 
     t = server.target
     code, _, err = await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "string")
@@ -389,7 +389,7 @@ async def test_cli_queue_update_pause_and_resume(server):
 
 # -- the dashboard ---------------------------------------------------------------------------------
 
-from .test_dashboard import LIVE, browser, http_post, open_page, ui  # noqa: E402,F401  (fixtures)
+from ..tools.test_dashboard import LIVE, browser, http_post, open_page, ui  # noqa: E402,F401  (fixtures)
 
 
 async def test_dashboard_pauses_and_resumes_from_the_queue_page(ui, browser):
