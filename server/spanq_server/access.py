@@ -113,3 +113,9 @@ RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/Purge": _purge,
     f"{QUEUE_SERVICE}/Redrive": _redrive,
 }
+
+
+def rule(method: str) -> Rule:
+    """The rule of a QueueService method by its short name ("Peek"): the dashboard's pages
+    ask what their RPC would (server.py hands it this)."""
+    return RULES[f"{QUEUE_SERVICE}/{method}"]

@@ -16,16 +16,14 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from google.protobuf import json_format, struct_pb2
-
-from . import codec, errors
+from . import errors
 from .clock import Clock
 from .metrics.counters import Counters
-from .model import Key, PeekedMessage, QueueCounts, QueueDef
+from .model import ColumnType, Key, PeekedMessage, QueueCounts, QueueDef
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
 from .rates import Rates
 from .store import ALL_SOURCES, PeekFilter, RedriveSource, Store
@@ -68,8 +66,12 @@ class RedriveProgress:
 class Operator:
     """Stats, peek, purge and redrive over the catalog's queues."""
 
-    def __init__(self, catalog: Catalog, store: Store, clock: Clock, rates: Rates) -> None:
+    def __init__(self, catalog: Catalog, store: Store, clock: Clock, rates: Rates,
+                 key_from_json: Callable[[QueueDef, Any], Key]) -> None:
+        """``key_from_json`` reads a key in its JSON form (a list, as Peek shows it), the
+        front-ends' wire format (codec.key_from_json): server.py hands it in."""
         self._catalog = catalog
+        self._key_from_json = key_from_json
         self._store = store
         self._clock = clock
         self._rates = rates
@@ -132,14 +134,14 @@ class Operator:
     async def delete(self, name: str, key: Any) -> None:
         """Deletes one message, ``key`` in its JSON form (a list, as Peek shows it)."""
         queue = await self._catalog.get(name)
-        if not await self._store.message_delete(queue, _key_from_json(queue, key)):
+        if not await self._store.message_delete(queue, self._key_from_json(queue, key)):
             raise errors.MessageNotFound(f"queue {name!r} holds no message with key {key}")
         logger.info("deleted the message with key %s of queue %s", key, name)
 
     async def release(self, name: str, key: Any) -> None:
         """Takes back a leased message's lease: deliverable now (its attempt stays counted)."""
         queue = await self._catalog.get(name)
-        if not await self._store.message_release(queue, _key_from_json(queue, key), self._clock.now()):
+        if not await self._store.message_release(queue, self._key_from_json(queue, key), self._clock.now()):
             raise errors.FailedPrecondition(f"the message with key {key} of queue {name!r} is not leased (or gone): "
                                             "nothing to release")
         logger.info("released the lease of the message with key %s of queue %s", key, name)
@@ -149,7 +151,7 @@ class Operator:
         queue); the target's name."""
         dead = await self._catalog.get(name)
         target = await self.redrive_target(dead, to)
-        if not await self._store.message_redrive_one(dead, target, _key_from_json(dead, key), self._clock.now()):
+        if not await self._store.message_redrive_one(dead, target, self._key_from_json(dead, key), self._clock.now()):
             raise errors.FailedPrecondition(
                 f"the message with key {key} of queue {name!r} cannot move to {target.name!r}: it is gone, leased, "
                 f"or {target.name!r} holds that key")
@@ -323,22 +325,49 @@ class Expiry:
                 logger.exception("message expiry failed; will retry")
 
 
-def _key_from_json(queue: QueueDef, key: Any) -> Key:
-    if not isinstance(key, list):
-        raise errors.InvalidArgument(f"`key` must be a list of the key's values (as Peek shows it), got {key!r:.100}")
-    try:
-        values = struct_pb2.ListValue()
-        values.extend(key)  # ParseDict takes objects only; extend checks each value's type
-        return codec.key_from_proto(queue, values, "key")
-    except (ValueError, TypeError, RecursionError):
-        raise errors.InvalidArgument(f"`key` must be a list of the key's values, got {key!r:.100}") from None
-
-
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
-    key = json_format.MessageToDict(codec.key_to_proto(queue, last.key))
+    key = [_token_value(c.type, v) for c, v in zip(queue.key_columns, last.key)]
     at = last.ack_time or last.deliver_time  # an archive's page goes in ack order
     data = json.dumps({"t": at.isoformat(), "k": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(data.encode()).decode()
+
+
+def _token_value(column_type: ColumnType, value: Any) -> Any:
+    # Plain JSON, read back by _token_key with the queue's key types: the token is this
+    # server's own, never a client's data, so it needs no wire format.
+    if column_type is ColumnType.BYTES:
+        return base64.b64encode(bytes(value)).decode()
+    if column_type is ColumnType.TIMESTAMP:
+        return value.isoformat()
+    return value
+
+
+def _token_key(queue: QueueDef, values: Any) -> Key:
+    if not isinstance(values, list) or len(values) != len(queue.key_columns):
+        raise ValueError("not this queue's key")
+    key: list[Any] = []
+    for column, v in zip(queue.key_columns, values):
+        kind = column.type
+        if kind is ColumnType.INT64 and type(v) is int and -(2**63) <= v < 2**63:
+            key.append(v)
+        elif kind is ColumnType.BOOL and type(v) is bool:
+            key.append(v)
+        elif kind is ColumnType.STRING and type(v) is str and "\0" not in v:
+            v.encode()  # a lone surrogate is no text PostgreSQL holds: UnicodeEncodeError, a ValueError
+            key.append(v)
+        elif kind is ColumnType.BYTES and type(v) is str:
+            key.append(base64.b64decode(v, validate=True))
+        elif kind is ColumnType.TIMESTAMP and type(v) is str:
+            key.append(_aware(datetime.fromisoformat(v)))
+        else:
+            raise ValueError("not this queue's key")
+    return tuple(key)
+
+
+def _aware(when: datetime) -> datetime:
+    if when.tzinfo is None:
+        raise ValueError("a timestamp without its time zone")
+    return when
 
 
 def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | None:
@@ -346,9 +375,7 @@ def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | No
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        key = codec.key_from_proto(queue, json_format.ParseDict(data["k"], struct_pb2.ListValue()), "page_token")
-        return datetime.fromisoformat(data["t"]), key
-    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError, json_format.ParseError,
-            errors.InvalidArgument):  # RecursionError: JSON nested deeper than the decoders go
+        return _aware(datetime.fromisoformat(data["t"])), _token_key(queue, data["k"])
+    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested deeper than the decoder goes
         raise errors.InvalidArgument(
             "page_token is not one this server returned for this queue; start again with an empty token") from None

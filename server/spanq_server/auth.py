@@ -53,7 +53,7 @@ from typing import Any
 
 import grpc
 
-from . import errors, queues, status
+from . import errors, identifiers, status
 from .clock import Clock
 from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
 
@@ -113,7 +113,7 @@ class Principal:
 
     def denied(self, privilege: str, queue: str, what: str, where: str = "",
                **metadata: str) -> errors.PermissionDenied:
-        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {queues.shown(queue)}", queue)
+        on, key = ("every queue ('*')", '"*"') if queue == EVERY_QUEUE else (f"queue {identifiers.shown(queue)}", queue)
         return errors.PermissionDenied(
             f"{where}token {self.name!r} lacks the {privilege!r} privilege on {on}, which {what} needs; "
             f"grant it in the server's token file ([tokens.{self.name}] grants = {{ {key} = [\"{privilege}\"] }}) "
@@ -213,9 +213,9 @@ def _principal(name: str, grants: Any, where: str) -> Principal:
                             f"grants = {{ invoices = [\"receive\", \"ack\"] }}; use \"*\" for every queue")
     parsed: dict[str, frozenset[str]] = {}
     for queue, privileges in grants.items():
-        if queue != EVERY_QUEUE and not (queues.IDENTIFIER.match(queue) and len(queue) <= queues.MAX_QUEUE_NAME):
+        if queue != EVERY_QUEUE and not (identifiers.IDENTIFIER.match(queue) and len(queue) <= identifiers.MAX_QUEUE_NAME):
             raise AuthFileError(f"{where}: {queue!r} is not a queue name (lowercase letters, digits and _, "
-                                f"starting with a letter, at most {queues.MAX_QUEUE_NAME}) nor \"*\"")
+                                f"starting with a letter, at most {identifiers.MAX_QUEUE_NAME}) nor \"*\"")
         if not isinstance(privileges, list) or not privileges:
             raise AuthFileError(f"{where}: the grant on {queue!r} must be a non-empty list of privileges, "
                                 f"from {list(PRIVILEGES)}")

@@ -10,7 +10,6 @@ import base64
 import binascii
 import functools
 import math
-import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -88,6 +87,18 @@ def _key_value(column: KeyColumn, value: struct_pb2.Value, where: str) -> Any:
         if kind == "bool_value":
             return value.bool_value
     raise InvalidArgument(f"{what} cannot be a {_kind_name(kind)}")
+
+
+def key_from_json(queue: QueueDef, key: Any) -> Key:
+    """A key in its JSON form (a list, as Peek shows it): the dashboard's, read by the operator."""
+    if not isinstance(key, list):
+        raise InvalidArgument(f"`key` must be a list of the key's values (as Peek shows it), got {key!r:.100}")
+    try:
+        values = struct_pb2.ListValue()
+        values.extend(key)  # ParseDict takes objects only; extend checks each value's type
+        return key_from_proto(queue, values, "key")
+    except (ValueError, TypeError, RecursionError):
+        raise InvalidArgument(f"`key` must be a list of the key's values, got {key!r:.100}") from None
 
 
 def key_to_proto(queue: QueueDef, key: Key) -> struct_pb2.ListValue:
@@ -224,64 +235,6 @@ def json_from_value(value: struct_pb2.Value, what: str) -> Any:
     if kind == "struct_value":
         return {text_value(k, what): json_from_value(v, what) for k, v in value.struct_value.fields.items()}
     raise InvalidArgument(f"{what}: an empty value is not JSON")
-
-
-MAX_JSON_NESTING = 30
-"""Arrays and objects nested at most this deep in a JSON payload. Protobuf decoders
-stop at 100 nested messages, and each JSON object costs three (Value, Struct, its map
-entry): past ~32 a ReceiveResponse carrying the payload fails to decode in every
-default client, and the server's own encoder stops near 50."""
-
-
-def check_json(data: Any, what: str) -> None:
-    """Raises InvalidArgument unless every spanq.v1 client can receive ``data`` as a
-    google.protobuf.Value: nested at most MAX_JSON_NESTING deep, every number a finite
-    double. The one check of every write path (Mutator.prepare) and of the receive path."""
-    if not json_fits(data):
-        raise InvalidArgument(_json_misfit(data, what))
-
-
-def json_fits(data: Any) -> bool:
-    """check_json without the error: whether every client can receive ``data``."""
-    return _json_fits(data, 0)
-
-
-_MAX_DOUBLE = sys.float_info.max
-
-
-def _json_fits(item: Any, depth: int) -> bool:
-    # The hot path (every JSON payload sent and received): type() tests, a loop, no
-    # allocation. Recursion is bounded: it stops at MAX_JSON_NESTING.
-    kind = type(item)
-    if kind is dict or kind is list:
-        if depth >= MAX_JSON_NESTING:
-            return False
-        for v in item.values() if kind is dict else item:
-            if not _json_fits(v, depth + 1):
-                return False
-        return True
-    if kind is float:
-        return math.isfinite(item)
-    if kind is int:
-        return -_MAX_DOUBLE <= item <= _MAX_DOUBLE
-    return True
-
-
-def _json_misfit(data: Any, what: str) -> str:
-    """What _json_fits refused, said for the client (iterative: the data may nest deeper
-    than Python's recursion limit)."""
-    stack = [(data, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth >= MAX_JSON_NESTING:
-                return (f"{what}: JSON nested more than {MAX_JSON_NESTING} levels deep, which protobuf clients "
-                        "cannot decode; flatten it, or send it in a STRING or BYTES queue")
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-        elif not _json_fits(item, 0):
-            shown = repr(item) if isinstance(item, float) else f"{str(item)[:20]}... ({len(str(abs(item)))} digits)"
-            return f"{what}: JSON number {shown} is outside a double's range; send it as a string"
-    raise AssertionError("_json_fits refused data that fits")
 
 
 def value_from_json(data: Any) -> struct_pb2.Value:

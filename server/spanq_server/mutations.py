@@ -16,13 +16,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
-from . import codec, errors
+from . import errors
 from .ack_lease import AckLeases
 from .clock import Clock
 from .config import Limits
 from .faults import FaultInjector
 from .group_commit import ACKS, SENDS, GroupCommitter
 from .held import Holdings
+from .jsonfit import check_json
 from .metrics.counters import Counters
 from .queues import MAX_LEASE
 from .model import AckFound, AckItem, AckResult, ColumnType, Key, OutgoingMessage, QueueDef, RenewResult
@@ -194,7 +195,7 @@ class Mutator:
         for i, message in enumerate(op.messages):
             payload = message.payload
             if json_payloads:
-                codec.check_json(payload, f"message {i}: payload")
+                check_json(payload, f"message {i}: payload")
             headers = _headers_size(message.headers, i) if message.headers else 0
             if not 0 <= message.priority <= MAX_PRIORITY:
                 raise errors.InvalidArgument(f"message {i}: priority must be between 0 and {MAX_PRIORITY}, "

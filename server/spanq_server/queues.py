@@ -4,7 +4,6 @@ import base64
 import binascii
 import dataclasses
 import logging
-import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -12,13 +11,10 @@ from typing import Any
 
 from . import errors
 from .config import Limits
+from .identifiers import IDENTIFIER, MAX_COLUMN_NAME, MAX_QUEUE_NAME, check_name, check_queue_name, shown  # noqa: F401
 from .model import KEY_TYPES, PAYLOAD_TYPES, CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
 from .store import DDL_LOCK_TIMEOUT, Store
 
-IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*\Z")
-MAX_QUEUE_NAME = 48
-"""So that receive_<name>, renewlease_<name> and spanq_dt_<name> fit PostgreSQL's 63-byte identifiers."""
-MAX_COLUMN_NAME = 63
 MAX_KEY_COLUMNS = 16
 RESERVED_COLUMNS = frozenset({"payload", "deliver_time"})
 SYSTEM_COLUMNS = frozenset({"ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"})
@@ -47,26 +43,6 @@ FIXED = ("name", "key_columns", "payload_type", "parent_table", "create_time")
 """What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
 
 logger = logging.getLogger(__name__)
-
-
-def shown(name: str) -> str:
-    """A name for a message: quoted, cut at 80 characters, and with its escaped form when it
-    is not ASCII, so a look-alike of an ASCII letter (KELVIN SIGN for k) shows as what it is."""
-    cut = name if len(name) <= 80 else name[:80] + "..."
-    return repr(cut) if cut.isascii() else f"{cut!r} ({ascii(cut)})"
-
-
-def check_name(name: str, what: str, max_length: int) -> str:
-    if not IDENTIFIER.match(name) or len(name) > max_length:
-        raise errors.InvalidArgument(
-            f"{what} {shown(name)} is not valid: use lowercase letters (ASCII a-z), digits and underscores, "
-            f"starting with a letter, at most {max_length} characters (it becomes a PostgreSQL identifier)"
-        )
-    return name
-
-
-def check_queue_name(name: str) -> str:
-    return check_name(name, "queue name", MAX_QUEUE_NAME)
 
 
 def validate(queue: QueueDef) -> QueueDef:

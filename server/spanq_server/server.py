@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from spanq_proto.v1 import queue_pb2_grpc
 
-from . import access, auth
+from . import access, auth, codec
 from .admin import Expiry, Operator
 from .clock import Clock
 from .config import Config, ConfigError
@@ -200,7 +200,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 * 1024 * 1024),
                                           ("grpc.so_reuseport", 1 if config.worker else 0)],
                                  interceptors=interceptors)
-        operator = Operator(catalog, store, clock, metrics.rates)
+        operator = Operator(catalog, store, clock, metrics.rates, codec.key_from_json)
         expiry = Expiry(catalog, store, clock, metrics)
         expiry.start()
         exactly_once = ExactlyOnce(store, mutator, clock)
@@ -233,16 +233,20 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             raise ConfigError(f"cannot serve on {config.listen}: {exc}; give --listen another HOST:PORT") from exc
         try:
             endpoint = metrics_endpoint.serve(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
-                                              counters=metrics, store=store, receiver=receiver, clock=clock)
+                                              counters=metrics,
+                                              queue_gauges=lambda **kw: store.queue_gauges(**kw),  # read at each scrape
+                                              pool_stats=store.pool_stats, streams=receiver.streams_by_queue,
+                                              clock=clock)
         except ConfigError as exc:
             if "metrics" not in config.default_listens:
                 raise
             logger.warning("%s; serving without metrics", exc)  # the default port, taken: gRPC goes on
         if config.worker:
-            sampler = metrics_endpoint.sample_to_files(registry, store, receiver)
+            sampler = metrics_endpoint.sample_to_files(registry, store.pool_stats, receiver.streams_by_queue)
         ui_address = parse_listen(config.ui_listen, "dashboard")
         if ui_address is not None:
-            dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, clock, config.ui_allowed_hosts)
+            dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, access.rule, clock,
+                                  config.ui_allowed_hosts)
             try:
                 ui_port = await dashboard.start(*ui_address, _tls_context(config))
             except OSError as exc:

@@ -218,7 +218,7 @@ class Supervisor:
             if applied:
                 logger.info("applied migrations %s", applied)
             endpoint = serve_files(config.metrics_listen, interval=config.metrics_interval.total_seconds(),
-                                   store=store, clock=Clock(), path=self._files)
+                                   queue_gauges=store.queue_gauges, clock=Clock(), path=self._files)
             if endpoint is None:
                 await store.close()
             processes = await asyncio.gather(*(self._start(i) for i in range(config.workers)))

@@ -17,21 +17,20 @@ machine, would otherwise be same-origin here.
 import importlib.resources
 import json
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
 from google.protobuf import json_format
 
 from spanq_proto.v1 import queue_pb2
 
-from .. import access, auth, errors, status
-from ..admin import Operator, RedriveProgress
+from .. import auth, errors, status
+from ..admin import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
 from ..clock import Clock
 from ..queues import Catalog
 from ..rates import Rates
 from ..receive import Receiver
-from ..store import PeekFilter
-from ..service import peek_response, queue_to_proto, stats_response
+from ..views import peek_response, queue_to_proto, stats_response
 from .http import HttpError, HttpServer, Request, Response, json_response, split_host
 from .watch import Watch
 
@@ -56,8 +55,12 @@ def _dict(message: Any) -> dict[str, Any]:
 
 class Dashboard:
     def __init__(self, catalog: Catalog, operator: Operator, receiver: Receiver, rates: Rates,
-                 tokens: auth.Tokens | None, clock: Clock, allowed_hosts: Sequence[str] = ()) -> None:
+                 tokens: auth.Tokens | None, rule: Callable[[str], auth.Rule], clock: Clock,
+                 allowed_hosts: Sequence[str] = ()) -> None:
+        """``rule``: the spanq.v1 rule of a QueueService method by its name (access.rule),
+        handed in by server.py, so that this front-end does not import the other."""
         self._catalog = catalog
+        self._rule = rule
         self._operator = operator
         self._receiver = receiver
         self._rates = rates
@@ -154,7 +157,7 @@ class Dashboard:
         if principal is None:
             return
         try:
-            access.RULES[f"{access.QUEUE_SERVICE}/{method}"](principal, rpc)
+            self._rule(method)(principal, rpc)
         except errors.QueueError as exc:
             self._refused(request, exc)
             raise
@@ -162,12 +165,11 @@ class Dashboard:
     def _refused(self, request: Request, exc: errors.QueueError) -> None:
         self._refusals(f"dashboard {request.method} {request.path}", exc, request.peer)
 
-    @staticmethod
-    def _may(principal: auth.Principal | None, method: str, rpc: Any) -> bool:
+    def _may(self, principal: auth.Principal | None, method: str, rpc: Any) -> bool:
         if principal is None:
             return True
         try:
-            access.RULES[f"{access.QUEUE_SERVICE}/{method}"](principal, rpc)
+            self._rule(method)(principal, rpc)
             return True
         except errors.PermissionDenied:
             return False

@@ -17,7 +17,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -33,8 +33,13 @@ from .exposition import Endpoint
 
 if TYPE_CHECKING:
     from ..clock import Clock
-    from ..receive import Receiver
-    from ..store import Store
+
+QueueGaugesRead = Callable[..., Awaitable[list[QueueGauges]]]
+"""Every queue's gauges in one statement: the store's ``queue_gauges(now=, cap=, timeout=)``."""
+Figures = Callable[[], dict[str, int]]
+"""Figures read on the server's loop: the store's ``pool_stats``, the receiver's
+``streams_by_queue``. server.py hands them in: the endpoint names neither the store nor
+the receiver."""
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +67,8 @@ def parse_listen(listen: str, what: str = "metrics") -> tuple[str, int] | None:
     return host, int(port)
 
 
-def serve(listen: str, *, interval: float, counters: Counters, store: "Store", receiver: "Receiver",
-          clock: "Clock") -> Endpoint | None:
+def serve(listen: str, *, interval: float, counters: Counters, queue_gauges: QueueGaugesRead, pool_stats: Figures,
+          streams: Figures, clock: "Clock") -> Endpoint | None:
     """Serves one server's /metrics on listen (from the running event loop, which the
     scrape's queries then run on): its registry (counters, timing) and the scrape-time
     gauges, rendered at most once per interval (seconds). None when listen disables
@@ -71,7 +76,7 @@ def serve(listen: str, *, interval: float, counters: Counters, store: "Store", r
     address = parse_listen(listen)
     if address is None:
         return None
-    counters.register_before_queue_counters(_Collector(asyncio.get_running_loop(), store, receiver, clock, counters))
+    counters.register_before_queue_counters(_Collector(asyncio.get_running_loop(), queue_gauges, pool_stats, streams, clock, counters))
     return _endpoint(counters.registry, listen, address, interval)
 
 
@@ -90,9 +95,9 @@ class _OnLoop(Collector):
     an event loop (the server's: the pool and the stream counts belong to it, and the
     query runs through its pool). Subclasses say what the snapshot holds."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", clock: "Clock") -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue_gauges: QueueGaugesRead, clock: "Clock") -> None:
         self._loop = loop
-        self._store = store
+        self._read_gauges = queue_gauges
         self._clock = clock
         self._errors = 0
         """Renders that answered without the queue gauges (reported by this collector, so
@@ -110,7 +115,7 @@ class _OnLoop(Collector):
         """Every queue's gauges, or None (logged, counted) when the database did not answer in time."""
         try:
             return await asyncio.wait_for(
-                self._store.queue_gauges(now=self._clock.now(), cap=COUNT_CAP, timeout=QUERY_TIMEOUT),
+                self._read_gauges(now=self._clock.now(), cap=COUNT_CAP, timeout=QUERY_TIMEOUT),
                 QUERY_TIMEOUT + 1,  # the statement's own timeout ends it first, cleanly
             )
         except Exception as exc:  # the scrape still answers: counters, pool, streams
@@ -156,14 +161,15 @@ class _OnLoop(Collector):
 class _Collector(_OnLoop):
     """One server's scrape-time gauges: the queues', its streams', its pool's."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", receiver: "Receiver", clock: "Clock",
-                 counters: Counters) -> None:
-        super().__init__(loop, store, clock)
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue_gauges: QueueGaugesRead, pool_stats: Figures,
+                 streams: Figures, clock: "Clock", counters: Counters) -> None:
+        super().__init__(loop, queue_gauges, clock)
         self._counters = counters
-        self._receiver = receiver
+        self._pool_stats = pool_stats
+        self._streams = streams
 
     async def _snapshot(self) -> _Snapshot:
-        snapshot = _Snapshot(self._store.pool_stats(), self._receiver.streams_by_queue())
+        snapshot = _Snapshot(self._pool_stats(), self._streams())
         counted = self._counters.counted_queues()  # before the catalog is read: see below
         snapshot.queues = await self._queue_gauges()
         if snapshot.queues is None:
@@ -247,9 +253,9 @@ class _Sampler:
     multiprocess files every SAMPLE_INTERVAL: in that mode no collector of the child runs
     at scrape time (the supervisor reads the files), and these figures live in the child."""
 
-    def __init__(self, registry: CollectorRegistry, store: "Store", receiver: "Receiver") -> None:
-        self._store = store
-        self._receiver = receiver
+    def __init__(self, registry: CollectorRegistry, pool_stats: Figures, streams: Figures) -> None:
+        self._pool_stats = pool_stats
+        self._streams_by_queue = streams
         self._pool: dict[str, Any] = {
             name: (Gauge(name, help, multiprocess_mode="livesum", registry=registry) if kind == "gauge"
                    else Counter(name, help, registry=registry))
@@ -262,7 +268,7 @@ class _Sampler:
         self._queues: set[str] = set()
 
     def sample(self) -> None:
-        stats = self._store.pool_stats()
+        stats = self._pool_stats()
         for name, (kind, _, stat, scale) in POOL_FIGURES.items():
             figure = stats.get(stat, 0) / scale
             if kind == "gauge":
@@ -270,7 +276,7 @@ class _Sampler:
             else:
                 self._pool[name].inc(max(0.0, figure - self._counted.get(name, 0.0)))
                 self._counted[name] = figure
-        streams = self._receiver.streams_by_queue()
+        streams = self._streams_by_queue()
         for queue in self._queues - set(streams):
             self._streams.labels(queue).set(0)
         for queue, n in streams.items():
@@ -288,8 +294,8 @@ class _Gathered(_OnLoop):
     prometheus_client's multiprocess files (a dead child's counters included, so that
     the sums never go down), and the queue gauges, computed here once for all."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, store: "Store", clock: "Clock", path: str) -> None:
-        super().__init__(loop, store, clock)
+    def __init__(self, loop: asyncio.AbstractEventLoop, queue_gauges: QueueGaugesRead, clock: "Clock", path: str) -> None:
+        super().__init__(loop, queue_gauges, clock)
         self._files = MultiProcessCollector(None, path)
 
     async def _snapshot(self) -> list[QueueGauges] | None:
@@ -317,13 +323,14 @@ class _Gathered(_OnLoop):
         yield streams
 
 
-def sample_to_files(registry: CollectorRegistry, store: "Store", receiver: "Receiver") -> "asyncio.Task[None]":
+def sample_to_files(registry: CollectorRegistry, pool_stats: Figures, streams: Figures) -> "asyncio.Task[None]":
     """In a --workers child: keeps its pool and stream figures in the multiprocess files
     (its counters and histogram go there by themselves). Cancel the task to stop."""
-    return asyncio.create_task(_Sampler(registry, store, receiver).run(), name="metrics-sampler")
+    return asyncio.create_task(_Sampler(registry, pool_stats, streams).run(), name="metrics-sampler")
 
 
-def serve_files(listen: str, *, interval: float, store: "Store", clock: "Clock", path: str) -> Endpoint | None:
+def serve_files(listen: str, *, interval: float, queue_gauges: QueueGaugesRead, clock: "Clock",
+                path: str) -> Endpoint | None:
     """In the --workers supervisor: serves every child's metrics and the queue gauges at
     /metrics on listen (None when listen disables metrics). The endpoint's port is
     ``endpoint.port``."""
@@ -331,7 +338,7 @@ def serve_files(listen: str, *, interval: float, store: "Store", clock: "Clock",
     if address is None:
         return None
     registry = CollectorRegistry()
-    registry.register(_Gathered(asyncio.get_running_loop(), store, clock, path))
+    registry.register(_Gathered(asyncio.get_running_loop(), queue_gauges, clock, path))
     return _endpoint(registry, listen, address, interval)
 
 
