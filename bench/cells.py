@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql as psycopg_sql
 
 from spanq_proto.v1 import queue_pb2
-from spanq_server.queues import CACHE_SECONDS as CATALOG_CACHE_SECONDS
+from spanq_server.domain.queues import CACHE_SECONDS as CATALOG_CACHE_SECONDS
 
 from . import env, sdk_side
 from .baseline import SqlQueue

@@ -147,7 +147,7 @@ class InProcessServer:
         self.target = ""
 
     async def ready(self, timeout: float = 60) -> None:
-        from spanq_server.config import Config
+        from spanq_server.ground.config import Config
         from spanq_server.server import start
 
         self.running = await start(Config(database_url=self.db_url, listen="127.0.0.1:0", metrics_listen=""))

@@ -51,12 +51,13 @@ def install() -> None:
     from spanq_server.store import messages
 
     # First: group_commit.py takes Store.messages_ack_claimed_group when it is imported.
-    assert "spanq_server.group_commit" not in sys.modules
+    assert "spanq_server.domain.group_commit" not in sys.modules
     _timed(messages.MessageTables, "messages_insert_claimed", "send_commit")
     _timed(messages.MessageTables, "messages_ack_claimed_group", "ack_commit")
     _timed(messages.MessageTables, "messages_ack_claimed", "ack_commit")
     _timed(messages.MessageTables, "messages_lease", "lease", rows=len)
-    from spanq_server import receive, service, wakeups
+    from spanq_server.domain.receive import stream as receive, wakeups
+    from spanq_server.v1 import service
 
     _timed(service.QueueService, "Send", "send_rpc")
     _timed(service.QueueService, "Ack", "ack_rpc")

@@ -27,7 +27,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from spanq_server.clock import ManualClock
+from spanq_server.ground.clock import ManualClock
 from spanq_server.store import Store
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -75,7 +75,7 @@ async def until(condition: Any, what: str = "a condition", timeout: float = 10, 
     """The suite's one bounded poll: checks ``condition()`` (a plain callable, or one that
     returns an awaitable) every ``interval`` seconds until it is truthy, and returns that
     value; fails the test after ``timeout`` seconds. For a state the code can announce, wait
-    on a signal instead (spanq_server.testsignals); poll for what a test can only observe
+    on a signal instead (spanq_server.domain.testsignals); poll for what a test can only observe
     (a row in SQL, a metric of a server in a subprocess, a log line)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

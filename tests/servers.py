@@ -9,10 +9,10 @@ import grpc
 import pytest
 
 from spanq_proto.v1 import queue_pb2_grpc
-from spanq_server.clock import ManualClock
-from spanq_server.config import Config
+from spanq_server.ground.clock import ManualClock
+from spanq_server.ground.config import Config
 from spanq_server.server import Running, start
-from spanq_server.testsignals import Listener, StreamState, stream_waiting
+from spanq_server.domain.testsignals import Listener, StreamState, stream_waiting
 
 
 @pytest.fixture

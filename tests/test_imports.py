@@ -25,9 +25,9 @@ def test_the_domain_and_its_counters_import_no_grpc():
     """metrics/counters.py is what the domain calls: it, the commit path and the receive
     stream bring in neither gRPC, nor protobuf, nor the SDK, nor the RPC timing or the
     /metrics endpoint."""
-    loaded = imported_after("spanq_server.metrics.counters", "spanq_server.mutations", "spanq_server.receive")
-    assert loaded & {"grpc", "spanq", "spanq_server.metrics.timing", "spanq_server.metrics.endpoint",
-                     "spanq_server.metrics.exposition"} == set()
+    loaded = imported_after("spanq_server.metrics.counters", "spanq_server.domain.mutations", "spanq_server.domain.receive.stream")
+    assert loaded & {"grpc", "spanq", "spanq_server.edge.timing", "spanq_server.scrape.endpoint",
+                     "spanq_server.scrape.exposition"} == set()
     assert not {m for m in loaded if m.startswith(("google.protobuf", "spanq_proto"))}
 
 

@@ -21,29 +21,30 @@ from prometheus_client import CollectorRegistry
 
 from spanq_proto.v1 import queue_pb2_grpc
 
-from . import access, auth, codec
-from .admin import Expiry, Operator
-from .clock import Clock
-from .config import Config, ConfigError
-from .dashboard import Dashboard
-from .decoding import DecodeGuard
-from .exactly_once import ExactlyOnce
-from .faults import FaultInjector
-from .held import Holdings
-from .ledger import Ledger
-from .metrics import endpoint as metrics_endpoint
-from .metrics.counters import Counters
-from .metrics.endpoint import parse_listen
-from .metrics.exposition import Endpoint
-from .metrics.timing import RpcTiming
-from .mutations import Mutator
-from .queues import Catalog
-from .receive import Receiver
-from .records import Records
-from .service import QueueService
-from .store import Store
-from .wakeups import Wakeups
 from . import spanner as spanner_front_end
+from .dashboard import Dashboard
+from .domain.exactly_once import ExactlyOnce
+from .domain.faults import FaultInjector
+from .domain.ledger import Ledger
+from .domain.mutations import Mutator
+from .domain.operator import Expiry, Operator
+from .domain.queues import Catalog
+from .domain.receive.held import Holdings
+from .domain.receive.stream import Receiver
+from .domain.receive.wakeups import Wakeups
+from .domain.records import Records
+from .edge import auth, codec
+from .edge.decoding import DecodeGuard
+from .edge.timing import RpcTiming
+from .ground.clock import Clock
+from .ground.config import Config, ConfigError
+from .metrics.counters import Counters
+from .scrape import endpoint as metrics_endpoint
+from .scrape.endpoint import parse_listen
+from .scrape.exposition import Endpoint
+from .store import Store
+from .v1 import access
+from .v1.service import QueueService
 
 if TYPE_CHECKING:
     from .spanner.handlers.servicers import SpannerFrontEnd

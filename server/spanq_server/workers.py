@@ -35,9 +35,9 @@ from typing import Any
 
 from prometheus_client.multiprocess import mark_process_dead
 
-from .clock import Clock
-from .config import LOG_FORMAT, Config, ConfigError
-from .metrics.endpoint import parse_listen, serve_files
+from .ground.clock import Clock
+from .ground.config import LOG_FORMAT, Config, ConfigError
+from .scrape.endpoint import parse_listen, serve_files
 from .store import Store
 
 logger = logging.getLogger(__name__)

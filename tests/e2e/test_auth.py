@@ -20,9 +20,10 @@ import spanq.aio
 from google.protobuf import timestamp_pb2
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import auth, cli
-from spanq_server import errors as spanq_server_errors
-from spanq_server.config import Config
+from spanq_server.edge import auth
+from spanq_server import cli
+from spanq_server.ground import errors as spanq_server_errors
+from spanq_server.ground.config import Config
 from spanq_server.server import start
 
 from ..helpers import duration, error_of, key, spanner_ddl, text_message, value
@@ -140,11 +141,11 @@ async def test_without_a_known_token_every_call_is_unauthenticated(stub, metadat
 def refusals(caplog: Any) -> list[str]:
     """The refusal lines the server logged, without their "refused a call: " lead."""
     return [r.getMessage().removeprefix("refused a call: ") for r in caplog.records
-            if r.name == "spanq_server.auth" and r.levelno == logging.WARNING]
+            if r.name == "spanq_server.edge.auth" and r.levelno == logging.WARNING]
 
 
 async def test_refusals_are_logged_once_per_token_method_and_code_per_interval(stub, clock, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    caplog.set_level(logging.WARNING, logger="spanq_server.edge.auth")
     await make_queue(stub, "emails")
     bad = "tok-a-secret-nobody-has"
     for _ in range(5):  # a client hammering with a bad token
@@ -180,7 +181,7 @@ async def test_refusals_are_logged_once_per_token_method_and_code_per_interval(s
 
 
 def test_a_token_name_that_is_not_plain_is_quoted_in_the_log(caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    caplog.set_level(logging.WARNING, logger="spanq_server.edge.auth")
     log = auth.RefusalLog()
     log("spanq.v1.QueueService/Send", spanq_server_errors.PermissionDenied("no", token="a b=c", privilege="send",
                                                                              queue="q"), "")
@@ -236,7 +237,7 @@ async def served_methods(config: Config, monkeypatch: Any) -> set[str]:
 
 
 async def test_every_method_served_has_a_rule_or_is_listed_as_open(server_config, monkeypatch) -> None:
-    from spanq_server import access
+    from spanq_server.v1 import access
     from spanq_server.server import authorization_rules
 
     methods = await served_methods(server_config, monkeypatch)
@@ -255,9 +256,9 @@ async def test_every_method_served_has_a_rule_or_is_listed_as_open(server_config
 
 
 async def test_a_method_without_a_rule_is_refused_to_every_token(server_config, monkeypatch, caplog) -> None:
-    from spanq_server import access
+    from spanq_server.v1 import access
 
-    caplog.set_level(logging.WARNING, logger="spanq_server.auth")
+    caplog.set_level(logging.WARNING, logger="spanq_server.edge.auth")
     monkeypatch.delitem(access.RULES, f"{access.QUEUE_SERVICE}/GetQueue")
     running = await start(server_config)
     try:
@@ -279,7 +280,7 @@ async def test_a_method_without_a_rule_is_refused_to_every_token(server_config, 
 
 
 def test_the_authorizer_fails_closed_for_a_method_it_has_no_rule_for() -> None:
-    from spanq_server import access
+    from spanq_server.v1 import access
 
     authorizer = auth.Authorizer(auth.parse(TOKEN_FILE), access.RULES)
     ops = auth.parse(TOKEN_FILE).authenticate(bearer(OPS))

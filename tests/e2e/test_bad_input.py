@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from psycopg import sql as pgsql
 
 from spanq_proto.v1 import queue_pb2
-from spanq_server.config import Limits
+from spanq_server.ground.config import Limits
 
 from ..helpers import create_queue, duration, error_of, key, plain, receive_some, send, text_message, until, value
 

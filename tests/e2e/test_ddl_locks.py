@@ -17,7 +17,7 @@ import spanq
 import spanq.aio
 
 from spanq_proto.v1 import queue_pb2
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.store import Store
 from spanq_server.store.database import connection_of
 

@@ -13,7 +13,7 @@ import pytest
 import spanq
 import spanq.aio
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.store import Store
 
 from ..helpers import (

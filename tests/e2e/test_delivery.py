@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.server import start
 
 from ..helpers import (

@@ -10,10 +10,10 @@ import psycopg
 import pytest
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.group_commit import GroupCommitter
+from spanq_server.domain.group_commit import GroupCommitter
 from spanq_server.server import Running, start
 
-from spanq_server.testsignals import commits_draining
+from spanq_server.domain.testsignals import commits_draining
 
 from ..helpers import create_queue, error_of, lock_waiters, outcome, send, text_message, until
 

@@ -14,10 +14,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import queues
-from spanq_server.metrics import endpoint
+from spanq_server.domain import queues
+from spanq_server.scrape import endpoint
 from spanq_server.cli import parse_config
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.server import Running, start
 
 from ..helpers import (

@@ -199,7 +199,7 @@ async def test_peek_pages_through_composite_keys_that_share_a_deliver_time(serve
 
 
 def test_rates_count_the_last_minute_only():
-    from spanq_server.rates import Rates
+    from spanq_server.metrics.rates import Rates
 
     now = [1000.0]
     rates = Rates(clock=lambda: now[0])

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.codec import value_from_json
+from spanq_server.edge.codec import value_from_json
 
 from ..spawned import free_port, spawn_server, wait_serving_sync
 

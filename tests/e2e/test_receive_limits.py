@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import ConfigError, Limits
+from spanq_server.ground.config import ConfigError, Limits
 from spanq_server.server import start
 
 from ..helpers import ack, create_queue, duration, key, open_stream, plain, send, text_message, until, value

@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.server import start
 
 from ..helpers import ack, create_queue, duration, open_stream, plain, renew, send, text_message, until

@@ -14,7 +14,7 @@ import pytest
 
 import spanq
 import spanq.aio
-from spanq_server.config import Limits
+from spanq_server.ground.config import Limits
 
 from ..helpers import until, until_sync
 

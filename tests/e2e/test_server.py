@@ -15,7 +15,7 @@ from psycopg.conninfo import make_conninfo
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.cli import parse_config
-from spanq_server.config import Config, ConfigError
+from spanq_server.ground.config import Config, ConfigError
 from spanq_server.server import is_loopback, start
 from spanq_server.sql import MIGRATIONS
 

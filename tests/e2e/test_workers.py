@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.cli import parse_config
-from spanq_server.config import Config, ConfigError
+from spanq_server.ground.config import Config, ConfigError
 from spanq_server.server import start
 from spanq_server.workers import connections_per_worker, reserve
 

@@ -11,7 +11,7 @@ import time
 import grpc
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import wakeups
+from spanq_server.domain.receive import wakeups
 from spanq_server.server import start
 
 from ..helpers import ack, create_queue, open_stream

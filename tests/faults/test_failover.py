@@ -22,7 +22,7 @@ import spanq
 import spanq.aio
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.server import start
 
 from ..clusters import ReplicatedPair
@@ -274,7 +274,8 @@ def test_the_pools_reconnect_backoff_is_capped_and_never_gives_up():
 def test_read_only_refusals_are_told_from_other_errors():
     from psycopg import errors as pg_errors
 
-    from spanq_server import errors, status
+    from spanq_server.ground import errors
+    from spanq_server.edge import status
     from spanq_server.store import refused_as_read_only
 
     assert refused_as_read_only(pg_errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"))
@@ -309,7 +310,7 @@ async def test_a_listener_that_stops_hearing_without_an_error_reconnects(databas
     """A network that drops what PostgreSQL sends, with no error on either side: the
     listener would believe it listens for ever. Its next probe goes unheard, and it
     reconnects."""
-    from spanq_server import wakeups
+    from spanq_server.domain.receive import wakeups
 
     from ..pgproxy import PgProxy
 

@@ -39,11 +39,11 @@ from google.protobuf import struct_pb2
 import spanq
 import spanq.aio
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server.queues import DEFAULT_LEASE
+from spanq_server.domain.queues import DEFAULT_LEASE
 
 from ..helpers import duration, plain, stamp, until
-from ..spawned import free_port, spawn_server, wait_serving_sync
 from ..lease_history import OK, REFUSED, UNKNOWN, LeaseHistory, now
+from ..spawned import free_port, spawn_server, wait_serving_sync
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),

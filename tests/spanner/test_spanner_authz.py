@@ -19,8 +19,8 @@ from google.protobuf import struct_pb2
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as hs
 
-from spanq_server import auth
-from spanq_server.config import Config
+from spanq_server.edge import auth
+from spanq_server.ground.config import Config
 
 from ..helpers import error_of, spanner_ddl
 from .test_spanner_hardening import RawSpanner, send

@@ -21,7 +21,7 @@ from google.protobuf import struct_pb2
 from google.rpc.error_details_pb2 import RetryInfo
 
 from spanq_proto.v1 import queue_pb2
-from spanq_server.config import Config
+from spanq_server.ground.config import Config
 from spanq_server.server import start
 
 from ..conftest import ROOT

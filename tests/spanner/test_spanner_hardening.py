@@ -14,8 +14,8 @@ from google.cloud.spanner_v1.types import commit_response, mutation, result_set,
 from google.protobuf import empty_pb2, struct_pb2
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import auth
-from spanq_server.config import Config
+from spanq_server.edge import auth
+from spanq_server.ground.config import Config
 from spanq_server.server import start
 
 from ..helpers import error_of, key, receive_some, until, value

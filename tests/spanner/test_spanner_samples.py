@@ -656,7 +656,7 @@ async def test_a_postgresql_dialect_database_runs_the_queue_surface(spanner_env,
     ("CREATE QUEUE q (id bigint, payload text)", "needs a PRIMARY KEY"),
 ])
 def test_postgresql_dialect_statements_outside_the_subset(statement: str, message: str) -> None:
-    from spanq_server.errors import InvalidArgument
+    from spanq_server.ground.errors import InvalidArgument
     from spanq_server.spanner.query import statements as st
 
     with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):

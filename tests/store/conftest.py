@@ -8,15 +8,15 @@ from datetime import timedelta
 import pytest
 from prometheus_client import CollectorRegistry
 
-from spanq_server.clock import ManualClock
-from spanq_server.config import Limits
-from spanq_server.held import Holdings
+from spanq_server.ground.clock import ManualClock
+from spanq_server.ground.config import Limits
+from spanq_server.domain.receive.held import Holdings
 from spanq_server.metrics.counters import Counters
-from spanq_server.model import ColumnType, KeyColumn, OutgoingMessage, QueueDef
-from spanq_server.queues import Catalog
-from spanq_server.receive import Receiver
+from spanq_server.ground.model import ColumnType, KeyColumn, OutgoingMessage, QueueDef
+from spanq_server.domain.queues import Catalog
+from spanq_server.domain.receive.stream import Receiver
 from spanq_server.store import Store
-from spanq_server.wakeups import Wakeups
+from spanq_server.domain.receive.wakeups import Wakeups
 
 POLL = timedelta(seconds=5)
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from spanq_server.clock import ManualClock
-from spanq_server.model import AckFound, AckItem, LeasedMessage, QueueDef
-from spanq_server.receive import Encoded, Handover, Receiver, ReceiveOptions
+from spanq_server.ground.clock import ManualClock
+from spanq_server.ground.model import AckFound, AckItem, LeasedMessage, QueueDef
+from spanq_server.domain.receive.stream import Encoded, Handover, Receiver, ReceiveOptions
 from spanq_server.store import Store
 
 from .conftest import send

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import spanq.aio
-from spanq_server import auth
+from spanq_server.edge import auth
 from spanq_server.server import start
 
 from ..helpers import until, until_settled

@@ -24,7 +24,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 import spanq.aio
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
-from spanq_server import auth
+from spanq_server.edge import auth
 from spanq_server.server import start
 
 from ..conftest import ROOT
@@ -654,7 +654,7 @@ def test_serve_takes_more_dashboard_host_names():
 
 def test_serve_defaults_to_a_loopback_dashboard_and_refuses_plaintext_elsewhere():
     from spanq_server import cli
-    from spanq_server.config import Config, ConfigError
+    from spanq_server.ground.config import Config, ConfigError
     from spanq_server.server import check
 
     assert cli.parse_config(["serve"], {}).ui_listen == "localhost:9465"

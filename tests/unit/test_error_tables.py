@@ -10,7 +10,8 @@ from google.rpc import error_details_pb2
 
 import spanq
 from spanq._errors import _BY_CODE, from_rpc_error
-from spanq_server import errors, status
+from spanq_server.ground import errors
+from spanq_server.edge import status
 
 ROUND_TRIP: dict[type[errors.QueueError], type[spanq.SpanqError]] = {
     errors.InvalidArgument: spanq.InvalidArgument,

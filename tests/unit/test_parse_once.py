@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from spanq_server.errors import InvalidArgument
+from spanq_server.ground.errors import InvalidArgument
 from spanq_server.spanner.query import googlesql as g
 from spanq_server.spanner.query import statements as st
 from spanq_server.spanner.query.executor import Executor

@@ -9,12 +9,13 @@ from datetime import timedelta
 
 import pytest
 
-from spanq_server import errors, queues
-from spanq_server.exactly_once import Request
-from spanq_server.faults import FaultInjector
-from spanq_server.model import (AckFound, AckItem, AckResult, CatalogFacts, ColumnType, KeyColumn, QueueDef,
+from spanq_server.ground import errors
+from spanq_server.domain import queues
+from spanq_server.domain.exactly_once import Request
+from spanq_server.domain.faults import FaultInjector
+from spanq_server.ground.model import (AckFound, AckItem, AckResult, CatalogFacts, ColumnType, KeyColumn, QueueDef,
                                 QueueDependents)
-from spanq_server.mutations import ack_results
+from spanq_server.domain.mutations import ack_results
 
 KEYS = (KeyColumn("id", ColumnType.STRING),)
 

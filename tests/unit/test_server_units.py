@@ -11,11 +11,12 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from spanq_server import errors, status
-from spanq_server.faults import FaultInjector
-from spanq_server.mutations import new_uuids
+from spanq_server.ground import errors
+from spanq_server.edge import status
+from spanq_server.domain.faults import FaultInjector
+from spanq_server.domain.mutations import new_uuids
 from spanq_server.sql import MIGRATIONS, QUERIES, parse_queries
-from spanq_server.tasks import BackgroundTask
+from spanq_server.ground.tasks import BackgroundTask
 
 
 def test_parse_queries_splits_named_blocks_and_drops_descriptions():
@@ -114,7 +115,7 @@ def test_the_server_type_checks(tmp_path):
 
 
 def _leased(end, tokens):  # type: ignore[no-untyped-def]
-    from spanq_server.model import LeasedMessage
+    from spanq_server.ground.model import LeasedMessage
 
     return [LeasedMessage(("k",), "p", end, t, end, 1, end, False) for t in tokens]
 
@@ -122,7 +123,7 @@ def _leased(end, tokens):  # type: ignore[no-untyped-def]
 def test_a_lapse_watch_proves_a_client_that_settles_and_suspects_one_that_lets_all_lapse():
     from datetime import datetime, timedelta, timezone
 
-    from spanq_server.lapses import LapseWatch
+    from spanq_server.domain.receive.lapses import LapseWatch
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     lease = timedelta(seconds=8)
@@ -153,7 +154,7 @@ def test_a_lapse_watch_proves_a_client_that_settles_and_suspects_one_that_lets_a
 def test_a_lapse_watch_with_some_lapsed_is_neither_proven_nor_suspect():
     from datetime import datetime, timedelta, timezone
 
-    from spanq_server.lapses import LapseWatch
+    from spanq_server.domain.receive.lapses import LapseWatch
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     watch = LapseWatch(timedelta(seconds=4))
@@ -165,7 +166,7 @@ def test_a_lapse_watch_with_some_lapsed_is_neither_proven_nor_suspect():
 def test_a_holding_keeps_the_read_watermark_and_gives_each_unread_token_once():
     from datetime import datetime, timedelta, timezone
 
-    from spanq_server.held import StreamHolding
+    from spanq_server.domain.receive.held import StreamHolding
 
     t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
     holding = StreamHolding()
@@ -202,7 +203,7 @@ def test_every_serve_flag_has_help_and_its_default(capsys):
 
 def test_serve_takes_its_defaults_from_config_and_an_empty_variable_as_given():
     from spanq_server import cli
-    from spanq_server.config import SERVE_UI_LISTEN, Config
+    from spanq_server.ground.config import SERVE_UI_LISTEN, Config
 
     assert cli.parse_config(["serve"], {}) == dataclasses.replace(
         Config(), ui_listen=SERVE_UI_LISTEN, default_listens=frozenset({"metrics", "ui"}))

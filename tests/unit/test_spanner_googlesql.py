@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from spanq_server.errors import InvalidArgument
+from spanq_server.ground.errors import InvalidArgument
 from spanq_server.spanner.query import googlesql as g
 from spanq_server.spanner.query.schema import Col, TableDef, index_of, table_of
 from spanq_server.spanner.query import postgres as t

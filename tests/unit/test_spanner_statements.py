@@ -5,8 +5,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.protobuf import struct_pb2
 
-from spanq_server.errors import InvalidArgument
-from spanq_server.model import ColumnType
+from spanq_server.ground.errors import InvalidArgument
+from spanq_server.ground.model import ColumnType
 from spanq_server.spanner.query import statements as st
 from spanq_server.spanner.query import values
 from spanq_server.spanner.query.executor import queue_ddl, queue_from_ddl

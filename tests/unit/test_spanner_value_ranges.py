@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from spanq_server.errors import InvalidArgument
+from spanq_server.ground.errors import InvalidArgument
 from spanq_server.spanner.query import values
 
 UTC = timezone.utc

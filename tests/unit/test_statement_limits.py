@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from spanq_server.errors import InvalidArgument
+from spanq_server.ground.errors import InvalidArgument
 from spanq_server.spanner.query import googlesql as g
 from spanq_server.spanner.query import statements as st
 from spanq_server.spanner.query.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote

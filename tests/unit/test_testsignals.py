@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from spanq_server.testsignals import Signal
+from spanq_server.domain.testsignals import Signal
 
 
 async def test_with_no_listener_emit_builds_nothing():

@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from spanq_server.wakeups import Relay
+from spanq_server.domain.receive.wakeups import Relay
 
 SOON = 1.0
 """Seconds: a woken waiter returns long before this; one that is not woken waits it out."""

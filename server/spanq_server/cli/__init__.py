@@ -15,7 +15,7 @@ from typing import Any
 import click
 from click.exceptions import NoArgsIsHelpError
 
-from ..config import Config
+from ..ground.config import Config
 from . import serve
 
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import click
 
-from ..config import LOG_FORMAT, LOG_LEVEL, SERVE_UI_LISTEN, Config, ConfigError, Limits
+from ..ground.config import LOG_FORMAT, LOG_LEVEL, SERVE_UI_LISTEN, Config, ConfigError, Limits
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -151,8 +151,8 @@ limits = Limits()
 @option("--log-level", "SPANQ_LOG_LEVEL", default=LOG_LEVEL,
         help=f"DEBUG, INFO, WARNING or ERROR (env SPANQ_LOG_LEVEL; default {LOG_LEVEL})")
 def serve(**options: Any) -> Config:
-    from .. import auth  # noqa: PLC0415  # the server's, not the client commands'
-    from ..metrics.endpoint import parse_listen  # noqa: PLC0415
+    from ..edge import auth  # noqa: PLC0415  # the server's, not the client commands'
+    from ..scrape.endpoint import parse_listen  # noqa: PLC0415
 
     args = types.SimpleNamespace(**options)
     # Not given (flag or environment): the default, whose port may be taken without stopping the server.
@@ -248,7 +248,7 @@ def serve(**options: Any) -> Config:
                     "the file (default NAME).")
 @click.argument("name", default="NAME")
 def token(name: str) -> None:
-    from .. import auth  # noqa: PLC0415  # the server's, not the client commands'
+    from ..edge import auth  # noqa: PLC0415  # the server's, not the client commands'
 
     click.echo(auth.mint(name), nl=False)
 

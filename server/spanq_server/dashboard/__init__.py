@@ -24,13 +24,14 @@ from google.protobuf import json_format
 
 from spanq_proto.v1 import queue_pb2
 
-from .. import auth, errors, status
-from ..admin import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
-from ..clock import Clock
-from ..queues import Catalog
-from ..rates import Rates
-from ..receive import Receiver
-from ..views import peek_response, queue_to_proto, stats_response
+from ..domain.operator import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
+from ..domain.queues import Catalog
+from ..domain.receive.stream import Receiver
+from ..edge import auth, status
+from ..edge.views import peek_response, queue_to_proto, stats_response
+from ..ground import errors
+from ..ground.clock import Clock
+from ..metrics.rates import Rates
 from .http import HttpError, HttpServer, Request, Response, json_response, split_host
 from .watch import Watch
 

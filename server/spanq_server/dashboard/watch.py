@@ -12,9 +12,9 @@ import dataclasses
 import time
 from typing import Any
 
-from ..clock import Clock
-from ..model import QueueCounts
-from ..rates import HISTORY
+from ..ground.clock import Clock
+from ..ground.model import QueueCounts
+from ..metrics.rates import HISTORY
 
 WINDOW = 60.0
 """Seconds a mark looks back over."""

@@ -12,8 +12,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.registry import Collector
 
-from ..model import LeasedMessage
-from ..rates import Rates
+from ..ground.model import LeasedMessage
+from .rates import Rates
 
 IN_FILES = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 """prometheus_client keeps this process's metrics in multiprocess files (a --workers

@@ -26,16 +26,16 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..admin import Operator
-    from ..auth import Rule
-    from ..clock import Clock
-    from ..exactly_once import ExactlyOnce
-    from ..mutations import Mutator
-    from ..queues import Catalog
-    from ..receive import Receiver
-    from ..records import Records
-    from .port import TableStore
+    from ..domain.exactly_once import ExactlyOnce
+    from ..domain.mutations import Mutator
+    from ..domain.operator import Operator
+    from ..domain.queues import Catalog
+    from ..domain.receive.stream import Receiver
+    from ..domain.records import Records
+    from ..edge.auth import Rule
+    from ..ground.clock import Clock
     from .handlers.servicers import SpannerFrontEnd
+    from .port import TableStore
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.adapt import PyFormat
 
-from ..model import ColumnType, Key, QueueDef
+from ..ground.model import ColumnType, Key, QueueDef
 from . import QUERIES
 
 SQL_TYPES = {

@@ -13,8 +13,8 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .. import errors
-from ..model import CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
+from ..ground import errors
+from ..ground.model import CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
 from ..sql import MIGRATIONS
 from ..sql.compose import SQL_TYPES, QueueStatements, identifiers, query
 from .database import Connection, Database, _scalar

@@ -22,7 +22,7 @@ from psycopg_pool.base import AttemptWithBackoff
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
-from .. import errors
+from ..ground import errors
 from ..sql.compose import query
 
 logger = logging.getLogger("spanq_server.store")

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..model import LedgeredAck, LedgeredSend
+from ..ground.model import LedgeredAck, LedgeredSend
 from ..sql.compose import query
 from .arrays import array_literal, bytea_array_literal
 from .database import Database, Handle, connection_of

@@ -13,8 +13,8 @@ from psycopg import sql
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb, JsonbLoader
 
-from .. import errors
-from ..model import (AckFound, AckItem, Claim, ColumnType, DeadLetterHistory, Key, LeasedMessage, LedgeredAck,
+from ..ground import errors
+from ..ground.model import (AckFound, AckItem, Claim, ColumnType, DeadLetterHistory, Key, LeasedMessage, LedgeredAck,
                      LedgeredSend, OutgoingMessage, QueueDef, RenewResult, Unreadable)
 from ..sql.compose import SQL_TYPES, QueueStatements, query
 from .arrays import array_literal

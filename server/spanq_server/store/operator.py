@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from ..model import Key, PeekedMessage, QueueCounts, QueueDef, QueueGauges
+from ..ground.model import Key, PeekedMessage, QueueCounts, QueueDef, QueueGauges
 from ..sql.compose import SQL_TYPES, QueueStatements, query
 from .catalog import _fetch_queues
 from .database import Database

@@ -23,8 +23,8 @@ from psycopg.adapt import Transformer
 from psycopg.types.datetime import DateLoader, TimestamptzLoader
 from psycopg.types.json import Jsonb, JsonbLoader
 
-from .. import errors
-from ..model import OutOfRange
+from ..ground import errors
+from ..ground.model import OutOfRange
 from ..sql.compose import query
 from .database import Connection, Database, Handle, connection_of, wrap_errors
 

@@ -16,8 +16,8 @@ refused with its error and runs nothing.
 from collections.abc import Iterable
 from typing import Any
 
-from ... import errors
-from ...auth import EVERY_QUEUE, PRINCIPAL, After, Principal, Rule, any_token, require_parent
+from ...edge.auth import EVERY_QUEUE, PRINCIPAL, After, Principal, Rule, any_token, require_parent
+from ...ground import errors
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
 from ..query import googlesql as g
 from ..query import statements as st

@@ -25,8 +25,8 @@ from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin 
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2, timestamp_pb2
 
-from ... import errors
-from ...records import Records
+from ...domain.records import Records
+from ...ground import errors
 from ..query.scope import DEFAULT_SCOPE, Scope
 from . import sessions
 from .status import SPANNER_ERRORS, AlreadyExists, NotFound

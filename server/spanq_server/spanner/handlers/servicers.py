@@ -24,15 +24,17 @@ from google.cloud.spanner_v1.types import commit_response, result_set, spanner, 
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from ... import codec, errors, exactly_once
-from ...admin import Operator
-from ...clock import Clock
-from ...exactly_once import Answer, ExactlyOnce, Request
-from ...model import AckItem, OutgoingMessage
-from ...mutations import AckOp, Mutation, Mutator, SendOp, TableOp
-from ...queues import Catalog
-from ...receive import Receiver
-from ...records import Records
+from ...domain import exactly_once
+from ...domain.exactly_once import Answer, ExactlyOnce, Request
+from ...domain.mutations import AckOp, Mutation, Mutator, SendOp, TableOp
+from ...domain.operator import Operator
+from ...domain.queues import Catalog
+from ...domain.receive.stream import Receiver
+from ...domain.records import Records
+from ...edge import codec
+from ...ground import errors
+from ...ground.clock import Clock
+from ...ground.model import AckItem, OutgoingMessage
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
 from ..port import TableStore
 from ..query import googlesql, statements, values

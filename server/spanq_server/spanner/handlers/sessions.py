@@ -16,7 +16,7 @@ from typing import Any
 
 from google.cloud.spanner_v1.types import spanner as spanner_types
 
-from ...errors import InvalidArgument
+from ...ground.errors import InvalidArgument
 
 SessionPb = spanner_types.Session.pb()
 

@@ -7,7 +7,8 @@ from datetime import timedelta
 
 import grpc
 
-from ... import errors, status
+from ...edge import status
+from ...ground import errors
 from ..query.executor import RowCountMismatch
 
 ABORT_RETRY_DELAY = timedelta(milliseconds=50)

@@ -35,11 +35,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ... import errors
-from ...exactly_once import Answer, ExactlyOnce, Reply, Request
-from ...interceptors import CALLER
-from ...mutations import Mutation, Mutator, OpenTransaction
-from ...tasks import BackgroundTask
+from ...domain.exactly_once import Answer, ExactlyOnce, Reply, Request
+from ...domain.mutations import Mutation, Mutator, OpenTransaction
+from ...edge.interceptors import CALLER
+from ...ground import errors
+from ...ground.tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 

@@ -13,15 +13,16 @@ from typing import Any, Protocol
 
 from google.protobuf import struct_pb2
 
-from ... import errors, queues
-from ...admin import Operator
-from ...clock import Clock
-from ...exactly_once import ExactlyOnce
-from ...model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
-from ...mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
-from ...queues import Catalog
-from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
-from ...records import Records
+from ...domain import queues
+from ...domain.exactly_once import ExactlyOnce
+from ...domain.mutations import AckOp, Mutation, Mutator, RenewOp, SendOp
+from ...domain.operator import Operator
+from ...domain.queues import Catalog
+from ...domain.receive.stream import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
+from ...domain.records import Records
+from ...ground import errors
+from ...ground.clock import Clock
+from ...ground.model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
 from ..port import TableStore
 from . import googlesql
 from . import parser

@@ -31,7 +31,7 @@ import dataclasses
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ...errors import InvalidArgument
+from ...ground.errors import InvalidArgument
 from . import lexing
 from .lexing import Cursor, Token
 

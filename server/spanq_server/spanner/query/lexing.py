@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from ...errors import InvalidArgument
+from ...ground.errors import InvalidArgument
 
 MAX_STATEMENT_LENGTH = 1_000_000
 """Characters of the longest statement: Spanner's own limit ("Query statement length: 1 million

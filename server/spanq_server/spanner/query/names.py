@@ -16,10 +16,10 @@ import re
 from datetime import datetime
 from typing import Any
 
-from ... import errors
-from ...model import QueueDef
-from ...queues import Catalog
-from ...records import Records
+from ...domain.queues import Catalog
+from ...domain.records import Records
+from ...ground import errors
+from ...ground.model import QueueDef
 from . import statements as st
 from .statements import fold
 

@@ -17,7 +17,7 @@ import enum
 import functools
 from collections.abc import Awaitable, Callable, Iterable
 
-from ...errors import InvalidArgument
+from ...ground.errors import InvalidArgument
 from . import googlesql as g
 from . import statements as st
 from .lexing import Token

@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
-from ...errors import InvalidArgument
+from ...ground.errors import InvalidArgument
 from . import googlesql as g
 from . import ranges
 from .lexing import fold

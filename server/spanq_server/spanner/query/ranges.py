@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from ...errors import InvalidArgument
+from ...ground.errors import InvalidArgument
 
 MAX_JSON_DEPTH = 80
 """Spanner's JSON nests at most 80 levels (deeper text is refused, as there)."""

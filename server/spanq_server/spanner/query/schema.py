@@ -88,7 +88,7 @@ class TableDef:
 
 def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
     """The definition of a CREATE TABLE, to be made as PostgreSQL table ``name``."""
-    from ...errors import InvalidArgument
+    from ...ground.errors import InvalidArgument
 
     seen: set[str] = set()
     for c in statement.columns:
@@ -113,7 +113,7 @@ def _col(c: ColumnDef) -> Col:
 
 
 def index_of(statement: CreateIndex, name: str, table: TableDef, interleave_in: str | None) -> IndexDef:
-    from ...errors import InvalidArgument
+    from ...ground.errors import InvalidArgument
 
     for column in [c for c, _ in statement.columns] + list(statement.storing):
         found = table.column(column)

@@ -30,8 +30,8 @@ import re
 from datetime import timedelta
 from typing import Any
 
-from ...errors import InvalidArgument
-from ...model import ColumnType
+from ...ground.errors import InvalidArgument
+from ...ground.model import ColumnType
 from . import lexing
 from .lexing import Cursor, Token, fold
 

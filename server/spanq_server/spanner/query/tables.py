@@ -23,9 +23,10 @@ from typing import Any
 from google.protobuf import struct_pb2
 from psycopg import sql
 
-from ... import errors, queues
-from ...mutations import TableOp
-from ...queues import Catalog
+from ...domain import queues
+from ...domain.mutations import TableOp
+from ...domain.queues import Catalog
+from ...ground import errors
 from ..port import TableStore
 from . import googlesql as g
 from . import postgres as t

@@ -36,9 +36,9 @@ from google.cloud.spanner_v1.types import type as spanner_type
 from google.protobuf import struct_pb2
 from psycopg.types.json import Jsonb
 
-from ... import codec
-from ...errors import FailedPrecondition, InvalidArgument
-from ...model import ColumnType, OutOfRange
+from ...edge import codec
+from ...ground.errors import FailedPrecondition, InvalidArgument
+from ...ground.model import ColumnType, OutOfRange
 from .googlesql import SpannerType
 from .ranges import MAX_JSON_DEPTH, RANGES, json_depth, json_text, literal, numeric  # noqa: F401 (its callers' names)
 

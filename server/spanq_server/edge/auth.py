@@ -53,8 +53,9 @@ from typing import Any
 
 import grpc
 
-from . import errors, identifiers, status
-from .clock import Clock
+from ..ground import errors, identifiers
+from ..ground.clock import Clock
+from . import status
 from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
 
 logger = logging.getLogger(__name__)

@@ -16,19 +16,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
 from datetime import datetime, timedelta, timezone
 
-from . import errors
+from ..ground import errors
+from ..ground.clock import Clock
+from ..ground.config import Limits
+from ..ground.jsonfit import check_json
+from ..ground.model import AckFound, AckItem, AckResult, ColumnType, Key, OutgoingMessage, QueueDef, RenewResult
+from ..metrics.counters import Counters
+from ..store import Handle, HeldTransaction, Store
 from .ack_lease import AckLeases
-from .clock import Clock
-from .config import Limits
 from .faults import FaultInjector
 from .group_commit import ACKS, SENDS, GroupCommitter
-from .held import Holdings
-from .jsonfit import check_json
-from .metrics.counters import Counters
 from .queues import MAX_LEASE
-from .model import AckFound, AckItem, AckResult, ColumnType, Key, OutgoingMessage, QueueDef, RenewResult
-from .store import Handle, HeldTransaction, Store
-from .wakeups import Wakeups
+from .receive.held import Holdings
+from .receive.wakeups import Wakeups
 
 MAX_SCHEDULE_AHEAD = timedelta(days=366)
 MAX_HEADERS = 32

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from . import errors
-from .config import Limits
-from .identifiers import IDENTIFIER, MAX_COLUMN_NAME, MAX_QUEUE_NAME, check_name, check_queue_name, shown  # noqa: F401
-from .model import KEY_TYPES, PAYLOAD_TYPES, CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
-from .store import DDL_LOCK_TIMEOUT, Store
+from ..ground import errors
+from ..ground.config import Limits
+from ..ground.identifiers import IDENTIFIER, MAX_COLUMN_NAME, MAX_QUEUE_NAME, check_name, check_queue_name, shown  # noqa: F401
+from ..ground.model import KEY_TYPES, PAYLOAD_TYPES, CatalogFacts, ColumnType, KeyColumn, QueueDef, QueueDependents
+from ..store import DDL_LOCK_TIMEOUT, Store
 
 MAX_KEY_COLUMNS = 16
 RESERVED_COLUMNS = frozenset({"payload", "deliver_time"})

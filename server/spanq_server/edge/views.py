@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from spanq_proto.v1 import queue_pb2
 
+from ..domain.operator import QueueStats
+from ..ground.model import DeadLetterHistory, PeekedMessage, QueueDef
 from . import codec
-from .admin import QueueStats
-from .model import DeadLetterHistory, PeekedMessage, QueueDef
 
 
 def stats_response(stats: QueueStats) -> queue_pb2.QueueStats:

@@ -17,7 +17,8 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from . import errors, status
+from ..ground import errors
+from . import status
 from .interceptors import Handler, HandlerWrapper, behaviour_of, guarded
 
 logger = logging.getLogger(__name__)

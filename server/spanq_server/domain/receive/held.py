@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from .model import LeasedMessage
+from ...ground.model import LeasedMessage
 
 RECHECK = timedelta(seconds=0.25)
 """When a recount finds leases live past their end by this host's clock (the database's is

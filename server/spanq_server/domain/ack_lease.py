@@ -25,9 +25,9 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 
-from .held import Holdings, RoomWait, StreamHolding, token_prefix
-from .model import Claim, LeasedMessage, LedgeredAck, QueueDef
-from .store import Store
+from ..ground.model import Claim, LeasedMessage, LedgeredAck, QueueDef
+from ..store import Store
+from .receive.held import Holdings, RoomWait, StreamHolding, token_prefix
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ streams around it get their turn and a reader gets a batch to prove itself by.
 import dataclasses
 from datetime import datetime, timedelta
 
-from .model import LeasedMessage
+from ...ground.model import LeasedMessage
 
 PROBE_MAX = 1000
 """Lease tokens one watch keeps (batches past it are not watched until the next look)."""

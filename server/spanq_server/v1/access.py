@@ -8,8 +8,8 @@ from typing import Any
 
 from spanq_proto.v1 import queue_pb2
 
-from . import errors
-from .auth import PRIVILEGES, After, Principal, Rule, one, require_parent
+from ..edge.auth import PRIVILEGES, After, Principal, Rule, one, require_parent
+from ..ground import errors
 
 QUEUE_SERVICE = queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name
 """spanq.v1.QueueService."""

@@ -18,8 +18,8 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
 from spanq_proto.v1 import queue_pb2
 
-from .errors import InvalidArgument
-from .model import ColumnType, Key, KeyColumn, QueueDef
+from ..ground.errors import InvalidArgument
+from ..ground.model import ColumnType, Key, KeyColumn, QueueDef
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SAFE_DOUBLE_INT = 2**53

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry, Histogram
 
-from ..interceptors import Handler, HandlerWrapper, behaviour_of
+from .interceptors import Handler, HandlerWrapper, behaviour_of
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    60.0, 300.0, 3600.0)

@@ -15,7 +15,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
-from . import errors
+from ..ground import errors
 
 logger = logging.getLogger(__name__)
 

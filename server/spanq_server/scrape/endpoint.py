@@ -26,13 +26,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from ..config import ConfigError
-from ..model import QueueGauges
-from .counters import Counters
+from ..ground.config import ConfigError
+from ..ground.model import QueueGauges
+from ..metrics.counters import Counters
 from .exposition import Endpoint
 
 if TYPE_CHECKING:
-    from ..clock import Clock
+    from ..ground.clock import Clock
 
 QueueGaugesRead = Callable[..., Awaitable[list[QueueGauges]]]
 """Every queue's gauges in one statement: the store's ``queue_gauges(now=, cap=, timeout=)``."""

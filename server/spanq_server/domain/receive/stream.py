@@ -48,15 +48,15 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Protocol, TypeVar
 
-from . import errors
-from .clock import Clock
-from .config import Limits
+from ...ground import errors
+from ...ground.clock import Clock
+from ...ground.config import Limits
+from ...ground.model import LeasedMessage, QueueDef
+from ...metrics.counters import Counters
+from ...store import Store
+from ..testsignals import stream_waiting
 from .held import Holdings, RoomWait, StreamHolding
 from .lapses import LapseWatch
-from .metrics.counters import Counters
-from .model import LeasedMessage, QueueDef
-from .store import Store
-from .testsignals import stream_waiting
 from .wakeups import Wakeups
 
 logger = logging.getLogger(__name__)

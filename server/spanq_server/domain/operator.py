@@ -20,14 +20,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import errors
-from .clock import Clock
-from .metrics.counters import Counters
-from .model import ColumnType, Key, PeekedMessage, QueueCounts, QueueDef
+from ..ground import errors
+from ..ground.clock import Clock
+from ..ground.model import ColumnType, Key, PeekedMessage, QueueCounts, QueueDef
+from ..ground.tasks import BackgroundTask
+from ..metrics.counters import Counters
+from ..metrics.rates import Rates
+from ..store import ALL_SOURCES, PeekFilter, RedriveSource, Store
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
-from .rates import Rates
-from .store import ALL_SOURCES, PeekFilter, RedriveSource, Store
-from .tasks import BackgroundTask
 
 logger = logging.getLogger(__name__)
 

@@ -49,11 +49,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
-from . import errors
-from .clock import Clock
-from .model import AckFound, AckResult, Claim, LedgeredAck, LedgeredSend
+from ..ground import errors
+from ..ground.clock import Clock
+from ..ground.model import AckFound, AckResult, Claim, LedgeredAck, LedgeredSend
+from ..store import Store
 from .mutations import AckOp, Mutation, Mutator, OpenTransaction, Result, SendOp, ack_results
-from .store import Store
 
 MAX_REQUEST_ID = 128
 SEALED = b"\xffspanq:sealed"

@@ -15,9 +15,9 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from . import errors
-from .store import Listener, Store
-from .tasks import BackgroundTask
+from ...ground import errors
+from ...ground.tasks import BackgroundTask
+from ...store import Listener, Store
 
 logger = logging.getLogger(__name__)
 

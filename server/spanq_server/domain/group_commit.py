@@ -36,11 +36,11 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from datetime import datetime
 from typing import Generic, Protocol, TypeVar
 
-from . import errors
-from .clock import Clock
+from ..ground import errors
+from ..ground.clock import Clock
+from ..ground.model import Claim, LedgeredAck, LedgeredSend, QueueDef
+from ..store import Handle, Store
 from .faults import FaultInjector
-from .model import Claim, LedgeredAck, LedgeredSend, QueueDef
-from .store import Handle, Store
 from .testsignals import commits_draining
 
 MAX_GROUP_ITEMS = 2000

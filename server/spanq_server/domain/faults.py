@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import TypeVar
 
-from .errors import CommitOutcomeUnknown, QueueError, StoreUnavailable
+from ..ground.errors import CommitOutcomeUnknown, QueueError, StoreUnavailable
 
 FAULTS = ("unknown_commit_after", "unknown_commit_before", "unavailable_before")
 BEFORE = ("unknown_commit_before", "unavailable_before")

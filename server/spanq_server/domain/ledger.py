@@ -9,10 +9,10 @@ import asyncio
 import logging
 from datetime import timedelta
 
-from . import errors
-from .clock import Clock
-from .store import Store
-from .tasks import BackgroundTask
+from ..ground import errors
+from ..ground.clock import Clock
+from ..ground.tasks import BackgroundTask
+from ..store import Store
 
 logger = logging.getLogger(__name__)
 

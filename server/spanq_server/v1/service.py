@@ -13,16 +13,18 @@ from google.protobuf import empty_pb2
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
-from . import codec, errors, queues
-from .admin import Operator
-from .exactly_once import Answer, ExactlyOnce, Request
-from .jsonfit import check_json, json_fits
-from .model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
-from .mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
-from .queues import Catalog
-from .receive import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
-from .status import translate_errors, translate_stream_errors
-from .views import peek_response, queue_to_proto, stats_response, write_dead_letter
+from ..domain import queues
+from ..domain.exactly_once import Answer, ExactlyOnce, Request
+from ..domain.mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
+from ..domain.operator import Operator
+from ..domain.queues import Catalog
+from ..domain.receive.stream import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
+from ..edge import codec
+from ..edge.status import translate_errors, translate_stream_errors
+from ..edge.views import peek_response, queue_to_proto, stats_response, write_dead_letter
+from ..ground import errors
+from ..ground.jsonfit import check_json, json_fits
+from ..ground.model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ handed to it by server.py)."""
 
 from typing import Any, Literal
 
-from .store import Store
+from ..store import Store
 
 Kind = Literal["instance", "database"]
 

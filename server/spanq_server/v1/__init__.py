@@ -1,0 +1,1 @@
+"""The spanq.v1 front-end: QueueService (service.py) and its access rules."""
