@@ -304,18 +304,18 @@ def test_a_spanner_parse_error_is_raised_fresh_each_time() -> None:
 
 
 def test_a_spanner_statement_without_a_privilege_is_refused(monkeypatch) -> None:
-    from spanq_server.spanner.query import googlesql as g
+    from spanq_server.spanner.query import ast
     from spanq_server.spanner.query import statements as st
     from spanq_server.spanner.handlers.access import STATEMENT_PRIVILEGE, check
 
-    monkeypatch.delitem(STATEMENT_PRIVILEGE, st.Select)  # as a new kind of statement would be
+    monkeypatch.delitem(STATEMENT_PRIVILEGE, ast.QueueSelect)  # as a new kind of statement would be
     ops = auth.parse(TOKEN_FILE).authenticate(bearer(OPS))
     with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule for a Select statement"):
         check(ops, st.parse("SELECT * FROM UserTasks"))
     # So is a new kind of the table subset's, which table_access has no rule for.
-    monkeypatch.setattr(g, "Merge", dataclasses.make_dataclass("Merge", [("table", str)]), raising=False)
+    monkeypatch.setattr(ast, "Merge", dataclasses.make_dataclass("Merge", [("table", str)]), raising=False)
     with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule for a Merge statement"):
-        check(ops, g.Merge("users"))  # type: ignore[attr-defined]
+        check(ops, ast.Merge("users"))  # type: ignore[attr-defined]
 
 
 # -- each RPC and its privilege ----------------------------------------------------------

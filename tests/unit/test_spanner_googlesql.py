@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from spanq_server.errors import InvalidArgument
+from spanq_server.spanner.query import ast
 from spanq_server.spanner.query import googlesql as g
 from spanq_server.spanner.query.schema import Col, TableDef, index_of, table_of
 from spanq_server.spanner.query import postgres as t
@@ -15,17 +16,17 @@ from spanq_server.spanner.query import postgres as t
 USERS = table_of(g.parse(  # type: ignore[arg-type]
     "CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING(10), Score FLOAT64, Born DATE, "
     "Tags ARRAY<STRING(MAX)>, Doc JSON) PRIMARY KEY (UserId)"), "d1_users", None)
-INBOX = TableDef("d1_inbox", "Inbox", (Col("userid", "UserId", g.INT64, "userid", True),
-                                       Col("payload", "Payload", g.STRING, "payload", True),
-                                       Col("delivertime", "DeliverTime", g.TIMESTAMP, "deliver_time")),
+INBOX = TableDef("d1_inbox", "Inbox", (Col("userid", "UserId", ast.INT64, "userid", True),
+                                       Col("payload", "Payload", ast.STRING, "payload", True),
+                                       Col("delivertime", "DeliverTime", ast.TIMESTAMP, "deliver_time")),
                  ("userid",), queue=True)
 SCHEMA = {"users": USERS, "inbox": INBOX}
 U = '"public"."d1_users"'
 
 
-def pg(text: str, lock: bool = False, **declared: g.SpannerType) -> tuple[str, dict, dict]:  # type: ignore[type-arg]
+def pg(text: str, lock: bool = False, **declared: ast.SpannerType) -> tuple[str, dict, dict]:  # type: ignore[type-arg]
     statement = g.parse(text)
-    assert isinstance(statement, (g.Select, g.Insert, g.Update, g.Delete))
+    assert isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete))
     out = t.translate(statement, SCHEMA, declared, lock)
     return out.statement.as_string(None), out.params, out.wanted
 
@@ -69,11 +70,11 @@ def test_each_statement_translates_to_postgresql_with_values_as_parameters(text:
 
 def test_parameters_take_their_declared_type_else_the_column_they_meet() -> None:
     statement, _, wanted = pg("SELECT Name FROM Users WHERE UserId = @id AND Born > @born AND Name IN UNNEST(@names)",
-                              born=g.DATE)
+                              born=ast.DATE)
     assert '"users"."userid" = %(p_id)s::bigint' in statement
     assert '"users"."born" > %(p_born)s::date' in statement
     assert '"users"."name" = ANY(%(p_names)s::text[])' in statement
-    assert wanted == {"id": g.INT64, "born": g.DATE, "names": g.SpannerType("ARRAY", g.STRING)}
+    assert wanted == {"id": ast.INT64, "born": ast.DATE, "names": ast.SpannerType("ARRAY", ast.STRING)}
 
 
 def test_reads_in_read_write_transactions_lock_the_tables_rows_they_read() -> None:
@@ -163,8 +164,8 @@ def test_table_definitions_are_checked() -> None:
 
 
 def test_literals() -> None:
-    assert g.parse("SELECT NUMERIC '1.5', DATE '2020-01-02', -3, 2.5e3, b'\\x01', r'\\n'") == g.Select((
-        g.SelectItem(g.TypedLiteral(g.NUMERIC, "1.5")), g.SelectItem(g.TypedLiteral(g.DATE, "2020-01-02")),
-        g.SelectItem(g.Literal(-3, g.INT64)), g.SelectItem(g.Literal(2500.0, g.FLOAT64)),
-        g.SelectItem(g.Literal(b"\x01", g.BYTES)), g.SelectItem(g.Literal("\\n", g.STRING))))
+    assert g.parse("SELECT NUMERIC '1.5', DATE '2020-01-02', -3, 2.5e3, b'\\x01', r'\\n'") == ast.Select((
+        ast.SelectItem(ast.TypedLiteral(ast.NUMERIC, "1.5")), ast.SelectItem(ast.TypedLiteral(ast.DATE, "2020-01-02")),
+        ast.SelectItem(ast.Literal(-3, ast.INT64)), ast.SelectItem(ast.Literal(2500.0, ast.FLOAT64)),
+        ast.SelectItem(ast.Literal(b"\x01", ast.BYTES)), ast.SelectItem(ast.Literal("\\n", ast.STRING))))
     assert Decimal("1.5")  # NUMERIC text goes to PostgreSQL as text, cast to numeric

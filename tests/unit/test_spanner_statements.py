@@ -7,6 +7,7 @@ from google.protobuf import struct_pb2
 
 from spanq_server.errors import InvalidArgument
 from spanq_server.model import ColumnType
+from spanq_server.spanner.query import ast
 from spanq_server.spanner.query import statements as st
 from spanq_server.spanner.query import values
 from spanq_server.spanner.query.executor import queue_ddl, queue_from_ddl
@@ -20,7 +21,7 @@ def test_create_queue_as_in_spanners_docs() -> None:
           Payload    BYTES(MAX) NOT NULL
         ) PRIMARY KEY (UserId, MessageId),
         INTERLEAVE IN PARENT Users ON DELETE CASCADE""")
-    assert parsed == st.CreateQueue("usertasks", (("userid", ColumnType.INT64), ("messageid", ColumnType.STRING),
+    assert parsed == ast.CreateQueue("usertasks", (("userid", ColumnType.INT64), ("messageid", ColumnType.STRING),
                                                   ("payload", ColumnType.BYTES)), ("userid", "messageid"), "users")
     queue = queue_from_ddl(parsed)
     assert [c.name for c in queue.key_columns] == ["userid", "messageid"] and queue.parent_table == "users"
@@ -28,7 +29,7 @@ def test_create_queue_as_in_spanners_docs() -> None:
     trailing = st.parse_ddl("CREATE Queue MyQueue (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL,) "
                             "PRIMARY KEY (Id), OPTIONS (receive_mode = 'PULL')")
     assert trailing.name == "myqueue" and trailing.primary_key == ("id",)
-    assert st.parse_ddl("DROP QUEUE IF EXISTS `UserTasks`;") == st.DropQueue("usertasks", True)
+    assert st.parse_ddl("DROP QUEUE IF EXISTS `UserTasks`;") == ast.DropQueue("usertasks", True)
 
 
 def test_names_fold_ascii_letters_only() -> None:
@@ -66,26 +67,27 @@ def test_queue_shapes_are_checked(ddl: str, message: str) -> None:
 
 
 def test_the_queue_statements() -> None:
-    assert st.parse("SELECT * FROM RECEIVE_UserTasks(max_duration => '20m', max_batch_size => 20)") == st.Receive(
-        "usertasks", {"max_duration": st.Literal("20m"), "max_batch_size": st.Literal(20)})
-    assert st.parse("select * from receive_q()") == st.Receive("q", {})
-    assert st.parse("SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => ['t1', 't2'])") == st.RenewLease(
-        "usertasks", st.Array((st.Literal("t1"), st.Literal("t2"))))
-    assert st.parse("SELECT * FROM RENEWLEASE_Q(@tokens)") == st.RenewLease("q", st.Param("tokens"))
+    assert st.parse("SELECT * FROM RECEIVE_UserTasks(max_duration => '20m', max_batch_size => 20)") == ast.Receive(
+        "usertasks", {"max_duration": ast.Literal("20m", ast.STRING), "max_batch_size": ast.Literal(20, ast.INT64)})
+    assert st.parse("select * from receive_q()") == ast.Receive("q", {})
+    assert st.parse("SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => ['t1', 't2'])") == ast.RenewLease(
+        "usertasks", ast.ArrayLiteral((ast.Literal("t1", ast.STRING), ast.Literal("t2", ast.STRING))))
+    assert st.parse("SELECT * FROM RENEWLEASE_Q(@tokens)") == ast.RenewLease("q", ast.Param("tokens"))
     assert st.parse("DELETE FROM UserTasks WHERE UserId = @userId AND MessageId = 'm' ASSERT_ROWS_MODIFIED 1;") == \
-        st.Delete("usertasks", (st.Condition("userid", "=", st.Param("userId")),
-                                st.Condition("messageid", "=", st.Literal("m"))), 1)
+        ast.QueueDelete("usertasks", (ast.Condition("userid", "=", ast.Param("userId")),
+                                      ast.Condition("messageid", "=", ast.Literal("m", ast.STRING))), 1)
     insert = st.parse("INSERT INTO UserTasks (UserId, MessageId, Payload, DeliverTime) VALUES "
                       "(123, 'id-1', b'\\x41bc', TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 1 HOUR)), "
                       "(-4, \"id-2\", B\"x\", CURRENT_TIMESTAMP())")
-    assert insert == st.Insert("usertasks", ("userid", "messageid", "payload", "delivertime"), (
-        (st.Literal(123), st.Literal("id-1"), st.Literal(b"Abc"), st.Now(timedelta(hours=1))),
-        (st.Literal(-4), st.Literal("id-2"), st.Literal(b"x"), st.Now()),
+    assert insert == ast.QueueInsert("usertasks", ("userid", "messageid", "payload", "delivertime"), (
+        (ast.Literal(123, ast.INT64), ast.Literal("id-1", ast.STRING), ast.Literal(b"Abc", ast.BYTES),
+         ast.Now(timedelta(hours=1))),
+        (ast.Literal(-4, ast.INT64), ast.Literal("id-2", ast.STRING), ast.Literal(b"x", ast.BYTES), ast.Now()),
     ))
     select = st.parse("SELECT * FROM UserTasks WHERE DeliverTime <= CURRENT_TIMESTAMP() ORDER BY DeliverTime DESC "
                       "LIMIT 10")
-    assert select == st.Select("usertasks", None, (st.Condition("delivertime", "<=", st.Now()),), "delivertime",
-                               True, st.Literal(10))
+    assert select == ast.QueueSelect("usertasks", None, (ast.Condition("delivertime", "<=", ast.Now()),),
+                                     "delivertime", True, ast.Literal(10, ast.INT64))
 
 
 @pytest.mark.parametrize("sql, message", [
@@ -165,9 +167,9 @@ def test_declared_names_and_postgresql_ddl_round_trip() -> None:
 
 def test_select_lists_aliases_and_qualifiers() -> None:
     parsed = st.parse("SELECT r.Id AS MessageId, Payload p FROM RECEIVE_q(max_duration => '1m') r WHERE r.Id <> 3")
-    assert parsed == st.Receive("q", {"max_duration": st.Literal("1m")},
-                                (st.Item("id", "MessageId"), st.Item("payload", "p")),
-                                (st.Condition("id", "!=", st.Literal(3)),))
+    assert parsed == ast.Receive("q", {"max_duration": ast.Literal("1m", ast.STRING)},
+                                (ast.Item("id", "MessageId"), ast.Item("payload", "p")),
+                                (ast.Condition("id", "!=", ast.Literal(3, ast.INT64)),))
     with pytest.raises(InvalidArgument, match="'x' is not the FROM's name or alias"):
         st.parse("SELECT x.Id FROM q AS r")
     with pytest.raises(InvalidArgument, match="RENEWLEASE_ takes no WHERE"):

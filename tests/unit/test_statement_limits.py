@@ -9,6 +9,7 @@ import re
 import pytest
 
 from spanq_server.errors import InvalidArgument
+from spanq_server.spanner.query import ast
 from spanq_server.spanner.query import googlesql as g
 from spanq_server.spanner.query import statements as st
 from spanq_server.spanner.query.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote
@@ -95,7 +96,7 @@ USERS = table_of(g.parse("CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING
 
 def sql_of(text: str) -> str:
     statement = g.parse(text)
-    assert isinstance(statement, (g.Select, g.Insert, g.Update, g.Delete))
+    assert isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete))
     return t.translate(statement, {"users": USERS}, {}).statement.as_string(None)
 
 
@@ -117,7 +118,7 @@ def test_relation_names_past_63_bytes_reach_postgresql_by_short_distinct_names()
 
 def test_column_names_postgresql_reserves_or_cuts_are_refused() -> None:
     def table(*names: str) -> TableDef:
-        return TableDef("d1_t", "T", tuple(Col(n.lower(), n, g.INT64, n.lower()) for n in names), (names[0].lower(),))
+        return TableDef("d1_t", "T", tuple(Col(n.lower(), n, ast.INT64, n.lower()) for n in names), (names[0].lower(),))
 
     for names, words in [(("A", "ctid"), "system column"), (("A", "TableOid"), "system column"),
                          (("A", "é" * 32 + "x", "é" * 32 + "y"), "equal in their first 63 bytes")]:

@@ -35,7 +35,7 @@ from ...receive import Receiver
 from ...records import Records
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
 from ..port import TableStore
-from ..query import googlesql, statements, values
+from ..query import ast, statements, values
 from ..query.executor import Executor, Result, queue_ddl
 from ..query.scope import Scope
 from ..query.tables import WRITES, TableResult, TableStatement
@@ -246,7 +246,7 @@ class SpannerService:
         async with self._transactions.use(request.session, selector) as use:
             return await self._statement(request, statement, use, ns)
 
-    async def _statement(self, request: Any, statement: statements.Statement | TableStatement, use: Use,
+    async def _statement(self, request: Any, statement: ast.QueueStatement | TableStatement, use: Use,
                          ns: Scope) -> Any:
         """Runs one statement; in an existing read-write transaction a retried seqno is
         answered from what the first attempt did, never run twice."""
@@ -274,7 +274,7 @@ class SpannerService:
         ns = await self._namespace(request.session)
         statement = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
-        if isinstance(statement, statements.Receive):
+        if isinstance(statement, ast.Receive):
             async for part in self._receive(statement, request, selector, ns):
                 yield part
             return
@@ -282,7 +282,7 @@ class SpannerService:
             reply = await self._statement(request, statement, use, ns)
         yield streamed(reply)
 
-    async def _receive(self, statement: statements.Receive, request: Any, selector: Any,
+    async def _receive(self, statement: ast.Receive, request: Any, selector: Any,
                        ns: Scope) -> AsyncIterator[Any]:
         """RECEIVE: a long-running stream. The first part names the columns; then one
         part per message, each with a resume token, so the client hands every row
@@ -322,8 +322,8 @@ class SpannerService:
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
             for i, (statement, given) in enumerate(zip(parsed, request.statements)):
-                if not isinstance(statement, (statements.Insert, statements.Delete)) and not (
-                        isinstance(statement, TableStatement) and not isinstance(statement.statement, googlesql.Select)):
+                if not isinstance(statement, (ast.QueueInsert, ast.QueueDelete)) and not (
+                        isinstance(statement, TableStatement) and not isinstance(statement.statement, ast.Select)):
                     raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT, UPDATE and DELETE only")
                 try:
                     result = await self._executor.run(statement, given.params, use, ns, given.param_types)

@@ -2,6 +2,7 @@
 statement and runs it on the domain, knowing nothing of gRPC services.
 
 - ``lexing``: tokens, literals, names and the limits every statement is read within;
+- ``ast``: the one syntax tree of both surfaces and both dialects;
 - ``statements``: the queue statements (CREATE QUEUE, RECEIVE_, ...; GoogleSQL and PostgreSQL);
 - ``googlesql``: the table subset (table DDL, DML, SELECT over tables and queues);
 - ``parser``: the one entry point, ``parse(text, dialect)``, that reads either;

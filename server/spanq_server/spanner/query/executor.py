@@ -23,7 +23,7 @@ from ...queues import Catalog
 from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ...records import Records
 from ..port import TableStore
-from . import googlesql
+from . import ast
 from . import parser
 from . import statements as st
 from . import values
@@ -84,7 +84,7 @@ class Output:
     type: ColumnType
 
 
-def project(available: list[Output], items: tuple[st.Item, ...] | None,
+def project(available: list[Output], items: tuple[ast.Item, ...] | None,
             what: str) -> tuple[list[int], list[tuple[str, ColumnType]]]:
     """The positions and result columns a SELECT list picks (all for ``*``), named as
     declared or as the ``AS`` alias says."""
@@ -168,7 +168,7 @@ class Executor:
     # is what authorization checks (handlers/access.authorize, under a token file) before it is returned:
     # the object checked is the object run, so no other reading of the text can slip through.
 
-    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Statement | TableStatement":
+    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "ast.QueueStatement | TableStatement":
         """A statement of the queue surface, else of the table subset (a SELECT, INSERT or DELETE
         naming a table of the database is the table subset's), authorized for the call's token
         (``where`` begins a refusal: "statement 2: ")."""
@@ -176,7 +176,7 @@ class Executor:
         self._authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
         return statement
 
-    async def _parse(self, text: str, ns: Scope) -> "st.Statement | TableStatement":
+    async def _parse(self, text: str, ns: Scope) -> "ast.QueueStatement | TableStatement":
         async def is_table(name: str) -> bool:
             return await self.tables.is_table(ns, name)
 
@@ -185,42 +185,42 @@ class Executor:
 
         return await parser.parse(text, Dialect.of(ns.pg), is_table, any_table)
 
-    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
+    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "ast.QueueDdl | ast.TableDdl":
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
         statement = parser.parse_ddl(text, Dialect.of(ns.pg))
         self._authorize(statement, where)
         return statement
 
-    async def run(self, statement: "st.Statement | TableStatement", params: Params, use: Use,
+    async def run(self, statement: "ast.QueueStatement | TableStatement", params: Params, use: Use,
                   ns: Scope = DEFAULT_SCOPE, param_types: Any = None) -> "Result | TableResult":
         if isinstance(statement, TableStatement):
             return await self.tables.run(statement, params, param_types, use, ns)
-        if isinstance(statement, (st.CreateQueue, st.DropQueue)):
+        if isinstance(statement, (ast.CreateQueue, ast.DropQueue)):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
-        if isinstance(statement, st.Receive):
+        if isinstance(statement, ast.Receive):
             raise errors.InvalidArgument(
                 "RECEIVE is a long-running streaming query: run it with ExecuteStreamingSql in a single-use "
                 "read-only transaction (database.snapshot().execute_sql(...))"
             )
         queue = await self.queue(ns, statement.queue)
         try:
-            if isinstance(statement, st.Select):
+            if isinstance(statement, ast.QueueSelect):
                 return await self._select(queue, statement, params, use)
-            if isinstance(statement, st.RenewLease):
+            if isinstance(statement, ast.RenewLease):
                 return await self._renew(queue, statement, params, use)
             if use.read_only:
                 raise errors.InvalidArgument(
                     "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
                     "transaction), not in a read-only one"
                 )
-            if isinstance(statement, st.Insert):
+            if isinstance(statement, ast.QueueInsert):
                 return await self._insert(queue, statement, params, use)
             return await self._delete(queue, statement, params, use)
         except errors.QueueError as exc:
             await self.names.shown_in(exc, queue)
             raise
 
-    async def _select(self, queue: QueueDef, s: st.Select, params: Params, use: Use) -> Result:
+    async def _select(self, queue: QueueDef, s: ast.QueueSelect, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)
         available = message_columns(queue, spelling)
         chosen, columns = project(available, s.columns, f"queue {spelling.queue!r}")
@@ -261,7 +261,7 @@ class Executor:
             rows.append([row[i] for i in chosen])
         return Result(columns, rows)
 
-    async def _renew(self, queue: QueueDef, s: st.RenewLease, params: Params, use: Use) -> Result:
+    async def _renew(self, queue: QueueDef, s: ast.RenewLease, params: Params, use: Use) -> Result:
         # A token named twice gets one row, as spanq.renewlease_<q> answers: the result is a
         # table of leases, keyed by the old token (Spanner documents nothing on duplicates).
         tokens = list(dict.fromkeys(self._tokens(s.lease_tokens, params)))
@@ -292,7 +292,7 @@ class Executor:
             gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
         return Result(list(RENEW_COLUMNS), answer.reply)
 
-    async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
+    async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)
         key_names = [c.name for c in queue.key_columns]
         positions: dict[str, int] = {}
@@ -326,7 +326,7 @@ class Executor:
         await (await use.hold()).apply([SendOp(queue=queue, messages=messages)])
         return Result([], [], row_count=len(messages))
 
-    async def _delete(self, queue: QueueDef, s: st.Delete, params: Params, use: Use) -> Result:
+    async def _delete(self, queue: QueueDef, s: ast.QueueDelete, params: Params, use: Use) -> Result:
         key_types = {c.name: c.type for c in queue.key_columns}
         given: dict[str, Any] = {}
         for cond in s.where:
@@ -378,11 +378,11 @@ class Executor:
                                          "keys, or all")
         if request.limit < 0:
             raise errors.InvalidArgument("Read's limit cannot be negative")
-        items = tuple(st.Item(st.fold(c)) for c in request.columns)
-        limit = st.Literal(request.limit) if request.limit else None
+        items = tuple(ast.Item(st.fold(c)) for c in request.columns)
+        limit = ast.Literal(request.limit, ast.INT64) if request.limit else None
         first_key = queue.key_columns[0].name
         if request.key_set.all_:  # "all" in the proto; proto-plus names it all_
-            return await self._select(queue, st.Select(queue.name, items, order_by=first_key, limit=limit),
+            return await self._select(queue, ast.QueueSelect(queue.name, items, order_by=first_key, limit=limit),
                                       struct_pb2.Struct(), use)
         result: Result | None = None
         rows: list[list[struct_pb2.Value]] = []
@@ -396,32 +396,32 @@ class Executor:
             where = []
             for j, (column, v) in enumerate(zip(queue.key_columns, key.values)):
                 params.fields[f"k{j}"].CopyFrom(v)
-                where.append(st.Condition(column.name, "=", st.Param(f"k{j}")))
-            result = await self._select(queue, st.Select(queue.name, items, tuple(where)), params, use)
+                where.append(ast.Condition(column.name, "=", ast.Param(f"k{j}")))
+            result = await self._select(queue, ast.QueueSelect(queue.name, items, tuple(where)), params, use)
             rows += result.rows
             if request.limit and len(rows) >= request.limit:
                 break
         if result is None:  # no keys: no rows, and the columns still named
-            result = await self._select(queue, st.Select(queue.name, items, limit=st.Literal(0)),
+            result = await self._select(queue, ast.QueueSelect(queue.name, items, limit=ast.Literal(0, ast.INT64)),
                                         struct_pb2.Struct(), use)
         return Result(result.columns, rows[:request.limit or None])
 
     # -- RECEIVE --------------------------------------------------------------------
 
-    async def receive(self, s: st.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
+    async def receive(self, s: ast.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
         queue = await self.queue(ns, s.queue, fresh=True)
         duration = DEFAULT_RECEIVE_DURATION
-        if s.args.get("max_duration", st.Literal(None)) != st.Literal(None):
+        if s.args.get("max_duration", ast.Literal(None, None)) != ast.Literal(None, None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
             duration = st.duration(text, "max_duration")
             if not timedelta(0) < duration <= MAX_STREAM_DURATION:
                 raise errors.InvalidArgument("max_duration must be more than 0 and at most 1h")
         batch = DEFAULT_RECEIVE_BATCH
-        if "max_batch_size" in s.args and s.args["max_batch_size"] != st.Literal(None):
+        if "max_batch_size" in s.args and s.args["max_batch_size"] != ast.Literal(None, None):
             batch = self._value(s.args["max_batch_size"], ColumnType.INT64, params, "max_batch_size")
             if not 1 <= batch <= MAX_BATCH:
                 raise errors.InvalidArgument(f"max_batch_size must be between 1 and {MAX_BATCH}")
-        if "priority" in s.args and s.args["priority"] != st.Literal(None):
+        if "priority" in s.args and s.args["priority"] != ast.Literal(None, None):
             self._priority(s.args["priority"], params)
         spelling = await self.names.of(queue)
         available = message_columns(queue, spelling)
@@ -431,10 +431,10 @@ class Executor:
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
         return ReceiveStream(queue, columns, chosen, keep, stream, self._receiver)
 
-    def _priority(self, expr: st.Expr, params: Params) -> str:
+    def _priority(self, expr: ast.Value, params: Params) -> str:
         """Spanner's RECEIVE priority: accepted and checked; spanq delivers in deliver-time order whatever
         it is (docs/spanner-compat.md)."""
-        if isinstance(expr, st.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        if isinstance(expr, ast.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
             return str(expr.value)
         text = self._value(expr, ColumnType.STRING, params, "priority")
         if text.lower() not in st.PRIORITIES:
@@ -442,7 +442,7 @@ class Executor:
                                          f"(in any case), got {text[:40]!r}")
         return text.lower()
 
-    def _filter(self, queue: QueueDef, spelling: Spelling, where: tuple[st.Condition, ...],
+    def _filter(self, queue: QueueDef, spelling: Spelling, where: tuple[ast.Condition, ...],
                 params: Params) -> Callable[[LeasedMessage], bool] | None:
         """RECEIVE's WHERE as a test of a leased message, its values resolved once (CURRENT_TIMESTAMP()
         is the query's start, as in Spanner); None without a WHERE."""
@@ -489,14 +489,14 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: "st.Ddl | googlesql.Ddl", database: str | None = None,
+    async def ddl(self, statement: "ast.QueueDdl | ast.TableDdl", database: str | None = None,
                   ns: Scope = DEFAULT_SCOPE) -> str | None:
         """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
         created, if any."""
-        if not isinstance(statement, (st.CreateQueue, st.DropQueue)):
+        if not isinstance(statement, (ast.CreateQueue, ast.DropQueue)):
             await self.tables.ddl(statement, database, ns)
             return None
-        if isinstance(statement, st.DropQueue):
+        if isinstance(statement, ast.DropQueue):
             try:
                 await self.queue(ns, statement.name)
                 await self._catalog.drop(ns.prefix + statement.name)
@@ -530,12 +530,12 @@ class Executor:
 
     # -- values -----------------------------------------------------------------------
 
-    def _value(self, expr: st.Expr, column_type: ColumnType, params: Params, what: str) -> Any:
-        if isinstance(expr, st.Param):
+    def _value(self, expr: ast.Expr, column_type: ColumnType, params: Params, what: str) -> Any:
+        if isinstance(expr, ast.Param):
             if expr.name not in params.fields:
                 raise errors.InvalidArgument(f"{what}: no value was given for parameter @{expr.name}")
             return values.decode(params.fields[expr.name], column_type, f"{what} (@{expr.name})")
-        if isinstance(expr, st.Literal):
+        if isinstance(expr, ast.Literal):
             v = expr.value
             if v is None:
                 raise errors.InvalidArgument(f"{what} cannot be NULL")
@@ -551,22 +551,22 @@ class Executor:
                 return values.decode(struct_pb2.Value(string_value=v), column_type, what)
             if column_type is ColumnType.TIMESTAMP and isinstance(v, str):
                 return values.timestamp(v, what)
-        if isinstance(expr, st.TimestampLiteral) and column_type is ColumnType.TIMESTAMP:
+        if isinstance(expr, ast.TypedLiteral) and column_type is ColumnType.TIMESTAMP:
             return values.timestamp(expr.text, what)
         raise errors.InvalidArgument(f"{what}: this value does not fit a {column_type.value} column")
 
-    def _instant(self, expr: st.Expr, params: Params, what: str) -> tuple[datetime | None, timedelta]:
+    def _instant(self, expr: ast.Value, params: Params, what: str) -> tuple[datetime | None, timedelta]:
         """(instant, offset); instant None means now."""
-        if isinstance(expr, st.Now):
+        if isinstance(expr, ast.Now):
             return None, expr.offset
         return self._value(expr, ColumnType.TIMESTAMP, params, what), timedelta(0)
 
-    def _tokens(self, expr: st.Expr, params: Params) -> list[str]:
-        if isinstance(expr, st.Param):
+    def _tokens(self, expr: ast.Value, params: Params) -> list[str]:
+        if isinstance(expr, ast.Param):
             if expr.name not in params.fields:
                 raise errors.InvalidArgument(f"lease_tokens: no value was given for parameter @{expr.name}")
             tokens = values.string_list(params.fields[expr.name], f"lease_tokens (@{expr.name})")
-        elif isinstance(expr, st.Array):
+        elif isinstance(expr, ast.ArrayLiteral):
             tokens = [self._value(item, ColumnType.STRING, params, "a lease token") for item in expr.items]
         else:
             raise errors.InvalidArgument("lease_tokens must be an array: lease_tokens => ['token', ...] or @tokens")
@@ -619,7 +619,7 @@ class ReceiveStream:
             await self._stream.aclose()  # type: ignore[attr-defined]
 
 
-def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
+def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
     types = {}
     for name, column_type in s.columns:
         if name in types:

@@ -2,7 +2,7 @@
 
 ``statements`` reads the queue statements (CREATE QUEUE, RECEIVE_, ...); this
 module reads the rest: table DDL, DML on tables and SELECT over tables and
-queues. It builds the dataclasses below and nothing else (no SQL: the
+queues. It builds ``ast``'s nodes and nothing else (no SQL: the
 translation to PostgreSQL is ``postgres``'s). Anything outside the
 subset is INVALID_ARGUMENT naming what is not supported.
 
@@ -27,12 +27,14 @@ IN (...)`` / ``IN UNNEST(@p)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and
 ``PENDING_COMMIT_TIMESTAMP()``, or e + e, e - e, e * e.
 """
 
-import dataclasses
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 from ...errors import InvalidArgument
 from . import lexing
+from .ast import (BOOL, BYTES, FLOAT64, INT64, STRING, Arithmetic, ArrayLiteral, Between, Column, ColumnDef, Compare,
+                  Count, CountStar, CreateIndex, CreateTable, Delete, DropIndex, DropTable, Expr, In, Insert, IsNull,
+                  Join, Like, Literal, Logical, Not, Now, Param, Relation, SCALARS, Select, SelectItem, SpannerType, Star,
+                  TableSubset, TypedLiteral, Update)
 from .lexing import Cursor, Token
 
 SUPPORTED = (
@@ -40,282 +42,6 @@ SUPPORTED = (
     "WHERE of comparisons, IN, LIKE, IS [NOT] NULL, AND / OR / NOT, and THEN RETURN; SELECT over tables and "
     "queues with joins, WHERE, ORDER BY, LIMIT and COUNT(*) (see docs/spanner-compat.md)"
 )
-
-SCALARS = ("BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "JSON")
-
-
-@dataclasses.dataclass(frozen=True)
-class SpannerType:
-    """A column's Spanner type: ``code`` one of SCALARS or ARRAY (with ``element``);
-    ``length`` for STRING / BYTES (None is MAX)."""
-
-    code: str
-    element: "SpannerType | None" = None
-    length: int | None = None
-
-    def ddl(self) -> str:
-        if self.code == "ARRAY":
-            assert self.element is not None
-            return f"ARRAY<{self.element.ddl()}>"
-        if self.code in ("STRING", "BYTES"):
-            return f"{self.code}({'MAX' if self.length is None else self.length})"
-        return self.code
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code}
-        if self.element is not None:
-            out["element"] = self.element.as_json()
-        if self.length is not None:
-            out["length"] = self.length
-        return out
-
-    @staticmethod
-    def of_json(data: dict[str, Any]) -> "SpannerType":
-        element = data.get("element")
-        return SpannerType(str(data["code"]), SpannerType.of_json(element) if element else None,
-                           data.get("length"))
-
-
-BOOL, INT64, FLOAT64, STRING = SpannerType("BOOL"), SpannerType("INT64"), SpannerType("FLOAT64"), SpannerType("STRING")
-TIMESTAMP, NUMERIC, DATE, BYTES, JSON = (SpannerType("TIMESTAMP"), SpannerType("NUMERIC"), SpannerType("DATE"),
-                                         SpannerType("BYTES"), SpannerType("JSON"))
-
-
-# -- expressions -----------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Column:
-    name: str
-    """Folded."""
-    qualifier: str | None = None
-    spelled: str = ""
-    """As written (an unaliased result column is named so)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Literal:
-    value: Any
-    """None, bool, int, float, Decimal (NUMERIC), str or bytes."""
-    type: SpannerType | None
-    """None for NULL."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TypedLiteral:
-    """DATE '...', TIMESTAMP '...', NUMERIC '...', JSON '...'."""
-
-    type: SpannerType
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    name: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Now:
-    """CURRENT_TIMESTAMP() (and PENDING_COMMIT_TIMESTAMP(): the transaction's time)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ArrayLiteral:
-    items: tuple["Expr", ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Arithmetic:
-    op: str
-    left: "Expr"
-    right: "Expr"
-
-
-@dataclasses.dataclass(frozen=True)
-class Compare:
-    op: str
-    """=, !=, <, <=, >, >="""
-    left: "Expr"
-    right: "Expr"
-
-
-@dataclasses.dataclass(frozen=True)
-class In:
-    left: "Expr"
-    items: tuple["Expr", ...]
-    unnest: "Param | None" = None
-    negated: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Like:
-    left: "Expr"
-    pattern: "Expr"
-    negated: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Between:
-    left: "Expr"
-    low: "Expr"
-    high: "Expr"
-    negated: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class IsNull:
-    left: "Expr"
-    negated: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Logical:
-    op: str
-    """AND or OR."""
-    items: tuple["Expr", ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Not:
-    item: "Expr"
-
-
-@dataclasses.dataclass(frozen=True)
-class CountStar:
-    pass
-
-
-@dataclasses.dataclass(frozen=True)
-class Count:
-    item: "Expr"
-
-
-Expr = (Column | Literal | TypedLiteral | Param | Now | ArrayLiteral | Arithmetic | Compare | In | Like | Between
-        | IsNull | Logical | Not | CountStar | Count)
-
-
-@dataclasses.dataclass(frozen=True)
-class Star:
-    """``*`` or ``a.*``."""
-
-    qualifier: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class SelectItem:
-    expr: Expr | Star
-    alias: str | None = None
-    """As written."""
-
-
-# -- statements -------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ColumnDef:
-    name: str
-    spelled: str
-    type: SpannerType
-    not_null: bool = False
-    commit_timestamp: bool = False
-    """OPTIONS (allow_commit_timestamp = true)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CreateTable:
-    name: str
-    spelled: str
-    columns: tuple[ColumnDef, ...]
-    primary_key: tuple[str, ...]
-    parent: str | None = None
-    on_delete_cascade: bool = False
-    if_not_exists: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class DropTable:
-    name: str
-    if_exists: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class CreateIndex:
-    name: str
-    spelled: str
-    table: str
-    columns: tuple[tuple[str, bool], ...]
-    """(column, descending)."""
-    unique: bool = False
-    null_filtered: bool = False
-    storing: tuple[str, ...] = ()
-    interleave_in: str | None = None
-    if_not_exists: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class DropIndex:
-    name: str
-    if_exists: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Relation:
-    name: str
-    alias: str | None = None
-
-    @property
-    def shown(self) -> str:
-        return self.alias or self.name
-
-
-@dataclasses.dataclass(frozen=True)
-class Join:
-    kind: str
-    """INNER, LEFT or CROSS."""
-    relation: Relation
-    on: Expr | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Select:
-    items: tuple[SelectItem, ...]
-    source: Relation | None = None
-    joins: tuple[Join, ...] = ()
-    where: Expr | None = None
-    order_by: tuple[tuple[Expr, bool], ...] = ()
-    limit: Expr | None = None
-    offset: Expr | None = None
-    distinct: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Insert:
-    table: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Expr, ...], ...]
-    returning: tuple[SelectItem, ...] | None = None
-    on_conflict: str | None = None
-    """None, "update" (INSERT OR UPDATE) or "ignore" (INSERT OR IGNORE)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Update:
-    table: Relation
-    assignments: tuple[tuple[str, Expr], ...]
-    where: Expr
-    returning: tuple[SelectItem, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Delete:
-    table: Relation
-    where: Expr
-    returning: tuple[SelectItem, ...] | None = None
-
-
-Ddl = CreateTable | DropTable | CreateIndex | DropIndex
-Dml = Insert | Update | Delete
-Statement = Ddl | Dml | Select
 
 
 # -- tokens -----------------------------------------------------------------------
@@ -358,7 +84,7 @@ class _Parser(Cursor):
 
     # -- statements --------------------------------------------------------
 
-    def statement(self) -> Statement:
+    def statement(self) -> TableSubset:
         first = self.peek
         if first.is_word("create"):
             if self.ahead().is_word("table"):
@@ -373,7 +99,7 @@ class _Parser(Cursor):
                 return self.drop(DropIndex)
             raise self.unsupported(f"DROP {self.ahead().text.upper()}")
         if first.is_word("select"):
-            statement: Statement = self.select()
+            statement: TableSubset = self.select()
         elif first.is_word("insert"):
             statement = self.insert()
         elif first.is_word("update"):
@@ -891,7 +617,7 @@ class _Parser(Cursor):
         return ArrayLiteral(tuple(items))
 
 
-def parse(text: str) -> Statement:
+def parse(text: str) -> TableSubset:
     """One GoogleSQL statement of the table subset, or INVALID_ARGUMENT saying what is not supported."""
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")

@@ -18,12 +18,13 @@ import functools
 from collections.abc import Awaitable, Callable, Iterable
 
 from ...errors import InvalidArgument
+from . import ast
 from . import googlesql as g
 from . import statements as st
 from .lexing import Token
 from .tables import TableStatement
 
-Parsed = st.Statement | TableStatement
+Parsed = ast.QueueStatement | TableStatement
 """A statement as the executor parsed it: of the queue surface, or of the table subset."""
 
 LONG_STATEMENT = 4096
@@ -81,12 +82,12 @@ async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str])
     return False
 
 
-def parse_ddl(text: str, dialect: Dialect) -> st.Ddl | g.Ddl:
+def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
     """A DDL statement in ``dialect``: of queues, or (GoogleSQL) of tables and indexes, by its
     first words."""
     if dialect is Dialect.GOOGLESQL and g.is_table_ddl(text):
         statement = g.parse(text)
-        assert isinstance(statement, (g.CreateTable, g.DropTable, g.CreateIndex, g.DropIndex))
+        assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex))
         return statement
     return st.parse_ddl(text, dialect is Dialect.POSTGRESQL)
 

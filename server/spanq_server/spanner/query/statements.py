@@ -1,6 +1,6 @@
 """A small, strict parser for exactly the GoogleSQL statement shapes that
 Spanner's queue code sends; anything else is INVALID_ARGUMENT that lists what
-is understood. Not a SQL engine: statements become the dataclasses below,
+is understood. Not a SQL engine: statements become ``ast``'s nodes,
 which the executor maps onto the domain.
 
 Understood (keywords in any case; names, backquoted or not, are folded to
@@ -24,7 +24,6 @@ TIMESTAMP '...'), a parameter (@name), CURRENT_TIMESTAMP(), or
 TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n SECOND|MINUTE|HOUR|DAY|MILLISECOND).
 """
 
-import dataclasses
 import functools
 import re
 from datetime import timedelta
@@ -33,6 +32,9 @@ from typing import Any
 from ...errors import InvalidArgument
 from ...model import ColumnType
 from . import lexing
+from .ast import (BOOL, BYTES, INT64, STRING, TIMESTAMP, ArrayLiteral, Condition, CreateQueue, DropQueue, Item, Literal,
+                  Now, Param, QueueDdl, QueueDelete, QueueInsert, QueueQuery, QueueSelect, QueueStatement, Receive, RenewLease,
+                  SpannerType, TypedLiteral, Value)
 from .lexing import Cursor, Token, fold
 
 SUPPORTED = (
@@ -42,127 +44,14 @@ SUPPORTED = (
     "SELECT ... FROM <queue> [WHERE ...] [ORDER BY ...] [LIMIT n]"
 )
 
-# -- expressions ------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Literal:
-    value: Any
-    """int, str, bytes, bool or None."""
-
-
-@dataclasses.dataclass(frozen=True)
-class TimestampLiteral:
-    text: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    name: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Now:
-    """CURRENT_TIMESTAMP(), shifted by TIMESTAMP_ADD / TIMESTAMP_SUB."""
-
-    offset: timedelta = timedelta(0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Array:
-    items: tuple["Expr", ...]
-
-
-Expr = Literal | TimestampLiteral | Param | Now | Array
-
-
-@dataclasses.dataclass(frozen=True)
-class Condition:
-    column: str
-    op: str
-    value: Expr
-
-
-@dataclasses.dataclass(frozen=True)
-class Item:
-    """One column of a SELECT list: the column (folded) and its ``AS`` name as written."""
-
-    column: str
-    alias: str | None = None
-
-
-# -- statements --------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class CreateQueue:
-    name: str
-    columns: tuple[tuple[str, ColumnType], ...]
-    primary_key: tuple[str, ...]
-    parent_table: str | None = None
-    if_not_exists: bool = False
-    spelled: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
-    """(folded, as written) for the queue and each column: results and GetDatabaseDdl show
-    names as the DDL declared them."""
-
-
-@dataclasses.dataclass(frozen=True)
-class DropQueue:
-    name: str
-    if_exists: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Receive:
-    queue: str
-    args: dict[str, Expr]
-    columns: tuple[Item, ...] | None = None
-    """None: SELECT *."""
-    where: tuple[Condition, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class RenewLease:
-    queue: str
-    lease_tokens: Expr
-    columns: tuple[Item, ...] | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Delete:
-    queue: str
-    where: tuple[Condition, ...]
-    assert_rows_modified: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Insert:
-    queue: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Expr, ...], ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class Select:
-    queue: str
-    columns: tuple[Item, ...] | None
-    """None: SELECT *."""
-    where: tuple[Condition, ...] = ()
-    order_by: str | None = None
-    descending: bool = False
-    limit: Expr | None = None
-
-
-Ddl = CreateQueue | DropQueue
-Query = Receive | RenewLease | Select
-Dml = Delete | Insert
-Statement = Ddl | Query | Dml
-
 RECEIVE_ARGS = ("max_duration", "max_batch_size", "priority")
 PG_RECEIVE_ARGS = ("max_batch_size", "priority", "max_duration")
 """spanner.receive_<queue>'s arguments in order (Spanner's PostgreSQL dialect)."""
 PRIORITIES = ("low", "medium", "high")
 """Spanner's RECEIVE priority values (accepted; see docs/spanner-compat.md)."""
+
+_LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number": INT64}
+"""The type of a literal token's value."""
 
 MAX_INTERVAL = timedelta(days=3_652_059)
 """The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
@@ -202,7 +91,7 @@ class _Parser(Cursor):
         return token.value, token.spelled
 
     # statements
-    def statement(self) -> Statement:
+    def statement(self) -> QueueStatement:
         first = self.peek
         if first.is_word("create"):
             return self.create_queue()
@@ -362,7 +251,7 @@ class _Parser(Cursor):
         self.accept_word("asc")
         return name
 
-    def options(self) -> dict[str, Expr]:
+    def options(self) -> dict[str, Value]:
         self.punct("(")
         found = {}
         while True:
@@ -393,7 +282,7 @@ class _Parser(Cursor):
         self.end()
         return DropQueue(name, if_exists)
 
-    def select(self) -> Query:
+    def select(self) -> QueueQuery:
         self.word("select")
         items: list[tuple[str | None, Item]] | None = None
         if not self.accept_punct("*"):
@@ -436,7 +325,7 @@ class _Parser(Cursor):
         if self.accept_word("limit"):
             limit = self.value()
         self.end()
-        return Select(source, columns, where, order_by, descending, limit)
+        return QueueSelect(source, columns, where, order_by, descending, limit)
 
     def select_item(self) -> tuple[str | None, Item]:
         """``col``, ``t.col``, either ``[AS] alias``; the qualifier is checked once FROM is read."""
@@ -467,7 +356,7 @@ class _Parser(Cursor):
     def table_function(self, function: str) -> Receive | RenewLease:
         if function.startswith("receive_"):
             queue = function.removeprefix("receive_")
-            args: dict[str, Expr] = {}
+            args: dict[str, Value] = {}
             position, named = 0, False
             while not self.accept_punct(")"):
                 if self.pg and not (self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>"):
@@ -510,7 +399,7 @@ class _Parser(Cursor):
         raise InvalidArgument(f"unknown table function {function.upper()}; spanq has RECEIVE_<queue> and "
                               "RENEWLEASE_<queue>")
 
-    def delete(self) -> Delete:
+    def delete(self) -> QueueDelete:
         self.word("delete")
         self.accept_word("from")
         queue = self.name("a queue name")
@@ -523,9 +412,9 @@ class _Parser(Cursor):
                 raise self.error("a row count after ASSERT_ROWS_MODIFIED")
             assert_rows = count.value
         self.end()
-        return Delete(queue, where, assert_rows)
+        return QueueDelete(queue, where, assert_rows)
 
-    def insert(self) -> Insert:
+    def insert(self) -> QueueInsert:
         self.word("insert")
         if self.peek.is_word("or"):
             raise InvalidArgument("INSERT OR IGNORE / OR UPDATE are not supported on queues; use INSERT")
@@ -543,9 +432,9 @@ class _Parser(Cursor):
         if self.peek.is_word("then"):
             raise InvalidArgument("THEN RETURN is not supported")
         self.end()
-        return Insert(queue, tuple(columns), tuple(rows))
+        return QueueInsert(queue, tuple(columns), tuple(rows))
 
-    def row(self, width: int) -> tuple[Expr, ...]:
+    def row(self, width: int) -> tuple[Value, ...]:
         self.punct("(")
         values = [self.value()]
         while self.accept_punct(","):
@@ -568,33 +457,33 @@ class _Parser(Cursor):
         op = self.punct("=", "<", "<=", ">", ">=", "!=", "<>")
         return Condition(column, "!=" if op == "<>" else op, self.value())
 
-    def value(self) -> Expr:
+    def value(self) -> Value:
         token = self.next()
-        if token.kind in ("string", "bytes", "number"):
-            return Literal(token.value)
+        if token.kind in _LITERALS:
+            return Literal(token.value, _LITERALS[token.kind])
         if token.kind == "param":
             return Param(token.value)
         if token.kind == "punct" and token.value == "-" and self.peek.kind == "number":
-            return Literal(-self.next().value)
+            return Literal(-self.next().value, INT64)
         if token.kind == "punct" and token.value == "[":
             self.deeper()
-            items: list[Expr] = []
+            items: list[Value] = []
             while not self.accept_punct("]"):
                 items.append(self.value())
                 if not self.accept_punct(","):
                     self.punct("]")
                     break
             self.depth -= 1
-            return Array(tuple(items))
+            return ArrayLiteral(tuple(items))
         if token.is_word("true", "false"):
-            return Literal(token.value == "true")
+            return Literal(token.value == "true", BOOL)
         if token.is_word("null"):
-            return Literal(None)
+            return Literal(None, None)
         if token.is_word("array"):
             if self.peek.kind == "punct" and self.peek.value == "[":
                 return self.value()
         if token.is_word("timestamp", "timestamptz") and self.peek.kind == "string":
-            return TimestampLiteral(self.next().value)
+            return TypedLiteral(TIMESTAMP, self.next().value)
         if token.is_word("current_timestamp") or (self.pg and token.is_word("now") and self.peek.value == "("):
             if self.accept_punct("("):
                 self.punct(")")
@@ -633,7 +522,7 @@ texts (its values go in parameters). The statements are frozen, so one parse ser
 every later call of the same text."""
 
 
-def parse(text: str, pg: bool = False) -> Statement:
+def parse(text: str, pg: bool = False) -> QueueStatement:
     """One statement (of Spanner's PostgreSQL dialect with ``pg``), or INVALID_ARGUMENT saying
     what is understood."""
     if len(text) > PARSE_CACHE_MAX_TEXT:
@@ -645,26 +534,26 @@ def parse(text: str, pg: bool = False) -> Statement:
 
 
 @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
-def _parse_cached(text: str, pg: bool) -> Statement | tuple[str, dict[str, str]]:
+def _parse_cached(text: str, pg: bool) -> QueueStatement | tuple[str, dict[str, str]]:
     try:
         return _parse(text, pg)
     except InvalidArgument as exc:
         return exc.message, dict(exc.metadata)
 
 
-def _parse(text: str, pg: bool, tokens: list[Token] | None = None) -> Statement:
+def _parse(text: str, pg: bool, tokens: list[Token] | None = None) -> QueueStatement:
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
     return _Parser(text, pg, tokens).statement()
 
 
-def parse_tokens(text: str, tokens: list[Token], pg: bool = False) -> Statement:
+def parse_tokens(text: str, tokens: list[Token], pg: bool = False) -> QueueStatement:
     """``parse`` of a text already read into ``tokens`` (by ``tokenize``), not cached: a long
     statement, read once."""
     return _parse(text, pg, tokens)
 
 
-def parse_ddl(text: str, pg: bool = False) -> Ddl:
+def parse_ddl(text: str, pg: bool = False) -> QueueDdl:
     statement = parse(text, pg)
     if not isinstance(statement, (CreateQueue, DropQueue)):
         raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE (and, in GoogleSQL, CREATE/DROP TABLE and INDEX) are "
