@@ -11,9 +11,7 @@ from typing import Any
 import pytest
 
 from spanq_server.errors import InvalidArgument
-from spanq_server.spanner.query import ast
-from spanq_server.spanner.query import googlesql as g
-from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query import ast, parser
 from spanq_server.spanner.query.executor import Executor
 from spanq_server.spanner.query.lexing import Cursor
 from spanq_server.spanner.query.parser import Dialect, parse
@@ -21,7 +19,8 @@ from spanq_server.spanner.query.schema import table_of
 from spanq_server.spanner.query.scope import Scope
 from spanq_server.spanner.query.tables import TableStatement
 
-SINGERS = table_of(g.parse("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (SingerId)"),
+SINGERS = table_of(parser.parse_table("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) "
+                                      "PRIMARY KEY (SingerId)"),
                    "singers", None)
 
 

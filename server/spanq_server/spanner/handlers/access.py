@@ -19,9 +19,7 @@ from typing import Any
 from ... import errors
 from ...auth import EVERY_QUEUE, PRINCIPAL, After, Principal, Rule, any_token, require_parent
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
-from ..query import ast
-from ..query import googlesql as g
-from ..query import statements as st
+from ..query import ast, parser
 from ..query.lexing import fold
 
 STATEMENT_PRIVILEGE: dict[type, str] = {
@@ -93,7 +91,7 @@ def _commit(p: Principal, request: Any) -> None:
                 raise p.denied(privilege, table, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
         if kind in ("send", "ack", "delete"):
             target = getattr(mutation, kind)
-            queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
+            queue = fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
             needs = "ack" if kind == "delete" else kind  # a Delete of a queue's messages acks them
             if needs not in p.grants.get(queue, p.everywhere):
                 raise p.denied(needs, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
@@ -102,7 +100,7 @@ def _commit(p: Principal, request: Any) -> None:
 
 
 def _read(p: Principal, request: Any) -> None:
-    queue = st.fold(request.table)
+    queue = fold(request.table)
     if "select" not in p.grants.get(queue, p.everywhere):
         raise p.denied("select", queue, "a Read of its messages")
 
@@ -120,7 +118,7 @@ def _ddl_readings(text: str) -> Iterable[ast.QueueStatement]:
     dialect reads it: only to name the queue it shows, never to authorize a client's text."""
     for pg in (False, True):
         try:
-            yield st.parse_ddl(text, pg)
+            yield parser.parse_queue(text, parser.Dialect.of(pg))
         except errors.InvalidArgument:
             continue
 
@@ -203,7 +201,7 @@ def mutation_needs(mutation: Any) -> Iterable[Need]:
 def ddl_name(text: str) -> str | None:
     """The table a GetDatabaseDdl statement of a table or index is about (its visibility)."""
     try:
-        statement = g.parse(text)
+        statement = parser.parse_table(text)
     except errors.InvalidArgument:
         return None
     if isinstance(statement, ast.CreateTable):

@@ -35,7 +35,8 @@ from ...receive import Receiver
 from ...records import Records
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
 from ..port import TableStore
-from ..query import ast, statements, values
+from ..query import ast, parser, values
+from ..query.lexing import fold
 from ..query.executor import Executor, Result, queue_ddl
 from ..query.scope import Scope
 from ..query.tables import WRITES, TableResult, TableStatement
@@ -190,11 +191,11 @@ class SpannerService:
         queue = None
         try:
             if kind in WRITES or (kind == "delete"
-                                  and await self._executor.tables.is_table(ns, statements.fold(mutation.delete.table))):
+                                  and await self._executor.tables.is_table(ns, fold(mutation.delete.table))):
                 return await self._executor.tables.mutation(mutation, ns)  # a Spanner table's rows
             if kind == "send":
                 send = mutation.send
-                queue = await self._executor.queue(ns, statements.fold(send.queue))
+                queue = await self._executor.queue(ns, fold(send.queue))
                 key = self._key(queue, send.key, "key")
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
@@ -205,14 +206,14 @@ class SpannerService:
                 return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
             if kind == "ack":
                 ack = mutation.ack
-                queue = await self._executor.queue(ns, statements.fold(ack.queue))
+                queue = await self._executor.queue(ns, fold(ack.queue))
                 return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
                              ignore_not_found=ack.ignore_not_found)
             if kind == "delete":
                 # A Delete of a queue's rows is an ack that accepts a missing message, as
                 # Spanner's Delete accepts a missing row.
                 delete = mutation.delete
-                queue = await self._executor.queue(ns, statements.fold(delete.table))
+                queue = await self._executor.queue(ns, fold(delete.table))
                 if delete.key_set.ranges or delete.key_set.all_:
                     raise errors.InvalidArgument("a Delete of a queue's messages takes keys (no ranges, no all): "
                                                  "messages are deleted by key")
@@ -438,7 +439,7 @@ class DatabaseAdminService:
         the queues the others made are dropped and the database is forgotten (the operation's
         error says which statement failed)."""
         pg = request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL
-        database_id = statements.parse_database_name(request.create_statement)
+        database_id = parser.parse_database_name(request.create_statement)
         scope = Scope("", pg)
         parsed = [self._executor.parse_ddl(s, scope, f"extra statement {i}: ")
                   for i, s in enumerate(request.extra_statements)]

@@ -24,9 +24,9 @@ from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ...records import Records
 from ..port import TableStore
 from . import ast
-from . import parser
-from . import statements as st
+from . import dialects, parser
 from . import values
+from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
 from .parser import Dialect
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
@@ -266,7 +266,7 @@ class Executor:
         # table of leases, keyed by the old token (Spanner documents nothing on duplicates).
         tokens = list(dict.fromkeys(self._tokens(s.lease_tokens, params)))
         spelling = await self.names.of(queue)
-        available = [Output(st.fold(n), spelling.system(n), t) for n, t in RENEW_COLUMNS]
+        available = [Output(fold(n), spelling.system(n), t) for n, t in RENEW_COLUMNS]
         chosen, columns = project(available, s.columns, "RENEWLEASE")
         result = await self._renew_all(queue, tokens, use)
         return Result(columns, [[row[i] for i in chosen] for row in result.rows])
@@ -364,9 +364,9 @@ class Executor:
         """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
         all of them in key order, without leasing; as a SELECT of the same columns would.
         A Read of a table is the table's (tables.py)."""
-        if await self.tables.is_table(ns, st.fold(request.table)):
+        if await self.tables.is_table(ns, fold(request.table)):
             return await self.tables.read(request, use, ns)  # type: ignore[return-value]
-        queue = await self.queue(ns, st.fold(request.table))
+        queue = await self.queue(ns, fold(request.table))
         spelling = await self.names.of(queue)
         if request.index:
             raise errors.InvalidArgument(f"Read of queue {spelling.queue!r}: queues have no secondary index "
@@ -378,7 +378,7 @@ class Executor:
                                          "keys, or all")
         if request.limit < 0:
             raise errors.InvalidArgument("Read's limit cannot be negative")
-        items = tuple(ast.Item(st.fold(c)) for c in request.columns)
+        items = tuple(ast.Item(fold(c)) for c in request.columns)
         limit = ast.Literal(request.limit, ast.INT64) if request.limit else None
         first_key = queue.key_columns[0].name
         if request.key_set.all_:  # "all" in the proto; proto-plus names it all_
@@ -413,7 +413,7 @@ class Executor:
         duration = DEFAULT_RECEIVE_DURATION
         if s.args.get("max_duration", ast.Literal(None, None)) != ast.Literal(None, None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
-            duration = st.duration(text, "max_duration")
+            duration = parser.duration(text, "max_duration")
             if not timedelta(0) < duration <= MAX_STREAM_DURATION:
                 raise errors.InvalidArgument("max_duration must be more than 0 and at most 1h")
         batch = DEFAULT_RECEIVE_BATCH
@@ -425,7 +425,7 @@ class Executor:
             self._priority(s.args["priority"], params)
         spelling = await self.names.of(queue)
         available = message_columns(queue, spelling)
-        available += [Output(st.fold(n), spelling.system(n), t) for n, t in RECEIVE_COLUMNS]
+        available += [Output(fold(n), spelling.system(n), t) for n, t in RECEIVE_COLUMNS]
         chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
         keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
@@ -437,8 +437,8 @@ class Executor:
         if isinstance(expr, ast.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
             return str(expr.value)
         text = self._value(expr, ColumnType.STRING, params, "priority")
-        if text.lower() not in st.PRIORITIES:
-            raise errors.InvalidArgument(f"priority must be one of {', '.join(map(repr, st.PRIORITIES))} "
+        if text.lower() not in dialects.PRIORITIES:
+            raise errors.InvalidArgument(f"priority must be one of {', '.join(map(repr, dialects.PRIORITIES))} "
                                          f"(in any case), got {text[:40]!r}")
         return text.lower()
 
@@ -676,7 +676,7 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
 
 def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> str:
     def name(text: str) -> str:  # PostgreSQL folds unquoted names: quote any other spelling
-        return text if text == st.fold(text) and text.isidentifier() else '"' + text.replace('"', '""') + '"'
+        return text if text == fold(text) and text.isidentifier() else '"' + text.replace('"', '""') + '"'
 
     spelled = {ColumnType.INT64: "bigint", ColumnType.STRING: "character varying", ColumnType.BYTES: "bytea",
                ColumnType.TIMESTAMP: "timestamp with time zone", ColumnType.BOOL: "boolean",

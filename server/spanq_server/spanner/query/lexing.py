@@ -3,8 +3,8 @@ pattern of its dialect), quoted literals, names folded one way, the cursor a
 recursive-descent parser walks the tokens with, and the limits every statement is
 read within.
 
-``statements.py`` reads the queue statements (in both dialects) and
-``googlesql.py`` the table subset; each has its own words (a token pattern here)
+The parser reads the queue surface (in both dialects) and the table subset;
+each has its own words (a token pattern here)
 and grammar, and the same rules for what a name, a literal, a parse error and a
 limit are.
 

@@ -1,5 +1,5 @@
 """PostgreSQL for Spanner tables: DDL, the statements of the GoogleSQL subset
-(parsed by ``spanner/googlesql.py``), mutations and reads, composed with
+(parsed by ``parser``), mutations and reads, composed with
 psycopg.sql. Names only ever reach the text as ``sql.Identifier`` of names
 the schema knows; every value is a parameter, cast to its column's type.
 

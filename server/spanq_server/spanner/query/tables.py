@@ -7,7 +7,7 @@ reachable, never another PostgreSQL table. Queues are readable as tables (their
 key columns, Payload and DeliverTime), so a SELECT may join one with a table;
 their writes stay sends and acks.
 
-Statements are parsed by ``googlesql``, translated by ``postgres`` and run
+Statements are parsed by ``parser`` (the table subset), translated by ``postgres`` and run
 by the store (``port.TableStore``); in a read-write transaction each is a ``TableOp`` on the
 transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
 read-write transactions do), in a read-only one a strong read.
@@ -28,7 +28,6 @@ from ...mutations import TableOp
 from ...queues import Catalog
 from ..port import TableStore
 from . import ast
-from . import googlesql as g
 from . import postgres as t
 from . import values
 from .lexing import fold
