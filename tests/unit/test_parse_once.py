@@ -17,7 +17,6 @@ from spanq_server.spanner.query.lexing import Cursor
 from spanq_server.spanner.query.parser import Dialect, parse
 from spanq_server.spanner.query.schema import table_of
 from spanq_server.spanner.query.scope import Scope
-from spanq_server.spanner.query.tables import TableStatement
 
 SINGERS = table_of(parser.parse_table("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) "
                                       "PRIMARY KEY (SingerId)"),
@@ -66,7 +65,7 @@ async def test_one_execute_sql_is_one_parse_in_its_dialect_and_authorization_rea
     before = Cursor.passes
     parsed = await run.parse(text, Scope())
     assert Cursor.passes - before == 1
-    statement = parsed.statement if isinstance(parsed, TableStatement) else parsed
+    statement = parsed.statement
     assert isinstance(statement, kind)
     assert authorized == [statement]  # the one parse is what authorization checked
 
@@ -82,7 +81,7 @@ async def test_a_postgresql_database_is_read_in_its_dialect_only() -> None:
 
     before = Cursor.passes
     parsed = await parse('SELECT * FROM spanner.receive_messages(5) -- "x"', Dialect.POSTGRESQL, is_table, any_table)
-    assert isinstance(parsed, ast.Receive) and Cursor.passes - before == 1
+    assert isinstance(parsed.statement, ast.Receive) and Cursor.passes - before == 1
     assert registry.lookups == []  # tables are GoogleSQL only: no lookup, no second grammar
     # A GoogleSQL reading of a PostgreSQL text is never tried: `#` starts no comment there.
     with pytest.raises(InvalidArgument):

@@ -39,7 +39,8 @@ from ..query import ast, parser, values
 from ..query.lexing import fold
 from ..query.executor import Executor, Result, queue_ddl
 from ..query.scope import Scope
-from ..query.tables import WRITES, TableResult, TableStatement
+from ..query.parser import Parsed
+from ..query.tables import WRITES, TableResult
 from . import access, sessions
 from .admin import Admin, now_pb
 from .status import SPANNER_ERRORS, NotFound
@@ -242,13 +243,12 @@ class SpannerService:
     # statements
     async def ExecuteSql(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        statement = await self._executor.parse(request.sql, ns)
+        parsed = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
-            return await self._statement(request, statement, use, ns)
+            return await self._statement(request, parsed, use, ns)
 
-    async def _statement(self, request: Any, statement: ast.QueueStatement | TableStatement, use: Use,
-                         ns: Scope) -> Any:
+    async def _statement(self, request: Any, parsed: Parsed, use: Use, ns: Scope) -> Any:
         """Runs one statement; in an existing read-write transaction a retried seqno is
         answered from what the first attempt did, never run twice."""
         txn = use.txn if use.began is None else None
@@ -261,7 +261,7 @@ class SpannerService:
                 raise outcome
             return outcome
         try:
-            reply = result_set_pb(await self._executor.run(statement, request.params, use, ns, request.param_types),
+            reply = result_set_pb(await self._executor.run(parsed, request.params, use, ns, request.param_types),
                                   use.began)
         except errors.QueueError as exc:
             if txn is not None and not isinstance(exc, (errors.TransactionAborted, errors.StoreUnavailable)):
@@ -273,14 +273,14 @@ class SpannerService:
 
     async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         ns = await self._namespace(request.session)
-        statement = await self._executor.parse(request.sql, ns)
+        parsed = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
-        if isinstance(statement, ast.Receive):
-            async for part in self._receive(statement, request, selector, ns):
+        if isinstance(parsed.statement, ast.Receive):
+            async for part in self._receive(parsed.statement, request, selector, ns):
                 yield part
             return
         async with self._transactions.use(request.session, selector) as use:
-            reply = await self._statement(request, statement, use, ns)
+            reply = await self._statement(request, parsed, use, ns)
         yield streamed(reply)
 
     async def _receive(self, statement: ast.Receive, request: Any, selector: Any,
@@ -322,12 +322,12 @@ class SpannerService:
         reply = pb.ExecuteBatchDmlResponse.pb()()
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
-            for i, (statement, given) in enumerate(zip(parsed, request.statements)):
-                if not isinstance(statement, (ast.QueueInsert, ast.QueueDelete)) and not (
-                        isinstance(statement, TableStatement) and not isinstance(statement.statement, ast.Select)):
+            for i, (one, given) in enumerate(zip(parsed, request.statements)):
+                # (a table's DDL is let through to be refused by run, as every DDL through ExecuteSql is)
+                if not isinstance(one.statement, (ast.QueueInsert, ast.QueueDelete, ast.TableDml, ast.TableDdl)):
                     raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT, UPDATE and DELETE only")
                 try:
-                    result = await self._executor.run(statement, given.params, use, ns, given.param_types)
+                    result = await self._executor.run(one, given.params, use, ns, given.param_types)
                 except (errors.TransactionAborted, errors.StoreUnavailable):
                     raise
                 except errors.QueueError as exc:

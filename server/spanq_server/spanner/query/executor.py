@@ -28,9 +28,9 @@ from . import dialects, parser
 from . import values
 from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
-from .parser import Dialect
+from .parser import Dialect, Parsed
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
-from .tables import Tables, TableResult, TableStatement
+from .tables import Tables, TableResult
 
 
 class Use(Protocol):
@@ -168,15 +168,15 @@ class Executor:
     # is what authorization checks (handlers/access.authorize, under a token file) before it is returned:
     # the object checked is the object run, so no other reading of the text can slip through.
 
-    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "ast.QueueStatement | TableStatement":
+    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> Parsed:
         """A statement of the queue surface, else of the table subset (a SELECT, INSERT or DELETE
         naming a table of the database is the table subset's), authorized for the call's token
         (``where`` begins a refusal: "statement 2: ")."""
-        statement = await self._parse(text, ns)
-        self._authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
-        return statement
+        parsed = await self._parse(text, ns)
+        self._authorize(parsed.statement, where)
+        return parsed
 
-    async def _parse(self, text: str, ns: Scope) -> "ast.QueueStatement | TableStatement":
+    async def _parse(self, text: str, ns: Scope) -> Parsed:
         async def is_table(name: str) -> bool:
             return await self.tables.is_table(ns, name)
 
@@ -191,12 +191,14 @@ class Executor:
         self._authorize(statement, where)
         return statement
 
-    async def run(self, statement: "ast.QueueStatement | TableStatement", params: Params, use: Use,
-                  ns: Scope = DEFAULT_SCOPE, param_types: Any = None) -> "Result | TableResult":
-        if isinstance(statement, TableStatement):
-            return await self.tables.run(statement, params, param_types, use, ns)
-        if isinstance(statement, (ast.CreateQueue, ast.DropQueue)):
+    async def run(self, parsed: Parsed, params: Params, use: Use, ns: Scope = DEFAULT_SCOPE,
+                  param_types: Any = None) -> "Result | TableResult":
+        """Runs a parsed statement: the one dispatch on the syntax tree, for both surfaces."""
+        statement = parsed.statement
+        if isinstance(statement, ast.Ddl):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
+        if isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete)):  # the table subset
+            return await self.tables.run(statement, params, param_types, use, ns, parsed.long)
         if isinstance(statement, ast.Receive):
             raise errors.InvalidArgument(
                 "RECEIVE is a long-running streaming query: run it with ExecuteStreamingSql in a single-use "

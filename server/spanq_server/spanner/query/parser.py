@@ -54,6 +54,7 @@ executor maps a statement onto the domain, ``postgres`` translates the table sub
 """
 
 import asyncio
+import dataclasses
 import functools
 import re
 from collections.abc import Awaitable, Callable, Iterable
@@ -70,16 +71,24 @@ from .ast import (BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arith
                   RenewLease, Select, SelectItem, SpannerType, Star, TableSubset, TypedLiteral, Update, Value)
 from .dialects import Dialect, Surface
 from .lexing import Cursor, Token
-from .tables import TableStatement
 
 __all__ = ["Dialect", "Surface", "Parser", "Parsed", "parse", "parse_ddl", "parse_queue", "parse_table"]
 
-Parsed = QueueStatement | TableStatement
-"""A statement as the executor parsed it: of the queue surface, or of the table subset."""
-
 LONG_STATEMENT = 4096
 """Characters past which a statement's reads (each up to a few tenths of a second within the limits
-of lexing.py) let other calls run before and between them."""
+of lexing.py), and its translation, let other calls run before and between them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """A statement as the executor parsed it, of either surface, and the text it was read from."""
+
+    statement: ast.Statement
+    text: str
+
+    @property
+    def long(self) -> bool:
+        return len(self.text) > LONG_STATEMENT
 
 PARSE_CACHE_SIZE = 1024
 PARSE_CACHE_MAX_TEXT = 4096
@@ -94,6 +103,11 @@ async def parse(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable
     ``is_table`` says whether a (folded) name is a table of the database, ``any_table``
     whether one of some names is. INVALID_ARGUMENT when it is neither: the error of the
     grammar it was meant for (a statement naming a table: the table subset's)."""
+    return Parsed(await _statement(text, dialect, is_table, any_table), text)
+
+
+async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable[bool]],
+                     any_table: Callable[[Iterable[str]], Awaitable[bool]]) -> ast.Statement:
     long = len(text) > LONG_STATEMENT
     if long:  # other calls go first, and between the reads of a long statement
         await asyncio.sleep(0)
@@ -104,7 +118,7 @@ async def parse(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable
     except InvalidArgument:  # the queue surface cannot read it either: it says why, below
         update, named, tokens = False, (), None
     if update or await _any(is_table, named):
-        return TableStatement(parse_table(text), text)
+        return parse_table(text)
     try:
         return _read_queue(text, Dialect.GOOGLESQL, tokens) if tokens is not None else parse_queue(text)
     except InvalidArgument as queue_error:
@@ -113,7 +127,7 @@ async def parse(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable
         if long:
             await asyncio.sleep(0)
         try:
-            return TableStatement(parse_table(text), text)
+            return parse_table(text)
         except InvalidArgument as table_error:
             if text.lstrip()[:6].lower() == "update" or await any_table(names_in(text)):
                 raise table_error from None

@@ -45,14 +45,6 @@ WRITES = ("insert", "update", "insert_or_update", "replace")
 """The Write mutations of google.spanner.v1.Mutation (Delete is by KeySet)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class TableStatement:
-    """A statement of the table subset, parsed."""
-
-    statement: ast.TableSubset
-    text: str
-
-
 def relations(statement: ast.TableSubset) -> set[str]:
     """The (folded) relation names a statement names."""
     if isinstance(statement, ast.Select):
@@ -134,10 +126,10 @@ class Tables:
 
     # -- statements ------------------------------------------------------------
 
-    async def run(self, s: TableStatement, params: Any, param_types: Any, use: Any, ns: Scope) -> "TableResult":
-        statement = s.statement
-        if isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex)):
-            raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
+    async def run(self, statement: ast.TableDml | ast.Select, params: Any, param_types: Any, use: Any, ns: Scope,
+                  long: bool = False) -> "TableResult":
+        """A statement of the table subset (``long``: of a long text, whose translation lets other calls
+        go first, as parser.parse's reads)."""
         schema = await self.schema(ns, relations(statement))
         declared = {}
         for name, type_pb in (param_types or {}).items():
@@ -153,7 +145,7 @@ class Tables:
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE, not SELECT")
         if partitioned and (isinstance(statement, ast.Insert) or statement.returning is not None):  # type: ignore[union-attr]
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN (as in Spanner)")
-        if len(s.text) > 4096:  # a long statement's translation: other calls first (as executor.parse)
+        if long:
             await asyncio.sleep(0)
         translated = t.translate(statement, schema, declared, lock=not use.read_only)  # type: ignore[arg-type]
         bound = dict(translated.params)
