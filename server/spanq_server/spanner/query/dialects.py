@@ -12,9 +12,7 @@ on queues joined or counted as tables).
 import enum
 from datetime import timedelta
 
-from ...errors import InvalidArgument
 from ...model import ColumnType
-from .lexing import MAX_NUMBER_DIGITS
 
 
 class Dialect(enum.Enum):
@@ -78,7 +76,7 @@ RESERVED = frozenset({
 """Words the table subset never reads as a name unless `quoted` (the queue surface reads any word as one)."""
 
 
-# -- what each surface says when it stops ---------------------------------------------
+# -- what each surface understands ---------------------------------------------
 
 
 def supported(surface: Surface) -> str:
@@ -87,10 +85,3 @@ def supported(surface: Surface) -> str:
         return f"spanq's Spanner front-end understands only: {QUEUE_SUPPORTED}"
     return f"spanq's Spanner front-end understands, on tables: {TABLE_SUPPORTED}"
 
-
-def long_number(surface: Surface, raw: str) -> InvalidArgument:
-    """A number of more digits than an INT64's, as each surface has always said it."""
-    if surface is Surface.QUEUE:
-        return InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
-                               f"most {MAX_NUMBER_DIGITS} (-9223372036854775808 to 9223372036854775807)")
-    return InvalidArgument(f"the number {raw[:24]}... is longer than an INT64")

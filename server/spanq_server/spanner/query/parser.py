@@ -70,9 +70,9 @@ from .ast import (BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arith
                   Now, Param, QueueDelete, QueueInsert, QueueQuery, QueueSelect, QueueStatement, Receive, Relation,
                   RenewLease, Select, SelectItem, SpannerType, Star, TableSubset, TypedLiteral, Update, Value)
 from .dialects import Dialect, Surface
-from .lexing import Cursor, Token
+from .lexing import Cursor, Token, tokenize
 
-__all__ = ["Dialect", "Surface", "Parser", "Parsed", "parse", "parse_ddl", "parse_queue", "parse_table"]
+__all__ = ["Dialect", "Surface", "Parser", "Parsed", "parse", "parse_ddl", "parse_queue", "parse_table", "tokenize"]
 
 LONG_STATEMENT = 4096
 """Characters past which a statement's reads (each up to a few tenths of a second within the limits
@@ -201,17 +201,6 @@ def _named(tokens: list[Token]) -> tuple[bool, tuple[str, ...]]:
 
 
 # -- one surface's reading ------------------------------------------------------------
-
-
-def tokenize(text: str, dialect: Dialect, surface: Surface) -> list[Token]:
-    """A statement's tokens as ``surface`` reads them in ``dialect`` (lexing.tokenize)."""
-    pg = dialect is Dialect.POSTGRESQL
-    if surface is Surface.TABLE:
-        pattern = lexing.GOOGLESQL_TABLE
-    else:
-        pattern = lexing.POSTGRESQL_QUEUE if pg else lexing.GOOGLESQL_QUEUE
-    return lexing.tokenize(text, pattern, functools.partial(dialects.supported, surface),
-                           functools.partial(dialects.long_number, surface), pg=pg)
 
 
 def parse_queue(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> QueueStatement:
