@@ -60,6 +60,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
+from typing import TypeVar
 
 from ...errors import InvalidArgument
 from ...model import ColumnType
@@ -255,6 +256,8 @@ def names_in(text: str) -> set[str]:
 
 
 # -- the parser -----------------------------------------------------------------------
+
+_Item = TypeVar("_Item")
 
 _LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number": INT64}
 """The type of a literal token's value."""
@@ -621,23 +624,13 @@ class Parser(Cursor):
             columns.append(self.loose_name("a column name"))
         self.punct(")")
         self.word("values")
-        rows = [self.queue_row(len(columns))]
+        rows = [self.row(len(columns), self.value)]
         while self.accept_punct(","):
-            rows.append(self.queue_row(len(columns)))
+            rows.append(self.row(len(columns), self.value))
         if self.peek.is_word("then"):
             raise InvalidArgument("THEN RETURN is not supported")
         self.end()
         return QueueInsert(queue, tuple(columns), tuple(rows))
-
-    def queue_row(self, width: int) -> tuple[Value, ...]:
-        self.punct("(")
-        values = [self.value()]
-        while self.accept_punct(","):
-            values.append(self.value())
-        self.punct(")")
-        if len(values) != width:
-            raise InvalidArgument(f"a VALUES row has {len(values)} value(s) for {width} column(s)")
-        return tuple(values)
 
     def conditions(self, names: set[str] | None = None) -> tuple[Condition, ...]:
         found = [self.condition(names or set())]
@@ -921,12 +914,7 @@ class Parser(Cursor):
                                    "no joins)")
         if self.at_punct("."):
             raise self.unsupported("a qualified table name")
-        alias = None
-        if self.accept_word("as"):
-            alias = self.name("an alias")[0]
-        elif self.peek.kind == "ident" and self.peek.value not in dialects.RESERVED:
-            alias = self.name("an alias")[0]
-        return Relation(name, alias)
+        return Relation(name, self.alias())
 
     def select(self) -> Select:
         self.word("select")
@@ -1029,31 +1017,36 @@ class Parser(Cursor):
         if self.peek.is_word("select"):
             raise self.unsupported("INSERT ... SELECT")
         self.word("values")
-        rows = [self.row(len(columns))]
+        rows = [self.row(len(columns), self.expr)]
         while self.accept_punct(","):
-            rows.append(self.row(len(columns)))
+            rows.append(self.row(len(columns), self.expr))
         if len(set(columns)) != len(columns):
             raise InvalidArgument(f"INSERT INTO {table}: a column is named twice")
         return Insert(table, tuple(columns), tuple(rows), self.returning(), conflict)
 
-    def row(self, width: int) -> tuple[Expr, ...]:
+    def row(self, width: int, item: Callable[[], _Item]) -> tuple[_Item, ...]:
+        """``(item, ...)`` of ``width`` items: a VALUES row of either surface (a queue's values, a
+        table's expressions)."""
         self.punct("(")
-        items = [self.expr()]
+        items = [item()]
         while self.accept_punct(","):
-            items.append(self.expr())
+            items.append(item())
         self.punct(")")
         if len(items) != width:
             raise InvalidArgument(f"a VALUES row has {len(items)} value(s) for {width} column(s)")
         return tuple(items)
 
+    def alias(self) -> str | None:
+        """A relation's ``[AS] alias``, if it has one (folded)."""
+        if self.accept_word("as"):
+            return self.name("an alias")[0]
+        if self.peek.kind == "ident" and self.peek.value not in dialects.RESERVED:
+            return self.name("an alias")[0]
+        return None
+
     def target(self) -> Relation:
         name = self.name("a table name")[0]
-        alias = None
-        if self.accept_word("as"):
-            alias = self.name("an alias")[0]
-        elif self.peek.kind == "ident" and self.peek.value not in dialects.RESERVED:
-            alias = self.name("an alias")[0]
-        return Relation(name, alias)
+        return Relation(name, self.alias())
 
     def update(self) -> Update:
         self.word("update")
