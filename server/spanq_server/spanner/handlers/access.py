@@ -34,11 +34,7 @@ STATEMENT_PRIVILEGE: dict[type, str] = {
 """The privilege each kind of statement needs on the queue it names. A statement of a kind
 not listed is refused (fail closed): a new statement comes with its privilege."""
 
-Parsed = ast.QueueStatement | ast.TableSubset
-"""A statement as the executor parsed it: of the queue surface, or of the table subset."""
-
-
-def authorize(statement: Parsed, where: str = "") -> None:
+def authorize(statement: ast.Statement, where: str = "") -> None:
     """Refuses a parsed statement the call's token may not run (PermissionDenied); the
     executor calls it on each statement it parses, before it runs. Nothing to check when
     the server has no token file."""
@@ -47,7 +43,7 @@ def authorize(statement: Parsed, where: str = "") -> None:
         check(principal, statement, where)
 
 
-def check(p: Principal, statement: Parsed, where: str = "") -> None:
+def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     """What ``statement`` needs of ``p``: its kind's privilege on the queue it names, or
     (the table subset, ``statement_needs``) each privilege on each table or queue."""
     kind = ast.kind(statement)

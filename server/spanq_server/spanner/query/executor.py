@@ -23,8 +23,7 @@ from ...queues import Catalog
 from ...receive import MAX_BATCH, MAX_STREAM_DURATION, Receiver, ReceiveOptions
 from ...records import Records
 from ..port import TableStore
-from . import ast
-from . import dialects, parser
+from . import ast, dialects, parser
 from . import values
 from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
