@@ -73,7 +73,8 @@ from .ast import (BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arith
 from .dialects import Dialect, Surface
 from .lexing import Cursor, Token, tokenize
 
-__all__ = ["Dialect", "Surface", "Parser", "Parsed", "parse", "parse_ddl", "parse_queue", "parse_table", "tokenize"]
+__all__ = ["Dialect", "Surface", "Parser", "Parsed", "parse", "parse_ddl", "parse_queue", "parse_table",
+           "tokenize"]
 
 LONG_STATEMENT = 4096
 """Characters past which a statement's reads (each up to a few tenths of a second within the limits
@@ -90,6 +91,7 @@ class Parsed:
     @property
     def long(self) -> bool:
         return len(self.text) > LONG_STATEMENT
+
 
 PARSE_CACHE_SIZE = 1024
 PARSE_CACHE_MAX_TEXT = 4096
