@@ -440,7 +440,8 @@ class Parser(Cursor):
                 total = dialects.MAX_INTERVAL * 2
             if abs(total) > dialects.MAX_INTERVAL:
                 raise InvalidArgument(f"INTERVAL {text.value[:40]!r} is out of range: CURRENT_TIMESTAMP may be "
-                                      f"shifted by at most {dialects.MAX_INTERVAL.days} days, Spanner's TIMESTAMP range")
+                                      f"shifted by at most {dialects.MAX_INTERVAL.days} days, Spanner's TIMESTAMP "
+                                      "range")
             base = Now(total)
         return base
 
@@ -699,7 +700,8 @@ class Parser(Cursor):
                 total = dialects.MAX_INTERVAL * 2
             if abs(total) > dialects.MAX_INTERVAL:
                 raise InvalidArgument(f"INTERVAL {amount.value} {unit.upper()} is out of range: CURRENT_TIMESTAMP() "
-                                      f"may be shifted by at most {dialects.MAX_INTERVAL.days} days, Spanner's TIMESTAMP range")
+                                      f"may be shifted by at most {dialects.MAX_INTERVAL.days} days, Spanner's "
+                                      "TIMESTAMP range")
             return Now(total)
         raise InvalidArgument(f"expected a value (literal, @param, CURRENT_TIMESTAMP()) but found "
                               f"{token.text or 'the end of the statement'!r} in: {self.text.strip()[:200]}")
