@@ -293,30 +293,29 @@ def test_the_authorizer_fails_closed_for_a_method_it_has_no_rule_for() -> None:
 
 
 def test_a_spanner_parse_error_is_raised_fresh_each_time() -> None:
-    from spanq_server.spanner.query import statements as st
+    from spanq_server.spanner.query import parser
 
     # The parse is cached; its error is not: a caller's "statement 3: ..." does not stick to the next one.
     with pytest.raises(spanq_server_errors.InvalidArgument) as first:
-        st.parse("SELEKT 1")
+        parser.parse_queue("SELEKT 1")
     first.value.args = ("statement 3: " + first.value.message,)
     with pytest.raises(spanq_server_errors.InvalidArgument) as again:
-        st.parse("SELEKT 1")
+        parser.parse_queue("SELEKT 1")
     assert not again.value.message.startswith("statement 3")
 
 
 def test_a_spanner_statement_without_a_privilege_is_refused(monkeypatch) -> None:
-    from spanq_server.spanner.query import googlesql as g
-    from spanq_server.spanner.query import statements as st
+    from spanq_server.spanner.query import ast, parser
     from spanq_server.spanner.handlers.access import STATEMENT_PRIVILEGE, check
 
-    monkeypatch.delitem(STATEMENT_PRIVILEGE, st.Select)  # as a new kind of statement would be
+    monkeypatch.delitem(STATEMENT_PRIVILEGE, ast.QueueSelect)  # as a new kind of statement would be
     ops = auth.parse(TOKEN_FILE).authenticate(bearer(OPS))
     with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule for a Select statement"):
-        check(ops, st.parse("SELECT * FROM UserTasks"))
+        check(ops, parser.parse_queue("SELECT * FROM UserTasks"))
     # So is a new kind of the table subset's, which table_access has no rule for.
-    monkeypatch.setattr(g, "Merge", dataclasses.make_dataclass("Merge", [("table", str)]), raising=False)
+    monkeypatch.setattr(ast, "Merge", dataclasses.make_dataclass("Merge", [("table", str)]), raising=False)
     with pytest.raises(spanq_server_errors.PermissionDenied, match="no authorization rule for a Merge statement"):
-        check(ops, g.Merge("users"))  # type: ignore[attr-defined]
+        check(ops, ast.Merge("users"))  # type: ignore[attr-defined]
 
 
 # -- each RPC and its privilege ----------------------------------------------------------

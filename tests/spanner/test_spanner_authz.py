@@ -228,23 +228,24 @@ async def test_ddl_is_authorized_on_its_parse_before_anything_is_made(channel, s
 
 async def test_each_statement_is_parsed_once_in_its_databases_dialect(channel, monkeypatch) -> None:
     """Authorization reads no other parse than the one that runs: no reading in the other dialect."""
-    from spanq_server.spanner.query import googlesql, statements
+    from spanq_server.spanner.query import parser
+    from spanq_server.spanner.query.parser import Dialect
 
     await populate(channel, MADE)
     await populate(channel, PG)
     parses: list[tuple[str, bool]] = []
-    queue_parse, table_parse = statements.parse, googlesql.parse
+    queue_parse, table_parse = parser.parse_queue, parser.parse_table
 
-    def queue_parsed(text: str, pg: bool = False) -> Any:
-        parses.append(("queue", pg))
-        return queue_parse(text, pg)
+    def queue_parsed(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> Any:
+        parses.append(("queue", dialect is Dialect.POSTGRESQL))
+        return queue_parse(text, dialect)
 
     def table_parsed(text: str) -> Any:
         parses.append(("table", False))
         return table_parse(text)
 
-    monkeypatch.setattr(statements, "parse", queue_parsed)
-    monkeypatch.setattr(googlesql, "parse", table_parsed)
+    monkeypatch.setattr(parser, "parse_queue", queue_parsed)
+    monkeypatch.setattr(parser, "parse_table", table_parsed)
     reader = as_token(channel, READER, MADE)
     assert await reader.sql("SELECT Name FROM adv_ta WHERE Id = 1") == [["visible"]]
     assert parses == [("table", False)]  # it names a table: the table subset's grammar only, once

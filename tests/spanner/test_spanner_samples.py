@@ -29,7 +29,7 @@ from grpc_status import rpc_status
 from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
 
-from ..helpers import until
+from .helpers import until
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -657,10 +657,11 @@ async def test_a_postgresql_dialect_database_runs_the_queue_surface(spanner_env,
 ])
 def test_postgresql_dialect_statements_outside_the_subset(statement: str, message: str) -> None:
     from spanq_server.ground.errors import InvalidArgument
-    from spanq_server.spanner.query import statements as st
+    from spanq_server.spanner.query import parser
+    from spanq_server.spanner.query.parser import Dialect
 
     with pytest.raises(InvalidArgument, match=message.replace("(", r"\(").replace(")", r"\)")):
-        st.parse(statement, pg=True)
+        parser.parse_queue(statement, Dialect.POSTGRESQL)
 
 
 # -- Java's ITQueueTest, translated call for call -------------------------------------------

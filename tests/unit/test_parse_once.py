@@ -11,16 +11,15 @@ from typing import Any
 import pytest
 
 from spanq_server.ground.errors import InvalidArgument
-from spanq_server.spanner.query import googlesql as g
-from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query import ast, parser
 from spanq_server.spanner.query.executor import Executor
 from spanq_server.spanner.query.lexing import Cursor
 from spanq_server.spanner.query.parser import Dialect, parse
 from spanq_server.spanner.query.schema import table_of
 from spanq_server.spanner.query.scope import Scope
-from spanq_server.spanner.query.tables import TableStatement
 
-SINGERS = table_of(g.parse("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (SingerId)"),
+SINGERS = table_of(parser.parse_table("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX)) "
+                                      "PRIMARY KEY (SingerId)"),
                    "singers", None)
 
 
@@ -48,16 +47,16 @@ def executor(authorized: list[Any]) -> Executor:
 
 
 @pytest.mark.parametrize("text, kind", [
-    ("SELECT * FROM messages WHERE id = 1", st.Select),  # a queue: the queue surface
-    ("INSERT INTO messages (id, Payload) VALUES (1, b'x')", st.Insert),
-    ("DELETE FROM messages WHERE id = 1", st.Delete),
-    ("SELECT * FROM RECEIVE_messages(max_batch_size => 5)", st.Receive),
-    ("SELECT SingerId, Name FROM Singers WHERE SingerId = 1", g.Select),  # a table: read by its grammar only
-    ("INSERT INTO Singers (SingerId, Name) VALUES (1, 'a')", g.Insert),
-    ("INSERT OR UPDATE INTO Singers (SingerId, Name) VALUES (1, 'a')", g.Insert),
-    ("DELETE FROM Singers WHERE SingerId = 1", g.Delete),
-    ("UPDATE Singers SET Name = 'b' WHERE SingerId = 1", g.Update),
-    ("SELECT m.id FROM messages AS m JOIN Singers AS s ON s.SingerId = m.id", g.Select),
+    ("SELECT * FROM messages WHERE id = 1", ast.QueueSelect),  # a queue: the queue surface
+    ("INSERT INTO messages (id, Payload) VALUES (1, b'x')", ast.QueueInsert),
+    ("DELETE FROM messages WHERE id = 1", ast.QueueDelete),
+    ("SELECT * FROM RECEIVE_messages(max_batch_size => 5)", ast.Receive),
+    ("SELECT SingerId, Name FROM Singers WHERE SingerId = 1", ast.Select),  # a table: read by its grammar only
+    ("INSERT INTO Singers (SingerId, Name) VALUES (1, 'a')", ast.Insert),
+    ("INSERT OR UPDATE INTO Singers (SingerId, Name) VALUES (1, 'a')", ast.Insert),
+    ("DELETE FROM Singers WHERE SingerId = 1", ast.Delete),
+    ("UPDATE Singers SET Name = 'b' WHERE SingerId = 1", ast.Update),
+    ("SELECT m.id FROM messages AS m JOIN Singers AS s ON s.SingerId = m.id", ast.Select),
 ])
 async def test_one_execute_sql_is_one_parse_in_its_dialect_and_authorization_reads_it(text: str, kind: type) -> None:
     authorized: list[Any] = []
@@ -66,7 +65,7 @@ async def test_one_execute_sql_is_one_parse_in_its_dialect_and_authorization_rea
     before = Cursor.passes
     parsed = await run.parse(text, Scope())
     assert Cursor.passes - before == 1
-    statement = parsed.statement if isinstance(parsed, TableStatement) else parsed
+    statement = parsed.statement
     assert isinstance(statement, kind)
     assert authorized == [statement]  # the one parse is what authorization checked
 
@@ -82,7 +81,7 @@ async def test_a_postgresql_database_is_read_in_its_dialect_only() -> None:
 
     before = Cursor.passes
     parsed = await parse('SELECT * FROM spanner.receive_messages(5) -- "x"', Dialect.POSTGRESQL, is_table, any_table)
-    assert isinstance(parsed, st.Receive) and Cursor.passes - before == 1
+    assert isinstance(parsed.statement, ast.Receive) and Cursor.passes - before == 1
     assert registry.lookups == []  # tables are GoogleSQL only: no lookup, no second grammar
     # A GoogleSQL reading of a PostgreSQL text is never tried: `#` starts no comment there.
     with pytest.raises(InvalidArgument):

@@ -1,5 +1,5 @@
 """The GoogleSQL table subset, statement by statement, without PostgreSQL: GoogleSQL in,
-PostgreSQL text and parameters out (spanner/query/googlesql.py parses, spanner/query/postgres.py composes),
+PostgreSQL text and parameters out (spanner/query/parser.py parses, spanner/query/postgres.py composes),
 and every statement outside the subset INVALID_ARGUMENT naming what is not supported."""
 
 from datetime import date
@@ -8,24 +8,24 @@ from decimal import Decimal
 import pytest
 
 from spanq_server.ground.errors import InvalidArgument
-from spanq_server.spanner.query import googlesql as g
+from spanq_server.spanner.query import ast, parser
 from spanq_server.spanner.query.schema import Col, TableDef, index_of, table_of
 from spanq_server.spanner.query import postgres as t
 
-USERS = table_of(g.parse(  # type: ignore[arg-type]
+USERS = table_of(parser.parse_table(  # type: ignore[arg-type]
     "CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING(10), Score FLOAT64, Born DATE, "
     "Tags ARRAY<STRING(MAX)>, Doc JSON) PRIMARY KEY (UserId)"), "d1_users", None)
-INBOX = TableDef("d1_inbox", "Inbox", (Col("userid", "UserId", g.INT64, "userid", True),
-                                       Col("payload", "Payload", g.STRING, "payload", True),
-                                       Col("delivertime", "DeliverTime", g.TIMESTAMP, "deliver_time")),
+INBOX = TableDef("d1_inbox", "Inbox", (Col("userid", "UserId", ast.INT64, "userid", True),
+                                       Col("payload", "Payload", ast.STRING, "payload", True),
+                                       Col("delivertime", "DeliverTime", ast.TIMESTAMP, "deliver_time")),
                  ("userid",), queue=True)
 SCHEMA = {"users": USERS, "inbox": INBOX}
 U = '"public"."d1_users"'
 
 
-def pg(text: str, lock: bool = False, **declared: g.SpannerType) -> tuple[str, dict, dict]:  # type: ignore[type-arg]
-    statement = g.parse(text)
-    assert isinstance(statement, (g.Select, g.Insert, g.Update, g.Delete))
+def pg(text: str, lock: bool = False, **declared: ast.SpannerType) -> tuple[str, dict, dict]:  # type: ignore[type-arg]
+    statement = parser.parse_table(text)
+    assert isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete))
     out = t.translate(statement, SCHEMA, declared, lock)
     return out.statement.as_string(None), out.params, out.wanted
 
@@ -69,11 +69,11 @@ def test_each_statement_translates_to_postgresql_with_values_as_parameters(text:
 
 def test_parameters_take_their_declared_type_else_the_column_they_meet() -> None:
     statement, _, wanted = pg("SELECT Name FROM Users WHERE UserId = @id AND Born > @born AND Name IN UNNEST(@names)",
-                              born=g.DATE)
+                              born=ast.DATE)
     assert '"users"."userid" = %(p_id)s::bigint' in statement
     assert '"users"."born" > %(p_born)s::date' in statement
     assert '"users"."name" = ANY(%(p_names)s::text[])' in statement
-    assert wanted == {"id": g.INT64, "born": g.DATE, "names": g.SpannerType("ARRAY", g.STRING)}
+    assert wanted == {"id": ast.INT64, "born": ast.DATE, "names": ast.SpannerType("ARRAY", ast.STRING)}
 
 
 def test_reads_in_read_write_transactions_lock_the_tables_rows_they_read() -> None:
@@ -89,7 +89,7 @@ def test_user_text_reaches_postgresql_only_as_identifiers_and_parameters() -> No
 
 
 def test_ddl_types_and_interleaving() -> None:
-    orders = table_of(g.parse(  # type: ignore[arg-type]
+    orders = table_of(parser.parse_table(  # type: ignore[arg-type]
         "CREATE TABLE Orders (UserId INT64 NOT NULL, OrderId INT64 NOT NULL, Amount NUMERIC, Pic BYTES(16)) "
         "PRIMARY KEY (UserId, OrderId), INTERLEAVE IN PARENT Users ON DELETE CASCADE"), "d1_orders", "d1_users")
     (ddl,) = t.create_table(orders, USERS)
@@ -99,7 +99,7 @@ def test_ddl_types_and_interleaving() -> None:
     (users,) = t.create_table(USERS, None)
     assert '"name" varchar(10) COLLATE "C"' in users.as_string(None)
     assert '"tags" text[] COLLATE "C"' in users.as_string(None) and '"doc" jsonb' in users.as_string(None)
-    index = index_of(g.parse("CREATE UNIQUE NULL_FILTERED INDEX ByName ON Users (Name DESC)"),  # type: ignore[arg-type]
+    index = index_of(parser.parse_table("CREATE UNIQUE NULL_FILTERED INDEX ByName ON Users (Name DESC)"),  # type: ignore[arg-type]
                      "d1_byname", USERS, None)
     assert t.create_index(index, USERS).as_string(None) == (
         'CREATE UNIQUE INDEX "d1_byname" ON "public"."d1_users" ("name" DESC) WHERE "name" IS NOT NULL')
@@ -150,21 +150,21 @@ def test_anything_outside_the_subset_is_invalid_argument_naming_it(text: str, wo
 ])
 def test_unsupported_ddl_is_invalid_argument_naming_it(text: str, words: str) -> None:
     with pytest.raises(InvalidArgument, match=words):
-        g.parse(text)
+        parser.parse_table(text)
 
 
 def test_table_definitions_are_checked() -> None:
     with pytest.raises(InvalidArgument, match="'nope' is not defined"):
-        table_of(g.parse("CREATE TABLE T (A INT64) PRIMARY KEY (Nope)"), "t", None)  # type: ignore[arg-type]
+        table_of(parser.parse_table("CREATE TABLE T (A INT64) PRIMARY KEY (Nope)"), "t", None)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="defined twice"):
-        table_of(g.parse("CREATE TABLE T (A INT64, a INT64) PRIMARY KEY (A)"), "t", None)  # type: ignore[arg-type]
+        table_of(parser.parse_table("CREATE TABLE T (A INT64, a INT64) PRIMARY KEY (A)"), "t", None)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="cannot be part of the primary key"):
-        table_of(g.parse("CREATE TABLE T (A JSON) PRIMARY KEY (A)"), "t", None)  # type: ignore[arg-type]
+        table_of(parser.parse_table("CREATE TABLE T (A JSON) PRIMARY KEY (A)"), "t", None)  # type: ignore[arg-type]
 
 
 def test_literals() -> None:
-    assert g.parse("SELECT NUMERIC '1.5', DATE '2020-01-02', -3, 2.5e3, b'\\x01', r'\\n'") == g.Select((
-        g.SelectItem(g.TypedLiteral(g.NUMERIC, "1.5")), g.SelectItem(g.TypedLiteral(g.DATE, "2020-01-02")),
-        g.SelectItem(g.Literal(-3, g.INT64)), g.SelectItem(g.Literal(2500.0, g.FLOAT64)),
-        g.SelectItem(g.Literal(b"\x01", g.BYTES)), g.SelectItem(g.Literal("\\n", g.STRING))))
+    assert parser.parse_table("SELECT NUMERIC '1.5', DATE '2020-01-02', -3, 2.5e3, b'\\x01', r'\\n'") == ast.Select((
+        ast.SelectItem(ast.TypedLiteral(ast.NUMERIC, "1.5")), ast.SelectItem(ast.TypedLiteral(ast.DATE, "2020-01-02")),
+        ast.SelectItem(ast.Literal(-3, ast.INT64)), ast.SelectItem(ast.Literal(2500.0, ast.FLOAT64)),
+        ast.SelectItem(ast.Literal(b"\x01", ast.BYTES)), ast.SelectItem(ast.Literal("\\n", ast.STRING))))
     assert Decimal("1.5")  # NUMERIC text goes to PostgreSQL as text, cast to numeric

@@ -9,13 +9,14 @@ import re
 import pytest
 
 from spanq_server.ground.errors import InvalidArgument
-from spanq_server.spanner.query import googlesql as g
-from spanq_server.spanner.query import statements as st
+from spanq_server.spanner.query import ast, parser
+from spanq_server.spanner.query.parser import Dialect
 from spanq_server.spanner.query.lexing import MAX_DEPTH, MAX_STATEMENT_LENGTH, MAX_TOKENS, unquote
 from spanq_server.spanner.query.schema import Col, TableDef, table_of
 from spanq_server.spanner.query import postgres as t
 
-PARSERS = {"googlesql": g.parse, "queues": st.parse, "queues, PostgreSQL": lambda text: st.parse(text, pg=True)}
+PARSERS = {"googlesql": parser.parse_table, "queues": parser.parse_queue,
+           "queues, PostgreSQL": lambda text: parser.parse_queue(text, Dialect.POSTGRESQL)}
 
 
 def limit_of(parse: object, text: str) -> str:
@@ -33,9 +34,9 @@ def test_length_and_tokens_are_checked_by_every_parser(parse: object) -> None:
 
 def test_a_statement_at_the_length_and_token_limits_parses() -> None:
     head, tail = "SELECT Name FROM Users WHERE Name = '", "'"
-    g.parse(head + "x" * (MAX_STATEMENT_LENGTH - len(head) - len(tail)) + tail)
+    parser.parse_table(head + "x" * (MAX_STATEMENT_LENGTH - len(head) - len(tail)) + tail)
     values = (MAX_TOKENS - 8) // 2  # SELECT Name FROM Users WHERE UserId IN ( ... ) is 8 more
-    g.parse("SELECT Name FROM Users WHERE UserId IN (" + ", ".join(["1"] * values) + ")")
+    parser.parse_table("SELECT Name FROM Users WHERE UserId IN (" + ", ".join(["1"] * values) + ")")
 
 
 @pytest.mark.parametrize("nested", [
@@ -47,15 +48,15 @@ def test_a_statement_at_the_length_and_token_limits_parses() -> None:
     lambda n: "1 = " + "COUNT(" * n + "1" + ")" * n,
 ], ids=["parentheses", "NOT", "sum", "product", "arrays", "COUNT"])
 def test_the_table_parser_nests_to_the_limit_and_no_deeper(nested: object) -> None:
-    g.parse("SELECT * FROM Users WHERE " + nested(MAX_DEPTH))  # type: ignore[operator]
-    assert limit_of(g.parse, "SELECT * FROM Users WHERE " + nested(MAX_DEPTH + 1)) == "statement_depth"  # type: ignore[operator]
+    parser.parse_table("SELECT * FROM Users WHERE " + nested(MAX_DEPTH))  # type: ignore[operator]
+    assert limit_of(parser.parse_table, "SELECT * FROM Users WHERE " + nested(MAX_DEPTH + 1)) == "statement_depth"  # type: ignore[operator]
 
 
 def test_the_queue_parser_nests_arrays_and_timestamp_add_to_the_limit() -> None:
-    st.parse("SELECT * FROM RENEWLEASE_q(" + "[" * MAX_DEPTH + "]" * MAX_DEPTH + ")")
-    assert limit_of(st.parse, "SELECT * FROM RENEWLEASE_q(" + "[" * 76 + "]" * 76 + ")") == "statement_depth"
+    parser.parse_queue("SELECT * FROM RENEWLEASE_q(" + "[" * MAX_DEPTH + "]" * MAX_DEPTH + ")")
+    assert limit_of(parser.parse_queue, "SELECT * FROM RENEWLEASE_q(" + "[" * 76 + "]" * 76 + ")") == "statement_depth"
     add = "TIMESTAMP_ADD(" * (MAX_DEPTH + 1) + "CURRENT_TIMESTAMP()" + ", INTERVAL 1 SECOND)" * (MAX_DEPTH + 1)
-    assert limit_of(st.parse, f"DELETE FROM q WHERE DeliverTime < {add}") == "statement_depth"
+    assert limit_of(parser.parse_queue, f"DELETE FROM q WHERE DeliverTime < {add}") == "statement_depth"
 
 
 def _slow_unquote(body: str, as_bytes: bool) -> object:
@@ -89,13 +90,13 @@ def test_literals_unescape_in_bulk_as_one_by_one() -> None:
             unquote(f"'{bad}'", False)
 
 
-USERS = table_of(g.parse("CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING(MAX), Score INT64) "  # type: ignore[arg-type]
+USERS = table_of(parser.parse_table("CREATE TABLE Users (UserId INT64 NOT NULL, Name STRING(MAX), Score INT64) "  # type: ignore[arg-type]
                          "PRIMARY KEY (UserId)"), "d1_users", None)
 
 
 def sql_of(text: str) -> str:
-    statement = g.parse(text)
-    assert isinstance(statement, (g.Select, g.Insert, g.Update, g.Delete))
+    statement = parser.parse_table(text)
+    assert isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete))
     return t.translate(statement, {"users": USERS}, {}).statement.as_string(None)
 
 
@@ -117,7 +118,7 @@ def test_relation_names_past_63_bytes_reach_postgresql_by_short_distinct_names()
 
 def test_column_names_postgresql_reserves_or_cuts_are_refused() -> None:
     def table(*names: str) -> TableDef:
-        return TableDef("d1_t", "T", tuple(Col(n.lower(), n, g.INT64, n.lower()) for n in names), (names[0].lower(),))
+        return TableDef("d1_t", "T", tuple(Col(n.lower(), n, ast.INT64, n.lower()) for n in names), (names[0].lower(),))
 
     for names, words in [(("A", "ctid"), "system column"), (("A", "TableOid"), "system column"),
                          (("A", "é" * 32 + "x", "é" * 32 + "y"), "equal in their first 63 bytes")]:

@@ -19,27 +19,22 @@ from typing import Any
 from ...edge.auth import EVERY_QUEUE, PRINCIPAL, After, Principal, Rule, any_token, require_parent
 from ...ground import errors
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
-from ..query import googlesql as g
-from ..query import statements as st
+from ..query import ast, parser
 from ..query.lexing import fold
 
 STATEMENT_PRIVILEGE: dict[type, str] = {
-    st.CreateQueue: "admin",
-    st.DropQueue: "admin",
-    st.Receive: "receive",
-    st.RenewLease: "receive",
-    st.Insert: "send",
-    st.Delete: "ack",
-    st.Select: "select",
+    ast.CreateQueue: "admin",
+    ast.DropQueue: "admin",
+    ast.Receive: "receive",
+    ast.RenewLease: "receive",
+    ast.QueueInsert: "send",
+    ast.QueueDelete: "ack",
+    ast.QueueSelect: "select",
 }
 """The privilege each kind of statement needs on the queue it names. A statement of a kind
 not listed is refused (fail closed): a new statement comes with its privilege."""
 
-Parsed = st.Statement | g.Statement
-"""A statement as the executor parsed it: of the queue surface, or of the table subset."""
-
-
-def authorize(statement: Parsed, where: str = "") -> None:
+def authorize(statement: ast.Statement, where: str = "") -> None:
     """Refuses a parsed statement the call's token may not run (PermissionDenied); the
     executor calls it on each statement it parses, before it runs. Nothing to check when
     the server has no token file."""
@@ -48,12 +43,12 @@ def authorize(statement: Parsed, where: str = "") -> None:
         check(principal, statement, where)
 
 
-def check(p: Principal, statement: Parsed, where: str = "") -> None:
+def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     """What ``statement`` needs of ``p``: its kind's privilege on the queue it names, or
     (the table subset, ``statement_needs``) each privilege on each table or queue."""
-    kind = type(statement).__name__
-    if not isinstance(statement, st.Statement):
-        what = "the DDL statement" if isinstance(statement, g.Ddl) else "the statement"
+    kind = ast.kind(statement)
+    if not isinstance(statement, ast.QueueStatement):
+        what = "the DDL statement" if isinstance(statement, ast.TableDdl) else "the statement"
         needs = statement_needs(statement)
         if needs is None:
             raise _no_rule(p, kind, where)
@@ -61,14 +56,14 @@ def check(p: Principal, statement: Parsed, where: str = "") -> None:
             if needed not in p.grants.get(table, p.everywhere):
                 raise p.denied(needed, table, f"{what} (on a table)", where)
         return
-    what = "the DDL statement" if isinstance(statement, (st.CreateQueue, st.DropQueue)) else "the statement"
+    what = "the DDL statement" if isinstance(statement, (ast.CreateQueue, ast.DropQueue)) else "the statement"
     privilege = STATEMENT_PRIVILEGE.get(type(statement))
     if privilege is None:
         raise _no_rule(p, kind, where)
-    queue = statement.name if isinstance(statement, (st.CreateQueue, st.DropQueue)) else statement.queue
+    queue = statement.name if isinstance(statement, (ast.CreateQueue, ast.DropQueue)) else statement.queue
     if privilege not in p.grants.get(queue, p.everywhere):
         raise p.denied(privilege, queue, f"{what} ({kind})", where)
-    if isinstance(statement, st.CreateQueue):
+    if isinstance(statement, ast.CreateQueue):
         require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
 
@@ -92,7 +87,7 @@ def _commit(p: Principal, request: Any) -> None:
                 raise p.denied(privilege, table, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
         if kind in ("send", "ack", "delete"):
             target = getattr(mutation, kind)
-            queue = st.fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
+            queue = fold(target.table if kind == "delete" else target.queue)  # as the servicer folds it
             needs = "ack" if kind == "delete" else kind  # a Delete of a queue's messages acks them
             if needs not in p.grants.get(queue, p.everywhere):
                 raise p.denied(needs, queue, f"a {kind.capitalize()} mutation", f"mutation {i}: ",
@@ -101,7 +96,7 @@ def _commit(p: Principal, request: Any) -> None:
 
 
 def _read(p: Principal, request: Any) -> None:
-    queue = st.fold(request.table)
+    queue = fold(request.table)
     if "select" not in p.grants.get(queue, p.everywhere):
         raise p.denied("select", queue, "a Read of its messages")
 
@@ -114,12 +109,12 @@ def _drops_queues(what: str) -> Rule:
     return rule
 
 
-def _ddl_readings(text: str) -> Iterable[st.Statement]:
+def _ddl_readings(text: str) -> Iterable[ast.QueueStatement]:
     """GetDatabaseDdl's text of a queue (the server's own, in its database's dialect), as each
     dialect reads it: only to name the queue it shows, never to authorize a client's text."""
     for pg in (False, True):
         try:
-            yield st.parse_ddl(text, pg)
+            yield parser.parse_queue(text, parser.Dialect.of(pg))
         except errors.InvalidArgument:
             continue
 
@@ -134,7 +129,7 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
         for i in range(len(found) - 1, -1, -1):
             # A PostgreSQL-dialect database's DDL is in its dialect.
             name = ddl_name(found[i]) or next(
-                (s.name for s in _ddl_readings(found[i]) if isinstance(s, (st.CreateQueue, st.DropQueue))), "")
+                (s.name for s in _ddl_readings(found[i]) if isinstance(s, (ast.CreateQueue, ast.DropQueue))), "")
             if name not in p.grants:
                 del found[i]
 
@@ -164,27 +159,27 @@ Need = tuple[str, str]
 """(privilege, table or queue name, folded)."""
 
 
-def statement_needs(statement: g.Statement) -> list[Need] | None:
+def statement_needs(statement: ast.TableSubset) -> list[Need] | None:
     """The privileges a parsed statement of the table subset needs; None for a kind of
     statement this has no rule for (refused: fail closed)."""
-    if isinstance(statement, g.CreateTable):
+    if isinstance(statement, ast.CreateTable):
         return [("admin", statement.name)] + ([("admin", statement.parent)] if statement.parent else [])
-    if isinstance(statement, g.CreateIndex):
+    if isinstance(statement, ast.CreateIndex):
         return [("admin", statement.name), ("admin", statement.table)]
-    if isinstance(statement, (g.DropTable, g.DropIndex)):
+    if isinstance(statement, (ast.DropTable, ast.DropIndex)):
         return [("admin", statement.name)]
-    if isinstance(statement, g.Select):
+    if isinstance(statement, ast.Select):
         names = [j.relation.name for j in statement.joins] + ([statement.source.name] if statement.source else [])
         return [("select", n) for n in names]
-    if isinstance(statement, g.Insert):
+    if isinstance(statement, ast.Insert):
         needs = [("send", statement.table)]
         if statement.on_conflict == "update":
             needs.append(("update", statement.table))
         return needs + ([("select", statement.table)] if statement.returning is not None else [])
-    if isinstance(statement, (g.Update, g.Delete)):
+    if isinstance(statement, (ast.Update, ast.Delete)):
         table = statement.table.name
         returning = [("select", table)] if statement.returning is not None else []
-        return [("update" if isinstance(statement, g.Update) else "ack", table)] + returning
+        return [("update" if isinstance(statement, ast.Update) else "ack", table)] + returning
     return None
 
 
@@ -202,12 +197,12 @@ def mutation_needs(mutation: Any) -> Iterable[Need]:
 def ddl_name(text: str) -> str | None:
     """The table a GetDatabaseDdl statement of a table or index is about (its visibility)."""
     try:
-        statement = g.parse(text)
+        statement = parser.parse_table(text)
     except errors.InvalidArgument:
         return None
-    if isinstance(statement, g.CreateTable):
+    if isinstance(statement, ast.CreateTable):
         return statement.name
-    if isinstance(statement, g.CreateIndex):
+    if isinstance(statement, ast.CreateIndex):
         return statement.table
     return None
 

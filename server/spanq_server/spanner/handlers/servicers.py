@@ -37,10 +37,12 @@ from ...ground.clock import Clock
 from ...ground.model import AckItem, OutgoingMessage
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
 from ..port import TableStore
-from ..query import googlesql, statements, values
+from ..query import ast, parser, values
+from ..query.lexing import fold
 from ..query.executor import Executor, Result, queue_ddl
 from ..query.scope import Scope
-from ..query.tables import WRITES, TableResult, TableStatement
+from ..query.parser import Parsed
+from ..query.tables import WRITES, TableResult
 from . import access, sessions
 from .admin import Admin, now_pb
 from .status import SPANNER_ERRORS, NotFound
@@ -192,11 +194,11 @@ class SpannerService:
         queue = None
         try:
             if kind in WRITES or (kind == "delete"
-                                  and await self._executor.tables.is_table(ns, statements.fold(mutation.delete.table))):
+                                  and await self._executor.tables.is_table(ns, fold(mutation.delete.table))):
                 return await self._executor.tables.mutation(mutation, ns)  # a Spanner table's rows
             if kind == "send":
                 send = mutation.send
-                queue = await self._executor.queue(ns, statements.fold(send.queue))
+                queue = await self._executor.queue(ns, fold(send.queue))
                 key = self._key(queue, send.key, "key")
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
@@ -207,14 +209,14 @@ class SpannerService:
                 return SendOp(queue, [OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time)])
             if kind == "ack":
                 ack = mutation.ack
-                queue = await self._executor.queue(ns, statements.fold(ack.queue))
+                queue = await self._executor.queue(ns, fold(ack.queue))
                 return AckOp(queue, [AckItem(key=self._key(queue, ack.key, "key"))],
                              ignore_not_found=ack.ignore_not_found)
             if kind == "delete":
                 # A Delete of a queue's rows is an ack that accepts a missing message, as
                 # Spanner's Delete accepts a missing row.
                 delete = mutation.delete
-                queue = await self._executor.queue(ns, statements.fold(delete.table))
+                queue = await self._executor.queue(ns, fold(delete.table))
                 if delete.key_set.ranges or delete.key_set.all_:
                     raise errors.InvalidArgument("a Delete of a queue's messages takes keys (no ranges, no all): "
                                                  "messages are deleted by key")
@@ -243,13 +245,12 @@ class SpannerService:
     # statements
     async def ExecuteSql(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
-        statement = await self._executor.parse(request.sql, ns)
+        parsed = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
-            return await self._statement(request, statement, use, ns)
+            return await self._statement(request, parsed, use, ns)
 
-    async def _statement(self, request: Any, statement: statements.Statement | TableStatement, use: Use,
-                         ns: Scope) -> Any:
+    async def _statement(self, request: Any, parsed: Parsed, use: Use, ns: Scope) -> Any:
         """Runs one statement; in an existing read-write transaction a retried seqno is
         answered from what the first attempt did, never run twice."""
         txn = use.txn if use.began is None else None
@@ -262,7 +263,7 @@ class SpannerService:
                 raise outcome
             return outcome
         try:
-            reply = result_set_pb(await self._executor.run(statement, request.params, use, ns, request.param_types),
+            reply = result_set_pb(await self._executor.run(parsed, request.params, use, ns, request.param_types),
                                   use.began)
         except errors.QueueError as exc:
             if txn is not None and not isinstance(exc, (errors.TransactionAborted, errors.StoreUnavailable)):
@@ -274,17 +275,17 @@ class SpannerService:
 
     async def ExecuteStreamingSql(self, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         ns = await self._namespace(request.session)
-        statement = await self._executor.parse(request.sql, ns)
+        parsed = await self._executor.parse(request.sql, ns)
         selector = request.transaction if request.HasField("transaction") else None
-        if isinstance(statement, statements.Receive):
-            async for part in self._receive(statement, request, selector, ns):
+        if isinstance(parsed.statement, ast.Receive):
+            async for part in self._receive(parsed.statement, request, selector, ns):
                 yield part
             return
         async with self._transactions.use(request.session, selector) as use:
-            reply = await self._statement(request, statement, use, ns)
+            reply = await self._statement(request, parsed, use, ns)
         yield streamed(reply)
 
-    async def _receive(self, statement: statements.Receive, request: Any, selector: Any,
+    async def _receive(self, statement: ast.Receive, request: Any, selector: Any,
                        ns: Scope) -> AsyncIterator[Any]:
         """RECEIVE: a long-running stream. The first part names the columns; then one
         part per message, each with a resume token, so the client hands every row
@@ -323,12 +324,12 @@ class SpannerService:
         reply = pb.ExecuteBatchDmlResponse.pb()()
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
-            for i, (statement, given) in enumerate(zip(parsed, request.statements)):
-                if not isinstance(statement, (statements.Insert, statements.Delete)) and not (
-                        isinstance(statement, TableStatement) and not isinstance(statement.statement, googlesql.Select)):
+            for i, (one, given) in enumerate(zip(parsed, request.statements)):
+                # (a table's DDL is let through to be refused by run, as every DDL through ExecuteSql is)
+                if not isinstance(one.statement, (ast.QueueInsert, ast.QueueDelete, ast.TableDml, ast.TableDdl)):
                     raise errors.InvalidArgument(f"statement {i}: ExecuteBatchDml takes INSERT, UPDATE and DELETE only")
                 try:
-                    result = await self._executor.run(statement, given.params, use, ns, given.param_types)
+                    result = await self._executor.run(one, given.params, use, ns, given.param_types)
                 except (errors.TransactionAborted, errors.StoreUnavailable):
                     raise
                 except errors.QueueError as exc:
@@ -440,7 +441,7 @@ class DatabaseAdminService:
         the queues the others made are dropped and the database is forgotten (the operation's
         error says which statement failed)."""
         pg = request.database_dialect == dba_common.DatabaseDialect.POSTGRESQL
-        database_id = statements.parse_database_name(request.create_statement)
+        database_id = parser.parse_database_name(request.create_statement)
         scope = Scope("", pg)
         parsed = [self._executor.parse_ddl(s, scope, f"extra statement {i}: ")
                   for i, s in enumerate(request.extra_statements)]

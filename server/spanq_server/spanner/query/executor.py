@@ -24,14 +24,13 @@ from ...ground import errors
 from ...ground.clock import Clock
 from ...ground.model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
 from ..port import TableStore
-from . import googlesql
-from . import parser
-from . import statements as st
+from . import ast, dialects, parser
 from . import values
+from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
-from .parser import Dialect
+from .parser import Dialect, Parsed
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
-from .tables import Tables, TableResult, TableStatement
+from .tables import Tables, TableResult
 
 
 class Use(Protocol):
@@ -85,7 +84,7 @@ class Output:
     type: ColumnType
 
 
-def project(available: list[Output], items: tuple[st.Item, ...] | None,
+def project(available: list[Output], items: tuple[ast.Item, ...] | None,
             what: str) -> tuple[list[int], list[tuple[str, ColumnType]]]:
     """The positions and result columns a SELECT list picks (all for ``*``), named as
     declared or as the ``AS`` alias says."""
@@ -169,15 +168,15 @@ class Executor:
     # is what authorization checks (handlers/access.authorize, under a token file) before it is returned:
     # the object checked is the object run, so no other reading of the text can slip through.
 
-    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Statement | TableStatement":
+    async def parse(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> Parsed:
         """A statement of the queue surface, else of the table subset (a SELECT, INSERT or DELETE
         naming a table of the database is the table subset's), authorized for the call's token
         (``where`` begins a refusal: "statement 2: ")."""
-        statement = await self._parse(text, ns)
-        self._authorize(statement.statement if isinstance(statement, TableStatement) else statement, where)
-        return statement
+        parsed = await self._parse(text, ns)
+        self._authorize(parsed.statement, where)
+        return parsed
 
-    async def _parse(self, text: str, ns: Scope) -> "st.Statement | TableStatement":
+    async def _parse(self, text: str, ns: Scope) -> Parsed:
         async def is_table(name: str) -> bool:
             return await self.tables.is_table(ns, name)
 
@@ -186,42 +185,44 @@ class Executor:
 
         return await parser.parse(text, Dialect.of(ns.pg), is_table, any_table)
 
-    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "st.Ddl | googlesql.Ddl":
+    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "ast.QueueDdl | ast.TableDdl":
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
         statement = parser.parse_ddl(text, Dialect.of(ns.pg))
         self._authorize(statement, where)
         return statement
 
-    async def run(self, statement: "st.Statement | TableStatement", params: Params, use: Use,
-                  ns: Scope = DEFAULT_SCOPE, param_types: Any = None) -> "Result | TableResult":
-        if isinstance(statement, TableStatement):
-            return await self.tables.run(statement, params, param_types, use, ns)
-        if isinstance(statement, (st.CreateQueue, st.DropQueue)):
+    async def run(self, parsed: Parsed, params: Params, use: Use, ns: Scope = DEFAULT_SCOPE,
+                  param_types: Any = None) -> "Result | TableResult":
+        """Runs a parsed statement: the one dispatch on the syntax tree, for both surfaces."""
+        statement = parsed.statement
+        if isinstance(statement, ast.Ddl):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
-        if isinstance(statement, st.Receive):
+        if isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete)):  # the table subset
+            return await self.tables.run(statement, params, param_types, use, ns, parsed.long)
+        if isinstance(statement, ast.Receive):
             raise errors.InvalidArgument(
                 "RECEIVE is a long-running streaming query: run it with ExecuteStreamingSql in a single-use "
                 "read-only transaction (database.snapshot().execute_sql(...))"
             )
         queue = await self.queue(ns, statement.queue)
         try:
-            if isinstance(statement, st.Select):
+            if isinstance(statement, ast.QueueSelect):
                 return await self._select(queue, statement, params, use)
-            if isinstance(statement, st.RenewLease):
+            if isinstance(statement, ast.RenewLease):
                 return await self._renew(queue, statement, params, use)
             if use.read_only:
                 raise errors.InvalidArgument(
                     "INSERT and DELETE run in a read-write transaction (database.run_in_transaction, or a begun "
                     "transaction), not in a read-only one"
                 )
-            if isinstance(statement, st.Insert):
+            if isinstance(statement, ast.QueueInsert):
                 return await self._insert(queue, statement, params, use)
             return await self._delete(queue, statement, params, use)
         except errors.QueueError as exc:
             await self.names.shown_in(exc, queue)
             raise
 
-    async def _select(self, queue: QueueDef, s: st.Select, params: Params, use: Use) -> Result:
+    async def _select(self, queue: QueueDef, s: ast.QueueSelect, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)
         available = message_columns(queue, spelling)
         chosen, columns = project(available, s.columns, f"queue {spelling.queue!r}")
@@ -262,12 +263,12 @@ class Executor:
             rows.append([row[i] for i in chosen])
         return Result(columns, rows)
 
-    async def _renew(self, queue: QueueDef, s: st.RenewLease, params: Params, use: Use) -> Result:
+    async def _renew(self, queue: QueueDef, s: ast.RenewLease, params: Params, use: Use) -> Result:
         # A token named twice gets one row, as spanq.renewlease_<q> answers: the result is a
         # table of leases, keyed by the old token (Spanner documents nothing on duplicates).
         tokens = list(dict.fromkeys(self._tokens(s.lease_tokens, params)))
         spelling = await self.names.of(queue)
-        available = [Output(st.fold(n), spelling.system(n), t) for n, t in RENEW_COLUMNS]
+        available = [Output(fold(n), spelling.system(n), t) for n, t in RENEW_COLUMNS]
         chosen, columns = project(available, s.columns, "RENEWLEASE")
         result = await self._renew_all(queue, tokens, use)
         return Result(columns, [[row[i] for i in chosen] for row in result.rows])
@@ -293,7 +294,7 @@ class Executor:
             gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
         return Result(list(RENEW_COLUMNS), answer.reply)
 
-    async def _insert(self, queue: QueueDef, s: st.Insert, params: Params, use: Use) -> Result:
+    async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use) -> Result:
         spelling = await self.names.of(queue)
         key_names = [c.name for c in queue.key_columns]
         positions: dict[str, int] = {}
@@ -327,7 +328,7 @@ class Executor:
         await (await use.hold()).apply([SendOp(queue=queue, messages=messages)])
         return Result([], [], row_count=len(messages))
 
-    async def _delete(self, queue: QueueDef, s: st.Delete, params: Params, use: Use) -> Result:
+    async def _delete(self, queue: QueueDef, s: ast.QueueDelete, params: Params, use: Use) -> Result:
         key_types = {c.name: c.type for c in queue.key_columns}
         given: dict[str, Any] = {}
         for cond in s.where:
@@ -365,9 +366,9 @@ class Executor:
         """Read of a queue (a google.spanner.v1.ReadRequest): the messages of the KeySet's keys, or
         all of them in key order, without leasing; as a SELECT of the same columns would.
         A Read of a table is the table's (tables.py)."""
-        if await self.tables.is_table(ns, st.fold(request.table)):
+        if await self.tables.is_table(ns, fold(request.table)):
             return await self.tables.read(request, use, ns)  # type: ignore[return-value]
-        queue = await self.queue(ns, st.fold(request.table))
+        queue = await self.queue(ns, fold(request.table))
         spelling = await self.names.of(queue)
         if request.index:
             raise errors.InvalidArgument(f"Read of queue {spelling.queue!r}: queues have no secondary index "
@@ -379,11 +380,11 @@ class Executor:
                                          "keys, or all")
         if request.limit < 0:
             raise errors.InvalidArgument("Read's limit cannot be negative")
-        items = tuple(st.Item(st.fold(c)) for c in request.columns)
-        limit = st.Literal(request.limit) if request.limit else None
+        items = tuple(ast.Item(fold(c)) for c in request.columns)
+        limit = ast.Literal(request.limit, ast.INT64) if request.limit else None
         first_key = queue.key_columns[0].name
         if request.key_set.all_:  # "all" in the proto; proto-plus names it all_
-            return await self._select(queue, st.Select(queue.name, items, order_by=first_key, limit=limit),
+            return await self._select(queue, ast.QueueSelect(queue.name, items, order_by=first_key, limit=limit),
                                       struct_pb2.Struct(), use)
         result: Result | None = None
         rows: list[list[struct_pb2.Value]] = []
@@ -397,58 +398,58 @@ class Executor:
             where = []
             for j, (column, v) in enumerate(zip(queue.key_columns, key.values)):
                 params.fields[f"k{j}"].CopyFrom(v)
-                where.append(st.Condition(column.name, "=", st.Param(f"k{j}")))
-            result = await self._select(queue, st.Select(queue.name, items, tuple(where)), params, use)
+                where.append(ast.Condition(column.name, "=", ast.Param(f"k{j}")))
+            result = await self._select(queue, ast.QueueSelect(queue.name, items, tuple(where)), params, use)
             rows += result.rows
             if request.limit and len(rows) >= request.limit:
                 break
         if result is None:  # no keys: no rows, and the columns still named
-            result = await self._select(queue, st.Select(queue.name, items, limit=st.Literal(0)),
+            result = await self._select(queue, ast.QueueSelect(queue.name, items, limit=ast.Literal(0, ast.INT64)),
                                         struct_pb2.Struct(), use)
         return Result(result.columns, rows[:request.limit or None])
 
     # -- RECEIVE --------------------------------------------------------------------
 
-    async def receive(self, s: st.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
+    async def receive(self, s: ast.Receive, params: Params, ns: Scope = DEFAULT_SCOPE) -> "ReceiveStream":
         try:
             queue = await self.queue(ns, s.queue, fresh=True)
         except errors.QueueNotFound:
             # Spanner's analyzer finds no such table function: INVALID_ARGUMENT, in its words.
             raise errors.InvalidArgument(f"Table-valued function not found: RECEIVE_{s.queue}") from None
         duration = DEFAULT_RECEIVE_DURATION
-        if s.args.get("max_duration", st.Literal(None)) != st.Literal(None):
+        if s.args.get("max_duration", ast.Literal(None, None)) != ast.Literal(None, None):
             text = self._value(s.args["max_duration"], ColumnType.STRING, params, "max_duration")
-            duration = st.duration(text, "max_duration")
+            duration = parser.duration(text, "max_duration")
             if not timedelta(0) < duration <= MAX_STREAM_DURATION:
                 raise errors.InvalidArgument("max_duration must be more than 0 and at most 1h")
         batch = DEFAULT_RECEIVE_BATCH
-        if "max_batch_size" in s.args and s.args["max_batch_size"] != st.Literal(None):
+        if "max_batch_size" in s.args and s.args["max_batch_size"] != ast.Literal(None, None):
             batch = self._value(s.args["max_batch_size"], ColumnType.INT64, params, "max_batch_size")
             if not 1 <= batch <= MAX_BATCH:
                 raise errors.InvalidArgument(f"max_batch_size must be between 1 and {MAX_BATCH}")
-        if "priority" in s.args and s.args["priority"] != st.Literal(None):
+        if "priority" in s.args and s.args["priority"] != ast.Literal(None, None):
             self._priority(s.args["priority"], params)
         spelling = await self.names.of(queue)
         available = message_columns(queue, spelling)
-        available += [Output(st.fold(n), spelling.system(n), t) for n, t in RECEIVE_COLUMNS]
+        available += [Output(fold(n), spelling.system(n), t) for n, t in RECEIVE_COLUMNS]
         chosen, columns = project(available, s.columns, f"RECEIVE_{spelling.queue}")
         keep = self._filter(queue, spelling, s.where, params)
         stream = self._receiver.stream(queue, ReceiveOptions(max_batch_size=batch, max_duration=duration))
         return ReceiveStream(queue, columns, chosen, keep, stream, self._receiver)
 
-    def _priority(self, expr: st.Expr, params: Params) -> str:
+    def _priority(self, expr: ast.Value, params: Params) -> str:
         """Spanner's RECEIVE priority: accepted and checked, and changes nothing (its values are Spanner's
         request priorities, not a choice of messages); messages' own priorities order delivery as on
         spanq.v1 (docs/spanner-compat.md)."""
-        if isinstance(expr, st.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
+        if isinstance(expr, ast.Literal) and isinstance(expr.value, int) and not isinstance(expr.value, bool):
             return str(expr.value)
         text = self._value(expr, ColumnType.STRING, params, "priority")
-        if text.lower() not in st.PRIORITIES:
-            raise errors.InvalidArgument(f"priority must be one of {', '.join(map(repr, st.PRIORITIES))} "
+        if text.lower() not in dialects.PRIORITIES:
+            raise errors.InvalidArgument(f"priority must be one of {', '.join(map(repr, dialects.PRIORITIES))} "
                                          f"(in any case), got {text[:40]!r}")
         return text.lower()
 
-    def _filter(self, queue: QueueDef, spelling: Spelling, where: tuple[st.Condition, ...],
+    def _filter(self, queue: QueueDef, spelling: Spelling, where: tuple[ast.Condition, ...],
                 params: Params) -> Callable[[LeasedMessage], bool] | None:
         """RECEIVE's WHERE as a test of a leased message, its values resolved once (CURRENT_TIMESTAMP()
         is the query's start, as in Spanner); None without a WHERE."""
@@ -495,14 +496,14 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: "st.Ddl | googlesql.Ddl", database: str | None = None,
+    async def ddl(self, statement: "ast.QueueDdl | ast.TableDdl", database: str | None = None,
                   ns: Scope = DEFAULT_SCOPE) -> str | None:
         """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
         created, if any."""
-        if not isinstance(statement, (st.CreateQueue, st.DropQueue)):
+        if not isinstance(statement, (ast.CreateQueue, ast.DropQueue)):
             await self.tables.ddl(statement, database, ns)
             return None
-        if isinstance(statement, st.DropQueue):
+        if isinstance(statement, ast.DropQueue):
             try:
                 await self.queue(ns, statement.name)
                 await self._catalog.drop(ns.prefix + statement.name)
@@ -536,12 +537,12 @@ class Executor:
 
     # -- values -----------------------------------------------------------------------
 
-    def _value(self, expr: st.Expr, column_type: ColumnType, params: Params, what: str) -> Any:
-        if isinstance(expr, st.Param):
+    def _value(self, expr: ast.Expr, column_type: ColumnType, params: Params, what: str) -> Any:
+        if isinstance(expr, ast.Param):
             if expr.name not in params.fields:
                 raise errors.InvalidArgument(f"{what}: no value was given for parameter @{expr.name}")
             return values.decode(params.fields[expr.name], column_type, f"{what} (@{expr.name})")
-        if isinstance(expr, st.Literal):
+        if isinstance(expr, ast.Literal):
             v = expr.value
             if v is None:
                 raise errors.InvalidArgument(f"{what} cannot be NULL")
@@ -557,22 +558,22 @@ class Executor:
                 return values.decode(struct_pb2.Value(string_value=v), column_type, what)
             if column_type is ColumnType.TIMESTAMP and isinstance(v, str):
                 return values.timestamp(v, what)
-        if isinstance(expr, st.TimestampLiteral) and column_type is ColumnType.TIMESTAMP:
+        if isinstance(expr, ast.TypedLiteral) and column_type is ColumnType.TIMESTAMP:
             return values.timestamp(expr.text, what)
         raise errors.InvalidArgument(f"{what}: this value does not fit a {column_type.value} column")
 
-    def _instant(self, expr: st.Expr, params: Params, what: str) -> tuple[datetime | None, timedelta]:
+    def _instant(self, expr: ast.Value, params: Params, what: str) -> tuple[datetime | None, timedelta]:
         """(instant, offset); instant None means now."""
-        if isinstance(expr, st.Now):
+        if isinstance(expr, ast.Now):
             return None, expr.offset
         return self._value(expr, ColumnType.TIMESTAMP, params, what), timedelta(0)
 
-    def _tokens(self, expr: st.Expr, params: Params) -> list[str]:
-        if isinstance(expr, st.Param):
+    def _tokens(self, expr: ast.Value, params: Params) -> list[str]:
+        if isinstance(expr, ast.Param):
             if expr.name not in params.fields:
                 raise errors.InvalidArgument(f"lease_tokens: no value was given for parameter @{expr.name}")
             tokens = values.string_list(params.fields[expr.name], f"lease_tokens (@{expr.name})")
-        elif isinstance(expr, st.Array):
+        elif isinstance(expr, ast.ArrayLiteral):
             tokens = [self._value(item, ColumnType.STRING, params, "a lease token") for item in expr.items]
         else:
             raise errors.InvalidArgument("lease_tokens must be an array: lease_tokens => ['token', ...] or @tokens")
@@ -625,7 +626,7 @@ class ReceiveStream:
             await self._stream.aclose()  # type: ignore[attr-defined]
 
 
-def queue_from_ddl(s: st.CreateQueue) -> QueueDef:
+def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
     types = {}
     for name, column_type in s.columns:
         if name in types:
@@ -682,7 +683,7 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
 
 def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> str:
     def name(text: str) -> str:  # PostgreSQL folds unquoted names: quote any other spelling
-        return text if text == st.fold(text) and text.isidentifier() else '"' + text.replace('"', '""') + '"'
+        return text if text == fold(text) and text.isidentifier() else '"' + text.replace('"', '""') + '"'
 
     spelled = {ColumnType.INT64: "bigint", ColumnType.STRING: "character varying", ColumnType.BYTES: "bytea",
                ColumnType.TIMESTAMP: "timestamp with time zone", ColumnType.BOOL: "boolean",

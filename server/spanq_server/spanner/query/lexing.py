@@ -1,12 +1,10 @@
-"""The lexer of both grammars: tokens (one loop, ``tokenize``, over each grammar's
-pattern of its dialect), quoted literals, names folded one way, the cursor a
-recursive-descent parser walks the tokens with, and the limits every statement is
-read within.
+"""The one lexer of the grammar: tokens (``tokenize(text, dialect, surface)``, one loop
+over one pattern of tokens with each dialect's and surface's words, ``WORDS``), quoted
+literals, names folded one way, the cursor the parser walks the tokens with, and the
+limits every statement is read within.
 
-``statements.py`` reads the queue statements (in both dialects) and
-``googlesql.py`` the table subset; each has its own words (a token pattern here)
-and grammar, and the same rules for what a name, a literal, a parse error and a
-limit are.
+The parser reads the queue surface (in both dialects) and the table subset with the
+same rules for what a name, a literal, a parse error and a limit are.
 
 The limits bound the work of reading one statement, which runs on the server's
 event loop: its length is checked before it is read, its tokens as they are
@@ -20,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...ground.errors import InvalidArgument
+from .dialects import Dialect, Surface, supported
 
 MAX_STATEMENT_LENGTH = 1_000_000
 """Characters of the longest statement: Spanner's own limit ("Query statement length: 1 million
@@ -145,76 +144,82 @@ def googlesql_token(kind: str, raw: str) -> Token | None:
 
 # -- tokens --------------------------------------------------------------------------
 #
-# Each grammar reads its own words of a dialect: the queue surface's GoogleSQL and
-# PostgreSQL, and the table subset's GoogleSQL (floats, hex numbers, +). One loop reads
-# them all.
+# One pattern of tokens, with the differences of each dialect and surface: the words
+# a surface has always read, so that its errors keep their words (the queue surface's
+# GoogleSQL reads no float, hex number or +, and reads => for its named arguments).
 
-_SPACE = r"(?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+"
-_PG_SPACE = r"(?:\s|--[^\n]*|/\*.*?\*/)*+"
-"""Space and comments before a token, taken possessively (a long run is never tried again)."""
-GOOGLESQL_QUEUE = re.compile(_SPACE + r"""
-    (?:
-      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)
-    | (?P<number>\d+)
-    | (?P<punct>=>|<=|>=|!=|<>|[(),*=<>\[\];.-])
-    | (?P<end>\Z)
-    )
-    """,
-    re.X | re.S,
+_QUOTED = r"""(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+")"""
+"""GoogleSQL's quoted text, '...' or "...", with backslash escapes, on one line."""
+_WORD = r"[A-Za-z_][A-Za-z0-9_]*"
+
+
+class _Words(NamedTuple):
+    """What one dialect, on one surface, reads as each kind of token (in this order)."""
+
+    space: str
+    """Space and comments before a token, taken possessively (a long run is never tried again)."""
+    bytes: str | None
+    string: str
+    param: str
+    ident: str
+    float: str | None
+    number: str
+    punct: str
+
+    def pattern(self) -> "re.Pattern[str]":
+        kinds = [(kind, getattr(self, kind)) for kind in ("bytes", "string", "param", "ident", "float", "number",
+                                                           "punct")]
+        alternatives = "|".join(f"(?P<{kind}>{found})" for kind, found in kinds if found is not None)
+        return re.compile(f"{self.space}(?:{alternatives}|(?P<end>\\Z))", re.S)
+
+
+_GOOGLESQL = _Words(
+    space=r"(?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+",
+    bytes=r"[bB][rR]?" + _QUOTED,
+    string=r"[rR]?" + _QUOTED,
+    param=r"@" + _WORD,
+    ident=_WORD + r"|`[^`\n]+`",
+    float=r"(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+",
+    number=r"0[xX][0-9A-Fa-f]+|\d+",
+    punct=r"<=|>=|!=|<>|[(),*=<>\[\];.+-]",
 )
-POSTGRESQL_QUEUE = re.compile(_PG_SPACE + r"""
-    (?:
-      (?P<string>'[^']*+(?:''[^']*+)*+')
-    | (?P<ident>"(?=[^"]|"")[^"]*+(?:""[^"]*+)*+"|[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<param>\$[1-9][0-9]{0,4})
-    | (?P<number>\d+)
-    | (?P<punct>=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-])
-    | (?P<end>\Z)
-    )
-    """,
-    re.X | re.S,
-)
+"""The table subset's GoogleSQL."""
+WORDS: dict[tuple[Dialect, Surface], _Words] = {
+    (Dialect.GOOGLESQL, Surface.TABLE): _GOOGLESQL,
+    (Dialect.GOOGLESQL, Surface.QUEUE): _GOOGLESQL._replace(
+        ident=_WORD + r"|`[^`]+`", float=None, number=r"\d+", punct=r"=>|<=|>=|!=|<>|[(),*=<>\[\];.-]"),
+    (Dialect.POSTGRESQL, Surface.QUEUE): _Words(
+        space=r"(?:\s|--[^\n]*|/\*.*?\*/)*+",
+        bytes=None,
+        string=r"'[^']*+(?:''[^']*+)*+'",
+        param=r"\$[1-9][0-9]{0,4}",
+        ident=r'"(?=[^"]|"")[^"]*+(?:""[^"]*+)*+"|' + _WORD,
+        float=None,
+        number=r"\d+",
+        punct=r"=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-]",
+    ),
+}
 """Spanner's PostgreSQL dialect: "..." is a name, '...' a string ('' is a quote, backslashes are
-plain), $1 a parameter (named p1 in the request), := names an argument as => does."""
-GOOGLESQL_TABLE = re.compile(
-    r"""
-    (?:\s|--[^\n]*|\#[^\n]*|/\*.*?\*/)*+
-    (?:
-      (?P<bytes>[bB][rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<string>[rR]?(?:'[^'\\\n]*+(?:\\.[^'\\\n]*+)*+'|"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+"))
-    | (?P<param>@[A-Za-z_][A-Za-z0-9_]*)
-    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*|`[^`\n]+`)
-    | (?P<float>(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+)
-    | (?P<number>0[xX][0-9A-Fa-f]+|\d+)
-    | (?P<punct><=|>=|!=|<>|[(),*=<>\[\];.+-])
-    | (?P<end>\Z)
-    )
-    """,
-    re.X | re.S,
-)
-"""A token after any space and comments (possessively: a long run of space is never tried
-again); <end> is the end of the text."""
+plain), $1 a parameter (named p1 in the request), := names an argument as => does. It has no
+table subset here (tables are GoogleSQL only)."""
+_PATTERNS = {key: words.pattern() for key, words in WORDS.items()}
 MAX_NUMBER_DIGITS = 19
 """Digits of the longest INT64 (its range is checked where the value meets its column)."""
 
 
-def tokenize(text: str, pattern: "re.Pattern[str]", supported: Callable[[], str],
-             long_number: Callable[[str], InvalidArgument], pg: bool = False) -> list[Token]:
-    """The tokens of a statement by a grammar's ``pattern`` (``pg``: Spanner's PostgreSQL dialect),
-    ending with an ``end`` token; INVALID_ARGUMENT where the text cannot be read (naming what
-    the grammar understands: ``supported``), past MAX_TOKENS, or for a number of more than
-    MAX_NUMBER_DIGITS digits (``long_number`` says it)."""
+def tokenize(text: str, dialect: Dialect, surface: Surface) -> list[Token]:
+    """The tokens of a statement as ``surface`` reads them in ``dialect`` (``WORDS``), ending with
+    an ``end`` token; INVALID_ARGUMENT where the text cannot be read (naming what the surface
+    understands), past MAX_TOKENS, or for a number of more than MAX_NUMBER_DIGITS digits."""
     check_length(text)
     tokens: list[Token] = []
-    pos, match, append = 0, pattern.match, tokens.append
+    pg = dialect is Dialect.POSTGRESQL
+    pos, match, append = 0, _PATTERNS[dialect, surface].match, tokens.append
     while True:
         found = match(text, pos)
         if found is None:
             rest = text[pos:].lstrip()
-            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {supported()}")
+            raise InvalidArgument(f"cannot read the statement at {rest[:20]!r}; {supported(surface)}")
         kind = found.lastgroup or ""
         if kind == "end":
             break
@@ -238,10 +243,18 @@ def tokenize(text: str, pattern: "re.Pattern[str]", supported: Callable[[], str]
             append(Token("float", raw, float(raw)))
         else:
             if len(raw.lstrip("0")) > MAX_NUMBER_DIGITS:  # int() of thousands of digits is refused, or slow
-                raise long_number(raw)
+                raise _long_number(surface, raw)
             append(Token("number", raw, int(raw, 16) if raw[:2].lower() == "0x" else int(raw)))
     append(Token("end", "", None))
     return tokens
+
+
+def _long_number(surface: Surface, raw: str) -> InvalidArgument:
+    """A number of more digits than an INT64's, as each surface has always said it."""
+    if surface is Surface.QUEUE:
+        return InvalidArgument(f"the number {raw[:24]}... has {len(raw)} digits: an INT64 literal has at "
+                               f"most {MAX_NUMBER_DIGITS} (-9223372036854775808 to 9223372036854775807)")
+    return InvalidArgument(f"the number {raw[:24]}... is longer than an INT64")
 
 
 class Cursor:

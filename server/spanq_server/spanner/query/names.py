@@ -20,8 +20,8 @@ from ...domain.queues import Catalog
 from ...domain.records import Records
 from ...ground import errors
 from ...ground.model import QueueDef
-from . import statements as st
-from .statements import fold
+from . import ast
+from .lexing import fold
 
 STANDARD = {"payload": "Payload", "delivertime": "DeliverTime"}
 """Spanner's spelling of a queue's own columns, when no DDL here declared them."""
@@ -56,7 +56,7 @@ class Spelling:
         return Spelling(queue.name, {})
 
     @staticmethod
-    def of_ddl(statement: st.CreateQueue, pg: bool = False) -> "Spelling":
+    def of_ddl(statement: ast.CreateQueue, pg: bool = False) -> "Spelling":
         spelled = dict(statement.spelled)
         columns = {name: spelled.get(name, name) for name, _ in statement.columns}
         return Spelling(spelled.get(statement.name, statement.name), columns, pg)
@@ -86,7 +86,7 @@ class Names:
         if found:
             spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}),
                                 bool(found.get("pg")))
-            if not queue.name.endswith(st.fold(spelling.queue)):  # never show another queue's name
+            if not queue.name.endswith(fold(spelling.queue)):  # never show another queue's name
                 spelling = Spelling(queue.name, spelling.columns, spelling.pg)
         self._cache[queue.name] = (queue.create_time, spelling)
         return spelling

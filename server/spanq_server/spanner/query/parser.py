@@ -1,45 +1,103 @@
-"""The one entry point of the Spanner front-end's grammar: ``parse(text, dialect, ...)``
-(and ``parse_ddl``, for UpdateDatabaseDdl's and CreateDatabase's statements) reads a
-statement once, in its database's dialect, into the statement that runs and that
+"""The Spanner front-end's one grammar: ``parse(text, dialect, ...)`` (and ``parse_ddl``,
+for UpdateDatabaseDdl's and CreateDatabase's statements) reads a statement once, in
+its database's dialect, into the one syntax tree (``ast``) that runs and that
 authorization checks (never a reading in another dialect: issue 21).
 
-Two grammars share the lexer (``lexing``) for now: ``statements`` reads the queue
-surface (both dialects), ``googlesql`` the table subset (GoogleSQL only). Which one
-reads a statement is decided before either runs, from its words and the database's
-tables: an UPDATE, or a SELECT, INSERT or DELETE naming a table of the database, is
-the table subset's; anything else the queue surface's. Only a statement the queue
-surface refuses that names no table (a join or an aggregate over queues, which the
-table subset reads) is read by the second grammar after the first.
+One parser class (``Parser``) reads both surfaces of the language in both dialects:
+the queue surface (CREATE QUEUE, RECEIVE_, RENEWLEASE_, and SELECT, INSERT, DELETE of
+one queue's messages; GoogleSQL and PostgreSQL) and the table subset (table DDL, DML,
+SELECT over tables and queues; GoogleSQL). Their words, types and messages are
+``dialects``'s tables; the tokens are ``lexing``'s. Which surface reads a statement is
+decided before either runs, from its words and the database's tables: an UPDATE, or a
+SELECT, INSERT or DELETE naming a table of the database, is the table subset's; anything
+else the queue surface's. Only a statement the queue surface refuses that names no table
+(a join or an aggregate over queues, which the table subset reads) is read a second
+time, as the table subset.
+
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
+        PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
+    DROP QUEUE [IF EXISTS] q
+    SELECT * | <items> FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
+        [[AS] r] [WHERE c <op> <v> AND ...]
+    SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
+    DELETE [FROM] q WHERE k1 = <v> AND ... [ASSERT_ROWS_MODIFIED 1]
+    INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)]
+    SELECT * | <items> FROM q [[AS] r] [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
+
+On the queue surface <items> is ``[r.]c [[AS] alias], ...`` and a value <v> a literal
+(123, 'text', "text", b'bytes', TRUE, FALSE, TIMESTAMP '...'), a parameter (@name),
+CURRENT_TIMESTAMP(), or TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n
+SECOND|MINUTE|HOUR|DAY|MILLISECOND); names, backquoted or not, are folded to lower case
+by ``fold`` (CREATE QUEUE also keeps them as written, which results show).
+
+    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c, ...)
+        [, INTERLEAVE IN PARENT p [ON DELETE CASCADE | ON DELETE NO ACTION]]
+    DROP TABLE [IF EXISTS] t
+    CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] i ON t (c [ASC|DESC], ...) [STORING (c, ...)]
+        [, INTERLEAVE IN p]
+    DROP INDEX [IF EXISTS] i
+    INSERT [OR UPDATE | OR IGNORE] [INTO] t (c, ...) VALUES (e, ...), ... [THEN RETURN items]
+    UPDATE t [[AS] a] SET c = e, ... WHERE cond [THEN RETURN items]
+    DELETE [FROM] t [[AS] a] WHERE cond [THEN RETURN items]
+    SELECT [DISTINCT] items [FROM rel [[AS] a] [[INNER | LEFT [OUTER] | CROSS] JOIN rel [[AS] a] [ON cond]] ...]
+        [WHERE cond] [ORDER BY e [ASC|DESC], ...] [LIMIT n [OFFSET m]]
+
+In the table subset TYPE is BOOL, INT64, FLOAT64, NUMERIC, STRING(n|MAX), BYTES(n|MAX),
+DATE, TIMESTAMP, JSON or ARRAY<one of them>. items are ``*``, ``a.*``, ``e [[AS] x]``
+and ``COUNT(*)``; cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` /
+``IN UNNEST(@p)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and ``[NOT] BETWEEN`` with AND, OR,
+NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
+``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, or e + e, e - e, e * e.
+
+Anything else is INVALID_ARGUMENT naming what is understood. Not a SQL engine: the
+executor maps a statement onto the domain, ``postgres`` translates the table subset.
 """
 
 import asyncio
-import enum
+import dataclasses
 import functools
+import re
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
+from typing import TypeVar
 
 from ...ground.errors import InvalidArgument
-from . import googlesql as g
-from . import statements as st
-from .lexing import Token
-from .tables import TableStatement
+from ...ground.model import ColumnType
+from . import ast, dialects, lexing
+from .ast import (BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arithmetic, ArrayLiteral, Between, Column,
+                  ColumnDef, Compare, Condition, Count, CountStar, CreateIndex, CreateQueue, CreateTable, Delete,
+                  DropIndex, DropQueue, DropTable, Expr, In, Insert, IsNull, Item, Join, Like, Literal, Logical, Not,
+                  Now, Param, QueueDelete, QueueInsert, QueueQuery, QueueSelect, QueueStatement, Receive, Relation,
+                  RenewLease, Select, SelectItem, SpannerType, Star, TableSubset, TypedLiteral, Update, Value)
+from .dialects import Dialect, Surface
+from .lexing import Cursor, Token, tokenize
 
-Parsed = st.Statement | TableStatement
-"""A statement as the executor parsed it: of the queue surface, or of the table subset."""
+__all__ = ["Dialect", "Surface", "Parser", "Parsed", "parse", "parse_ddl", "parse_queue", "parse_table",
+           "tokenize"]
 
 LONG_STATEMENT = 4096
 """Characters past which a statement's reads (each up to a few tenths of a second within the limits
-of lexing.py) let other calls run before and between them."""
+of lexing.py), and its translation, let other calls run before and between them."""
 
 
-class Dialect(enum.Enum):
-    """A database's dialect (its DatabaseDialect): how its statements are read."""
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    """A statement as the executor parsed it, of either surface, and the text it was read from."""
 
-    GOOGLESQL = "GOOGLE_STANDARD_SQL"
-    POSTGRESQL = "POSTGRESQL"
+    statement: ast.Statement
+    text: str
 
-    @classmethod
-    def of(cls, pg: bool) -> "Dialect":
-        return cls.POSTGRESQL if pg else cls.GOOGLESQL
+    @property
+    def long(self) -> bool:
+        return len(self.text) > LONG_STATEMENT
+
+
+PARSE_CACHE_SIZE = 1024
+PARSE_CACHE_MAX_TEXT = 4096
+"""The queue surface's parses kept, and the longest text one is kept for. Queue code sends the
+same few texts (its values go in parameters). The statements are frozen, so one parse serves
+every later call of the same text."""
 
 
 async def parse(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable[bool]],
@@ -48,28 +106,33 @@ async def parse(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable
     ``is_table`` says whether a (folded) name is a table of the database, ``any_table``
     whether one of some names is. INVALID_ARGUMENT when it is neither: the error of the
     grammar it was meant for (a statement naming a table: the table subset's)."""
+    return Parsed(await _statement(text, dialect, is_table, any_table), text)
+
+
+async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awaitable[bool]],
+                     any_table: Callable[[Iterable[str]], Awaitable[bool]]) -> ast.Statement:
     long = len(text) > LONG_STATEMENT
     if long:  # other calls go first, and between the reads of a long statement
         await asyncio.sleep(0)
     if dialect is Dialect.POSTGRESQL:  # tables are GoogleSQL only
-        return st.parse(text, True)
+        return parse_queue(text, Dialect.POSTGRESQL)
     try:
         update, named, tokens = _relations(text)
     except InvalidArgument:  # the queue surface cannot read it either: it says why, below
         update, named, tokens = False, (), None
     if update or await _any(is_table, named):
-        return TableStatement(g.parse(text), text)
+        return parse_table(text)
     try:
-        return st.parse_tokens(text, tokens) if tokens is not None else st.parse(text)
+        return _read_queue(text, Dialect.GOOGLESQL, tokens) if tokens is not None else parse_queue(text)
     except InvalidArgument as queue_error:
         if "limit" in queue_error.metadata:  # past a limit of one grammar is past the other's
             raise
         if long:
             await asyncio.sleep(0)
         try:
-            return TableStatement(g.parse(text), text)
+            return parse_table(text)
         except InvalidArgument as table_error:
-            if text.lstrip()[:6].lower() == "update" or await any_table(g.names_in(text)):
+            if text.lstrip()[:6].lower() == "update" or await any_table(names_in(text)):
                 raise table_error from None
             raise queue_error from None
 
@@ -81,30 +144,34 @@ async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str])
     return False
 
 
-def parse_ddl(text: str, dialect: Dialect) -> st.Ddl | g.Ddl:
+def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
     """A DDL statement in ``dialect``: of queues, or (GoogleSQL) of tables and indexes, by its
     first words."""
-    if dialect is Dialect.GOOGLESQL and g.is_table_ddl(text):
-        statement = g.parse(text)
-        assert isinstance(statement, (g.CreateTable, g.DropTable, g.CreateIndex, g.DropIndex))
+    if dialect is Dialect.GOOGLESQL and is_table_ddl(text):
+        statement = parse_table(text)
+        assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex))
         return statement
-    return st.parse_ddl(text, dialect is Dialect.POSTGRESQL)
+    queue = parse_queue(text, dialect)
+    if not isinstance(queue, (ast.CreateQueue, ast.DropQueue)):
+        raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE (and, in GoogleSQL, CREATE/DROP TABLE and INDEX) are "
+                              f"DDL here, got {text.strip()[:80]!r}")
+    return queue
 
 
 def _relations(text: str) -> tuple[bool, tuple[str, ...], list[Token] | None]:
     """(an UPDATE?, the relations a SELECT, INSERT or DELETE names, the tokens of a long text
     for the grammar to reuse), from the queue surface's tokens (GoogleSQL)."""
-    if len(text) > st.PARSE_CACHE_MAX_TEXT:
-        tokens = st.tokenize(text)
+    if len(text) > PARSE_CACHE_MAX_TEXT:
+        tokens = tokenize(text, Dialect.GOOGLESQL, Surface.QUEUE)
         update, named = _named(tokens)
         return update, named, tokens
     update, named = _relations_cached(text)
     return update, named, None
 
 
-@functools.lru_cache(maxsize=st.PARSE_CACHE_SIZE)
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
 def _relations_cached(text: str) -> tuple[bool, tuple[str, ...]]:
-    return _named(st.tokenize(text))
+    return _named(tokenize(text, Dialect.GOOGLESQL, Surface.QUEUE))
 
 
 def _named(tokens: list[Token]) -> tuple[bool, tuple[str, ...]]:
@@ -134,3 +201,1104 @@ def _named(tokens: list[Token]) -> tuple[bool, tuple[str, ...]]:
         if name.kind == "ident" and not function:
             found.append(str(name.value))
     return False, tuple(dict.fromkeys(found))
+
+
+# -- one surface's reading ------------------------------------------------------------
+
+
+def parse_queue(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> QueueStatement:
+    """One statement of the queue surface, or INVALID_ARGUMENT saying what is understood."""
+    if len(text) > PARSE_CACHE_MAX_TEXT:
+        return _read_queue(text, dialect)
+    found = _queue_cached(text, dialect)
+    if isinstance(found, tuple):  # a fresh error each time: its callers add to its message
+        raise InvalidArgument(found[0], **found[1])
+    return found
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _queue_cached(text: str, dialect: Dialect) -> QueueStatement | tuple[str, dict[str, str]]:
+    try:
+        return _read_queue(text, dialect)
+    except InvalidArgument as exc:
+        return exc.message, dict(exc.metadata)
+
+
+def _read_queue(text: str, dialect: Dialect, tokens: list[Token] | None = None) -> QueueStatement:
+    """``parse_queue``, not cached, of a text maybe already read into ``tokens``."""
+    if not text or not text.strip():
+        raise InvalidArgument("the statement is empty")
+    return Parser(text, dialect, Surface.QUEUE, tokens).queue_statement()
+
+
+def parse_table(text: str) -> TableSubset:
+    """One GoogleSQL statement of the table subset, or INVALID_ARGUMENT saying what is not supported."""
+    if not text or not text.strip():
+        raise InvalidArgument("the statement is empty")
+    return Parser(text, Dialect.GOOGLESQL, Surface.TABLE).table_statement()
+
+
+def is_table_ddl(text: str) -> bool:
+    """Whether a DDL statement is the table subset's (CREATE / DROP TABLE or INDEX), by its first words."""
+    try:
+        tokens = tokenize(text, Dialect.GOOGLESQL, Surface.TABLE)
+    except InvalidArgument:
+        return False
+    first = [t.value for t in tokens[:3] if t.kind == "ident"]
+    return (len(first) >= 2 and first[0] in ("create", "drop")
+            and (first[1] in ("table", "index", "unique", "null_filtered")))
+
+
+def names_in(text: str) -> set[str]:
+    """Every (folded) identifier of a statement as the table subset reads it: which relations it may name."""
+    try:
+        return {t.value for t in tokenize(text, Dialect.GOOGLESQL, Surface.TABLE) if t.kind == "ident"}
+    except InvalidArgument:
+        return set()
+
+
+# -- the parser -----------------------------------------------------------------------
+
+_Item = TypeVar("_Item")
+
+_LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number": INT64}
+"""The type of a literal token's value."""
+
+
+class Parser(Cursor):
+    """A recursive-descent parser of one statement, in ``dialect``, of ``surface``: the queue
+    surface's rules (``queue_statement`` and the methods below it) or the table subset's
+    (``table_statement`` and below). The table subset is GoogleSQL only."""
+
+    def __init__(self, text: str, dialect: Dialect, surface: Surface, tokens: list[Token] | None = None) -> None:
+        super().__init__(text, tokenize(text, dialect, surface) if tokens is None else tokens,
+                         functools.partial(dialects.supported, surface))
+        self.dialect = dialect
+        self.surface = surface
+        self.pg = dialect is Dialect.POSTGRESQL
+
+    def supported(self) -> str:
+        return dialects.supported(self.surface)
+
+    # -- the queue surface -------------------------------------------------
+
+    def loose_name(self, what: str) -> str:
+        """A name on the queue surface: any identifier, reserved words too."""
+        return self.loose_spelled(what)[0]
+
+    def loose_spelled(self, what: str) -> tuple[str, str]:
+        """(folded, as written)."""
+        if self.peek.kind != "ident":
+            raise self.error(what)
+        token = self.next()
+        return token.value, token.spelled
+
+    # statements
+    def queue_statement(self) -> QueueStatement:
+        first = self.peek
+        if first.is_word("create"):
+            return self.create_queue()
+        if first.is_word("drop"):
+            return self.drop_queue()
+        if first.is_word("select"):
+            return self.queue_select()
+        if first.is_word("delete"):
+            return self.queue_delete()
+        if first.is_word("insert"):
+            return self.queue_insert()
+        raise InvalidArgument(f"unsupported statement {self.text.strip()[:80]!r}; {self.supported()}")
+
+    def create_queue(self) -> CreateQueue:
+        self.word("create")
+        if not self.peek.is_word("queue"):
+            raise InvalidArgument(
+                f"only CREATE QUEUE, CREATE TABLE and CREATE [UNIQUE] INDEX are supported among CREATE statements, "
+                f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)"
+            )
+        self.word("queue")
+        if_not_exists = False
+        if self.accept_word("if"):
+            self.word("not")
+            self.word("exists")
+            if_not_exists = True
+        name, spelled_name = self.loose_spelled("a queue name")
+        spelled = [(name, spelled_name)]
+        self.punct("(")
+        columns: list[tuple[str, ColumnType]] = []
+        key: list[str] = []
+        while not self.accept_punct(")"):
+            if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
+                key = self.primary_key()
+            else:
+                spelled.append((self.peek.value, self.peek.spelled))
+                columns.append(self.queue_column())
+                if self.pg and self.accept_word("primary"):
+                    self.word("key")
+                    key.append(columns[-1][0])
+            if not self.accept_punct(","):
+                self.punct(")")
+                break
+        if not self.pg:
+            key = self.primary_key()
+        elif not key:
+            raise InvalidArgument(f"CREATE QUEUE {name}: a queue needs a PRIMARY KEY (...)")
+        parent = None
+        while self.accept_punct(",") or self.peek.is_word("interleave", "options", "with", "row"):
+            if self.accept_word("interleave"):
+                self.word("in")
+                self.word("parent")
+                parent = self.loose_name("a parent table name")
+                if self.accept_word("on"):
+                    self.word("delete")
+                    if not self.accept_word("cascade"):
+                        raise InvalidArgument("a queue interleaved in a parent is deleted with it: use ON DELETE "
+                                              "CASCADE (spanq implements INTERLEAVE IN PARENT as a foreign key "
+                                              "with ON DELETE CASCADE)")
+            elif self.accept_word("options", "with"):
+                self.options()
+            elif self.accept_word("row"):
+                raise InvalidArgument("row deletion policies (TTL) are not supported on spanq queues")
+            else:
+                raise self.error("INTERLEAVE IN PARENT or OPTIONS")
+        self.end()
+        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled))
+
+    def primary_key(self) -> list[str]:
+        self.word("primary")
+        self.word("key")
+        self.punct("(")
+        key = [self.key_part()]
+        while self.accept_punct(","):
+            key.append(self.key_part())
+        self.punct(")")
+        return key
+
+    def queue_column(self) -> tuple[str, ColumnType]:
+        name = self.loose_name("a column name")
+        if self.pg:
+            return name, self.pg_type(name)
+        type_name = self.loose_name(f"the type of column {name!r}")
+        length = None
+        if self.accept_punct("("):
+            length = self.next()
+            if length.kind != "number" and not length.is_word("max"):
+                raise self.error("a length or MAX")
+            self.punct(")")
+        types = dialects.QUEUE_TYPES
+        if type_name not in types:
+            raise InvalidArgument(
+                f"column {name!r} has type {type_name.upper()}, which spanq queues do not support; key columns "
+                "may be INT64, STRING, BYTES, TIMESTAMP or BOOL, and Payload BYTES, STRING or JSON"
+            )
+        column_type = types[type_name]
+        if (length is not None) != (column_type in (ColumnType.STRING, ColumnType.BYTES)):
+            raise InvalidArgument(f"column {name!r}: {type_name.upper()} "
+                                  + ("takes no length" if length is not None else "needs a length: (n) or (MAX)"))
+        if self.accept_word("not"):
+            self.word("null")
+        if self.accept_word("options"):
+            self.options()
+        return name, column_type
+
+    def pg_type(self, name: str) -> ColumnType:
+        """A column type of Spanner's PostgreSQL dialect, and its NOT NULL."""
+        type_name = self.loose_name(f"the type of column {name!r}")
+        if type_name == "character":
+            self.word("varying")
+            type_name = "varchar"
+        if type_name == "timestamp":
+            self.word("with")
+            self.word("time")
+            self.word("zone")
+            type_name = "timestamptz"
+        types = dialects.PG_QUEUE_TYPES
+        if type_name not in types:
+            raise InvalidArgument(
+                f"column {name!r} has type {type_name}, which spanq queues do not support; key columns may be "
+                "bigint, varchar, text, bytea, timestamptz or boolean, and payload bytea, varchar, text or jsonb"
+            )
+        if type_name == "varchar" and self.accept_punct("("):
+            length = self.next()
+            if length.kind != "number":
+                raise self.error("a length")
+            self.punct(")")
+        if self.accept_word("not"):
+            self.word("null")
+        return types[type_name]
+
+    def pg_interval(self, base: "Now") -> "Now":
+        """PostgreSQL: CURRENT_TIMESTAMP [+|- INTERVAL '...'] ..."""
+        while self.peek.kind == "punct" and self.peek.value in "+-" and self.tokens[self.pos + 1].is_word("interval"):
+            sign = 1 if self.next().value == "+" else -1
+            self.word("interval")
+            text = self.next()
+            if text.kind != "string":
+                raise self.error("an interval like INTERVAL '1 hour'")
+            try:
+                total = base.offset + sign * pg_interval(text.value)
+            except OverflowError:
+                total = dialects.MAX_INTERVAL * 2
+            if abs(total) > dialects.MAX_INTERVAL:
+                raise InvalidArgument(f"INTERVAL {text.value[:40]!r} is out of range: CURRENT_TIMESTAMP may be "
+                                      f"shifted by at most {dialects.MAX_INTERVAL.days} days, Spanner's TIMESTAMP "
+                                      "range")
+            base = Now(total)
+        return base
+
+    def key_part(self) -> str:
+        name = self.loose_name("a primary-key column")
+        if self.accept_word("desc"):
+            raise InvalidArgument(f"primary-key column {name!r}: DESC keys are not supported on spanq queues")
+        self.accept_word("asc")
+        return name
+
+    def options(self) -> dict[str, Value]:
+        self.punct("(")
+        found = {}
+        while True:
+            key = self.loose_name("an option name")
+            self.punct("=")
+            found[key] = self.value()
+            if not self.accept_punct(","):
+                break
+        self.punct(")")
+        mode = found.pop("receive_mode", None)
+        if mode is not None and not (isinstance(mode, Literal) and str(mode.value).upper() == "PULL"):
+            raise InvalidArgument("receive_mode must be 'PULL', the only mode spanq has")
+        if found:
+            raise InvalidArgument(f"unsupported option(s) {sorted(found)}; spanq queues take receive_mode = 'PULL'")
+        return found
+
+    def drop_queue(self) -> DropQueue:
+        self.word("drop")
+        if not self.peek.is_word("queue"):
+            raise InvalidArgument(f"only DROP QUEUE, DROP TABLE and DROP INDEX are supported among DROP statements, "
+                                  f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)")
+        self.word("queue")
+        if_exists = False
+        if self.accept_word("if"):
+            self.word("exists")
+            if_exists = True
+        name = self.loose_name("a queue name")
+        self.end()
+        return DropQueue(name, if_exists)
+
+    def queue_select(self) -> QueueQuery:
+        self.word("select")
+        items: list[tuple[str | None, Item]] | None = None
+        if not self.accept_punct("*"):
+            items = [self.select_item()]
+            while self.accept_punct(","):
+                items.append(self.select_item())
+        self.word("from")
+        source = self.loose_name("a queue or RECEIVE_<queue>(...) / RENEWLEASE_<queue>(...)")
+        if self.pg and source == "spanner" and self.accept_punct("."):
+            source = self.loose_name("spanner.receive_<queue> or spanner.renewlease_<queue>")
+            if not self.peek.value == "(":
+                raise self.error("'(' after the function's name")
+        elif self.pg and self.peek.value == "(":
+            raise InvalidArgument(f"the queue functions are in schema spanner: spanner.{source}(...)")
+        function = self.accept_punct("(")
+        if function:
+            call = self.table_function(source)
+        names = {source}
+        if self.accept_word("as"):
+            names.add(self.loose_name("an alias after AS"))
+        elif self.peek.kind == "ident" and not self.peek.is_word("where", "order", "limit"):
+            names.add(self.loose_name("an alias"))
+        columns = None if items is None else tuple(self.unqualified(q, item, names) for q, item in items)
+        where = self.conditions(names) if self.accept_word("where") else ()
+        if function:
+            self.end()
+            if isinstance(call, Receive):
+                return Receive(call.queue, call.args, columns, where)
+            if where:
+                raise InvalidArgument("RENEWLEASE_ takes no WHERE: it renews every token it is given")
+            return RenewLease(call.queue, call.lease_tokens, columns)
+        order_by, descending, limit = None, False, None
+        if self.accept_word("order"):
+            self.word("by")
+            order_by = self.qualified_column("a column to order by", names)
+            if self.accept_word("desc"):
+                descending = True
+            else:
+                self.accept_word("asc")
+        if self.accept_word("limit"):
+            limit = self.value()
+        self.end()
+        return QueueSelect(source, columns, where, order_by, descending, limit)
+
+    def select_item(self) -> tuple[str | None, Item]:
+        """``col``, ``t.col``, either ``[AS] alias``; the qualifier is checked once FROM is read."""
+        qualifier, column = None, self.loose_name("* or a column name")
+        if self.accept_punct("."):
+            qualifier, column = column, self.loose_name("a column name after '.'")
+        alias = None
+        if self.accept_word("as"):
+            alias = self.loose_spelled("a column alias after AS")[1]
+        elif self.peek.kind == "ident" and not self.peek.is_word("from"):
+            alias = self.loose_spelled("a column alias")[1]
+        return qualifier, Item(column, alias)
+
+    def unqualified(self, qualifier: str | None, item: Item, names: set[str]) -> Item:
+        if qualifier is not None and qualifier not in names:
+            raise InvalidArgument(f"{qualifier}.{item.column}: {qualifier!r} is not the FROM's name or alias "
+                                  f"({', '.join(sorted(names))})")
+        return item
+
+    def qualified_column(self, what: str, names: set[str]) -> str:
+        column = self.loose_name(what)
+        if self.accept_punct("."):
+            if column not in names:
+                raise InvalidArgument(f"{column!r} is not the FROM's name or alias ({', '.join(sorted(names))})")
+            column = self.loose_name("a column name after '.'")
+        return column
+
+    def table_function(self, function: str) -> Receive | RenewLease:
+        if function.startswith("receive_"):
+            queue = function.removeprefix("receive_")
+            args: dict[str, Value] = {}
+            position, named = 0, False
+            while not self.accept_punct(")"):
+                if self.pg and not (self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>"):
+                    # PostgreSQL: by position too, spanner.receive_q(max_batch_size, priority, max_duration)
+                    if position >= len(dialects.PG_RECEIVE_ARGS) or named:
+                        raise InvalidArgument("spanner.receive_<queue> takes (max_batch_size, priority, "
+                                              "max_duration), by position before any named argument")
+                    args[dialects.PG_RECEIVE_ARGS[position]] = self.value()
+                    position += 1
+                    if not self.accept_punct(","):
+                        self.punct(")")
+                        break
+                    continue
+                if not (self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>"):
+                    raise InvalidArgument(
+                        "name RECEIVE's arguments: RECEIVE_q(max_duration => '20m', max_batch_size => 20)"
+                    )
+                arg = self.loose_name("an argument name")
+                named = True
+                self.punct("=>")
+                if arg not in dialects.RECEIVE_ARGS:
+                    raise InvalidArgument(f"RECEIVE takes {', '.join(dialects.RECEIVE_ARGS)}; not {arg!r}")
+                if arg in args or arg in dialects.PG_RECEIVE_ARGS[:position]:
+                    raise InvalidArgument(f"RECEIVE argument {arg!r} is given twice")
+                args[arg] = self.value()
+                if not self.accept_punct(","):
+                    self.punct(")")
+                    break
+            return Receive(queue, args)
+        if function.startswith("renewlease_"):
+            queue = function.removeprefix("renewlease_")
+            if self.peek.kind == "ident" and self.tokens[self.pos + 1].value == "=>":
+                arg = self.loose_name("lease_tokens")
+                if arg != "lease_tokens":
+                    raise InvalidArgument(f"RENEWLEASE takes lease_tokens, not {arg!r}")
+                self.punct("=>")
+            tokens = self.value()
+            self.punct(")")
+            return RenewLease(queue, tokens)
+        raise InvalidArgument(f"unknown table function {function.upper()}; spanq has RECEIVE_<queue> and "
+                              "RENEWLEASE_<queue>")
+
+    def queue_delete(self) -> QueueDelete:
+        self.word("delete")
+        self.accept_word("from")
+        queue = self.loose_name("a queue name")
+        self.word("where")
+        where = self.conditions({queue})
+        assert_rows = None
+        if self.accept_word("assert_rows_modified"):
+            count = self.next()
+            if count.kind != "number":
+                raise self.error("a row count after ASSERT_ROWS_MODIFIED")
+            assert_rows = count.value
+        self.end()
+        return QueueDelete(queue, where, assert_rows)
+
+    def queue_insert(self) -> QueueInsert:
+        self.word("insert")
+        if self.peek.is_word("or"):
+            raise InvalidArgument("INSERT OR IGNORE / OR UPDATE are not supported on queues; use INSERT")
+        self.accept_word("into")
+        queue = self.loose_name("a queue name")
+        self.punct("(")
+        columns = [self.loose_name("a column name")]
+        while self.accept_punct(","):
+            columns.append(self.loose_name("a column name"))
+        self.punct(")")
+        self.word("values")
+        rows = [self.row(len(columns), self.value)]
+        while self.accept_punct(","):
+            rows.append(self.row(len(columns), self.value))
+        if self.peek.is_word("then"):
+            raise InvalidArgument("THEN RETURN is not supported")
+        self.end()
+        return QueueInsert(queue, tuple(columns), tuple(rows))
+
+    def conditions(self, names: set[str] | None = None) -> tuple[Condition, ...]:
+        found = [self.condition(names or set())]
+        while self.accept_word("and"):
+            found.append(self.condition(names or set()))
+        if self.peek.is_word("or"):
+            raise InvalidArgument("only conditions joined by AND are supported (column = value AND ...)")
+        return tuple(found)
+
+    def condition(self, names: set[str]) -> Condition:
+        column = self.qualified_column("a column name", names)
+        op = self.punct("=", "<", "<=", ">", ">=", "!=", "<>")
+        return Condition(column, "!=" if op == "<>" else op, self.value())
+
+    def value(self) -> Value:
+        token = self.next()
+        if token.kind in _LITERALS:
+            return Literal(token.value, _LITERALS[token.kind])
+        if token.kind == "param":
+            return Param(token.value)
+        if token.kind == "punct" and token.value == "-" and self.peek.kind == "number":
+            return Literal(-self.next().value, INT64)
+        if token.kind == "punct" and token.value == "[":
+            self.deeper()
+            items: list[Value] = []
+            while not self.accept_punct("]"):
+                items.append(self.value())
+                if not self.accept_punct(","):
+                    self.punct("]")
+                    break
+            self.depth -= 1
+            return ArrayLiteral(tuple(items))
+        if token.is_word("true", "false"):
+            return Literal(token.value == "true", BOOL)
+        if token.is_word("null"):
+            return Literal(None, None)
+        if token.is_word("array"):
+            if self.peek.kind == "punct" and self.peek.value == "[":
+                return self.value()
+        if token.is_word("timestamp", "timestamptz") and self.peek.kind == "string":
+            return TypedLiteral(TIMESTAMP, self.next().value)
+        if token.is_word("current_timestamp") or (self.pg and token.is_word("now") and self.peek.value == "("):
+            if self.accept_punct("("):
+                self.punct(")")
+            return self.pg_interval(Now()) if self.pg else Now()
+        if token.is_word("timestamp_add", "timestamp_sub"):
+            self.punct("(")
+            self.deeper()
+            base = self.value()
+            self.depth -= 1
+            if not isinstance(base, Now):
+                raise InvalidArgument(f"{token.text.upper()} is supported on CURRENT_TIMESTAMP() only")
+            self.punct(",")
+            self.word("interval")
+            amount = self.value()
+            if not isinstance(amount, Literal) or not isinstance(amount.value, int) or isinstance(amount.value, bool):
+                raise InvalidArgument("INTERVAL takes a whole number, like INTERVAL 1 HOUR")
+            unit = self.word("microsecond", "millisecond", "second", "minute", "hour", "day")
+            self.punct(")")
+            try:
+                offset = timedelta(**{unit + "s": amount.value})
+                total = base.offset + (offset if token.value == "timestamp_add" else -offset)
+            except OverflowError:  # past timedelta's range
+                total = dialects.MAX_INTERVAL * 2
+            if abs(total) > dialects.MAX_INTERVAL:
+                raise InvalidArgument(f"INTERVAL {amount.value} {unit.upper()} is out of range: CURRENT_TIMESTAMP() "
+                                      f"may be shifted by at most {dialects.MAX_INTERVAL.days} days, Spanner's "
+                                      "TIMESTAMP range")
+            return Now(total)
+        raise InvalidArgument(f"expected a value (literal, @param, CURRENT_TIMESTAMP()) but found "
+                              f"{token.text or 'the end of the statement'!r} in: {self.text.strip()[:200]}")
+
+    # -- the table subset --------------------------------------------------
+
+    def unsupported(self, what: str) -> InvalidArgument:
+        return InvalidArgument(f"{what} is not supported by spanq's Spanner front-end (in: "
+                               f"{self.text.strip()[:120]}); {self.supported()}")
+
+    def name(self, what: str) -> tuple[str, str]:
+        """(folded, as written)."""
+        token = self.peek
+        if token.kind != "ident" or (not token.text.startswith("`") and token.value in dialects.RESERVED):
+            raise self.error(what)
+        self.pos += 1
+        return token.value, token.spelled
+
+    # -- statements --------------------------------------------------------
+
+    def table_statement(self) -> TableSubset:
+        first = self.peek
+        if first.is_word("create"):
+            if self.ahead().is_word("table"):
+                return self.create_table()
+            if self.ahead().is_word("index", "unique", "null_filtered"):
+                return self.create_index()
+            raise self.unsupported(f"CREATE {self.ahead().text.upper()}")
+        if first.is_word("drop"):
+            if self.ahead().is_word("table"):
+                return self.drop(DropTable)
+            if self.ahead().is_word("index"):
+                return self.drop(DropIndex)
+            raise self.unsupported(f"DROP {self.ahead().text.upper()}")
+        if first.is_word("select"):
+            statement: TableSubset = self.select()
+        elif first.is_word("insert"):
+            statement = self.insert()
+        elif first.is_word("update"):
+            statement = self.update()
+        elif first.is_word("delete"):
+            statement = self.delete()
+        elif first.is_word("alter"):
+            raise self.unsupported("ALTER")
+        elif first.is_word("with"):
+            raise self.unsupported("WITH (common table expressions)")
+        else:
+            raise InvalidArgument(f"unsupported statement {self.text.strip()[:80]!r}; {self.supported()}")
+        self.end()
+        return statement
+
+    def create_table(self) -> CreateTable:
+        self.word("create")
+        self.word("table")
+        if_not_exists = self.if_not_exists()
+        name, spelled = self.name("a table name")
+        self.punct("(")
+        columns: list[ColumnDef] = []
+        while not self.accept_punct(")"):
+            if self.peek.is_word("constraint", "foreign", "check"):
+                raise self.unsupported("a table constraint (CONSTRAINT, FOREIGN KEY, CHECK)")
+            columns.append(self.column_definition())
+            if not self.accept_punct(","):
+                self.punct(")")
+                break
+        if not columns:
+            raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs at least one column")
+        self.word("primary")
+        self.word("key")
+        self.punct("(")
+        key: list[str] = []
+        while not self.accept_punct(")"):
+            column = self.name("a primary-key column")[0]
+            if self.accept_word("desc"):
+                raise self.unsupported(f"DESC in the primary key (column {column!r})")
+            self.accept_word("asc")
+            key.append(column)
+            if not self.accept_punct(","):
+                self.punct(")")
+                break
+        parent, cascade = None, False
+        while self.accept_punct(","):
+            if self.accept_word("interleave"):
+                self.word("in")
+                self.word("parent")
+                parent = self.name("a parent table name")[0]
+                if self.accept_word("on"):
+                    self.word("delete")
+                    if self.accept_word("cascade"):
+                        cascade = True
+                    else:
+                        self.word("no")
+                        self.word("action")
+            elif self.peek.is_word("row"):
+                raise self.unsupported("ROW DELETION POLICY")
+            else:
+                raise self.error("INTERLEAVE IN PARENT")
+        return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+
+    def if_not_exists(self) -> bool:
+        if self.accept_word("if"):
+            self.word("not")
+            self.word("exists")
+            return True
+        return False
+
+    def column_definition(self) -> ColumnDef:
+        name, spelled = self.name("a column name")
+        column_type = self.column_type(name)
+        not_null = False
+        commit_timestamp = False
+        while True:
+            if self.accept_word("not"):
+                self.word("null")
+                not_null = True
+            elif self.peek.is_word("default", "as", "generated", "hidden"):
+                raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
+            elif self.accept_word("options"):
+                self.punct("(")
+                option = self.name("an option name")[0]
+                self.punct("=")
+                value = self.next()
+                self.punct(")")
+                if option != "allow_commit_timestamp" or not value.is_word("true", "false", "null"):
+                    raise self.unsupported(f"column option {option!r} (spanq takes allow_commit_timestamp)")
+                if column_type.code != "TIMESTAMP":
+                    raise InvalidArgument(f"column {spelled!r}: allow_commit_timestamp is for TIMESTAMP columns")
+                commit_timestamp = value.value == "true"
+            else:
+                break
+        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp)
+
+    def column_type(self, column: str, in_array: bool = False) -> SpannerType:
+        token = self.next()
+        code = str(token.value).upper() if token.kind == "ident" else ""
+        if code == "ARRAY":
+            if in_array:
+                raise self.unsupported(f"an ARRAY of ARRAYs (column {column!r})")
+            self.punct("<")
+            element = self.column_type(column, in_array=True)
+            self.punct(">")
+            return SpannerType("ARRAY", element)
+        if code not in SCALARS:
+            raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not "
+                                  f"support; the types are {', '.join(SCALARS)} and ARRAY<...> of them")
+        length = None
+        if code in ("STRING", "BYTES"):
+            if not self.at_punct("("):
+                raise InvalidArgument(f"column {column!r}: {code} takes a length, (n) or (MAX)")
+            self.punct("(")
+            size = self.next()
+            if size.is_word("max"):
+                length = None
+            elif size.kind == "number" and size.value > 0:
+                length = int(size.value)
+            else:
+                raise InvalidArgument(f"column {column!r}: {code} takes a length, (n) or (MAX)")
+            self.punct(")")
+        return SpannerType(code, None, length)
+
+    def create_index(self) -> CreateIndex:
+        self.word("create")
+        unique = self.accept_word("unique")
+        null_filtered = self.accept_word("null_filtered")
+        self.word("index")
+        if_not_exists = self.if_not_exists()
+        name, spelled = self.name("an index name")
+        self.word("on")
+        table = self.name("a table name")[0]
+        self.punct("(")
+        columns: list[tuple[str, bool]] = []
+        while True:
+            column = self.name("an index column")[0]
+            descending = self.accept_word("desc")
+            if not descending:
+                self.accept_word("asc")
+            columns.append((column, descending))
+            if not self.accept_punct(","):
+                break
+        self.punct(")")
+        storing: list[str] = []
+        if self.accept_word("storing"):
+            self.punct("(")
+            storing.append(self.name("a column name")[0])
+            while self.accept_punct(","):
+                storing.append(self.name("a column name")[0])
+            self.punct(")")
+        interleave = None
+        if self.accept_punct(","):
+            self.word("interleave")
+            self.word("in")
+            interleave = self.name("a table name")[0]
+        self.end()
+        return CreateIndex(name, spelled, table, tuple(columns), unique, null_filtered, tuple(storing), interleave,
+                           if_not_exists)
+
+    def drop(self, kind: type[DropTable] | type[DropIndex]) -> DropTable | DropIndex:
+        self.word("drop")
+        self.word("table" if kind is DropTable else "index")
+        if_exists = False
+        if self.accept_word("if"):
+            self.word("exists")
+            if_exists = True
+        name = self.name("a name")[0]
+        self.end()
+        return kind(name, if_exists)
+
+    def relation(self) -> Relation:
+        if self.at_punct("("):
+            raise self.unsupported("a subquery in FROM")
+        name = self.name("a table name")[0]
+        if self.at_punct("("):
+            raise self.unsupported(f"the table function {name.upper()}(...) here (RECEIVE_ and RENEWLEASE_ take "
+                                   "no joins)")
+        if self.at_punct("."):
+            raise self.unsupported("a qualified table name")
+        return Relation(name, self.alias())
+
+    def select(self) -> Select:
+        self.word("select")
+        distinct = self.accept_word("distinct")
+        if self.peek.is_word("as"):
+            raise self.unsupported("SELECT AS STRUCT / VALUE")
+        items = self.select_items()
+        source, joins = None, []
+        if self.accept_word("from"):
+            source = self.relation()
+            while True:
+                if self.accept_punct(","):
+                    joins.append(Join("CROSS", self.relation()))
+                    continue
+                kind = None
+                if self.accept_word("join"):
+                    kind = "INNER"
+                elif self.accept_word("inner"):
+                    self.word("join")
+                    kind = "INNER"
+                elif self.accept_word("left"):
+                    self.accept_word("outer")
+                    self.word("join")
+                    kind = "LEFT"
+                elif self.accept_word("cross"):
+                    self.word("join")
+                    joins.append(Join("CROSS", self.relation()))
+                    continue
+                elif self.peek.is_word("right", "full"):
+                    raise self.unsupported(f"{self.peek.text.upper()} JOIN")
+                if kind is None:
+                    break
+                relation = self.relation()
+                if self.peek.is_word("using"):
+                    raise self.unsupported("JOIN ... USING")
+                self.word("on")
+                joins.append(Join(kind, relation, self.expr()))
+        where = self.expr() if self.accept_word("where") else None
+        if self.peek.is_word("group", "having", "union", "intersect", "except"):
+            raise self.unsupported(self.peek.text.upper())
+        order: list[tuple[Expr, bool]] = []
+        if self.accept_word("order"):
+            self.word("by")
+            while True:
+                expr = self.expr()
+                descending = self.accept_word("desc")
+                if not descending:
+                    self.accept_word("asc")
+                order.append((expr, descending))
+                if not self.accept_punct(","):
+                    break
+        limit = offset = None
+        if self.accept_word("limit"):
+            limit = self.operand()
+            if self.accept_word("offset"):
+                offset = self.operand()
+        return Select(tuple(items), source, tuple(joins), where, tuple(order), limit, offset, distinct)
+
+    def select_items(self) -> list[SelectItem]:
+        items = []
+        while True:
+            if self.accept_punct("*"):
+                items.append(SelectItem(Star()))
+            elif self.peek.kind == "ident" and self.ahead().value == "." and self.ahead(2).value == "*":
+                qualifier = self.name("a table name")[0]
+                self.punct(".")
+                self.punct("*")
+                items.append(SelectItem(Star(qualifier)))
+            else:
+                expr = self.expr()
+                alias = None
+                if self.accept_word("as"):
+                    alias = self.name("a column alias")[1]
+                elif self.peek.kind == "ident" and self.peek.value not in dialects.RESERVED:
+                    alias = self.name("a column alias")[1]
+                items.append(SelectItem(expr, alias))
+            if not self.accept_punct(","):
+                return items
+
+    def returning(self) -> tuple[SelectItem, ...] | None:
+        if not self.accept_word("then"):
+            return None
+        self.word("return")
+        if self.peek.is_word("with"):
+            raise self.unsupported("THEN RETURN WITH ACTION")
+        return tuple(self.select_items())
+
+    def insert(self) -> Insert:
+        self.word("insert")
+        conflict = None
+        if self.accept_word("or"):
+            conflict = self.word("update", "ignore")
+        self.accept_word("into")
+        table = self.name("a table name")[0]
+        self.punct("(")
+        columns = [self.name("a column name")[0]]
+        while self.accept_punct(","):
+            columns.append(self.name("a column name")[0])
+        self.punct(")")
+        if self.peek.is_word("select"):
+            raise self.unsupported("INSERT ... SELECT")
+        self.word("values")
+        rows = [self.row(len(columns), self.expr)]
+        while self.accept_punct(","):
+            rows.append(self.row(len(columns), self.expr))
+        if len(set(columns)) != len(columns):
+            raise InvalidArgument(f"INSERT INTO {table}: a column is named twice")
+        return Insert(table, tuple(columns), tuple(rows), self.returning(), conflict)
+
+    def row(self, width: int, item: Callable[[], _Item]) -> tuple[_Item, ...]:
+        """``(item, ...)`` of ``width`` items: a VALUES row of either surface (a queue's values, a
+        table's expressions)."""
+        self.punct("(")
+        items = [item()]
+        while self.accept_punct(","):
+            items.append(item())
+        self.punct(")")
+        if len(items) != width:
+            raise InvalidArgument(f"a VALUES row has {len(items)} value(s) for {width} column(s)")
+        return tuple(items)
+
+    def alias(self) -> str | None:
+        """A relation's ``[AS] alias``, if it has one (folded)."""
+        if self.accept_word("as"):
+            return self.name("an alias")[0]
+        if self.peek.kind == "ident" and self.peek.value not in dialects.RESERVED:
+            return self.name("an alias")[0]
+        return None
+
+    def target(self) -> Relation:
+        name = self.name("a table name")[0]
+        return Relation(name, self.alias())
+
+    def update(self) -> Update:
+        self.word("update")
+        table = self.target()
+        self.word("set")
+        assignments = []
+        while True:
+            column = self.name("a column name")[0]
+            if self.accept_punct("."):
+                if column != table.shown:
+                    raise InvalidArgument(f"{column!r} is not the table being updated")
+                column = self.name("a column name")[0]
+            self.punct("=")
+            assignments.append((column, self.expr()))
+            if not self.accept_punct(","):
+                break
+        if not self.peek.is_word("where"):
+            raise InvalidArgument("UPDATE needs a WHERE clause, as in Spanner (WHERE true updates every row)")
+        self.word("where")
+        return Update(table, tuple(assignments), self.expr(), self.returning())
+
+    def delete(self) -> Delete:
+        self.word("delete")
+        self.accept_word("from")
+        table = self.target()
+        if not self.peek.is_word("where"):
+            raise InvalidArgument("DELETE needs a WHERE clause, as in Spanner (WHERE true deletes every row)")
+        self.word("where")
+        return Delete(table, self.expr(), self.returning())
+
+    # -- expressions -------------------------------------------------------
+
+    def expr(self) -> Expr:
+        items = [self.conjunction()]
+        while self.accept_word("or"):
+            items.append(self.conjunction())
+        return items[0] if len(items) == 1 else Logical("OR", tuple(items))
+
+    def conjunction(self) -> Expr:
+        items = [self.negation()]
+        while self.accept_word("and"):
+            items.append(self.negation())
+        return items[0] if len(items) == 1 else Logical("AND", tuple(items))
+
+    def negation(self) -> Expr:
+        if self.accept_word("not"):
+            self.deeper()
+            item = Not(self.negation())
+            self.depth -= 1
+            return item
+        return self.predicate()
+
+    def predicate(self) -> Expr:
+        left = self.additive()
+        if self.peek.kind == "punct" and self.peek.value in ("=", "!=", "<>", "<", "<=", ">", ">="):
+            op = self.next().value
+            return Compare("!=" if op == "<>" else op, left, self.additive())
+        negated = False
+        if self.peek.is_word("not") and self.ahead().is_word("in", "like", "between"):
+            self.next()
+            negated = True
+        if self.accept_word("in"):
+            if self.accept_word("unnest"):
+                self.punct("(")
+                token = self.next()
+                if token.kind != "param":
+                    raise self.unsupported("IN UNNEST of anything but a @param")
+                self.punct(")")
+                return In(left, (), Param(token.value), negated)
+            self.punct("(")
+            if self.peek.is_word("select"):
+                raise self.unsupported("IN (SELECT ...)")
+            items = [self.additive()]
+            while self.accept_punct(","):
+                items.append(self.additive())
+            self.punct(")")
+            return In(left, tuple(items), None, negated)
+        if self.accept_word("like"):
+            return Like(left, self.additive(), negated)
+        if self.accept_word("between"):
+            low = self.additive()
+            self.word("and")
+            return Between(left, low, self.additive(), negated)
+        if negated:
+            raise self.error("IN, LIKE or BETWEEN after NOT")
+        if self.accept_word("is"):
+            is_not = self.accept_word("not")
+            if self.accept_word("null"):
+                return IsNull(left, is_not)
+            if self.peek.is_word("true", "false"):
+                value = self.next().value == "true"
+                test: Expr = Compare("=", left, Literal(value, BOOL))
+                return Not(test) if is_not else test
+            raise self.error("NULL, TRUE or FALSE after IS")
+        return left
+
+    def additive(self) -> Expr:
+        left, links = self.multiplicative(), 0
+        while self.peek.kind == "punct" and self.peek.value in ("+", "-"):
+            op = self.next().value
+            self.deeper()  # each operator nests the chain so far one level deeper
+            links += 1
+            left = Arithmetic(op, left, self.multiplicative())
+        self.depth -= links
+        return left
+
+    def multiplicative(self) -> Expr:
+        left, links = self.operand(), 0
+        while self.at_punct("*"):
+            self.next()
+            self.deeper()
+            links += 1
+            left = Arithmetic("*", left, self.operand())
+        self.depth -= links
+        return left
+
+    def operand(self) -> Expr:
+        token = self.next()
+        if token.kind == "string":
+            return Literal(token.value, STRING)
+        if token.kind == "bytes":
+            return Literal(token.value, BYTES)
+        if token.kind == "number":
+            return Literal(token.value, INT64)
+        if token.kind == "float":
+            return Literal(token.value, FLOAT64)
+        if token.kind == "param":
+            return Param(token.value)
+        if token.kind == "punct" and token.value == "-" and self.peek.kind in ("number", "float"):
+            return Literal(-self.next().value, INT64 if self.tokens[self.pos - 1].kind == "number" else FLOAT64)
+        if token.kind == "punct" and token.value == "(":
+            if self.peek.is_word("select"):
+                raise self.unsupported("a subquery")
+            self.deeper()
+            inner = self.expr()
+            self.punct(")")
+            self.depth -= 1
+            return inner
+        if token.kind == "punct" and token.value == "[":
+            return self.array_items("]")
+        if token.kind != "ident":
+            self.pos -= 1
+            raise self.error("a value, a column or a parameter")
+        word = token.value if not token.text.startswith("`") else None
+        if word in ("true", "false"):
+            return Literal(word == "true", BOOL)
+        if word == "null":
+            return Literal(None, None)
+        if word == "array" and self.at_punct("["):
+            self.next()
+            return self.array_items("]")
+        if word in ("date", "timestamp", "numeric", "json") and self.peek.kind == "string":
+            text = self.next().value
+            typed = TypedLiteral(SpannerType(word.upper()), text)
+            if word == "numeric":
+                try:
+                    Decimal(text)
+                except InvalidOperation:
+                    raise InvalidArgument(f"NUMERIC {text[:40]!r} is not a number") from None
+            return typed
+        if word in ("current_timestamp", "pending_commit_timestamp") and self.at_punct("("):
+            self.next()
+            self.punct(")")
+            return Now()
+        if word == "count" and self.at_punct("("):
+            self.next()
+            if self.accept_punct("*"):
+                self.punct(")")
+                return CountStar()
+            if self.peek.is_word("distinct"):
+                raise self.unsupported("COUNT(DISTINCT ...)")
+            self.deeper()
+            inner = self.expr()
+            self.punct(")")
+            self.depth -= 1
+            return Count(inner)
+        if word == "spanner" and self.at_punct(".") and self.ahead().is_word("commit_timestamp"):
+            self.next()
+            self.next()
+            self.punct("(")
+            self.punct(")")
+            return Now()
+        if self.at_punct("("):
+            raise self.unsupported(f"the function {token.text.upper()}()")
+        if word in dialects.RESERVED:
+            self.pos -= 1
+            raise self.error("a value, a column or a parameter")
+        if self.accept_punct("."):
+            column, spelled = self.name("a column name after '.'")
+            return Column(column, token.value, spelled)
+        return Column(token.value, None, token.spelled)
+
+    def array_items(self, close: str) -> ArrayLiteral:
+        self.deeper()
+        items: list[Expr] = []
+        while not self.accept_punct(close):
+            items.append(self.additive())
+            if not self.accept_punct(","):
+                self.punct(close)
+                break
+        self.depth -= 1
+        return ArrayLiteral(tuple(items))
+
+
+# -- values' texts ---------------------------------------------------------------------
+
+
+_PG_INTERVAL = re.compile(r"\s*(\d+)\s*(microsecond|millisecond|second|minute|hour|day)s?\s*", re.I)
+
+
+def pg_interval(text: str) -> timedelta:
+    """A PostgreSQL interval literal's text, '1 hour', '10 seconds', '1 hour 30 minutes'."""
+    total, pos = timedelta(0), 0
+    for match in _PG_INTERVAL.finditer(text):
+        if match.start() != pos:
+            break
+        total += timedelta(**{match.group(2).lower() + "s": int(match.group(1))})
+        pos = match.end()
+    if pos != len(text) or not text.strip():
+        raise InvalidArgument(f"INTERVAL {text[:40]!r}: give whole units, like INTERVAL '1 hour' or '30 seconds'")
+    return total
+
+
+def parse_database_name(create_statement: str) -> str:
+    """The database name of ``CREATE DATABASE name`` (backquotes allowed)."""
+    match = re.fullmatch(r"\s*create\s+database\s+(`[^`]+`|\"[^\"]+\"|[A-Za-z][A-Za-z0-9_-]*)\s*;?\s*",
+                         create_statement, re.I)
+    if match is None:
+        raise InvalidArgument(f"create_statement must be CREATE DATABASE <name>, got {create_statement[:80]!r}")
+    return match.group(1).strip("`\"")
+
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|ns|s|m|h|d)", re.I)
+
+
+def duration(text: str, what: str) -> timedelta:
+    """'20m', '30s', '1h30m', '500ms' as a timedelta."""
+    stripped = text.strip()
+    total, pos = timedelta(0), 0
+    units = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        for match in DURATION.finditer(stripped):
+            if match.start() != pos:
+                break
+            total += timedelta(seconds=float(match.group(1)) * units[match.group(2).lower()])
+            pos = match.end()
+    except OverflowError:  # past timedelta's 999,999,999 days: no duration spanq takes is near that
+        raise InvalidArgument(f"{what} {text[:40]!r} is out of range; give a duration like '20m'") from None
+    if pos != len(stripped) or not stripped:
+        raise InvalidArgument(f"{what} must be a duration like '20m', '30s' or '1h', got {text[:40]!r}")
+    return total

@@ -1,5 +1,5 @@
 """PostgreSQL for Spanner tables: DDL, the statements of the GoogleSQL subset
-(parsed by ``spanner/googlesql.py``), mutations and reads, composed with
+(parsed by ``parser``), mutations and reads, composed with
 psycopg.sql. Names only ever reach the text as ``sql.Identifier`` of names
 the schema knows; every value is a parameter, cast to its column's type.
 
@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from ...ground.errors import InvalidArgument
-from . import googlesql as g
+from . import ast
 from . import ranges
 from .lexing import fold
 from .schema import Col, IndexDef, TableDef
@@ -37,7 +37,7 @@ NAME_BYTES = 63
 SYSTEM_COLUMNS = frozenset({"tableoid", "xmin", "cmin", "xmax", "cmax", "ctid"})
 """Names every PostgreSQL table has already: no column of a table may take one."""
 
-def pg_type(t: g.SpannerType) -> sql.Composable:
+def pg_type(t: ast.SpannerType) -> sql.Composable:
     if t.code == "ARRAY":
         assert t.element is not None
         return sql.SQL("{}[]").format(pg_type(t.element))
@@ -46,7 +46,7 @@ def pg_type(t: g.SpannerType) -> sql.Composable:
     return sql.SQL(PG_TYPES[t.code])
 
 
-def _cast_type(t: g.SpannerType) -> sql.Composable:
+def _cast_type(t: ast.SpannerType) -> sql.Composable:
     """The type a parameter is cast to (lengths are the column's to check)."""
     if t.code == "ARRAY":
         assert t.element is not None
@@ -58,11 +58,11 @@ _SCALAR_CASTS = {code: sql.SQL(name) for code, name in PG_TYPES.items()}
 _CAST = sql.SQL("::")
 
 
-def unsized(t: g.SpannerType | None) -> g.SpannerType | None:
+def unsized(t: ast.SpannerType | None) -> ast.SpannerType | None:
     """A column's type as a value's: without its length (a parameter's type has none)."""
     if t is None:
         return None
-    return g.SpannerType(t.code, unsized(t.element), None)
+    return ast.SpannerType(t.code, unsized(t.element), None)
 
 
 def table_id(name: str) -> sql.Identifier:
@@ -149,9 +149,9 @@ class Translated:
     statement: sql.Composed
     params: dict[str, Any]
     """The literals' values (``l0``, ``l1``, ...); the request's parameters go in as ``p_<name>``."""
-    wanted: dict[str, g.SpannerType]
+    wanted: dict[str, ast.SpannerType]
     """Each request parameter's type (declared by the client, else the column it meets)."""
-    columns: list[tuple[str, g.SpannerType]]
+    columns: list[tuple[str, ast.SpannerType]]
     """The result's columns (SELECT, THEN RETURN), named as results show them."""
     dml: bool = False
     target: TableDef | None = None
@@ -190,11 +190,11 @@ def pg_aliases(names: Sequence[str]) -> dict[str, str]:
 
 
 class _Translator:
-    def __init__(self, schema: dict[str, TableDef], declared: dict[str, g.SpannerType]) -> None:
+    def __init__(self, schema: dict[str, TableDef], declared: dict[str, ast.SpannerType]) -> None:
         self.schema = schema
         self.declared = declared
         self.params: dict[str, Any] = {}
-        self.wanted: dict[str, g.SpannerType] = {}
+        self.wanted: dict[str, ast.SpannerType] = {}
         self.counts: dict[str, str] = {}
 
     # -- names ---------------------------------------------------------
@@ -209,7 +209,7 @@ class _Translator:
                                   "other than by key are not supported on queues")
         return found
 
-    def column(self, scope: _Scope, ref: g.Column) -> tuple[sql.Composable, Col]:
+    def column(self, scope: _Scope, ref: ast.Column) -> tuple[sql.Composable, Col]:
         if ref.qualifier is not None:
             for shown, table in scope.relations:
                 if shown == ref.qualifier:
@@ -231,13 +231,13 @@ class _Translator:
 
     # -- values ----------------------------------------------------------
 
-    def literal(self, value: Any, t: g.SpannerType) -> sql.Composable:
+    def literal(self, value: Any, t: ast.SpannerType) -> sql.Composable:
         key = f"l{len(self.params)}"
         self.params[key] = ranges.literal(value, t.code, "a literal")
         return sql.Composed([sql.Placeholder(key), _CAST, _cast_type(t)])  # SQL("{}::{}").format, 5x faster
 
-    def param(self, name: str, want: g.SpannerType | None) -> tuple[sql.Composable, g.SpannerType]:
-        t = self.declared.get(name) or self.wanted.get(name) or unsized(want) or g.STRING
+    def param(self, name: str, want: ast.SpannerType | None) -> tuple[sql.Composable, ast.SpannerType]:
+        t = self.declared.get(name) or self.wanted.get(name) or unsized(want) or ast.STRING
         previous = self.wanted.get(name)
         if previous is not None and previous != t and name not in self.declared:
             t = previous
@@ -246,27 +246,27 @@ class _Translator:
 
     # -- expressions -----------------------------------------------------
 
-    def expr(self, e: g.Expr, scope: _Scope, want: g.SpannerType | None = None,
-             aggregate: bool = False) -> tuple[sql.Composable, g.SpannerType | None]:
-        t: g.SpannerType | None
-        if isinstance(e, g.Column):
+    def expr(self, e: ast.Expr, scope: _Scope, want: ast.SpannerType | None = None,
+             aggregate: bool = False) -> tuple[sql.Composable, ast.SpannerType | None]:
+        t: ast.SpannerType | None
+        if isinstance(e, ast.Column):
             text, column = self.column(scope, e)
             return text, column.type
-        if isinstance(e, g.Literal):
+        if isinstance(e, ast.Literal):
             if e.value is None:
                 return (sql.SQL("NULL::{}").format(_cast_type(want)) if want else sql.SQL("NULL")), want
-            t = e.type or g.STRING
+            t = e.type or ast.STRING
             if want is not None and want != t:
                 t = self.coerced(t, want, e)
             return self.literal(e.value, t), t
-        if isinstance(e, g.TypedLiteral):
+        if isinstance(e, ast.TypedLiteral):
             value: Any = e.text
             return self.literal(value, e.type), e.type
-        if isinstance(e, g.Param):
+        if isinstance(e, ast.Param):
             return self.param(e.name, want)
-        if isinstance(e, g.Now):
-            return sql.SQL("now()"), g.TIMESTAMP
-        if isinstance(e, g.ArrayLiteral):
+        if isinstance(e, ast.Now):
+            return sql.SQL("now()"), ast.TIMESTAMP
+        if isinstance(e, ast.ArrayLiteral):
             element = want.element if want is not None and want.code == "ARRAY" else None
             items = []
             for item in e.items:
@@ -275,75 +275,75 @@ class _Translator:
                     raise InvalidArgument("an ARRAY cannot hold arrays (Spanner has no arrays of arrays)")
                 element = element or t
                 items.append(text)
-            array_type = g.SpannerType("ARRAY", element or g.STRING)
+            array_type = ast.SpannerType("ARRAY", element or ast.STRING)
             return sql.SQL("ARRAY[{}]::{}").format(sql.SQL(", ").join(items), _cast_type(array_type)), array_type
-        if isinstance(e, g.Arithmetic):
+        if isinstance(e, ast.Arithmetic):
             left, lt = self.expr(e.left, scope, want if want and want.code in NUMBERS else None)
             right, rt = self.expr(e.right, scope, lt)
             t = lt or rt
             if t is None or t.code not in NUMBERS or (rt is not None and rt.code not in NUMBERS):
                 raise InvalidArgument(f"{e.op} takes numbers (INT64, FLOAT64, NUMERIC)")
             if rt is not None and "FLOAT64" in (t.code, rt.code):
-                t = g.FLOAT64
+                t = ast.FLOAT64
             return sql.SQL("({} {} {})").format(left, sql.SQL(e.op), right), t
-        if isinstance(e, g.Compare):
+        if isinstance(e, ast.Compare):
             left, right, t = self.pair(e.left, e.right, scope)
             if e.op not in ("=", "!=") and t is not None and t.code not in ORDERED:
                 raise InvalidArgument(f"{t.ddl()} values do not compare with {e.op}")
             if t is not None and t.code == "JSON":
                 raise InvalidArgument("JSON values do not compare (as in Spanner); compare a field's value")
             op = "<>" if e.op == "!=" else e.op
-            return sql.SQL("({} {} {})").format(left, sql.SQL(op), right), g.BOOL
-        if isinstance(e, g.In):
+            return sql.SQL("({} {} {})").format(left, sql.SQL(op), right), ast.BOOL
+        if isinstance(e, ast.In):
             left, t = self.expr(e.left, scope)
             if e.unnest is not None:
-                array, _ = self.param(e.unnest.name, g.SpannerType("ARRAY", t or g.STRING))
+                array, _ = self.param(e.unnest.name, ast.SpannerType("ARRAY", t or ast.STRING))
                 form = "({} <> ALL({}))" if e.negated else "({} = ANY({}))"
-                return sql.SQL(form).format(left, array), g.BOOL
+                return sql.SQL(form).format(left, array), ast.BOOL
             items = [self.expr(item, scope, t)[0] for item in e.items]
             return sql.SQL("({} {}IN ({}))").format(left, sql.SQL("NOT " if e.negated else ""),
-                                                   sql.SQL(", ").join(items)), g.BOOL
-        if isinstance(e, g.Like):
+                                                   sql.SQL(", ").join(items)), ast.BOOL
+        if isinstance(e, ast.Like):
             left, t = self.expr(e.left, scope)
             if t is not None and t.code not in ("STRING", "BYTES"):
                 raise InvalidArgument(f"LIKE takes STRING or BYTES, not {t.ddl()}")
-            pattern, _ = self.expr(e.pattern, scope, t or g.STRING)
-            return sql.SQL("({} {}LIKE {})").format(left, sql.SQL("NOT " if e.negated else ""), pattern), g.BOOL
-        if isinstance(e, g.Between):
+            pattern, _ = self.expr(e.pattern, scope, t or ast.STRING)
+            return sql.SQL("({} {}LIKE {})").format(left, sql.SQL("NOT " if e.negated else ""), pattern), ast.BOOL
+        if isinstance(e, ast.Between):
             left, t = self.expr(e.left, scope)
             low, _ = self.expr(e.low, scope, t)
             high, _ = self.expr(e.high, scope, t)
             return sql.SQL("({} {}BETWEEN {} AND {})").format(left, sql.SQL("NOT " if e.negated else ""), low,
-                                                             high), g.BOOL
-        if isinstance(e, g.IsNull):
+                                                             high), ast.BOOL
+        if isinstance(e, ast.IsNull):
             left, _ = self.expr(e.left, scope)
-            return sql.SQL("({} IS {}NULL)").format(left, sql.SQL("NOT " if e.negated else "")), g.BOOL
-        if isinstance(e, g.Logical):
+            return sql.SQL("({} IS {}NULL)").format(left, sql.SQL("NOT " if e.negated else "")), ast.BOOL
+        if isinstance(e, ast.Logical):
             items = [self.condition(item, scope) for item in e.items]
-            return sql.SQL("({})").format(sql.SQL(f" {e.op} ").join(items)), g.BOOL
-        if isinstance(e, g.Not):
-            return sql.SQL("(NOT {})").format(self.condition(e.item, scope)), g.BOOL
-        if isinstance(e, (g.CountStar, g.Count)):
+            return sql.SQL("({})").format(sql.SQL(f" {e.op} ").join(items)), ast.BOOL
+        if isinstance(e, ast.Not):
+            return sql.SQL("(NOT {})").format(self.condition(e.item, scope)), ast.BOOL
+        if isinstance(e, (ast.CountStar, ast.Count)):
             if not aggregate:
                 raise InvalidArgument("COUNT is allowed in the SELECT list only")
-            if isinstance(e, g.CountStar):
-                return sql.SQL("count(*)"), g.INT64
+            if isinstance(e, ast.CountStar):
+                return sql.SQL("count(*)"), ast.INT64
             inner, _ = self.expr(e.item, scope)
-            return sql.SQL("count({})").format(inner), g.INT64
+            return sql.SQL("count({})").format(inner), ast.INT64
         raise InvalidArgument(f"unsupported expression {type(e).__name__}")
 
-    def assigned(self, e: g.Expr, scope: _Scope, column: Col) -> sql.Composable:
+    def assigned(self, e: ast.Expr, scope: _Scope, column: Col) -> sql.Composable:
         """A value written to a column: an error in it names the column."""
         try:
             text = self.expr(e, scope, column.type)[0]
         except InvalidArgument as exc:
             raise InvalidArgument(f"column {column.spelled}: {exc}") from None
-        if column.type.code == "NUMERIC" and isinstance(e, g.Arithmetic):
+        if column.type.code == "NUMERIC" and isinstance(e, ast.Arithmetic):
             # Spanner's NUMERIC: the result rounded to 9 places; past 29 digits, "numeric field overflow"
             text = sql.SQL("({})::numeric(38, 9)").format(text)
         return text
 
-    def coerced(self, given: g.SpannerType, want: g.SpannerType, e: g.Literal) -> g.SpannerType:
+    def coerced(self, given: ast.SpannerType, want: ast.SpannerType, e: ast.Literal) -> ast.SpannerType:
         """A literal meeting a column of another type: the coercions Spanner makes (an INT64 literal is a
         FLOAT64 or NUMERIC; a string literal a DATE, TIMESTAMP, JSON or NUMERIC)."""
         if given.code == "INT64" and want.code in ("FLOAT64", "NUMERIC"):
@@ -356,10 +356,10 @@ class _Translator:
             return want
         raise InvalidArgument(f"the value {e.value!r} ({given.ddl()}) does not fit a {want.ddl()} column")
 
-    def pair(self, a: g.Expr, b: g.Expr, scope: _Scope
-             ) -> tuple[sql.Composable, sql.Composable, g.SpannerType | None]:
+    def pair(self, a: ast.Expr, b: ast.Expr, scope: _Scope
+             ) -> tuple[sql.Composable, sql.Composable, ast.SpannerType | None]:
         """Two sides of a comparison: the side with a known type (a column) types the other."""
-        if isinstance(a, (g.Literal, g.Param)) and not isinstance(b, (g.Literal, g.Param)):
+        if isinstance(a, (ast.Literal, ast.Param)) and not isinstance(b, (ast.Literal, ast.Param)):
             right, t = self.expr(b, scope)
             left, _ = self.expr(a, scope, t)
             return left, right, t
@@ -369,31 +369,31 @@ class _Translator:
             raise InvalidArgument(f"No matching signature for a comparison of {t.ddl()} with {rt.ddl()}")
         return left, right, t or rt
 
-    def condition(self, e: g.Expr, scope: _Scope) -> sql.Composable:
-        text, t = self.expr(e, scope, g.BOOL)
+    def condition(self, e: ast.Expr, scope: _Scope) -> sql.Composable:
+        text, t = self.expr(e, scope, ast.BOOL)
         if t is not None and t.code != "BOOL":
             raise InvalidArgument(f"a condition must be BOOL, not {t.ddl()}")
         return text
 
-    def count(self, e: g.Expr | None, what: str) -> sql.Composable:
+    def count(self, e: ast.Expr | None, what: str) -> sql.Composable:
         if e is None:
             return sql.SQL("")
-        if isinstance(e, g.Literal) and isinstance(e.value, int) and not isinstance(e.value, bool) and e.value >= 0:
-            return self.literal(e.value, g.INT64)
-        if isinstance(e, g.Param):
+        if isinstance(e, ast.Literal) and isinstance(e.value, int) and not isinstance(e.value, bool) and e.value >= 0:
+            return self.literal(e.value, ast.INT64)
+        if isinstance(e, ast.Param):
             self.counts[e.name] = what
-            return self.param(e.name, g.INT64)[0]
+            return self.param(e.name, ast.INT64)[0]
         raise InvalidArgument(f"{what} takes a non-negative integer literal or a @param")
 
     # -- select lists ------------------------------------------------------
 
-    def items(self, items: Sequence[g.SelectItem], scope: _Scope, aggregate_ok: bool = True
-              ) -> tuple[list[sql.Composable], list[tuple[str, g.SpannerType]], bool]:
+    def items(self, items: Sequence[ast.SelectItem], scope: _Scope, aggregate_ok: bool = True
+              ) -> tuple[list[sql.Composable], list[tuple[str, ast.SpannerType]], bool]:
         texts: list[sql.Composable] = []
-        columns: list[tuple[str, g.SpannerType]] = []
+        columns: list[tuple[str, ast.SpannerType]] = []
         aggregates = plain = 0
         for item in items:
-            if isinstance(item.expr, g.Star):
+            if isinstance(item.expr, ast.Star):
                 chosen = [(s, t) for s, t in scope.relations if item.expr.qualifier in (None, s)]
                 if not chosen:
                     raise InvalidArgument(f"{item.expr.qualifier}.*: not a table or alias of the statement")
@@ -403,7 +403,7 @@ class _Translator:
                         columns.append((c.spelled, c.type))
                         plain += 1
                 continue
-            is_aggregate = isinstance(item.expr, (g.CountStar, g.Count))
+            is_aggregate = isinstance(item.expr, (ast.CountStar, ast.Count))
             if is_aggregate and not aggregate_ok:
                 raise InvalidArgument("THEN RETURN takes columns, not COUNT")
             text, t = self.expr(item.expr, scope, aggregate=is_aggregate)
@@ -412,8 +412,8 @@ class _Translator:
             texts.append(text)
             name = item.alias
             if name is None:  # a column is named as declared; any other expression has no name
-                name = self.column(scope, item.expr)[1].spelled if isinstance(item.expr, g.Column) else ""
-            columns.append((name, t or g.STRING))
+                name = self.column(scope, item.expr)[1].spelled if isinstance(item.expr, ast.Column) else ""
+            columns.append((name, t or ast.STRING))
         if aggregates and plain:
             raise InvalidArgument("SELECT list expression references a column that is neither grouped nor "
                                   "aggregated: GROUP BY is not supported, so COUNT goes with other aggregates only")
@@ -421,7 +421,7 @@ class _Translator:
 
     # -- statements -------------------------------------------------------
 
-    def select(self, s: g.Select, lock: bool) -> Translated:
+    def select(self, s: ast.Select, lock: bool) -> Translated:
         scope = _Scope([])
         source: sql.Composable = sql.SQL("")
         locked: list[str] = []
@@ -461,13 +461,13 @@ class _Translator:
             for item in s.items:
                 positions.append(at)
                 at += (sum(len(t.columns) for shown, t in scope.relations if item.expr.qualifier in (None, shown))
-                       if isinstance(item.expr, g.Star) else 1)
+                       if isinstance(item.expr, ast.Star) else 1)
             aliases = {fold(item.alias): p for item, p in zip(s.items, positions) if item.alias}
             order = []
             for expr, descending in s.order_by:
-                if isinstance(expr, g.Column) and expr.qualifier is None and expr.name in aliases:
+                if isinstance(expr, ast.Column) and expr.qualifier is None and expr.name in aliases:
                     text: sql.Composable = sql.Literal(aliases[expr.name])
-                elif isinstance(expr, g.Literal) and type(expr.value) is int:  # a position, as PostgreSQL reads it
+                elif isinstance(expr, ast.Literal) and type(expr.value) is int:  # a position, as PostgreSQL reads it
                     if not 1 <= expr.value <= len(columns):
                         raise InvalidArgument(f"ORDER BY {expr.value}: a position in the SELECT list is 1 to "
                                               f"{len(columns)}")
@@ -487,14 +487,14 @@ class _Translator:
                 statement, sql.SQL(", ").join(sql.Identifier(scope.alias(n)) for n in locked))
         return Translated(statement, self.params, self.wanted, columns)
 
-    def returning(self, items: tuple[g.SelectItem, ...] | None, scope: _Scope
-                  ) -> tuple[sql.Composable, list[tuple[str, g.SpannerType]]]:
+    def returning(self, items: tuple[ast.SelectItem, ...] | None, scope: _Scope
+                  ) -> tuple[sql.Composable, list[tuple[str, ast.SpannerType]]]:
         if items is None:
             return sql.SQL(""), []
         texts, columns, _ = self.items(items, scope, aggregate_ok=False)
         return sql.SQL(" RETURNING {}").format(sql.SQL(", ").join(texts)), columns
 
-    def insert(self, s: g.Insert) -> Translated:
+    def insert(self, s: ast.Insert) -> Translated:
         table = self.table(s.table, writing=True)
         scope = _Scope([(table.name, table)])
         columns = []
@@ -515,7 +515,7 @@ class _Translator:
         returning, result = self.returning(s.returning, scope)
         return Translated(sql.SQL("{}{}").format(statement, returning), self.params, self.wanted, result, True, table)
 
-    def update(self, s: g.Update) -> Translated:
+    def update(self, s: ast.Update) -> Translated:
         table = self.table(s.table.name, writing=True)
         scope = _Scope([(s.table.shown, table)], aliases=pg_aliases([s.table.shown]))
         sets = []
@@ -533,7 +533,7 @@ class _Translator:
             table_id(table.name), sql.Identifier(scope.alias(s.table.shown)), sql.SQL(", ").join(sets), where, returning)
         return Translated(statement, self.params, self.wanted, result, True, table)
 
-    def delete(self, s: g.Delete) -> Translated:
+    def delete(self, s: ast.Delete) -> Translated:
         table = self.table(s.table.name, writing=True)
         scope = _Scope([(s.table.shown, table)], aliases=pg_aliases([s.table.shown]))
         where = self.condition(s.where, scope)
@@ -552,17 +552,17 @@ def on_conflict(table: TableDef, columns: Sequence[Col], mode: str) -> sql.Compo
         sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c.pg), sql.Identifier(c.pg)) for c in rest))
 
 
-def translate(statement: g.Select | g.Dml, schema: dict[str, TableDef], declared: dict[str, g.SpannerType],
+def translate(statement: ast.Select | ast.TableDml, schema: dict[str, TableDef], declared: dict[str, ast.SpannerType],
               lock: bool = False) -> Translated:
     """A parsed statement as PostgreSQL. ``schema`` maps each (folded) relation name the statement
     may name to its definition; ``declared`` the request parameters' declared types; ``lock``
     reads with FOR SHARE (in a read-write transaction)."""
     t = _Translator(schema, declared)
-    if isinstance(statement, g.Select):
+    if isinstance(statement, ast.Select):
         out = t.select(statement, lock)
-    elif isinstance(statement, g.Insert):
+    elif isinstance(statement, ast.Insert):
         out = t.insert(statement)
-    elif isinstance(statement, g.Update):
+    elif isinstance(statement, ast.Update):
         out = t.update(statement)
     else:
         out = t.delete(statement)

@@ -11,7 +11,7 @@ them (``UserId``). A definition is stored as JSON beside the table
 import dataclasses
 from typing import Any
 
-from .googlesql import ColumnDef, CreateIndex, CreateTable, SpannerType
+from .ast import ColumnDef, CreateIndex, CreateTable, SpannerType
 
 
 @dataclasses.dataclass(frozen=True)

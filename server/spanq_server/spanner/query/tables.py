@@ -7,7 +7,7 @@ reachable, never another PostgreSQL table. Queues are readable as tables (their
 key columns, Payload and DeliverTime), so a SELECT may join one with a table;
 their writes stay sends and acks.
 
-Statements are parsed by ``googlesql``, translated by ``postgres`` and run
+Statements are parsed by ``parser`` (the table subset), translated by ``postgres`` and run
 by the store (``port.TableStore``); in a read-write transaction each is a ``TableOp`` on the
 transaction's connection (reads lock what they read, FOR SHARE, as Spanner's
 read-write transactions do), in a read-only one a strong read.
@@ -28,7 +28,7 @@ from ...domain.mutations import TableOp
 from ...domain.queues import Catalog
 from ...ground import errors
 from ..port import TableStore
-from . import googlesql as g
+from . import ast
 from . import postgres as t
 from . import values
 from .lexing import fold
@@ -46,27 +46,19 @@ WRITES = ("insert", "update", "insert_or_update", "replace")
 """The Write mutations of google.spanner.v1.Mutation (Delete is by KeySet)."""
 
 
-@dataclasses.dataclass(frozen=True)
-class TableStatement:
-    """A statement of the table subset, parsed."""
-
-    statement: g.Statement
-    text: str
-
-
-def relations(statement: g.Statement) -> set[str]:
+def relations(statement: ast.TableSubset) -> set[str]:
     """The (folded) relation names a statement names."""
-    if isinstance(statement, g.Select):
+    if isinstance(statement, ast.Select):
         found = {j.relation.name for j in statement.joins}
         return found | ({statement.source.name} if statement.source else set())
-    if isinstance(statement, g.Insert):
+    if isinstance(statement, ast.Insert):
         return {statement.table}
-    if isinstance(statement, (g.Update, g.Delete)):
+    if isinstance(statement, (ast.Update, ast.Delete)):
         return {statement.table.name}
     return set()
 
 
-def row_type(columns: Sequence[tuple[str, g.SpannerType]]) -> Any:
+def row_type(columns: Sequence[tuple[str, ast.SpannerType]]) -> Any:
     out = values.StructTypePb()
     for name, column_type in columns:
         field = out.fields.add()
@@ -123,7 +115,7 @@ class Tables:
                        for c in queue.key_columns]
             columns.append(Col("payload", spelling.column("payload"), _queue_type(queue.payload_type.value),
                                "payload", True))
-            columns.append(Col("delivertime", spelling.column("delivertime"), g.TIMESTAMP, "deliver_time"))
+            columns.append(Col("delivertime", spelling.column("delivertime"), ast.TIMESTAMP, "deliver_time"))
             out[name] = TableDef(queue.name, spelling.queue, tuple(columns),
                                  tuple(c.name for c in queue.key_columns), queue=True)
         return out
@@ -135,26 +127,26 @@ class Tables:
 
     # -- statements ------------------------------------------------------------
 
-    async def run(self, s: TableStatement, params: Any, param_types: Any, use: Any, ns: Scope) -> "TableResult":
-        statement = s.statement
-        if isinstance(statement, (g.CreateTable, g.DropTable, g.CreateIndex, g.DropIndex)):
-            raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
+    async def run(self, statement: ast.TableDml | ast.Select, params: Any, param_types: Any, use: Any, ns: Scope,
+                  long: bool = False) -> "TableResult":
+        """A statement of the table subset (``long``: of a long text, whose translation lets other calls
+        go first, as parser.parse's reads)."""
         schema = await self.schema(ns, relations(statement))
         declared = {}
         for name, type_pb in (param_types or {}).items():
             found = values.of_type_pb(type_pb)
             if found is not None:
                 declared[name] = found
-        writing = not isinstance(statement, g.Select)
+        writing = not isinstance(statement, ast.Select)
         partitioned = bool(getattr(use, "partitioned", False))
         if writing and use.read_only and not partitioned:
             raise errors.InvalidArgument("DML runs in a read-write transaction (database.run_in_transaction) or as "
                                          "partitioned DML (database.execute_partitioned_dml), not in a read-only one")
         if partitioned and not writing:
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE, not SELECT")
-        if partitioned and (isinstance(statement, g.Insert) or statement.returning is not None):  # type: ignore[union-attr]
+        if partitioned and (isinstance(statement, ast.Insert) or statement.returning is not None):  # type: ignore[union-attr]
             raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN (as in Spanner)")
-        if len(s.text) > 4096:  # a long statement's translation: other calls first (as executor.parse)
+        if long:
             await asyncio.sleep(0)
         translated = t.translate(statement, schema, declared, lock=not use.read_only)  # type: ignore[arg-type]
         bound = dict(translated.params)
@@ -332,14 +324,14 @@ class Tables:
 
     # -- DDL --------------------------------------------------------------------------
 
-    async def ddl(self, statement: g.Ddl, database: str | None, ns: Scope) -> None:
+    async def ddl(self, statement: ast.TableDdl, database: str | None, ns: Scope) -> None:
         if ns.pg:
             raise errors.InvalidArgument("tables through the Spanner API are GoogleSQL only: this database speaks "
                                          "the PostgreSQL dialect, whose tables spanq does not serve")
         try:
-            if isinstance(statement, g.CreateTable):
+            if isinstance(statement, ast.CreateTable):
                 await self._create_table(statement, database, ns)
-            elif isinstance(statement, g.CreateIndex):
+            elif isinstance(statement, ast.CreateIndex):
                 await self._create_index(statement, database, ns)
             else:
                 await self._drop(statement, ns)
@@ -359,7 +351,7 @@ class Tables:
             raise errors.InvalidArgument(f"{name!r} is not a name of this database: {RESERVED}")
         return ns.prefix + name
 
-    async def _create_table(self, s: g.CreateTable, database: str | None, ns: Scope) -> None:
+    async def _create_table(self, s: ast.CreateTable, database: str | None, ns: Scope) -> None:
         name = self._name(ns, s.name)
         if s.if_not_exists and await self.table(ns, s.name) is not None:
             return
@@ -379,7 +371,7 @@ class Tables:
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "table", s.spelled, table.as_json()))
 
-    async def _create_index(self, s: g.CreateIndex, database: str | None, ns: Scope) -> None:
+    async def _create_index(self, s: ast.CreateIndex, database: str | None, ns: Scope) -> None:
         name = self._name(ns, s.name)
         table = await self._existing(ns, s.table, s.table, f"CREATE INDEX {s.spelled}")
         if s.if_not_exists and await self._store.table_definitions([name]):
@@ -393,9 +385,9 @@ class Tables:
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "index", s.spelled, index.as_json()))
 
-    async def _drop(self, s: g.DropTable | g.DropIndex, ns: Scope) -> None:
+    async def _drop(self, s: ast.DropTable | ast.DropIndex, ns: Scope) -> None:
         name = ns.prefix + s.name
-        kind = "table" if isinstance(s, g.DropTable) else "index"
+        kind = "table" if isinstance(s, ast.DropTable) else "index"
         found = [r for r in await self._store.table_definitions([name]) if r[1] == kind] if ns.owns(s.name) else []
         if not found:
             if s.if_exists:
@@ -467,7 +459,7 @@ class Tables:
 
 @dataclasses.dataclass
 class TableResult:
-    columns: list[tuple[str, g.SpannerType]]
+    columns: list[tuple[str, ast.SpannerType]]
     rows: list[list[struct_pb2.Value]]
     row_count: int | None = None
     lower_bound: bool = False
@@ -478,5 +470,5 @@ class TableResult:
         return row_type(self.columns)
 
 
-def _queue_type(code: str) -> g.SpannerType:
-    return g.SpannerType(code.upper()) if code.upper() in g.SCALARS else g.STRING
+def _queue_type(code: str) -> ast.SpannerType:
+    return ast.SpannerType(code.upper()) if code.upper() in ast.SCALARS else ast.STRING

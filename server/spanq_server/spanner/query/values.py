@@ -39,7 +39,7 @@ from psycopg.types.json import Jsonb
 from ...edge import codec
 from ...ground.errors import FailedPrecondition, InvalidArgument
 from ...ground.model import ColumnType, OutOfRange
-from .googlesql import SpannerType
+from .ast import SpannerType
 from .ranges import MAX_JSON_DEPTH, RANGES, json_depth, json_text, literal, numeric  # noqa: F401 (its callers' names)
 
 TypePb = spanner_type.Type.pb()

@@ -1,0 +1,399 @@
+"""The one syntax tree of the Spanner front-end's statements, for both dialects and both
+surfaces, as sqlglot keeps one expression tree for every dialect: the parser
+(``parser``) builds these frozen dataclasses and nothing else reads SQL text. The
+table subset's nodes are the general ones (Select, Insert, Delete, expressions
+over columns); the queue surface's statements name one queue and take values, not
+expressions (QueueSelect, QueueInsert, QueueDelete, Receive, RenewLease, CREATE and
+DROP QUEUE), and share the value nodes (Literal, TypedLiteral, Param, Now,
+ArrayLiteral) with the table subset.
+
+A statement's kind, as errors and authorization name it, is ``kind(statement)``: its
+class's name, but "Select", "Insert" and "Delete" for the queue surface's too (as
+Spanner's PERMISSION_DENIED messages have always named them).
+"""
+
+import dataclasses
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from ...ground.model import ColumnType
+
+SCALARS = ("BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "JSON")
+
+
+@dataclasses.dataclass(frozen=True)
+class SpannerType:
+    """A column's Spanner type: ``code`` one of SCALARS or ARRAY (with ``element``);
+    ``length`` for STRING / BYTES (None is MAX)."""
+
+    code: str
+    element: "SpannerType | None" = None
+    length: int | None = None
+
+    def ddl(self) -> str:
+        if self.code == "ARRAY":
+            assert self.element is not None
+            return f"ARRAY<{self.element.ddl()}>"
+        if self.code in ("STRING", "BYTES"):
+            return f"{self.code}({'MAX' if self.length is None else self.length})"
+        return self.code
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code}
+        if self.element is not None:
+            out["element"] = self.element.as_json()
+        if self.length is not None:
+            out["length"] = self.length
+        return out
+
+    @staticmethod
+    def of_json(data: dict[str, Any]) -> "SpannerType":
+        element = data.get("element")
+        return SpannerType(str(data["code"]), SpannerType.of_json(element) if element else None,
+                           data.get("length"))
+
+
+BOOL, INT64, FLOAT64, STRING = SpannerType("BOOL"), SpannerType("INT64"), SpannerType("FLOAT64"), SpannerType("STRING")
+TIMESTAMP, NUMERIC, DATE, BYTES, JSON = (SpannerType("TIMESTAMP"), SpannerType("NUMERIC"), SpannerType("DATE"),
+                                         SpannerType("BYTES"), SpannerType("JSON"))
+
+
+
+# -- expressions -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    """Folded."""
+    qualifier: str | None = None
+    spelled: str = ""
+    """As written (an unaliased result column is named so)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Literal:
+    value: Any
+    """None, bool, int, float, Decimal (NUMERIC), str or bytes."""
+    type: SpannerType | None
+    """None for NULL."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TypedLiteral:
+    """DATE '...', TIMESTAMP '...', NUMERIC '...', JSON '...'."""
+
+    type: SpannerType
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Now:
+    """CURRENT_TIMESTAMP() (and PENDING_COMMIT_TIMESTAMP(): the transaction's time); on the
+    queue surface shifted by TIMESTAMP_ADD / TIMESTAMP_SUB (or PostgreSQL's +/- INTERVAL)."""
+
+    offset: timedelta = timedelta(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayLiteral:
+    items: tuple["Expr", ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Arithmetic:
+    op: str
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclasses.dataclass(frozen=True)
+class Compare:
+    op: str
+    """=, !=, <, <=, >, >="""
+    left: "Expr"
+    right: "Expr"
+
+
+@dataclasses.dataclass(frozen=True)
+class In:
+    left: "Expr"
+    items: tuple["Expr", ...]
+    unnest: "Param | None" = None
+    negated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Like:
+    left: "Expr"
+    pattern: "Expr"
+    negated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Between:
+    left: "Expr"
+    low: "Expr"
+    high: "Expr"
+    negated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class IsNull:
+    left: "Expr"
+    negated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Logical:
+    op: str
+    """AND or OR."""
+    items: tuple["Expr", ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Not:
+    item: "Expr"
+
+
+@dataclasses.dataclass(frozen=True)
+class CountStar:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class Count:
+    item: "Expr"
+
+
+Expr = (Column | Literal | TypedLiteral | Param | Now | ArrayLiteral | Arithmetic | Compare | In | Like | Between
+        | IsNull | Logical | Not | CountStar | Count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Star:
+    """``*`` or ``a.*``."""
+
+    qualifier: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SelectItem:
+    expr: Expr | Star
+    alias: str | None = None
+    """As written."""
+
+
+# -- statements -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnDef:
+    name: str
+    spelled: str
+    type: SpannerType
+    not_null: bool = False
+    commit_timestamp: bool = False
+    """OPTIONS (allow_commit_timestamp = true)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateTable:
+    name: str
+    spelled: str
+    columns: tuple[ColumnDef, ...]
+    primary_key: tuple[str, ...]
+    parent: str | None = None
+    on_delete_cascade: bool = False
+    if_not_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DropTable:
+    name: str
+    if_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateIndex:
+    name: str
+    spelled: str
+    table: str
+    columns: tuple[tuple[str, bool], ...]
+    """(column, descending)."""
+    unique: bool = False
+    null_filtered: bool = False
+    storing: tuple[str, ...] = ()
+    interleave_in: str | None = None
+    if_not_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class DropIndex:
+    name: str
+    if_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Relation:
+    name: str
+    alias: str | None = None
+
+    @property
+    def shown(self) -> str:
+        return self.alias or self.name
+
+
+@dataclasses.dataclass(frozen=True)
+class Join:
+    kind: str
+    """INNER, LEFT or CROSS."""
+    relation: Relation
+    on: Expr | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Select:
+    items: tuple[SelectItem, ...]
+    source: Relation | None = None
+    joins: tuple[Join, ...] = ()
+    where: Expr | None = None
+    order_by: tuple[tuple[Expr, bool], ...] = ()
+    limit: Expr | None = None
+    offset: Expr | None = None
+    distinct: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Insert:
+    table: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Expr, ...], ...]
+    returning: tuple[SelectItem, ...] | None = None
+    on_conflict: str | None = None
+    """None, "update" (INSERT OR UPDATE) or "ignore" (INSERT OR IGNORE)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Update:
+    table: Relation
+    assignments: tuple[tuple[str, Expr], ...]
+    where: Expr
+    returning: tuple[SelectItem, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Delete:
+    table: Relation
+    where: Expr
+    returning: tuple[SelectItem, ...] | None = None
+
+
+TableDdl = CreateTable | DropTable | CreateIndex | DropIndex
+TableDml = Insert | Update | Delete
+TableSubset = TableDdl | TableDml | Select
+"""A statement of the table subset (GoogleSQL)."""
+
+
+# -- the queue surface ------------------------------------------------------------
+
+
+Value = Literal | TypedLiteral | Param | Now | ArrayLiteral
+"""What the queue surface takes where a value goes: no column, no operator."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    column: str
+    op: str
+    value: Value
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One column of a SELECT list: the column (folded) and its ``AS`` name as written."""
+
+    column: str
+    alias: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateQueue:
+    name: str
+    columns: tuple[tuple[str, ColumnType], ...]
+    primary_key: tuple[str, ...]
+    parent_table: str | None = None
+    if_not_exists: bool = False
+    spelled: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    """(folded, as written) for the queue and each column: results and GetDatabaseDdl show
+    names as the DDL declared them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DropQueue:
+    name: str
+    if_exists: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Receive:
+    queue: str
+    args: dict[str, Value]
+    columns: tuple[Item, ...] | None = None
+    """None: SELECT *."""
+    where: tuple[Condition, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class RenewLease:
+    queue: str
+    lease_tokens: Value
+    columns: tuple[Item, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDelete:
+    KIND: ClassVar[str] = "Delete"
+    queue: str
+    where: tuple[Condition, ...]
+    assert_rows_modified: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueInsert:
+    KIND: ClassVar[str] = "Insert"
+    queue: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Value, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueSelect:
+    KIND: ClassVar[str] = "Select"
+    queue: str
+    columns: tuple[Item, ...] | None
+    """None: SELECT *."""
+    where: tuple[Condition, ...] = ()
+    order_by: str | None = None
+    descending: bool = False
+    limit: Value | None = None
+
+
+QueueDdl = CreateQueue | DropQueue
+QueueQuery = Receive | RenewLease | QueueSelect
+QueueDml = QueueDelete | QueueInsert
+QueueStatement = QueueDdl | QueueQuery | QueueDml
+"""A statement of the queue surface (both dialects)."""
+
+Ddl = QueueDdl | TableDdl
+Statement = QueueStatement | TableSubset
+
+
+def kind(statement: Statement) -> str:
+    """The statement's kind as messages name it (PERMISSION_DENIED's "the statement (Select)")."""
+    return str(getattr(statement, "KIND", type(statement).__name__))
