@@ -29,7 +29,7 @@ from grpc_status import rpc_status
 from spanq_proto.v1 import queue_pb2
 from spanq_server.server import start
 
-from .helpers import until
+from ..helpers import until
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
