@@ -16,7 +16,10 @@ outcome, every confirmed send. ``check`` fails on:
   token refused while its lease was still live, as the answer's arrival shows;
 - an attempt that did not go up: each delivery counts one attempt, so a
   delivery with an attempt no higher than an earlier one's had its count taken
-  back (a give-back after the message went out);
+  back (a give-back after the message went out). One exception, the server's
+  refund of a lease nobody read (docs/semantics.md, "A lease nobody read gives
+  its attempt back"): a delivery may repeat the attempt of an earlier one that
+  lapsed with no settle of its token answered OK, never go below it;
 - a lost message: sent, never acked, and not in the queue at the end.
 
 Keys name one message each (generated keys, or a fresh key per send). Times
@@ -133,13 +136,16 @@ class LeaseHistory:
         for key, leases in by_key.items():
             leases.sort(key=lambda d: d.leased_at)
             ends = [self._lease_of(d, settles_of[key], report) for d in leases]
+            touched = {s.token for s in settles_of[key] if s.outcome == OK}
             for j, later in enumerate(leases):
                 for earlier, end in zip(leases[:j], ends[:j]):
                     if later.leased_at < end - self.tolerance:
                         report.overlaps.append((key, earlier.holder, later.holder,
                                                 (end - later.leased_at).total_seconds()))
-                    if earlier.attempt is not None and later.attempt is not None and \
-                            later.attempt <= earlier.attempt:
+                    if earlier.attempt is None or later.attempt is None:
+                        continue
+                    refunded = earlier.token not in touched  # it lapsed unread: its attempt may come back
+                    if later.attempt < earlier.attempt or (later.attempt == earlier.attempt and not refunded):
                         report.attempts_not_up.append((key, earlier.attempt, later.attempt))
         settled = {s.key for s in settles if s.action == "ack" and s.outcome in (OK, UNKNOWN)}
         report.lost = sorted(self.sent - settled - set(remaining), key=repr)

@@ -14,6 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
 
 import spanq
 import spanq.aio
@@ -144,11 +145,18 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
 
 @pytest.fixture(scope="module")
 def spans():
+    """An in-memory exporter behind a global tracer provider, for this module only: OpenTelemetry
+    sets its global once per process, so it is put back after (as OpenTelemetry's own test
+    utilities do), or every later test's sends would carry a traceparent header."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    return exporter
+    yield exporter
+    provider.shutdown()
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    trace._PROXY_TRACER_PROVIDER = trace.ProxyTracerProvider()
 
 
 async def test_one_trace_runs_from_the_request_that_sent_to_the_callback(server, spans):

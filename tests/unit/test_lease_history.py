@@ -121,6 +121,20 @@ def test_an_attempt_that_does_not_go_up_is_found():
     assert not (report.overlaps or report.refused_current or report.lost)
 
 
+def test_an_unread_lease_that_lapsed_may_give_its_attempt_back_but_never_more():
+    r = clean()
+    r.send("f", "g")
+    r.deliver("f", "f1", 1, 0, "x")  # lapsed, nothing settled: the server's refund may repeat attempt 1
+    r.deliver("f", "f2", 1, 5.1, "y")
+    r.settle("ack", "f", "f2", "y", 6, 6.01)
+    r.deliver("g", "g1", 2, 0, "x")
+    r.deliver("g", "g2", 1, 5.1, "y")  # below the lapsed one's: a count taken back twice
+    r.settle("ack", "g", "g2", "y", 6, 6.01)
+    report = r.history.check(remaining=[])
+    assert report.attempts_not_up == [("g", 2, 1)]
+    assert not (report.overlaps or report.refused_current or report.lost)
+
+
 def test_a_message_sent_never_acked_and_gone_is_lost():
     r = clean()
     r.send("f", "g")
