@@ -512,6 +512,24 @@ async def test_pages_need_a_token_with_their_rpcs_privilege(tokens, clock, brows
             }}""")
             assert refused[0] == 403 and f"'{privilege}' privilege on queue 'work'" in refused[1], refused
         assert count(sql, "work") == 1
+        # Nor may it send (the send privilege) or change the settings (admin); it may see the consumers.
+        await expect(page.locator("#send-submit")).to_be_disabled()
+        await expect(page.locator("#settings-save")).to_be_disabled()
+        for action, body, privilege in (("send", '{"key": ["2"], "payload": "x"}', "send"),
+                                        ("settings", '{"lease_duration": "30s"}', "admin")):
+            refused = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/work/{action}', {{method: 'POST', body: '{body}',
+                    headers: {{'Content-Type': 'application/json',
+                               'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}}}});
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert refused[0] == 403 and f"'{privilege}' privilege on queue 'work'" in refused[1], refused
+        assert count(sql, "work") == 1
+        assert sql.execute("SELECT lease_duration FROM spanq.queues WHERE name = 'work'").fetchone() == (
+            timedelta(seconds=10),)
+        consumers = await page.evaluate("""async () => (await fetch('/api/queues/work/consumers', {headers: {
+            'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}})).json()""")
+        assert consumers["streams"] == []
         # No privilege at all on a queue: its page is refused.
         await page.goto(f"http://127.0.0.1:{running.ui_port}/#/queue/secret")
         await expect(page.locator("#error")).to_contain_text("lacks the 'select' privilege", timeout=LIVE)
@@ -532,7 +550,7 @@ async def test_actions_refuse_another_sites_requests(ui):
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.send("work", "keep me", key=1)
     host = f"127.0.0.1:{ui.ui_port}"
-    for action in ("purge", "messages/delete", "messages/release", "messages/redrive"):
+    for action in ("purge", "messages/delete", "messages/release", "messages/redrive", "send", "settings", "pause"):
         path = f"/api/queues/work/{action}"
         plain = await http_post(host, path, "text/plain", "", '{"key": ["1"]}')
         assert plain[0] == 400 and "application/json" in plain[1]
@@ -638,6 +656,25 @@ async def test_bad_bodies_and_numbers_are_400_and_change_nothing(ui, sql):
         status, answer = await http(ui.ui_port, f"GET /api/queues/dead/messages?page_size={size}", {"Host": host})
         assert (status, "page_size must be a whole number" in answer) == (400, True), (size, answer)
     assert (count(sql, "dead"), count(sql, "work")) == (3, 0)
+    # The send form's and the settings' fields: each refused with what is wrong, nothing stored or changed.
+    before = settings_row(sql, "work")
+    for action, body, says in (
+            ("send", '{"key": ["1"], "payload": {"a": 1}}', "`payload` must be text"),
+            ("send", '{"key": "1", "payload": "x"}', "key"),
+            ("send", '{"key": ["1"], "payload": "x", "priority": "high"}', "priority must be a whole number"),
+            ("send", '{"key": ["1"], "payload": "x", "priority": "12"}', "priority must be between 0 and 9"),
+            ("send", '{"key": ["1"], "payload": "x", "delay": "soon"}', "delay must be a number of seconds"),
+            ("send", '{"key": ["1"], "payload": "x", "delay": "nan"}', "delay must be a number of seconds"),
+            ("send", '{"key": ["1"], "payload": "x", "headers": "no equals sign"}', "headers line 1"),
+            ("send", '{"key": ["1"], "payload": "x", "request_id": "' + "r" * 200 + '"}', "request_id must be"),
+            ("settings", "{}", "give one or more of lease_duration"),
+            ("settings", '{"disable_send": true}', "give one or more of lease_duration"),
+            ("settings", '{"lease_duration": 30}', "lease_duration"),
+            ("settings", '{"max_delivery_attempts": "many"}', "max_delivery_attempts"),
+            ("settings", '{"max_delivery_attempts": 2000, "dead_letter_queue": "dead"}', "between 1 and 1000")):
+        status, answer = await http(ui.ui_port, f"POST /api/queues/work/{action}", post, body)
+        assert (status, says in answer) == (400, True), (action, body[:60], status, answer)
+    assert count(sql, "work") == 0 and settings_row(sql, "work") == before
 
 
 def test_serve_takes_more_dashboard_host_names():
