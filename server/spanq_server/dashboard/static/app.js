@@ -541,7 +541,8 @@ async function streamsPage(page) {
       el("thead", {}, el("tr", {}, el("th", {class: "name"}, "Queue"), el("th", {}, "Open streams (this server)"),
         el("th", {}, "Leases in flight (all servers)"))),
       el("tbody", {}, data.queues.map(q => el("tr", {"data-queue": q.name},
-        el("td", {class: "name"}, q.name), el("td", {class: "streams"}, q.streams), el("td", {class: "leased"}, q.leased))))));
+        el("td", {class: "name"}, el("a", {href: "#/queue/" + encodeURIComponent(q.name), title: "its consumers, on its page"}, q.name)),
+        el("td", {class: "streams"}, q.streams), el("td", {class: "leased"}, q.leased))))));
 }
 
 // -- routing and live refresh --------------------------------------------------------
