@@ -247,7 +247,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
         ui_address = parse_listen(config.ui_listen, "dashboard")
         if ui_address is not None:
             dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, access.rule, clock,
-                                  config.ui_allowed_hosts)
+                                  config.ui_allowed_hosts, exactly_once=exactly_once,
+                                  server=f"{config.listen.rsplit(':', 1)[0]}:{port} (pid {os.getpid()})")
             try:
                 ui_port = await dashboard.start(*ui_address, _tls_context(config))
             except OSError as exc:

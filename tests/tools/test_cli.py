@@ -419,3 +419,20 @@ async def test_tail_goes_on_across_a_server_restart(database_url):
             await tail.wait()
         server.kill()
         await asyncio.to_thread(server.wait, 10)
+
+
+async def test_shell_completion_is_printed_and_completes_commands_and_options():
+    code, out, _ = await spanq_cli("localhost:1", "completion", "bash")
+    assert code == 0 and "_spanq_completion()" in out and "_SPANQ_COMPLETE=bash_complete" in out
+    for shell in ("zsh", "fish"):
+        code, out, _ = await spanq_cli("localhost:1", "completion", shell)
+        assert code == 0 and "_SPANQ_COMPLETE" in out, shell
+    code, _, err = await spanq_cli("localhost:1", "completion", "tcsh")
+    assert code == 2 and "'tcsh' is not one of 'bash', 'zsh', 'fish'" in one_line(err)
+    # What the printed script asks at each Tab: the client commands (loaded lazily) and serve's options.
+    for words, cword, want in (("spanq qu", "1", {"plain,queue", "plain,queues"}),
+                               ("spanq queue cr", "2", {"plain,create"}),
+                               ("spanq serve --wo", "2", {"plain,--workers"})):
+        code, out, _ = await spanq_cli("localhost:1", env={"_SPANQ_COMPLETE": "bash_complete", "COMP_WORDS": words,
+                                                           "COMP_CWORD": cword})
+        assert code == 0 and set(out.split()) == want, (words, out)

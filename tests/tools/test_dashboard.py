@@ -28,7 +28,7 @@ from spanq_server.edge import auth
 from spanq_server.server import start
 
 from ..conftest import ROOT
-from ..helpers import duration
+from ..helpers import duration, key, open_stream, value
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -512,6 +512,24 @@ async def test_pages_need_a_token_with_their_rpcs_privilege(tokens, clock, brows
             }}""")
             assert refused[0] == 403 and f"'{privilege}' privilege on queue 'work'" in refused[1], refused
         assert count(sql, "work") == 1
+        # Nor may it send (the send privilege) or change the settings (admin); it may see the consumers.
+        await expect(page.locator("#send-submit")).to_be_disabled()
+        await expect(page.locator("#settings-save")).to_be_disabled()
+        for action, body, privilege in (("send", '{"key": ["2"], "payload": "x"}', "send"),
+                                        ("settings", '{"lease_duration": "30s"}', "admin")):
+            refused = await page.evaluate(f"""async () => {{
+                const r = await fetch('/api/queues/work/{action}', {{method: 'POST', body: '{body}',
+                    headers: {{'Content-Type': 'application/json',
+                               'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}}}});
+                return [r.status, (await r.json()).error];
+            }}""")
+            assert refused[0] == 403 and f"'{privilege}' privilege on queue 'work'" in refused[1], refused
+        assert count(sql, "work") == 1
+        assert sql.execute("SELECT lease_duration FROM spanq.queues WHERE name = 'work'").fetchone() == (
+            timedelta(seconds=10),)
+        consumers = await page.evaluate("""async () => (await fetch('/api/queues/work/consumers', {headers: {
+            'Authorization': 'Bearer ' + sessionStorage.getItem('spanq-token')}})).json()""")
+        assert consumers["streams"] == []
         # No privilege at all on a queue: its page is refused.
         await page.goto(f"http://127.0.0.1:{running.ui_port}/#/queue/secret")
         await expect(page.locator("#error")).to_contain_text("lacks the 'select' privilege", timeout=LIVE)
@@ -532,7 +550,7 @@ async def test_actions_refuse_another_sites_requests(ui):
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.send("work", "keep me", key=1)
     host = f"127.0.0.1:{ui.ui_port}"
-    for action in ("purge", "messages/delete", "messages/release", "messages/redrive"):
+    for action in ("purge", "messages/delete", "messages/release", "messages/redrive", "send", "settings", "pause"):
         path = f"/api/queues/work/{action}"
         plain = await http_post(host, path, "text/plain", "", '{"key": ["1"]}')
         assert plain[0] == 400 and "application/json" in plain[1]
@@ -638,6 +656,25 @@ async def test_bad_bodies_and_numbers_are_400_and_change_nothing(ui, sql):
         status, answer = await http(ui.ui_port, f"GET /api/queues/dead/messages?page_size={size}", {"Host": host})
         assert (status, "page_size must be a whole number" in answer) == (400, True), (size, answer)
     assert (count(sql, "dead"), count(sql, "work")) == (3, 0)
+    # The send form's and the settings' fields: each refused with what is wrong, nothing stored or changed.
+    before = settings_row(sql, "work")
+    for action, body, says in (
+            ("send", '{"key": ["1"], "payload": {"a": 1}}', "`payload` must be text"),
+            ("send", '{"key": "1", "payload": "x"}', "key"),
+            ("send", '{"key": ["1"], "payload": "x", "priority": "high"}', "priority must be a whole number"),
+            ("send", '{"key": ["1"], "payload": "x", "priority": "12"}', "priority must be between 0 and 9"),
+            ("send", '{"key": ["1"], "payload": "x", "delay": "soon"}', "delay must be a number of seconds"),
+            ("send", '{"key": ["1"], "payload": "x", "delay": "nan"}', "delay must be a number of seconds"),
+            ("send", '{"key": ["1"], "payload": "x", "headers": "no equals sign"}', "headers line 1"),
+            ("send", '{"key": ["1"], "payload": "x", "request_id": "' + "r" * 200 + '"}', "request_id must be"),
+            ("settings", "{}", "give one or more of lease_duration"),
+            ("settings", '{"disable_send": true}', "give one or more of lease_duration"),
+            ("settings", '{"lease_duration": 30}', "lease_duration"),
+            ("settings", '{"max_delivery_attempts": "many"}', "max_delivery_attempts"),
+            ("settings", '{"max_delivery_attempts": 2000, "dead_letter_queue": "dead"}', "between 1 and 1000")):
+        status, answer = await http(ui.ui_port, f"POST /api/queues/work/{action}", post, body)
+        assert (status, says in answer) == (400, True), (action, body[:60], status, answer)
+    assert count(sql, "work") == 0 and settings_row(sql, "work") == before
 
 
 def test_serve_takes_more_dashboard_host_names():
@@ -690,3 +727,148 @@ async def test_with_tls_the_dashboard_is_https_with_the_grpc_certificate(server_
         writer.close()
     finally:
         await running.stop(0)
+
+
+async def test_the_send_form_sends_once_per_request_id_and_shows_the_rpcs_errors(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="JSON")
+        await client.create_queue("gen", payload_type="STRING")
+    page = await open_page(browser, ui.ui_port, "#/queue/work")
+    await page.click("#send-panel summary")
+    await page.fill("#send-key-0", "7")
+    await page.fill("#send-payload", '{"order": 1}')
+    await page.select_option("#send-priority", "3")
+    await page.fill("#send-headers", "source=console\nteam=ops")
+    await loaded(page)  # typing survives a redraw
+    await expect(page.locator("#send-payload")).to_have_value('{"order": 1}')
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_have_text('Sent: key ["7"].', timeout=LIVE)
+    assert sql.execute("SELECT id, payload, spanq_priority, spanq_headers FROM work").fetchall() == [
+        (7, {"order": 1}, 3, {"source": "console", "team": "ops"})]
+    # The same form again (a double submit): the same request id, answered from the ledger.
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_contain_text("Already sent with request id", timeout=LIVE)
+    assert count(sql, "work") == 1
+
+    # Bad input: the error spanq.v1 Send gives for it, in the form; nothing stored.
+    async with grpc.aio.insecure_channel(ui.target) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as rpc:
+            await queue_pb2_grpc.QueueServiceStub(channel).Send(queue_pb2.SendRequest(queue="work", messages=[
+                queue_pb2.SendMessage(key=key("x8"), payload=value({"order": 2}))]))
+    assert rpc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    await page.fill("#send-key-0", "x8")
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_have_text("Refused: " + rpc.value.details(), timeout=LIVE)
+    await expect(page.locator("#send-result")).to_have_class("error")
+    await page.fill("#send-key-0", "8")
+    await page.fill("#send-payload", "{not json")
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_contain_text("Refused: the payload is not JSON", timeout=LIVE)
+    await page.fill("#send-payload", '"later"')
+    await page.fill("#send-delay", "-5")
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_contain_text("delay cannot be negative", timeout=LIVE)
+    assert count(sql, "work") == 1
+    await page.fill("#send-delay", "3600")
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_have_text('Sent: key ["8"].', timeout=LIVE)
+    [(later,)] = sql.execute("SELECT deliver_time - now() > interval '59 minutes' FROM work WHERE id = 8").fetchall()
+    assert later
+    await page.screenshot(path=str(DOCS / "dashboard-send.png"), full_page=True)
+
+    # A generated key: no key fields, a fresh UUID per send.
+    await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/gen")
+    await page.click("#send-panel summary")
+    await expect(page.locator("#send")).to_contain_text("The key is generated", timeout=LIVE)
+    await expect(page.locator("#send-key-0")).to_have_count(0)
+    await page.fill("#send-payload", "hello")
+    await page.click("#send-submit")
+    await expect(page.locator("#send-result")).to_contain_text("Sent: key", timeout=LIVE)
+    assert sql.execute("SELECT payload FROM gen").fetchall() == [("hello",)]
+
+
+def settings_row(sql, name: str) -> tuple[Any, ...]:
+    return sql.execute("SELECT lease_duration, initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, "
+                       "message_retention, archive_duration FROM spanq.queues WHERE name = %s", [name]).fetchone()
+
+
+async def test_queue_settings_are_edited_from_the_page_with_update_queues_checks(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("dead", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.create_queue("other", key_columns=[("id", "STRING")], payload_type="STRING")
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+    page = await open_page(browser, ui.ui_port, "#/queue/work")
+    await page.click("#settings-panel summary")
+    await expect(page.locator("#setting-lease_duration")).to_have_value("10", timeout=LIVE)
+    await page.fill("#setting-lease_duration", "30")
+    await page.fill("#setting-max_delivery_attempts", "5")
+    await page.fill("#setting-dead_letter_queue", "dead")
+    await page.fill("#setting-archive_duration", "3600")
+    await page.click("#settings-save")
+    await expect(page.locator("#settings-result")).to_have_text(
+        "Saved: lease_duration, max_delivery_attempts, dead_letter_queue, archive_duration.", timeout=LIVE)
+    assert settings_row(sql, "work") == (timedelta(seconds=30), timedelta(seconds=1), timedelta(hours=1), 5, "dead",
+                                         None, timedelta(hours=1))
+    await expect(page.locator("dl.def")).to_contain_text("acked kept 3600s", timeout=LIVE)
+    await expect(page.locator("#setting-lease_duration")).to_have_value("30")
+
+    # Bad values: UpdateQueue's own errors, and nothing changed.
+    before = settings_row(sql, "work")
+    for field, bad, error in (
+            ("lease_duration", "0.5", "lease_duration must be between 1s and 12h"),
+            ("dead_letter_queue", "nowhere", "dead-letter queue 'nowhere' does not exist"),
+            ("dead_letter_queue", "other", "must have the same key columns and payload type"),
+            ("max_backoff", "soon", "max_backoff")):
+        await page.click("#settings-reset")
+        await page.fill(f"#setting-{field}", bad)
+        await page.click("#settings-save")
+        await expect(page.locator("#settings-result")).to_contain_text(error, timeout=LIVE)
+        await expect(page.locator("#settings-result")).to_have_class("error")
+        assert settings_row(sql, "work") == before
+    await page.click("#settings-reset")
+    await page.click("#settings-save")
+    await expect(page.locator("#settings-result")).to_have_text("Nothing changed.", timeout=LIVE)
+    # Without the pair: both go, and the dead-letter queue is gone.
+    await page.fill("#setting-max_delivery_attempts", "0")
+    await page.fill("#setting-dead_letter_queue", "")
+    await page.click("#settings-save")
+    await expect(page.locator("#settings-result")).to_contain_text("Saved: max_delivery_attempts, dead_letter_queue",
+                                                                    timeout=LIVE)
+    assert settings_row(sql, "work")[3:5] == (None, None)
+
+
+async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send_many("work", [spanq.OutgoingMessage(f"m{i}", i) for i in range(5)])
+    page = await open_page(browser, ui.ui_port, "#/queue/work")
+    await expect(page.locator("#no-consumers")).to_be_visible(timeout=LIVE)
+    async with grpc.aio.insecure_channel(ui.target) as channel:
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        async with open_stream(stub, "work", max_outstanding=3, max_batch_size=2, lease_duration=duration(60)) as s:
+            got = await s.take(3)
+            consumer = page.locator("#consumers tr.consumer")
+            await expect(consumer).to_have_count(1, timeout=LIVE)
+            await expect(consumer.locator("td.held")).to_have_text("3", timeout=LIVE)
+            await expect(consumer.locator("td.delivered")).to_have_text("3")
+            await expect(consumer.locator("td.max-outstanding")).to_have_text("3")
+            await expect(consumer.locator("td.batch")).to_have_text("2")
+            await expect(consumer.locator("td.lease")).to_have_text("60 s")
+            await expect(consumer.locator("td.peer")).to_contain_text("127.0.0.1:")
+            await expect(page.locator("#page")).to_contain_text(f"127.0.0.1:{ui.port} (pid {os.getpid()})")
+            # An ack through this server frees a lease: the holding says so, and the stream takes the next.
+            await stub.Ack(queue_pb2.AckRequest(queue="work", acks=[
+                queue_pb2.AckMessage(key=got[0].key, lease_token=got[0].lease_token)]))
+            await s.next()
+            await expect(consumer.locator("td.delivered")).to_have_text("4", timeout=LIVE)
+            await expect(consumer.locator("td.held")).to_have_text("3")
+            answer = await page.evaluate("async () => (await fetch('/api/queues/work/consumers')).json()")
+            [stream] = answer["streams"]
+            assert (stream["held"], stream["delivered"], stream["max_outstanding"]) == (3, 4, 3)
+            assert stream["peer"].startswith("ipv4:127.0.0.1:") and answer["server"].endswith(f"(pid {os.getpid()})")
+            await page.click("#send-panel summary")
+            await page.click("#settings-panel summary")
+            await page.screenshot(path=str(DOCS / "dashboard-consumers.png"), full_page=True)
+    # Closed: gone from the list (the page polls; the expectation is bounded).
+    await expect(page.locator("#consumers tr.consumer")).to_have_count(0, timeout=LIVE)
+    await expect(page.locator("#no-consumers")).to_be_visible()

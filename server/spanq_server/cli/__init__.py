@@ -57,6 +57,25 @@ def group() -> None:
 group.add_command(serve.serve)
 group.add_command(serve.token)
 
+SHELLS = ("bash", "zsh", "fish")
+
+
+@group.command()
+@click.argument("shell", type=click.Choice(SHELLS))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL: commands, options and choices complete on Tab.
+
+    \b
+    bash:  eval "$(spanq completion bash)"   (in ~/.bashrc)
+    zsh:   eval "$(spanq completion zsh)"    (in ~/.zshrc)
+    fish:  spanq completion fish > ~/.config/fish/completions/spanq.fish
+    """
+    from click.shell_completion import get_completion_class  # noqa: PLC0415  # only for this command
+
+    complete = get_completion_class(shell)
+    assert complete is not None  # click.Choice took one of its shells
+    click.echo(complete(group, {}, "spanq", "_SPANQ_COMPLETE").source())
+
 
 def _invoke(argv: list[str], environ: Mapping[str, str]) -> Any:
     """Runs the command argv names, its options reading environ; returns what it returns (serve:

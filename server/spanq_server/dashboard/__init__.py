@@ -1,9 +1,11 @@
 """The web dashboard (``spanq serve --ui-listen``): queues with their charts and
 marks (watch.py), a queue's messages and their search, purge, redrive and its
-pauses (an UpdateQueue of disable_send / disable_delivery), one
-message's delete, release and redrive, open streams. Static pages (static/, no
-build step) call a small JSON API here, which calls the domain in-process
-(admin.Operator, the catalog, the receiver).
+pauses (an UpdateQueue of disable_send / disable_delivery), its settings (an
+UpdateQueue), a send form (a Send, exactly once by the form's request_id), one
+message's delete, release and redrive, its consumers (the open Receive streams of
+this server), open streams. Static pages (static/, no build step) call a small JSON
+API here, which calls the domain in-process (admin.Operator, the catalog, the
+receiver, exactly_once.py through edge/requests.py: the RPCs' own decoding).
 
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by
@@ -16,18 +18,22 @@ machine, would otherwise be same-origin here.
 
 import importlib.resources
 import json
+import math
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from datetime import datetime, timezone
 from typing import Any, cast
 
 from google.protobuf import json_format
+from google.protobuf.json_format import ParseError
 
 from spanq_proto.v1 import queue_pb2
 
+from ..domain.exactly_once import ExactlyOnce
 from ..domain.operator import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
 from ..domain.queues import Catalog
-from ..domain.receive.stream import Receiver
-from ..edge import auth, status
+from ..domain.receive.stream import OpenStream, Receiver
+from ..edge import auth, requests, status
 from ..edge.views import peek_response, queue_to_proto, stats_response
 from ..ground import errors
 from ..ground.clock import Clock
@@ -45,6 +51,10 @@ RATE_STEP = 10
 """Seconds per point of the rate charts (the last rates.HISTORY seconds)."""
 MESSAGE_ACTIONS = ("delete", "release", "redrive")
 """POST /api/queues/NAME/messages/ACTION {"key": [...], "to": QUEUE}: one message's action."""
+SETTINGS = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
+            "message_retention_duration", "archive_duration")
+"""POST /api/queues/NAME/settings {FIELD: VALUE, ...}: UpdateQueue of those (spanq.v1 Queue's JSON form:
+durations as "30s"); the pauses have their own action."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names the dashboard always answers for, beside its listen address and --ui-allowed-hosts."""
 
@@ -57,10 +67,14 @@ def _dict(message: Any) -> dict[str, Any]:
 class Dashboard:
     def __init__(self, catalog: Catalog, operator: Operator, receiver: Receiver, rates: Rates,
                  tokens: auth.Tokens | None, rule: Callable[[str], auth.Rule], clock: Clock,
-                 allowed_hosts: Sequence[str] = ()) -> None:
+                 allowed_hosts: Sequence[str] = (), *, exactly_once: ExactlyOnce, server: str = "") -> None:
         """``rule``: the spanq.v1 rule of a QueueService method by its name (access.rule),
-        handed in by server.py, so that this front-end does not import the other."""
+        handed in by server.py, so that this front-end does not import the other.
+        ``server``: this process as its consumers list names it (address and pid)."""
         self._catalog = catalog
+        self._once = exactly_once
+        self._server = server
+        self._clock = clock
         self._rule = rule
         self._operator = operator
         self._receiver = receiver
@@ -105,6 +119,12 @@ class Dashboard:
                 return json_response(await self._queue(request, parts[2]))
             if route == ("GET", "queues", "*", "messages"):
                 return json_response(await self._messages(request, parts[2]))
+            if route == ("GET", "queues", "*", "consumers"):
+                return json_response(await self._consumers(request, parts[2]))
+            if route == ("POST", "queues", "*", "send"):
+                return json_response(await self._send(request, parts[2], body))
+            if route == ("POST", "queues", "*", "settings"):
+                return json_response(await self._settings(request, parts[2], body))
             if route == ("POST", "queues", "*", "purge"):
                 return json_response(await self._purge(request, parts[2]))
             if route == ("POST", "queues", "*", "pause"):
@@ -234,7 +254,9 @@ class Dashboard:
         queue = await self._catalog.get(name)
         sources = await self._operator.dead_letter_sources(name)
         return {"queue": _dict(queue_to_proto(queue)), "stats": await self._stats(name, bool(sources)),
-                "dead_letter_sources": sources, "rate_step": RATE_STEP,
+                "dead_letter_sources": sources, "rate_step": RATE_STEP, "consumers": self._describe(name),
+                "key_generated": queue.key_generated,
+                "may_send": self._may(principal, "Send", queue_pb2.SendRequest(queue=name)),
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
                 "may_pause": self._may(principal, "UpdateQueue", _pausing(name, {})),
                 "may_delete": self._may(principal, "Ack", queue_pb2.AckRequest(queue=name)),
@@ -286,6 +308,57 @@ class Dashboard:
         self._require(request, self._principal(request), "UpdateQueue", _pausing(name, changes))
         return {"queue": _dict(queue_to_proto(await self._catalog.update(name, changes)))}
 
+    async def _consumers(self, request: Request, name: str) -> dict[str, Any]:
+        self._require(request, self._principal(request), "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=name))
+        await self._catalog.get(name)  # NOT_FOUND for a queue that is not there
+        return self._describe(name)
+
+    def _describe(self, name: str) -> dict[str, Any]:
+        """The queue's open Receive streams on this server (receive/stream.py keeps them)."""
+        now = self._clock.now() or datetime.now(timezone.utc)
+        return {"server": self._server, "streams": [_stream(s, now) for s in self._receiver.streams(name)]}
+
+    async def _send(self, request: Request, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The send form: {"request_id", "key": [...], "payload": TEXT, "delay": SECONDS, "headers":
+        "KEY=VALUE" lines, "priority": 0-9}, sent as spanq.v1 Send is (edge/requests.py): the same
+        checks and errors, and a request_id sent again answers its first send (replayed)."""
+        self._require(request, self._principal(request), "Send", queue_pb2.SendRequest(queue=name))
+        queue = await self._catalog.get(name)
+        message: dict[str, Any] = {"payload": _payload(queue.payload_type.value, _text(body, "payload"))}
+        key = body.get("key")
+        if key not in (None, []):
+            message["key"] = key
+        delay = _text(body, "delay").strip()
+        if delay:
+            try:
+                seconds = float(delay)
+            except ValueError:
+                raise errors.InvalidArgument(f"delay must be a number of seconds, got {delay[:40]!r}") from None
+            if not math.isfinite(seconds):
+                raise errors.InvalidArgument(f"delay must be a number of seconds, got {delay[:40]!r}")
+            message["delay"] = f"{seconds:.6f}s"  # Duration's JSON form; the codec checks its range
+        headers = _headers(_text(body, "headers"))
+        if headers:
+            message["headers"] = headers
+        priority = _text(body, "priority").strip() or "0"
+        if not (priority.isascii() and priority.isdigit()):
+            raise errors.InvalidArgument(f"priority must be a whole number from 0 to 9, got {priority[:40]!r}")
+        message["priority"] = int(priority)
+        rpc = _parse({"queue": name, "request_id": _text(body, "request_id"), "messages": [message]},
+                     queue_pb2.SendRequest())
+        return _dict(await requests.send(self._catalog, self._once, rpc))
+
+    async def _settings(self, request: Request, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The settings form: the fields it changed, in spanq.v1 Queue's JSON form, as one
+        UpdateQueue (edge/requests.py's reading of it; the catalog's checks)."""
+        if not body or any(field not in SETTINGS for field in body):
+            raise errors.InvalidArgument(f"give one or more of {', '.join(SETTINGS)}")
+        rpc = queue_pb2.UpdateQueueRequest()
+        _parse({"name": name, **body}, rpc.queue)
+        rpc.update_mask.paths.extend(body)
+        self._require(request, self._principal(request), "UpdateQueue", rpc)
+        return {"queue": _dict(queue_to_proto(await self._catalog.update(name, requests.queue_changes(rpc))))}
+
     async def _purge(self, request: Request, name: str) -> dict[str, Any]:
         self._require(request, self._principal(request), "Purge", queue_pb2.PurgeRequest(queue=name))
         return {"purged": await self._operator.purge(name, None)}
@@ -319,6 +392,51 @@ def _pausing(name: str, changes: dict[str, Any]) -> queue_pb2.UpdateQueueRequest
     request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=name, **changes))
     request.update_mask.paths.extend(changes)
     return request
+
+
+def _stream(s: OpenStream, now: datetime) -> dict[str, Any]:
+    return {"peer": s.peer, "opened_at": s.opened_at.isoformat(), "age_seconds": max(0.0, (now - s.opened_at).total_seconds()),
+            "held": s.held, "delivered": s.delivered, "max_outstanding": s.max_outstanding,
+            "max_batch_size": s.max_batch_size, "lease_duration_seconds": s.lease_duration.total_seconds()}
+
+
+def _text(body: dict[str, Any], field: str) -> str:
+    value = body.get(field, "")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise errors.InvalidArgument(f"`{field}` must be text")
+    return str(value)
+
+
+def _payload(payload_type: str, text: str) -> Any:
+    """The form's payload text as spanq.v1's JSON form holds it: JSON parsed, BYTES as base64, STRING as is."""
+    if payload_type != "JSON":
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"the payload is not JSON ({exc}); the queue's payload type is JSON") from None
+    except RecursionError:
+        raise errors.InvalidArgument("the payload is JSON nested too deep") from None
+
+
+def _headers(text: str) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        name, equals, value = line.partition("=")
+        if not equals or not name.strip():
+            raise errors.InvalidArgument(f"headers line {number} ({line[:40]!r}) is not KEY=VALUE")
+        headers[name.strip()] = value
+    return headers
+
+
+def _parse(data: dict[str, Any], message: Any) -> Any:
+    """spanq.v1's JSON form into its message, a field that does not fit it INVALID_ARGUMENT."""
+    try:
+        return json_format.ParseDict(data, message)
+    except ParseError as exc:
+        raise errors.InvalidArgument(str(exc)) from None
 
 
 def _error(exc: errors.QueueError) -> Response:

@@ -1,11 +1,10 @@
 """The spanq.v1.QueueService servicer: protobuf <-> domain, and domain errors
 -> gRPC status. No SQL and no queue rules here."""
 
-import dataclasses
 import functools
 import logging
 from datetime import timedelta
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 import grpc
@@ -14,45 +13,25 @@ from google.protobuf import empty_pb2
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from ..domain import queues
-from ..domain.exactly_once import Answer, ExactlyOnce, Request
-from ..domain.mutations import MAX_SCHEDULE_AHEAD, AckOp, Mutation, Mutator, RenewOp, Result, SendOp
+from ..domain.exactly_once import ExactlyOnce
+from ..domain.mutations import AckOp, Mutation, Mutator, RenewOp, Result, SendOp
 from ..domain.operator import Operator
 from ..domain.queues import Catalog
 from ..domain.receive.stream import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
 from ..edge import codec
+from ..edge.requests import (SEND, Reply, Response, commit, queue_changes, retention, send_op, send_response,
+                             setting)
 from ..edge.status import translate_errors, translate_stream_errors
 from ..edge.views import peek_response, queue_to_proto, stats_response, write_dead_letter
 from ..ground import errors
 from ..ground.jsonfit import check_json, json_fits
-from ..ground.model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef, RenewResult
+from ..ground.model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, QueueDef, RenewResult
 
 logger = logging.getLogger(__name__)
 
 MAX_NACK_REASON = 200
 """Characters of a nack's reason (RenewLeaseRequest.reason): a short note for the
 dead-letter history, not a log."""
-
-Reply = Any
-"""A request or response message of a mutating RPC (they share request_id / replayed)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Response:
-    """A mutating RPC's response, as exactly_once.py asks for it (its ``Reply``): built
-    from the results, and its replay decoded from the ledger with replayed = true."""
-
-    type: Any
-    build: Callable[[Sequence[Mutation], Sequence[Result]], Reply]
-
-    def encode(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> tuple[Reply, bytes]:
-        reply = self.build(mutations, results)
-        return reply, reply.SerializeToString()
-
-    def replay(self, recorded: bytes) -> Reply:
-        reply = self.type.FromString(recorded)
-        reply.replayed = True
-        return reply
-
 
 class QueueService(queue_pb2_grpc.QueueServiceServicer):
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, exactly_once: ExactlyOnce,
@@ -143,17 +122,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _commit(self, kind: str, request: Reply, response: Response,
                       ops: Callable[[], Awaitable[list[Mutation]]]) -> Reply:
-        """Runs one mutating RPC through exactly_once.py: its mutations (``ops``, from the
-        request) committed once, or the recorded response with replayed = true."""
-        unkeyed = type(request)()
-        unkeyed.CopyFrom(request)
-        unkeyed.request_id = ""
-        keyed = Request.of(request.request_id, kind, unkeyed.SerializeToString(deterministic=True))
-
-        async def attempt() -> Answer[Reply]:
-            return await self._once.commit(keyed, await ops(), response)
-
-        return (await self._once.run(keyed, response, attempt)).reply
+        return await commit(self._once, kind, request, response, ops)
 
     # -- receive ----------------------------------------------------------------
 
@@ -174,7 +143,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             max_outstanding=request.max_outstanding,
         )
         queue = await self._catalog.get(request.queue, fresh=True)
-        await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write)
+        await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write,
+                                    context.peer())
 
     # -- operator tools (admin.py) ------------------------------------------------
 
@@ -205,30 +175,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     # -- request -> domain ------------------------------------------------------
 
     async def _send_op(self, request: queue_pb2.SendRequest) -> SendOp:
-        queue = await self._catalog.get(request.queue)
-        read = codec.key_reader(queue.key_columns)
-        messages = []
-        for i, m in enumerate(request.messages):
-            where = f"message {i}"
-            key: Key = ()
-            if m.HasField("key") and (m.key.values or not queue.key_generated):
-                # The fast reader, or for a key that is not well-formed the full decoder, to say why.
-                key = read(m.key) or codec.key_from_proto(queue, m.key, where)
-            messages.append(
-                OutgoingMessage(
-                    key=key,
-                    payload=codec.payload_from_proto(queue, m.payload, m.HasField("payload"), where),
-                    deliver_time=codec.timestamp_to_datetime(m.deliver_time, f"{where}: deliver_time")
-                    if m.HasField("deliver_time") else None,
-                    delay=codec.duration_from_proto(
-                        m.delay, f"{where}: delay", default=None, minimum=timedelta(0),
-                        maximum=MAX_SCHEDULE_AHEAD,
-                    ) if m.HasField("delay") else None,
-                    headers=dict(m.headers) or None,
-                    priority=m.priority,
-                )
-            )
-        return SendOp(queue=queue, messages=messages)
+        return await send_op(self._catalog, request)
 
     async def _ack_op(self, request: queue_pb2.AckRequest) -> AckOp:
         queue = await self._catalog.get(request.queue)
@@ -261,21 +208,11 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 # -- domain -> response ---------------------------------------------------------
 
 
-SEND = Response(queue_pb2.SendResponse, lambda ops, results: send_response(cast(SendOp, ops[0]).queue, cast(list[Key], results[0])))
 ACK = Response(queue_pb2.AckResponse,
                lambda ops, results: ack_response(cast(AckOp, ops[0]).queue, cast(list[AckResult], results[0])))
 RENEW = Response(queue_pb2.RenewLeaseResponse, lambda ops, results: renew_response(cast(list[RenewResult], results[0])))
 COMMIT = Response(queue_pb2.CommitResponse, lambda ops, results: queue_pb2.CommitResponse(
     results=[mutation_result(op, result) for op, result in zip(ops, results)]))
-
-
-def send_response(queue: QueueDef, keys: list[Key]) -> queue_pb2.SendResponse:
-    write_key = codec.key_writer(queue.key_columns)
-    out = queue_pb2.SendResponse()
-    add = out.keys.add
-    for k in keys:
-        write_key(add(), k)
-    return out
 
 
 def ack_response(queue: QueueDef, results: list[AckResult]) -> queue_pb2.AckResponse:
@@ -403,53 +340,16 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         payload_type=codec.column_type(q.payload_type or queue_pb2.BYTES, "payload_type"),
         key_generated=generated,
         parent_table=q.parent_table or None,
-        lease_duration=_setting(q.lease_duration, "lease_duration", queues.DEFAULT_LEASE, queues.MAX_LEASE),
-        initial_backoff=_setting(q.initial_backoff, "initial_backoff", queues.DEFAULT_INITIAL_BACKOFF,
+        lease_duration=setting(q.lease_duration, "lease_duration", queues.DEFAULT_LEASE, queues.MAX_LEASE),
+        initial_backoff=setting(q.initial_backoff, "initial_backoff", queues.DEFAULT_INITIAL_BACKOFF,
                                  queues.MAX_BACKOFF, explicit_zero=q.HasField("initial_backoff")),
-        max_backoff=_setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
+        max_backoff=setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
         max_delivery_attempts=q.max_delivery_attempts or None,
         dead_letter_queue=q.dead_letter_queue or None,
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
-        message_retention_duration=_retention(q, "message_retention_duration"),
-        archive_duration=_retention(q, "archive_duration"),
+        message_retention_duration=retention(q, "message_retention_duration"),
+        archive_duration=retention(q, "archive_duration"),
     )
 
 
-def _retention(q: queue_pb2.Queue, field: str) -> timedelta | None:
-    """Unset or 0: none (messages kept until acked; an ack deletes)."""
-    return codec.duration_from_proto(getattr(q, field), field, default=None, minimum=queues.MIN_RETENTION,
-                                     maximum=queues.MAX_RETENTION)
-
-
-def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
-    """The settings an UpdateQueue names (QueueDef's field names), with their new values:
-    a named duration left unset takes CreateQueue's default; 0 and "" remove the
-    dead-letter pair. Names of fields that cannot change pass through for queues.py to refuse."""
-    q = request.queue
-    values: dict[str, Callable[[], Any]] = {
-        "lease_duration": lambda: _setting(q.lease_duration, "lease_duration", queues.DEFAULT_LEASE,
-                                           queues.MAX_LEASE),
-        "initial_backoff": lambda: _setting(q.initial_backoff, "initial_backoff", queues.DEFAULT_INITIAL_BACKOFF,
-                                            queues.MAX_BACKOFF, explicit_zero=q.HasField("initial_backoff")),
-        "max_backoff": lambda: _setting(q.max_backoff, "max_backoff", queues.DEFAULT_MAX_BACKOFF, queues.MAX_BACKOFF),
-        "max_delivery_attempts": lambda: q.max_delivery_attempts or None,
-        "dead_letter_queue": lambda: q.dead_letter_queue or None,
-        "disable_send": lambda: q.disable_send,
-        "disable_delivery": lambda: q.disable_delivery,
-        "message_retention_duration": lambda: _retention(q, "message_retention_duration"),
-        "archive_duration": lambda: _retention(q, "archive_duration"),
-    }
-    changes: dict[str, Any] = {}
-    for path in request.update_mask.paths:
-        value = values.get(path)
-        changes[path] = None if value is None else value()
-    return changes
-
-
-def _setting(d: Any, what: str, default: timedelta, maximum: timedelta,
-             explicit_zero: bool = False) -> timedelta:
-    value = codec.duration_from_proto(d, what, default=default, minimum=timedelta(0), maximum=maximum,
-                                      zero_allowed=explicit_zero)
-    assert value is not None
-    return value

@@ -275,6 +275,8 @@ async function queuePage(page, name, state) {
     s.marks.length ? el("ul", {id: "queue-marks"}, s.marks.map(m => el("li", {}, el("span", {class: "mark " + m.kind}, m.kind), ": ", m.text))) : null,
     charts(s, info.rate_step, q.dead_letter_queue, state),
     actions,
+    el("div", {class: "panels"}, sendForm(name, info, state), settingsForm(name, info, state)),
+    consumers(info.consumers),
     el("h2", {}, "Messages, in delivery order"),
     searchForm(state),
     el("div", {class: "scroll"}, el("table", {id: "messages"},
@@ -286,6 +288,144 @@ async function queuePage(page, name, state) {
       el("button", {id: "first-page", disabled: state.tokens.length === 1, onclick: () => { state.tokens = [""]; refresh(); }}, "First page"),
       el("button", {id: "next-page", disabled: !peek.next_page_token,
         onclick: () => { state.tokens.push(peek.next_page_token); refresh(); }}, "Next page")));
+}
+
+// -- the send form, the settings, the consumers ------------------------------------
+
+function newId() { return crypto.randomUUID(); }
+
+// A panel (details) that stays open or closed across the page's redraws.
+function panel(id, title, box, ...children) {
+  return el("details", {id, class: "panel", open: box.open,
+    ontoggle: (event) => { box.open = event.target.open; }}, el("summary", {}, title), ...children);
+}
+
+// A field of a form whose draft is kept in ``box.draft`` across redraws; ``changed`` runs on input.
+function field(box, name, label, attrs, changed) {
+  const oninput = (event) => { box.draft[name] = event.target.value; if (changed) changed(); };
+  const value = box.draft[name] ?? "";
+  const input = attrs.tag === "select"
+    ? el("select", {id: attrs.id, onchange: oninput}, attrs.options.map(o => el("option", {value: o, selected: String(value) === String(o)}, o)))
+    : attrs.tag === "textarea" ? el("textarea", {id: attrs.id, rows: attrs.rows || 3, cols: 40, placeholder: attrs.placeholder, oninput}, value)
+    : el("input", Object.assign({value, oninput}, attrs));
+  return el("label", {}, el("span", {}, label), input);
+}
+
+const KEY_HINT = {INT64: "an integer", STRING: "text", BYTES: "base64", TIMESTAMP: "2026-01-02T03:04:05Z", BOOL: ""};
+const PAYLOAD_HINT = {JSON: "JSON, e.g. {\"id\": 1}", STRING: "text", BYTES: "base64"};
+
+// A Send, as spanq.v1's: the form's request id stays the same until a field changes, so a
+// second submit of the same form answers the first (replayed) and stores nothing more.
+function sendForm(name, info, state) {
+  const q = info.queue;
+  const box = state.send || (state.send = {open: false, draft: {}, id: newId()});
+  const renew = () => { box.id = newId(); };
+  const keyFields = info.key_generated ? [el("p", {class: "muted"}, "The key is generated (a UUID).")]
+    : q.key_columns.map((c, i) => field(box, "key" + i, `${c.name} (${c.type})`,
+        c.type === "BOOL" ? {tag: "select", id: "send-key-" + i, options: ["true", "false"]}
+          : {id: "send-key-" + i, type: "text", placeholder: KEY_HINT[c.type], size: 24}, renew));
+  return panel("send-panel", "Send a message", box, el("form", {id: "send", class: "fields", onsubmit: (event) => {
+      event.preventDefault();
+      send(name, info, box);
+    }},
+    keyFields,
+    field(box, "payload", `Payload (${q.payload_type})`, {tag: "textarea", id: "send-payload", placeholder: PAYLOAD_HINT[q.payload_type]}, renew),
+    field(box, "delay", "Delay (seconds)", {id: "send-delay", type: "number", step: "any", placeholder: "0", size: 6}, renew),
+    field(box, "priority", "Priority", {tag: "select", id: "send-priority", options: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}, renew),
+    field(box, "headers", "Headers (KEY=VALUE, one a line)", {tag: "textarea", id: "send-headers", rows: 2, placeholder: "source=console"}, renew),
+    el("p", {},
+      el("button", {type: "submit", id: "send-submit", disabled: !info.may_send,
+        title: info.may_send ? null : "this token may not send to it"}, "Send"),
+      el("button", {type: "button", id: "send-new", onclick: () => { box.id = newId(); box.result = null; refresh(); }}, "New"),
+      el("span", {class: "muted"}, " request id ", el("code", {id: "send-request-id"}, box.id))),
+    el("p", {id: "send-result", role: "status", class: box.result && box.result.error ? "error" : null},
+      box.result ? box.result.text : "")));
+}
+
+async function send(name, info, box) {
+  const key = info.key_generated ? [] : info.queue.key_columns.map((c, i) => {
+    const v = box.draft["key" + i] ?? (c.type === "BOOL" ? "true" : "");
+    return c.type === "BOOL" ? v === "true" : v;
+  });
+  const d = box.draft;
+  try {
+    const result = await (await api(`/api/queues/${encodeURIComponent(name)}/send`, {method: "POST", body: JSON.stringify({
+      request_id: box.id, key, payload: d.payload || "", delay: d.delay || "", headers: d.headers || "", priority: d.priority || "0"})})).json();
+    box.result = {text: result.replayed
+      ? `Already sent with request id ${box.id}: nothing stored again (change a field, or New, to send another).`
+      : `Sent: key ${JSON.stringify(result.keys[0])}.`};
+  } catch (e) { box.result = {error: true, text: "Refused: " + e.message}; }
+  refresh();
+}
+
+// The queue's settings as the form shows them (seconds for durations; 0: none).
+function settingsOf(q) {
+  return {lease_duration: seconds(q.lease_duration), initial_backoff: seconds(q.initial_backoff),
+    max_backoff: seconds(q.max_backoff), max_delivery_attempts: q.max_delivery_attempts || 0,
+    dead_letter_queue: q.dead_letter_queue || "", message_retention_duration: seconds(q.message_retention_duration),
+    archive_duration: seconds(q.archive_duration)};
+}
+
+const SETTINGS = [["lease_duration", "Lease (seconds)"], ["initial_backoff", "Initial backoff (seconds)"],
+  ["max_backoff", "Max backoff (seconds)"], ["max_delivery_attempts", "Max delivery attempts (0: unlimited)"],
+  ["dead_letter_queue", "Dead-letter queue (empty: none)"], ["message_retention_duration", "Retention (seconds, 0: until acked)"],
+  ["archive_duration", "Archive acked for (seconds, 0: an ack deletes)"]];
+
+// An UpdateQueue of the fields changed (the dead-letter pair goes together).
+function settingsForm(name, info, state) {
+  const current = settingsOf(info.queue);
+  const box = state.settings || (state.settings = {open: false});
+  const fresh = () => Object.fromEntries(Object.entries(current).map(([k, v]) => [k, String(v)]));
+  if (!box.draft) box.draft = fresh();
+  return panel("settings-panel", "Edit settings", box, el("form", {id: "settings", class: "fields", onsubmit: (event) => {
+      event.preventDefault();
+      saveSettings(name, current, box);
+    }},
+    SETTINGS.map(([k, label]) => field(box, k, label, {id: "setting-" + k, type: "text", size: k === "dead_letter_queue" ? 20 : 8})),
+    el("p", {},
+      el("button", {type: "submit", id: "settings-save", disabled: !info.may_pause,
+        title: info.may_pause ? null : "this token may not update the queue (admin)"}, "Save"),
+      el("button", {type: "button", id: "settings-reset", onclick: () => { box.draft = fresh(); box.result = null; refresh(); }}, "Reset")),
+    el("p", {id: "settings-result", role: "status", class: box.result && box.result.error ? "error" : null},
+      box.result ? box.result.text : "")));
+}
+
+async function saveSettings(name, current, box) {
+  const changed = {};
+  for (const [k] of SETTINGS) {
+    const v = String(box.draft[k] ?? "").trim();
+    if (v !== String(current[k])) changed[k] = v;
+  }
+  if ("max_delivery_attempts" in changed || "dead_letter_queue" in changed) {
+    changed.max_delivery_attempts ??= String(current.max_delivery_attempts);
+    changed.dead_letter_queue ??= current.dead_letter_queue;
+  }
+  if (!Object.keys(changed).length) { box.result = {text: "Nothing changed."}; refresh(); return; }
+  // spanq.v1 Queue's JSON form: a duration "30s", a count a number; text that is neither goes as typed, for the server to refuse.
+  const body = Object.fromEntries(Object.entries(changed).map(([k, v]) =>
+    [k, k === "dead_letter_queue" ? v : k === "max_delivery_attempts" ? (/^\d+$/.test(v) ? Number(v) : v)
+      : (/^\d+(\.\d+)?$/.test(v) ? v + "s" : v)]));
+  try {
+    await api(`/api/queues/${encodeURIComponent(name)}/settings`, {method: "POST", body: JSON.stringify(body)});
+    box.draft = null;  // drawn again from what the queue holds now
+    box.result = {text: "Saved: " + Object.keys(changed).join(", ") + "."};
+  } catch (e) { box.result = {error: true, text: "Refused: " + e.message}; }
+  refresh();
+}
+
+// The queue's open Receive streams on this server (with --workers: the dashboard's worker).
+function consumers(data) {
+  return el("section", {id: "consumers-section"}, el("h2", {}, "Consumers"),
+    el("p", {class: "muted"}, `Open Receive streams of this queue on ${data.server || "this server"}.`),
+    data.streams.length ? el("div", {class: "scroll"}, el("table", {id: "consumers"},
+      el("thead", {}, el("tr", {}, ["Client", "Opened", "Age", "Leases held", "Delivered", "Max outstanding", "Batch", "Lease"]
+        .map((t, i) => el("th", {class: i ? null : "name"}, t)))),
+      el("tbody", {}, data.streams.map(c => el("tr", {class: "consumer"},
+        el("td", {class: "text peer"}, c.peer || "unknown"), el("td", {class: "time"}, time(c.opened_at.replace("+00:00", "Z"))),
+        el("td", {class: "age"}, age(c.age_seconds)), el("td", {class: "held"}, c.held), el("td", {class: "delivered"}, c.delivered),
+        el("td", {class: "max-outstanding"}, c.max_outstanding), el("td", {class: "batch"}, c.max_batch_size),
+        el("td", {class: "lease"}, c.lease_duration_seconds + " s"))))))
+      : el("p", {class: "muted", id: "no-consumers"}, "No open Receive streams."));
 }
 
 // One message's actions, each a POST the server checks as the RPC it stands for; delete and
@@ -401,7 +541,8 @@ async function streamsPage(page) {
       el("thead", {}, el("tr", {}, el("th", {class: "name"}, "Queue"), el("th", {}, "Open streams (this server)"),
         el("th", {}, "Leases in flight (all servers)"))),
       el("tbody", {}, data.queues.map(q => el("tr", {"data-queue": q.name},
-        el("td", {class: "name"}, q.name), el("td", {class: "streams"}, q.streams), el("td", {class: "leased"}, q.leased))))));
+        el("td", {class: "name"}, el("a", {href: "#/queue/" + encodeURIComponent(q.name), title: "its consumers, on its page"}, q.name)),
+        el("td", {class: "streams"}, q.streams), el("td", {class: "leased"}, q.leased))))));
 }
 
 // -- routing and live refresh --------------------------------------------------------
@@ -435,7 +576,8 @@ async function refresh() {
   const page = document.getElementById("page");
   const active = document.activeElement && page.contains(document.activeElement) ? document.activeElement : null;
   const focused = active ? active.id : "";
-  const caret = active && active.type === "search" ? [active.selectionStart, active.selectionEnd] : null;
+  // Text being typed in (a search, the send form): its caret too (a number field has none).
+  const caret = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : null;
   document.getElementById("refresh-state").classList.add("loading");
   try {
     // A slow answer for a page no longer shown must not draw over the one that is.

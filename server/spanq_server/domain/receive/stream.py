@@ -43,7 +43,6 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, Protocol, TypeVar
@@ -140,8 +139,30 @@ class ReceiveOptions:
         )
 
 
+@dataclasses.dataclass
+class OpenStream:
+    """One open stream, as an operator sees it (the dashboard's consumers): kept beside
+    what the stream keeps anyway, so describing it costs nothing while nobody looks."""
+
+    queue: str
+    peer: str
+    """The client's address, as the front-end knows it (gRPC's peer), or ""."""
+    opened_at: datetime
+    max_batch_size: int
+    max_outstanding: int
+    lease_duration: timedelta
+    holding: StreamHolding
+    delivered: int = 0
+    """Messages handed to the stream since it opened."""
+
+    @property
+    def held(self) -> int:
+        """Its leases as this server knows them (held.py: an upper bound, recounted when full)."""
+        return len(self.holding)
+
+
 class Receiver:
-    """Runs Receive streams; counts them per queue for the stream limit."""
+    """Runs Receive streams; keeps them per queue for the stream limit and to describe them."""
 
     def __init__(self, store: Store, wakeups: Wakeups, clock: Clock, limits: Limits,
                  poll_interval: timedelta, metrics: Counters,
@@ -153,7 +174,7 @@ class Receiver:
         self._clock = clock
         self._limits = limits
         self._poll = poll_interval.total_seconds()
-        self._streams: Counter[str] = Counter()
+        self._streams: dict[str, dict[str, OpenStream]] = {}  # by queue, then by the stream's token prefix
         self._watches: dict[str, set[LapseWatch]] = {}  # each open stream's, by queue
         self._closing = asyncio.Event()
         self._giving_back: set[asyncio.Task[int]] = set()  # strong references until done
@@ -161,11 +182,15 @@ class Receiver:
         clock.on_advance(wakeups.wake_all)
 
     def open_streams(self) -> int:
-        return sum(self._streams.values())
+        return sum(map(len, self._streams.values()))
 
     def streams_by_queue(self) -> dict[str, int]:
         """Open streams per queue (queues with none are left out)."""
-        return dict(self._streams)
+        return {name: len(streams) for name, streams in self._streams.items()}
+
+    def streams(self, name: str) -> list[OpenStream]:
+        """The queue's open streams on this server, oldest first."""
+        return list(self._streams.get(name, {}).values())
 
     def queue_dropped(self, name: str) -> None:
         """Ends this server's streams on a dropped queue (NOT_FOUND) at once, not at their next poll."""
@@ -187,27 +212,34 @@ class Receiver:
         if self._giving_back:
             await asyncio.wait(set(self._giving_back), timeout=timeout)
 
-    async def stream(self, queue: QueueDef, options: ReceiveOptions) -> AsyncGenerator[list[LeasedMessage], None]:
+    async def stream(self, queue: QueueDef, options: ReceiveOptions,
+                     peer: str = "") -> AsyncGenerator[list[LeasedMessage], None]:
+        """``peer``: the client's address, to describe the stream (``streams``)."""
         options = options.checked()
-        if self._streams[queue.name] >= self._limits.max_streams_per_queue:
+        here = len(self._streams.get(queue.name, ()))
+        if here >= self._limits.max_streams_per_queue:
             raise errors.LimitExceeded(
-                f"queue {queue.name!r} has {self._streams[queue.name]} open Receive streams on this server, the "
+                f"queue {queue.name!r} has {here} open Receive streams on this server, the "
                 "configured maximum; close some or spread them over more servers"
             )
-        self._streams[queue.name] += 1
+        streams = self._streams.setdefault(queue.name, {})
         watch = LapseWatch(options.lease_duration or queue.lease_duration)
         watches = self._watches.setdefault(queue.name, set())
         watches.add(watch)
         prefix = secrets.token_hex(8)  # this stream's tokens share it: max_outstanding counts by it
         holding = self._holdings.open(queue.name, prefix)  # an upper bound on its live leases (held.py)
+        described = streams[prefix] = OpenStream(
+            queue.name, peer, self._clock.now() or datetime.now(timezone.utc), options.max_batch_size,
+            options.max_outstanding, options.lease_duration or queue.lease_duration, holding)
         try:
             async for batch in self._run(queue, options, watch, prefix, holding):
+                described.delivered += len(batch)
                 yield batch
         finally:
             self._holdings.close(queue.name, prefix)
             self._wakeups.signal(queue.name).ready.vacate()
-            self._streams[queue.name] -= 1
-            if not self._streams[queue.name]:
+            del streams[prefix]
+            if not streams and self._streams.get(queue.name) is streams:
                 del self._streams[queue.name]
             watches.discard(watch)
             if not watches and self._watches.get(queue.name) is watches:
@@ -255,13 +287,13 @@ class Receiver:
 
     async def serve(self, queue: QueueDef, options: ReceiveOptions,
                     encode: Callable[[list[LeasedMessage], int], Encoded[Response]],
-                    write: Callable[[Response], Awaitable[Any]]) -> None:
+                    write: Callable[[Response], Awaitable[Any]], peer: str = "") -> None:
         """Runs a stream that writes its own responses: ``encode`` turns a batch into
         responses of at most the configured bytes, ``write`` sends one (and waits while
         the client is not reading). The stream leases its next batch only after writing
         the last."""
         bound = (options.lease_duration or queue.lease_duration).total_seconds() * WRITE_BOUND
-        async with contextlib.aclosing(self.stream(queue, options)) as batches:
+        async with contextlib.aclosing(self.stream(queue, options, peer)) as batches:
             async for batch in batches:
                 await self._deliver(queue, batch, encode, write, bound)
 
