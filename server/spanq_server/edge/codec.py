@@ -313,9 +313,13 @@ def timestamp(when: datetime) -> timestamp_pb2.Timestamp:
 
 def set_timestamp(out: timestamp_pb2.Timestamp, when: datetime) -> None:
     """``timestamp`` in place: no Timestamp to build and then copy into its parent."""
+    out.seconds, out.nanos = timestamp_parts(when)
+
+
+def timestamp_parts(when: datetime) -> tuple[int, int]:
+    """A Timestamp's seconds and nanos for a datetime (naive means UTC)."""
     delta = (when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)) - _EPOCH
-    out.seconds = delta.days * 86_400 + delta.seconds
-    out.nanos = delta.microseconds * 1000
+    return delta.days * 86_400 + delta.seconds, delta.microseconds * 1000
 
 
 def duration_from_proto(
