@@ -10,7 +10,7 @@ import base64
 import binascii
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -19,7 +19,7 @@ from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 from spanq_proto.v1 import queue_pb2
 
 from ..ground.errors import InvalidArgument
-from ..ground.model import ColumnType, Key, KeyColumn, QueueDef
+from ..ground.model import AckItem, ColumnType, Key, KeyColumn, QueueDef
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_SAFE_DOUBLE_INT = 2**53
@@ -175,6 +175,49 @@ def key_reader(columns: tuple[KeyColumn, ...]) -> KeyReader:
             return None
 
     return read
+
+
+AckItemsReader = Callable[[Sequence[queue_pb2.AckMessage]], "list[AckItem] | None"]
+
+
+@functools.lru_cache(maxsize=256)
+def ack_items_reader(columns: tuple[KeyColumn, ...]) -> AckItemsReader:
+    """An Ack's messages as AckItems when every key is well-formed, else None (and then
+    the caller reads them one by one, to say which is wrong). For the default key, one
+    STRING, the loop is inline: reading a hundred keys was a tenth of an Ack's Python."""
+    if not (len(columns) == 1 and columns[0].type is ColumnType.STRING):
+        read = key_reader(columns)
+
+        def read_any(acks: Sequence[queue_pb2.AckMessage]) -> list[AckItem] | None:
+            items = []
+            for a in acks:
+                key = read(a.key)
+                if key is None:
+                    return None
+                items.append(AckItem(key, a.lease_token or None))
+            return items
+
+        return read_any
+
+    item = tuple.__new__  # AckItem's own __new__ is a Python function: the same tuple, made in C
+
+    def read_text(acks: Sequence[queue_pb2.AckMessage]) -> list[AckItem] | None:
+        items: list[AckItem] = []
+        append = items.append
+        for a in acks:
+            values = a.key.values
+            if len(values) != 1:
+                return None
+            v = values[0]
+            if v.WhichOneof("kind") != "string_value":
+                return None
+            text = v.string_value
+            if "\x00" in text:
+                return None
+            append(item(AckItem, ((text,), a.lease_token or None)))
+        return items
+
+    return read_text
 
 
 # -- payloads -------------------------------------------------------------

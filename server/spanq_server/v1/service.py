@@ -232,6 +232,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _ack_op(self, request: queue_pb2.AckRequest) -> AckOp:
         queue = await self._catalog.get(request.queue)
+        found = codec.ack_items_reader(queue.key_columns)(request.acks)
+        if found is not None:
+            return AckOp(queue=queue, items=found, ignore_not_found=request.ignore_not_found)
         read = codec.key_reader(queue.key_columns)
         items = []
         for i, a in enumerate(request.acks):
