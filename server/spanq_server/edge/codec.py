@@ -220,6 +220,33 @@ def ack_items_reader(columns: tuple[KeyColumn, ...]) -> AckItemsReader:
     return read_text
 
 
+def ack_results_bytes(columns: tuple[KeyColumn, ...], results: Sequence[tuple[Key, bool]]) -> bytes | None:
+    """An AckResponse's bytes, byte for byte what its generated serializer writes, for
+    keys of the default single STRING column shorter than SHORT_KEY bytes (every length
+    a one-byte varint); None for any other key, to be built field by field. One bytes
+    format per result instead of three nested messages: a third of the time."""
+    if not (len(columns) == 1 and columns[0].type is ColumnType.STRING):
+        return None
+    parts: list[bytes] = []
+    append = parts.append
+    try:
+        for key, acked in results:
+            b = key[0].encode()
+            n = len(b)
+            if n >= SHORT_KEY:
+                return None
+            # results 1: AckResult { key 1: ListValue { values 1: Value { string_value 3 } }, acked 2 }
+            append(b"\x0a%c\x0a%c\x0a%c\x1a%c%s\x10\x01" % (n + 8, n + 4, n + 2, n, b) if acked else
+                   b"\x0a%c\x0a%c\x0a%c\x1a%c%s" % (n + 6, n + 4, n + 2, n, b))
+    except UnicodeEncodeError:  # a lone surrogate: let the generated code refuse it
+        return None
+    return b"".join(parts)
+
+
+SHORT_KEY = 120
+"""Key bytes below which each length in an AckResult fits one varint byte (n + 8 < 128)."""
+
+
 # -- payloads -------------------------------------------------------------
 
 

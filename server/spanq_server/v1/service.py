@@ -264,8 +264,20 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 # -- domain -> response ---------------------------------------------------------
 
 
+class AckReply(Response):
+    """The Ack's response: for the default key, its bytes written at once and the reply
+    parsed from them (bench.drain_steps: 1.02 -> 0.29 us per acked message)."""
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> tuple[Reply, bytes]:
+        queue = cast(AckOp, mutations[0]).queue
+        data = codec.ack_results_bytes(queue.key_columns, cast(list[AckResult], results[0]))
+        if data is None:
+            return super().encode(mutations, results)
+        return queue_pb2.AckResponse.FromString(data), data
+
+
 SEND = Response(queue_pb2.SendResponse, lambda ops, results: send_response(cast(SendOp, ops[0]).queue, cast(list[Key], results[0])))
-ACK = Response(queue_pb2.AckResponse,
+ACK = AckReply(queue_pb2.AckResponse,
                lambda ops, results: ack_response(cast(AckOp, ops[0]).queue, cast(list[AckResult], results[0])))
 RENEW = Response(queue_pb2.RenewLeaseResponse, lambda ops, results: renew_response(cast(list[RenewResult], results[0])))
 COMMIT = Response(queue_pb2.CommitResponse, lambda ops, results: queue_pb2.CommitResponse(
