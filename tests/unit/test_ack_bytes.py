@@ -1,5 +1,6 @@
-"""The Ack's response written as bytes (codec.ack_results_bytes) is the generated
-serializer's output byte for byte, or is left to the generated code."""
+"""The Ack's fast paths: its response written as bytes (codec.ack_results_bytes) is the
+generated serializer's output byte for byte, or is left to the generated code; its keys
+read inline (codec.ack_items) are key_reader's, or are left to it."""
 
 from datetime import timedelta
 
@@ -41,10 +42,30 @@ def test_long_keys_other_key_columns_and_lone_surrogates_are_left_to_the_generat
 
 def test_the_ack_reply_and_its_ledger_bytes_agree_either_way():
     for columns, key in ((DEFAULT, ("k",)), (DEFAULT, ("y" * 200,)), ((KeyColumn("n", ColumnType.INT64),), (7,))):
-        queue = QueueDef(name="q", key_columns=columns, payload_type=ColumnType.BYTES,
-                         lease_duration=timedelta(seconds=30), initial_backoff=timedelta(seconds=1),
-                         max_backoff=timedelta(seconds=60))
+        queue = _queue(columns)
         op = AckOp(queue=queue, items=[AckItem(key, "t")], ignore_not_found=True)
         results = [AckResult(key, True), AckResult(key, False)]
         reply, data = service.ACK.encode([op], [results])
         assert data == reply.SerializeToString() == service.ack_response(queue, results).SerializeToString()
+
+
+def test_ack_items_reads_well_formed_default_keys_and_leaves_the_rest_to_the_full_decoder():
+    acks = [queue_pb2.AckMessage(key=codec.key_to_proto(_queue(DEFAULT), (k,)), lease_token=t)
+            for k, t in (("a", "t1"), ("é€", ""), ("", "t3"))]
+    assert codec.ack_items(DEFAULT, acks) == [AckItem(("a",), "t1"), AckItem(("é€",), None), AckItem(("",), "t3")]
+    assert all(type(i) is AckItem for i in codec.ack_items(DEFAULT, acks) or [])
+    bad = [queue_pb2.AckMessage(), queue_pb2.AckMessage()]
+    bad[0].key.values.add(number_value=1)
+    bad[1].key.values.add(string_value="a\x00b")
+    two = queue_pb2.AckMessage()
+    two.key.values.add(string_value="a")
+    two.key.values.add(string_value="b")
+    for malformed in (bad[0], bad[1], two, queue_pb2.AckMessage()):
+        assert codec.ack_items(DEFAULT, [acks[0], malformed]) is None
+    assert codec.ack_items((KeyColumn("n", ColumnType.INT64),), []) is None
+
+
+def _queue(columns: tuple[KeyColumn, ...]) -> QueueDef:
+    return QueueDef(name="q", key_columns=columns, payload_type=ColumnType.BYTES,
+                    lease_duration=timedelta(seconds=30), initial_backoff=timedelta(seconds=1),
+                    max_backoff=timedelta(seconds=60))

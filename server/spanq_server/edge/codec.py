@@ -177,47 +177,32 @@ def key_reader(columns: tuple[KeyColumn, ...]) -> KeyReader:
     return read
 
 
-AckItemsReader = Callable[[Sequence[queue_pb2.AckMessage]], "list[AckItem] | None"]
-
-
-@functools.lru_cache(maxsize=256)
-def ack_items_reader(columns: tuple[KeyColumn, ...]) -> AckItemsReader:
-    """An Ack's messages as AckItems when every key is well-formed, else None (and then
-    the caller reads them one by one, to say which is wrong). For the default key, one
-    STRING, the loop is inline: reading a hundred keys was a tenth of an Ack's Python."""
+def ack_items(columns: tuple[KeyColumn, ...], acks: Sequence[queue_pb2.AckMessage]) -> list[AckItem] | None:
+    """An Ack's messages as AckItems in one inline loop, for the default key (one STRING
+    column) when every key is well-formed; else None, and the caller reads them one by
+    one with key_reader (and key_from_proto says which is wrong). Reading a hundred keys
+    through key_reader and AckItem() was a tenth of an Ack's Python."""
     if not (len(columns) == 1 and columns[0].type is ColumnType.STRING):
-        read = key_reader(columns)
-
-        def read_any(acks: Sequence[queue_pb2.AckMessage]) -> list[AckItem] | None:
-            items = []
-            for a in acks:
-                key = read(a.key)
-                if key is None:
-                    return None
-                items.append(AckItem(key, a.lease_token or None))
-            return items
-
-        return read_any
-
+        return None
     item = tuple.__new__  # AckItem's own __new__ is a Python function: the same tuple, made in C
+    items: list[AckItem] = []
+    append = items.append
+    for a in acks:
+        values = a.key.values
+        if len(values) != 1:
+            return None
+        v = values[0]
+        if v.WhichOneof("kind") != "string_value":
+            return None
+        text = v.string_value
+        if "\x00" in text:
+            return None
+        append(item(AckItem, ((text,), a.lease_token or None)))
+    return items
 
-    def read_text(acks: Sequence[queue_pb2.AckMessage]) -> list[AckItem] | None:
-        items: list[AckItem] = []
-        append = items.append
-        for a in acks:
-            values = a.key.values
-            if len(values) != 1:
-                return None
-            v = values[0]
-            if v.WhichOneof("kind") != "string_value":
-                return None
-            text = v.string_value
-            if "\x00" in text:
-                return None
-            append(item(AckItem, ((text,), a.lease_token or None)))
-        return items
 
-    return read_text
+SHORT_KEY = 120
+"""Key bytes below which each length in an AckResult fits one varint byte (n + 8 < 128)."""
 
 
 def ack_results_bytes(columns: tuple[KeyColumn, ...], results: Sequence[tuple[Key, bool]]) -> bytes | None:
@@ -241,10 +226,6 @@ def ack_results_bytes(columns: tuple[KeyColumn, ...], results: Sequence[tuple[Ke
     except UnicodeEncodeError:  # a lone surrogate: let the generated code refuse it
         return None
     return b"".join(parts)
-
-
-SHORT_KEY = 120
-"""Key bytes below which each length in an AckResult fits one varint byte (n + 8 < 128)."""
 
 
 # -- payloads -------------------------------------------------------------

@@ -232,7 +232,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _ack_op(self, request: queue_pb2.AckRequest) -> AckOp:
         queue = await self._catalog.get(request.queue)
-        found = codec.ack_items_reader(queue.key_columns)(request.acks)
+        found = codec.ack_items(queue.key_columns, request.acks)
         if found is not None:
             return AckOp(queue=queue, items=found, ignore_not_found=request.ignore_not_found)
         read = codec.key_reader(queue.key_columns)
@@ -266,7 +266,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
 class AckReply(Response):
     """The Ack's response: for the default key, its bytes written at once and the reply
-    parsed from them (bench.drain_steps: 1.02 -> 0.29 us per acked message)."""
+    parsed from them: a third of the time of building it field by field (bench.drain_steps)."""
 
     def encode(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> tuple[Reply, bytes]:
         queue = cast(AckOp, mutations[0]).queue
