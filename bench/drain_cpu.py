@@ -1,4 +1,4 @@
-"""``python -m bench.drain_cpu [--messages N] [--runs R] [--batch B] [--against DIR] [--py-spy OUT]``
+"""``python -m bench.drain_cpu [--messages N] [--runs R] [--batch B] [--against DIR] [--py-spy OUT [--native] [--gil]]``
 
 The drain cell's workload alone (one Receive stream of ``--batch`` per response,
 acked as it reads, against ``--messages`` preloaded messages) beside the
@@ -54,8 +54,10 @@ async def run(args: argparse.Namespace) -> None:
                     if i == 1 and args.py_spy:
                         spy = subprocess.Popen(
                             [str(pathlib.Path(sys.executable).parent / "py-spy"), "record", "--pid", str(this.pid),
-                             "--rate", "250", "--output", args.py_spy, "--nonblocking",
-                             "--format", "raw" if args.py_spy.endswith(".txt") else "flamegraph"],
+                             "--rate", "250", "--output", args.py_spy,
+                             "--format", "raw" if args.py_spy.endswith(".txt") else "flamegraph",
+                             # C frames need the process paused for each sample
+                             *(["--native"] if args.native else ["--nonblocking"]), *(["--gil"] if args.gil else [])],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     for side, (queue, server) in sides.items():
                         await queue.truncate()
@@ -95,6 +97,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--against", metavar="DIR", help="also run DIR's server (a checkout or export) as 'before'")
     parser.add_argument("--py-spy", metavar="OUT", help="record this tree's server with py-spy (OUT.txt: raw stacks)")
+    parser.add_argument("--native", action="store_true", help="py-spy also samples C frames (gRPC's, psycopg's)")
+    parser.add_argument("--gil", action="store_true", help="py-spy samples only the thread holding the GIL")
     args = parser.parse_args()
     asyncio.run(run(args))
     return 0

@@ -4,7 +4,7 @@
 import functools
 import logging
 from datetime import timedelta
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, cast
 
 import grpc
@@ -179,6 +179,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 
     async def _ack_op(self, request: queue_pb2.AckRequest) -> AckOp:
         queue = await self._catalog.get(request.queue)
+        found = codec.ack_items(queue.key_columns, request.acks)
+        if found is not None:
+            return AckOp(queue=queue, items=found, ignore_not_found=request.ignore_not_found)
         read = codec.key_reader(queue.key_columns)
         items = []
         for i, a in enumerate(request.acks):
@@ -208,7 +211,19 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
 # -- domain -> response ---------------------------------------------------------
 
 
-ACK = Response(queue_pb2.AckResponse,
+class AckReply(Response):
+    """The Ack's response: for the default key, its bytes written at once and the reply
+    parsed from them: a third of the time of building it field by field (bench.drain_steps)."""
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Result]) -> tuple[Reply, bytes]:
+        queue = cast(AckOp, mutations[0]).queue
+        data = codec.ack_results_bytes(queue.key_columns, cast(list[AckResult], results[0]))
+        if data is None:
+            return super().encode(mutations, results)
+        return queue_pb2.AckResponse.FromString(data), data
+
+
+ACK = AckReply(queue_pb2.AckResponse,
                lambda ops, results: ack_response(cast(AckOp, ops[0]).queue, cast(list[AckResult], results[0])))
 RENEW = Response(queue_pb2.RenewLeaseResponse, lambda ops, results: renew_response(cast(list[RenewResult], results[0])))
 COMMIT = Response(queue_pb2.CommitResponse, lambda ops, results: queue_pb2.CommitResponse(
@@ -246,19 +261,28 @@ def mutation_result(op: Mutation, result: Result) -> queue_pb2.MutationResult:
 def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.ReceiveResponse:
     # Each message is added, then filled in place, with converters chosen once per
     # queue: building nested messages and copying them in cost three times as much.
+    # A batch's leases end together: their Timestamp is worked out once.
     write_key = codec.key_writer(queue.key_columns)
     write_payload = codec.payload_writer(queue.payload_type)
-    stamp = codec.set_timestamp
+    parts = codec.timestamp_parts
     out = queue_pb2.ReceiveResponse()
     add = out.messages.add
+    end = None
+    end_parts = (0, 0)
     for m in batch:
         r = add(lease_token=m.lease_token, delivery_attempt=m.delivery_attempt,
                 last_batch_message=m.last_batch_message, priority=m.priority, headers=m.headers)
         write_key(r.key, m.key)
         write_payload(r.payload, m.payload)
-        stamp(r.deliver_time, m.deliver_time)
-        stamp(r.lease_expiration_time, m.lease_expiration_time)
-        stamp(r.enqueue_time, m.enqueue_time)
+        stamp = r.deliver_time
+        stamp.seconds, stamp.nanos = parts(m.deliver_time)
+        if m.lease_expiration_time != end:
+            end = m.lease_expiration_time
+            end_parts = parts(end)
+        stamp = r.lease_expiration_time
+        stamp.seconds, stamp.nanos = end_parts
+        stamp = r.enqueue_time
+        stamp.seconds, stamp.nanos = parts(m.enqueue_time)
         if m.dead_letter is not None:
             write_dead_letter(r.dead_letter, m.dead_letter)
     return out
