@@ -778,6 +778,8 @@ async def test_the_send_form_sends_once_per_request_id_and_shows_the_rpcs_errors
 
     # A generated key: no key fields, a fresh UUID per send.
     await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/gen")
+    # A new hash draws the page after its read: until then the summary is work's (open) panel.
+    await expect(page.locator("#queue-name")).to_have_text("gen", timeout=LIVE)
     await page.click("#send-panel summary")
     await expect(page.locator("#send")).to_contain_text("The key is generated", timeout=LIVE)
     await expect(page.locator("#send-key-0")).to_have_count(0)
