@@ -303,11 +303,16 @@ class Publisher:
         """Encodes on the caller's thread (an OutgoingMessage, or a bare payload): a message that cannot be
         encoded raises here, and nothing of the call is published."""
         items = []
+        traced = _tracing.recording()
+        caller_context = None if traced else _tracing.current_context()
         for message in messages:
-            # One PRODUCER span per message ("create": the batch's Send comes later), its context in the
-            # message's headers.
-            with _tracing.producing(queue.name, "create") as trace_context:
-                wire = _requests.send_message(queue, message, trace_context)
+            if traced:
+                # One PRODUCER span per message ("create": the batch's Send comes later), its context in
+                # the message's headers.
+                with _tracing.producing(queue.name, "create") as trace_context:
+                    wire = _requests.send_message(queue, message, trace_context)
+            else:
+                wire = _requests.send_message(queue, message, caller_context)
             items.append(_Item(wire, wire.ByteSize(), Future()))
         return items
 
