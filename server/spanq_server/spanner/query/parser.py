@@ -205,7 +205,7 @@ def _shape(tokens: list[Token]) -> Shown:
         return Shown(None, None)
     named, function = _relations(tokens)
     if not function and _QueueShape(tokens).table_only():
-        return Shown(Surface.TABLE, named)
+        return Shown(Surface.TABLE, ())
     return Shown(None, named)
 
 
@@ -247,19 +247,20 @@ class _QueueShape:
         self.qualifiers: set[str] = set()
         """What qualifies the columns (``r.c``): the FROM's name or alias, on the queue surface."""
         self.queue_says = False
-        """Set where the rule stops at what the queue surface explains best: the end of a
-        statement cut short, or a qualified relation (``schema.name``), which neither reads."""
-        self.without_from = False
+        """Set where the rule stops at what the queue surface explains best: a qualified
+        relation (``schema.name``), which neither reads, or its own ASSERT_ROWS_MODIFIED (as it
+        does a statement cut short)."""
+        self.table_complete = False
+        """Set where the rule stops at an end the table subset may take: SELECT items with no
+        FROM, a WHERE of a (BOOL) column."""
 
     def table_only(self) -> bool:
         """Whether the queue surface's rule stops at something only the table subset reads."""
         first = self.tokens[0]
         read = self.select if first.is_word("select") else self.insert if first.is_word("insert") else self.delete
-        if read():
-            self.punct(";")
-            if self.tokens[self.pos].kind == "end":
-                return not self.qualifiers <= self.names
-        if self.without_from:  # SELECT items, with no FROM
+        if read() and self.at_end():
+            return not self.qualifiers <= self.names
+        if self.table_complete:
             return True
         return not self.queue_says and self.tokens[self.pos].kind != "end"
 
@@ -278,6 +279,10 @@ class _QueueShape:
             self.pos += 1
             return True
         return False
+
+    def at_end(self) -> bool:
+        """At the end of the statement, or at its last ``;``."""
+        return self.tokens[self.pos + self.at(";")].kind == "end"
 
     def name(self) -> bool:
         if self.tokens[self.pos].kind == "ident":
@@ -318,20 +323,17 @@ class _QueueShape:
                 if not self.punct(","):
                     break
         if not self.word("from"):
-            self.without_from = self.tokens[self.pos].kind == "end" or self.at(";")
+            self.table_complete = self.at_end()
             return False
         if not self.relation():
             return False
+        named = self.word("as")
         alias = self.tokens[self.pos]
-        if self.word("as"):
-            alias = self.tokens[self.pos]
-            if not self.name():
+        if named or not alias.is_word("where", "order", "limit"):
+            if self.name():
+                self.names.add(str(alias.value))
+            elif named:
                 return False
-        elif not alias.is_word("where", "order", "limit") and self.name():
-            pass
-        else:
-            alias = self.tokens[0]
-        self.names.add(str(alias.value))
         if self.word("where") and not self.conditions():
             return False
         if self.word("order"):
@@ -367,15 +369,21 @@ class _QueueShape:
         self.word("from")
         if not (self.relation() and self.word("where") and self.conditions()):
             return False
-        if self.word("assert_rows_modified"):
-            self.pos += 1
+        if self.word("assert_rows_modified"):  # the queue surface's word
+            self.queue_says = True
+            return self.tokens[self.pos].kind == "number" and self.skip(1)
         return True
 
     def conditions(self) -> bool:
         while True:
             if self.tokens[self.pos].is_word("true", "false", "null", "not"):  # WHERE TRUE, NOT ...: a table's
                 return False
-            if not (self.column() and self.punct("=", "<", "<=", ">", ">=", "!=", "<>") and self.value()):
+            if not self.column():
+                return False
+            if not self.punct("=", "<", "<=", ">", ">=", "!=", "<>"):
+                self.table_complete = self.at_end()
+                return False
+            if not self.value():
                 return False
             if not self.word("and"):
                 return True
