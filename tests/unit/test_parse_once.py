@@ -5,6 +5,7 @@ the grammars' own counter (``lexing.Cursor.passes``: one Cursor is one read of t
 No PostgreSQL: the store is an in-memory adapter of the port the front-end declares
 (``spanner.port.TableStore``), holding one registered table."""
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,6 +58,25 @@ def executor(authorized: list[Any]) -> Executor:
     ("DELETE FROM Singers WHERE SingerId = 1", ast.Delete),
     ("UPDATE Singers SET Name = 'b' WHERE SingerId = 1", ast.Update),
     ("SELECT m.id FROM messages AS m JOIN Singers AS s ON s.SingerId = m.id", ast.Select),
+    # Over queues only, what the queue surface cannot read: the table subset's, chosen by the tokens.
+    ("SELECT m.id FROM messages AS m JOIN other AS o ON o.id = m.id", ast.Select),  # a join
+    ("SELECT COUNT(*) FROM messages", ast.Select),  # an aggregate
+    ("SELECT * FROM messages, other", ast.Select),  # two FROM items
+    ("SELECT * FROM messages WHERE id = 1 OR id = 2", ast.Select),
+    ("SELECT * FROM messages ORDER BY id, Payload LIMIT 1 OFFSET 1", ast.Select),
+    ("SELECT 1", ast.Select),  # no FROM
+    ("SELECT DISTINCT m.id FROM messages AS m", ast.Select),
+    ("SELECT x.id FROM messages AS m", ast.Select),  # a qualifier not the FROM's
+    ("DELETE FROM messages WHERE TRUE", ast.Delete),
+    ("INSERT INTO messages (id, Payload) VALUES (1, b'x') THEN RETURN id", ast.Insert),
+    ("INSERT OR UPDATE INTO messages (id, Payload) VALUES (1, b'x')", ast.Insert),
+    ("SELECT * FROM messages WHERE id = 1.5", ast.Select),  # a FLOAT64: words the queue surface has not
+    # What the queue surface reads is its own, whatever the word: DISTINCT and LEFT are names there.
+    ("SELECT distinct FROM messages left WHERE left.id = 1", ast.QueueSelect),
+    ("SELECT m.id AS n FROM messages m WHERE m.id >= @a AND id < TIMESTAMP_ADD(CURRENT_TIMESTAMP(), "
+     "INTERVAL 1 HOUR) ORDER BY m.id DESC LIMIT 5;", ast.QueueSelect),
+    ("CREATE TABLE T (Id INT64 NOT NULL) PRIMARY KEY (Id)", ast.CreateTable),
+    ("CREATE QUEUE q (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)", ast.CreateQueue),
 ])
 async def test_one_execute_sql_is_one_parse_in_its_dialect_and_authorization_reads_it(text: str, kind: type) -> None:
     authorized: list[Any] = []
@@ -68,6 +88,26 @@ async def test_one_execute_sql_is_one_parse_in_its_dialect_and_authorization_rea
     statement = parsed.statement
     assert isinstance(statement, kind)
     assert authorized == [statement]  # the one parse is what authorization checked
+
+
+@pytest.mark.parametrize("text, message", [
+    # Neither grammar reads these: the one the tokens chose says why, in one pass.
+    ("SELECT id, COUNT(*) FROM messages GROUP BY id", "GROUP is not supported"),
+    ("SELECT * FROM messages WHERE id IN (SELECT id FROM messages)", "IN (SELECT ...) is not supported"),
+    ("SELECT * FROM (SELECT 1)", "a subquery in FROM is not supported"),
+    ("SELECT * FROM RECEIVE_messages() AS r JOIN messages AS m ON m.id = r.id", "found 'JOIN'"),  # a queue's function
+    ("SELECT * FROM messages WHERE", "understands only"),  # cut short: the queue surface's
+    ("SELECT * FROM spanq.queues", "understands only"),  # a qualified relation, which neither reads
+    ("CREATE TABLE", "understands, on tables"),
+    ("ALTER TABLE Singers ADD COLUMN x INT64", "ALTER is not supported"),  # names a table: the table subset's
+    ("ALTER TABLE nothing", "unsupported statement"),
+    ("UPDATE messages SET id = 2", "UPDATE needs a WHERE clause"),
+])
+async def test_a_statement_neither_grammar_reads_is_refused_after_one_pass(text: str, message: str) -> None:
+    before = Cursor.passes
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        await executor([]).parse(f"{text} -- refused", Scope())
+    assert Cursor.passes - before == 1
 
 
 async def test_a_postgresql_database_is_read_in_its_dialect_only() -> None:

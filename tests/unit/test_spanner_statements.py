@@ -62,6 +62,19 @@ def test_unsupported_ddl_is_invalid_argument(ddl: str, message: str) -> None:
         parse_queue(ddl)
 
 
+@pytest.mark.parametrize("text, dialect, expected", [
+    ("CREATE QUEUE q (Id STRING(", Dialect.GOOGLESQL, "a length or MAX"),
+    ("CREATE QUEUE q (id varchar(", Dialect.POSTGRESQL, "a length"),
+    ("DELETE FROM q WHERE Id = 1 ASSERT_ROWS_MODIFIED", Dialect.GOOGLESQL, "a row count after ASSERT_ROWS_MODIFIED"),
+    ("SELECT * FROM q WHERE deliver_time <= CURRENT_TIMESTAMP - INTERVAL", Dialect.POSTGRESQL, "an interval like INTERVAL .1 hour."),
+])
+def test_a_statement_cut_where_a_rule_takes_a_token_says_what_it_expected(text: str, dialect: Dialect,
+                                                                          expected: str) -> None:
+    """The rule took the end of the statement as its token: its error names the end (it was an IndexError)."""
+    with pytest.raises(InvalidArgument, match=f"expected {expected} but found the end of the statement"):
+        parse_queue(text, dialect)
+
+
 @pytest.mark.parametrize("ddl, message", [
     ("CREATE QUEUE Q (Id INT64) PRIMARY KEY (Id)", "needs a Payload"),
     ("CREATE QUEUE Q (Id INT64, Extra STRING(MAX), Payload BYTES(MAX)) PRIMARY KEY (Id)", "extra"),

@@ -287,7 +287,8 @@ class Cursor:
 
     @property
     def peek(self) -> Token:
-        return self.tokens[self.pos]
+        """The next token; the end, once a rule has taken the end (to say what it expected there)."""
+        return self.tokens[min(self.pos, len(self.tokens) - 1)]
 
     def ahead(self, n: int = 1) -> Token:
         return self.tokens[min(self.pos + n, len(self.tokens) - 1)]

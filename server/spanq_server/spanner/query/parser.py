@@ -8,11 +8,13 @@ the queue surface (CREATE QUEUE, RECEIVE_, RENEWLEASE_, and SELECT, INSERT, DELE
 one queue's messages; GoogleSQL and PostgreSQL) and the table subset (table DDL, DML,
 SELECT over tables and queues; GoogleSQL). Their words, types and messages are
 ``dialects``'s tables; the tokens are ``lexing``'s. Which surface reads a statement is
-decided before either runs, from its words and the database's tables: an UPDATE, or a
-SELECT, INSERT or DELETE naming a table of the database, is the table subset's; anything
-else the queue surface's. Only a statement the queue surface refuses that names no table
-(a join or an aggregate over queues, which the table subset reads) is read a second
-time, as the table subset.
+decided before either runs, from its tokens and the database's tables, so that each
+statement is read by one grammar once: an UPDATE, table DDL, a SELECT, INSERT or DELETE
+naming a table of the database, or one whose tokens leave the queue surface's shape
+(``_QueueShape``: a join, a second FROM item, COUNT(*), OR, IN, a subquery, no FROM...)
+at something only the table subset has, is the table subset's; anything else the queue
+surface's, and a statement neither has is the table subset's if it names a table. What
+the chosen grammar refuses is its error.
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
@@ -60,7 +62,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from ...ground.errors import InvalidArgument
 from ...ground.model import ColumnType
@@ -117,24 +119,32 @@ async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awai
     if dialect is Dialect.POSTGRESQL:  # tables are GoogleSQL only
         return parse_queue(text, Dialect.POSTGRESQL)
     try:
-        update, named, tokens = _relations(text)
-    except InvalidArgument:  # the queue surface cannot read it either: it says why, below
-        update, named, tokens = False, (), None
-    if update or await _any(is_table, named):
-        return parse_table(text)
-    try:
-        return _read_queue(text, Dialect.GOOGLESQL, tokens) if tokens is not None else parse_queue(text)
-    except InvalidArgument as queue_error:
-        if "limit" in queue_error.metadata:  # past a limit of one grammar is past the other's
+        shown, tokens = _shown(text)
+    except InvalidArgument as words_error:  # the queue surface cannot read its words: the table subset may
+        if "limit" in words_error.metadata:  # past a limit of one grammar is past the other's
             raise
-        if long:
-            await asyncio.sleep(0)
         try:
             return parse_table(text)
         except InvalidArgument as table_error:
             if text.lstrip()[:6].lower() == "update" or await any_table(names_in(text)):
                 raise table_error from None
-            raise queue_error from None
+            raise words_error from None
+    if await _is_table_subset(shown, text, is_table, any_table):
+        return parse_table(text)
+    return _read_queue(text, Dialect.GOOGLESQL, tokens) if tokens is not None else parse_queue(text)
+
+
+async def _is_table_subset(shown: "Shown", text: str, is_table: Callable[[str], Awaitable[bool]],
+                           any_table: Callable[[Iterable[str]], Awaitable[bool]]) -> bool:
+    """Whether the table subset reads a GoogleSQL statement, from what its tokens show: an UPDATE,
+    table DDL, a SELECT, INSERT or DELETE naming a table or of a shape the queue surface cannot
+    read; a statement neither surface has is the table subset's when it names a table (its error
+    then says what the table subset understands)."""
+    if shown.surface is not None:
+        return shown.surface is Surface.TABLE
+    if shown.named is None:
+        return await any_table(names_in(text))
+    return await _any(is_table, shown.named)
 
 
 async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str]) -> bool:
@@ -158,49 +168,266 @@ def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
     return queue
 
 
-def _relations(text: str) -> tuple[bool, tuple[str, ...], list[Token] | None]:
-    """(an UPDATE?, the relations a SELECT, INSERT or DELETE names, the tokens of a long text
-    for the grammar to reuse), from the queue surface's tokens (GoogleSQL)."""
+class Shown(NamedTuple):
+    """What a GoogleSQL statement's tokens show of the surface that reads it: ``surface`` when
+    they decide it, else the relations it names (a table among them: the table subset's; None:
+    every name of the statement is looked up, for one neither surface reads)."""
+
+    surface: Surface | None
+    named: tuple[str, ...] | None
+
+
+def _shown(text: str) -> tuple[Shown, list[Token] | None]:
+    """What a statement shows (``Shown``), from the queue surface's tokens (GoogleSQL), and the
+    tokens of a long text for the grammar to reuse."""
     if len(text) > PARSE_CACHE_MAX_TEXT:
         tokens = tokenize(text, Dialect.GOOGLESQL, Surface.QUEUE)
-        update, named = _named(tokens)
-        return update, named, tokens
-    update, named = _relations_cached(text)
-    return update, named, None
+        return _shape(tokens), tokens
+    return _shown_cached(text), None
 
 
 @functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
-def _relations_cached(text: str) -> tuple[bool, tuple[str, ...]]:
-    return _named(tokenize(text, Dialect.GOOGLESQL, Surface.QUEUE))
+def _shown_cached(text: str) -> Shown:
+    return _shape(tokenize(text, Dialect.GOOGLESQL, Surface.QUEUE))
 
 
-def _named(tokens: list[Token]) -> tuple[bool, tuple[str, ...]]:
-    """The names that follow FROM, JOIN, INSERT [INTO] and DELETE [FROM], but not a function's
-    (RECEIVE_q(...), RENEWLEASE_q(...)): a relation each, a table or a queue."""
-    first = tokens[0]
+def _shape(tokens: list[Token]) -> Shown:
+    first, second = tokens[0], tokens[min(1, len(tokens) - 1)]
     if first.is_word("update"):
-        return True, ()
+        return Shown(Surface.TABLE, ())
+    if first.is_word("create", "drop"):
+        if second.is_word("queue"):
+            return Shown(Surface.QUEUE, ())
+        if second.is_word("table", "index", "unique", "null_filtered"):
+            return Shown(Surface.TABLE, ())
+        return Shown(None, None)
     if not first.is_word("select", "insert", "delete"):
-        return False, ()
-    last = len(tokens) - 1
-    found = []
+        return Shown(None, None)
+    named, function = _relations(tokens)
+    if not function and _QueueShape(tokens).table_only():
+        return Shown(Surface.TABLE, ())
+    return Shown(None, named)
+
+
+def _relations(tokens: list[Token]) -> tuple[tuple[str, ...], bool]:
+    """(the names that follow FROM, JOIN, INSERT [INTO] and DELETE [FROM]: a relation each, a
+    table or a queue; whether one is a function, RECEIVE_q(...) or RENEWLEASE_q(...), which only
+    the queue surface reads)."""
+    first, last = tokens[0], len(tokens) - 1
+    found, function = [], False
     for i, token in enumerate(tokens[:-1]):
-        at, function = i + 1, False
+        at = i + 1
         if i == 0 and first.is_word("insert"):
             if tokens[at].is_word("or"):  # INSERT OR UPDATE | IGNORE
                 at += 2
             at += tokens[min(at, last)].is_word("into")
         elif i == 0 and first.is_word("delete"):
             at += tokens[at].is_word("from")
-        elif token.is_word("from", "join"):
-            after = tokens[min(at + 1, last)]
-            function = after.kind == "punct" and after.value == "("
-        else:
+        elif not token.is_word("from", "join"):
             continue
-        name = tokens[min(at, last)]
-        if name.kind == "ident" and not function:
+        name, after = tokens[min(at, last)], tokens[min(at + 1, last)]
+        if name.kind == "ident" and after.kind == "punct" and after.value == "(" and i > 0:
+            function = True
+        elif name.kind == "ident":
             found.append(str(name.value))
-    return False, tuple(dict.fromkeys(found))
+    return tuple(dict.fromkeys(found)), function
+
+
+class _QueueShape:
+    """Whether the queue surface's SELECT, INSERT or DELETE of one queue can read some tokens: the
+    shape of its rules (``Parser.queue_select``, ``queue_insert``, ``queue_delete``) without what
+    they build. What it cannot read (a join, a second FROM item, COUNT(*), OR, IN, a subquery...)
+    is the table subset's to read, or to refuse."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self.tokens = tokens
+        self.pos = 0
+        self.names: set[str] = set()
+        """The FROM's name and alias."""
+        self.qualifiers: set[str] = set()
+        """What qualifies the columns (``r.c``): the FROM's name or alias, on the queue surface."""
+        self.queue_says = False
+        """Set where the rule stops at what the queue surface explains best: a qualified
+        relation (``schema.name``), which neither reads, or its own ASSERT_ROWS_MODIFIED (as it
+        does a statement cut short)."""
+        self.table_complete = False
+        """Set where the rule stops at an end the table subset may take: SELECT items with no
+        FROM, a WHERE of a (BOOL) column."""
+
+    def table_only(self) -> bool:
+        """Whether the queue surface's rule stops at something only the table subset reads."""
+        first = self.tokens[0]
+        read = self.select if first.is_word("select") else self.insert if first.is_word("insert") else self.delete
+        if read() and self.at_end():
+            return not self.qualifiers <= self.names
+        if self.table_complete:
+            return True
+        return not self.queue_says and self.tokens[self.pos].kind != "end"
+
+    def word(self, *words: str) -> bool:
+        if self.tokens[self.pos].is_word(*words):
+            self.pos += 1
+            return True
+        return False
+
+    def at(self, *marks: str) -> bool:
+        token = self.tokens[self.pos]
+        return token.kind == "punct" and token.value in marks
+
+    def punct(self, *marks: str) -> bool:
+        if self.at(*marks):
+            self.pos += 1
+            return True
+        return False
+
+    def at_end(self) -> bool:
+        """At the end of the statement, or at its last ``;``."""
+        return self.tokens[self.pos + self.at(";")].kind == "end"
+
+    def name(self) -> bool:
+        if self.tokens[self.pos].kind == "ident":
+            self.pos += 1
+            return True
+        return False
+
+    def relation(self) -> bool:
+        """A queue's name; a qualified one (``spanq.x``) neither surface reads."""
+        name = self.tokens[self.pos]
+        if not self.name():
+            return False
+        self.names.add(str(name.value))
+        self.queue_says = self.at(".")
+        return not self.queue_says
+
+    def column(self) -> bool:
+        """``c`` or ``r.c``."""
+        qualifier = self.tokens[self.pos]
+        if not self.name():
+            return False
+        if self.punct("."):
+            self.qualifiers.add(str(qualifier.value))
+            return self.name()
+        return True
+
+    def select(self) -> bool:
+        self.pos = 1
+        if not self.punct("*"):
+            while True:
+                if not self.column():
+                    return False
+                if self.word("as"):
+                    if not self.name():
+                        return False
+                elif not self.tokens[self.pos].is_word("from"):
+                    self.name()
+                if not self.punct(","):
+                    break
+        if not self.word("from"):
+            self.table_complete = self.at_end()
+            return False
+        if not self.relation():
+            return False
+        named = self.word("as")
+        alias = self.tokens[self.pos]
+        if named or not alias.is_word("where", "order", "limit"):
+            if self.name():
+                self.names.add(str(alias.value))
+            elif named:
+                return False
+        if self.word("where") and not self.conditions():
+            return False
+        if self.word("order"):
+            if not (self.word("by") and self.column()):
+                return False
+            self.word("asc", "desc")
+        return not self.word("limit") or self.value()
+
+    def insert(self) -> bool:
+        self.pos = 1
+        if self.tokens[1].is_word("or"):  # INSERT OR UPDATE | IGNORE: the table subset's
+            return False
+        self.word("into")
+        if not (self.relation() and self.row(self.name)) or not self.word("values"):
+            return False
+        while True:
+            if not self.row(self.value):
+                return False
+            if not self.punct(","):
+                return True
+
+    def row(self, item: Callable[[], bool]) -> bool:
+        if not self.punct("("):
+            return False
+        while True:
+            if not item():
+                return False
+            if not self.punct(","):
+                return self.punct(")")
+
+    def delete(self) -> bool:
+        self.pos = 1
+        self.word("from")
+        if not (self.relation() and self.word("where") and self.conditions()):
+            return False
+        if self.word("assert_rows_modified"):  # the queue surface's word
+            self.queue_says = True
+            return self.tokens[self.pos].kind == "number" and self.skip(1)
+        return True
+
+    def conditions(self) -> bool:
+        while True:
+            if self.tokens[self.pos].is_word("true", "false", "null", "not"):  # WHERE TRUE, NOT ...: a table's
+                return False
+            if not self.column():
+                return False
+            if not self.punct("=", "<", "<=", ">", ">=", "!=", "<>"):
+                self.table_complete = self.at_end()
+                return False
+            if not self.value():
+                return False
+            if not self.word("and"):
+                return True
+
+    def value(self) -> bool:
+        """A literal, a @param, an array of them, TIMESTAMP '...', CURRENT_TIMESTAMP[()] or
+        TIMESTAMP_ADD / TIMESTAMP_SUB(...) (its insides are the queue grammar's to check)."""
+        token = self.tokens[self.pos]
+        if token.kind in ("string", "bytes", "number", "param") or token.is_word("true", "false", "null"):
+            self.pos += 1
+            return True
+        if self.punct("-"):
+            return self.tokens[self.pos].kind == "number" and self.skip(1)
+        if self.word("array") and not self.at("["):
+            return False
+        if self.at("["):
+            return self.balanced()
+        if self.word("timestamp", "timestamptz"):
+            return self.tokens[self.pos].kind == "string" and self.skip(1)
+        if self.word("current_timestamp"):
+            return not self.at("(") or self.balanced()
+        if self.word("timestamp_add", "timestamp_sub"):
+            return self.balanced()
+        return False
+
+    def skip(self, count: int) -> bool:
+        self.pos += count
+        return True
+
+    def balanced(self) -> bool:
+        """``( ... )`` or ``[ ... ]``, whatever is inside."""
+        if not self.at("(", "["):
+            return False
+        closing, depth = {"(": ")", "[": "]"}[self.tokens[self.pos].value], 0
+        for at in range(self.pos, len(self.tokens) - 1):
+            token = self.tokens[at]
+            if token.kind == "punct" and token.value in ("(", "["):
+                depth += 1
+            elif token.kind == "punct" and token.value in (")", "]"):
+                depth -= 1
+                if depth == 0:
+                    self.pos = at + 1
+                    return token.value == closing
+        return False
 
 
 # -- one surface's reading ------------------------------------------------------------
