@@ -574,14 +574,20 @@ async function refresh() {
   clearTimeout(timer);
   const mine = ++generation;
   const page = document.getElementById("page");
-  const active = document.activeElement && page.contains(document.activeElement) ? document.activeElement : null;
-  const focused = active ? active.id : "";
-  // Text being typed in (a search, the send form): its caret too (a number field has none).
-  const caret = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : null;
+  // What has the focus when the page is replaced (not when the read began: focus moves while
+  // it is under way, and typing must stay where it went), and the caret of text being typed in
+  // (a search, the send form; a number field has none), to put back after.
+  let focused = "", caret = null;
   document.getElementById("refresh-state").classList.add("loading");
   try {
     // A slow answer for a page no longer shown must not draw over the one that is.
-    const sink = {replaceChildren: (...nodes) => { if (mine === generation) page.replaceChildren(...nodes.filter(n => n !== null)); }};
+    const sink = {replaceChildren: (...nodes) => {
+      if (mine !== generation) return;
+      const active = document.activeElement && page.contains(document.activeElement) ? document.activeElement : null;
+      focused = active ? active.id : "";
+      caret = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : null;
+      page.replaceChildren(...nodes.filter(n => n !== null));
+    }};
     await current.draw(sink, ...current.args, current.state);
     if (mine !== generation) return;
     const again = focused && document.getElementById(focused);
