@@ -6,6 +6,7 @@ run in one trace from a send to the callback that processed it."""
 
 import asyncio
 import json
+import uuid
 
 import grpc
 import psycopg
@@ -119,10 +120,19 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
                        now timestamptz DEFAULT NULL)
                    RETURNS TABLE (id text, payload text, spanq_last_batch_message boolean)
                    LANGUAGE sql AS 'SELECT NULL::text, NULL::text, true'""")
-    sql.execute("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'spanq_worker') THEN "
-                "CREATE ROLE spanq_worker; END IF; END$$")
+    # A role is the cluster's, not the test database's: its own name, dropped at the end.
+    worker = f"spanq_worker_{uuid.uuid4().hex[:12]}"
+    sql.execute(f"CREATE ROLE {worker}")
+    try:
+        await _migrate_keeping_grants(sql, worker, stub, database_url)
+    finally:
+        sql.execute(f"DROP OWNED BY {worker}")
+        sql.execute(f"DROP ROLE {worker}")
+
+
+async def _migrate_keeping_grants(sql, worker, stub, database_url):
     sql.execute("REVOKE EXECUTE ON FUNCTION spanq.receive_tasks FROM PUBLIC")
-    sql.execute("GRANT EXECUTE ON FUNCTION spanq.receive_tasks TO spanq_worker")
+    sql.execute(f"GRANT EXECUTE ON FUNCTION spanq.receive_tasks TO {worker}")
     sql.execute("DROP FUNCTION spanq.headers_check, spanq.headers_ok")
     sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 12")
 
@@ -131,9 +141,10 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
 
     assert sql.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'spanq_pr_tasks'").fetchone()[0].endswith(
         "(spanq_priority, deliver_time) WHERE (spanq_priority > 0)")
-    grants = sql.execute("SELECT has_function_privilege('spanq_worker', 'spanq.receive_tasks(integer, interval, "
+    grants = sql.execute("SELECT has_function_privilege(%s, 'spanq.receive_tasks(integer, interval, "
                          "text, timestamptz)', 'EXECUTE'), has_function_privilege('public', "
-                         "'spanq.receive_tasks(integer, interval, text, timestamptz)', 'EXECUTE')").fetchone()
+                         "'spanq.receive_tasks(integer, interval, text, timestamptz)', 'EXECUTE')",
+                         [worker]).fetchone()
     assert grants == (True, False)
     await send(stub, "tasks", text_message("new", "y", headers={"h": "v"}, priority=2))
     rows = sql.execute("SELECT id, spanq_headers, spanq_priority FROM spanq.receive_tasks(5)").fetchall()
