@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import EllipsisType
@@ -21,7 +22,7 @@ import grpc
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from . import _admin, _codec, _connect, _requests, _retry, _slots, _tracing
-from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
+from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress, ReplayCallback, ReplayProgress
 from ._publisher import Publisher
 from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
@@ -659,6 +660,45 @@ class Client:
             call.cancel()
         if last is None or not last.done:
             raise SpanqError(f"the redrive of {queue} ended before it finished; call it again to continue")
+        return last
+
+    async def replay(self, queue: str, *, start_time: datetime | None = None, end_time: datetime | None = None,
+                     start_key: Any = None, end_key: Any = None, request_id: str | None = None,
+                     batch_size: int = 0, rate: float = 0.0, on_progress: ReplayCallback | None = None
+                     ) -> ReplayProgress:
+        """Sends the queue's archived messages back into it: those acked from ``start_time`` (default: the
+        oldest kept) until before ``end_time`` (default, and at the latest: when the replay began), with a
+        key from ``start_key`` to ``end_key`` (both included; a key as ``send`` takes it) if given, in ack
+        order, ``batch_size`` per transaction, at most ``rate`` a second. Each keeps its key, payload, headers
+        and priority, with a fresh delivery attempt count; one whose key is live in the queue is skipped
+        (counted). Needs ``send`` and ``select``. Calls ``on_progress`` after each batch and returns the final
+        progress. The replay is one ``request_id`` (a fresh one by default, in each progress): interrupted,
+        call it again with the same range and that request_id to continue; once done, that answers its
+        final progress with ``replayed`` set and sends nothing."""
+        schema = await self._schema(queue)
+        request = queue_pb2.ReplayRequest(queue=queue, request_id=request_id or str(uuid.uuid4()),
+                                          batch_size=batch_size, rate=rate)
+        for field, when in (("start_time", start_time), ("end_time", end_time)):
+            if when is not None:
+                getattr(request, field).CopyFrom(_codec.timestamp(when))
+        for field, bound in (("start_key", start_key), ("end_key", end_key)):
+            if bound is not None:
+                getattr(request, field).CopyFrom(_codec.key_to_proto(schema, _codec.as_key(bound)))
+        await self._connected()
+        call = self._stub().Replay(request, metadata=self._metadata)
+        last: ReplayProgress | None = None
+        try:
+            async for p in call:
+                last = _admin.replay_progress_from_proto(p)
+                if on_progress is not None:
+                    on_progress(last)
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc
+        finally:
+            call.cancel()
+        if last is None or not last.done:
+            raise SpanqError(f"the replay of {queue} ended before it finished; call it again with request_id="
+                             f"{request.request_id!r} to continue")
         return last
 
     # -- machinery --------------------------------------------------------------
