@@ -49,7 +49,10 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
 
 
 _DEFINING_FIELDS = ("key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff",
-                    "max_backoff", "max_delivery_attempts", "dead_letter_queue")
+                    "max_backoff", "max_delivery_attempts", "dead_letter_queue", "message_retention_duration",
+                    "archive_duration")
+"""What create_queue(exist_ok=True) compares; not the pauses (disable_send, disable_delivery), which are a
+live queue's state that an operator may have set since."""
 
 
 def _same_definition(wanted: Queue, existing: Queue, error: AlreadyExists) -> None:
@@ -187,12 +190,18 @@ class Client:
         parent_table: str | None = None,
         max_delivery_attempts: int | None = None,
         dead_letter_queue: str | None = None,
+        disable_send: bool = False,
+        disable_delivery: bool = False,
+        message_retention_duration: timedelta | float | None = None,
+        archive_duration: timedelta | float | None = None,
         exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
 
         Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
-        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken, unless
+        payload_type="JSON", lease_duration=30)``; every setting ``update_queue`` changes can be given here
+        too (a queue created paused, ``disable_delivery=True``; one that keeps acked messages for replay,
+        ``archive_duration=86400``). Raises AlreadyExists if the name is taken, unless
         ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
         a field left out, or None, matches anything).
         """
@@ -207,6 +216,10 @@ class Client:
                 parent_table=parent_table,
                 max_delivery_attempts=max_delivery_attempts,
                 dead_letter_queue=dead_letter_queue,
+                disable_send=disable_send,
+                disable_delivery=disable_delivery,
+                message_retention_duration=_codec.as_timedelta(message_retention_duration),
+                archive_duration=_codec.as_timedelta(archive_duration),
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
         stub = self._stub()
@@ -664,8 +677,8 @@ class Client:
 
     async def replay(self, queue: str, *, start_time: datetime | None = None, end_time: datetime | None = None,
                      start_key: Any = None, end_key: Any = None, request_id: str | None = None,
-                     batch_size: int = 0, rate: float = 0.0, on_progress: ReplayCallback | None = None
-                     ) -> ReplayProgress:
+                     batch_size: int = 0, rate: float = 0.0, on_progress: ReplayCallback | None = None,
+                     validate_only: bool = False) -> ReplayProgress:
         """Sends the queue's archived messages back into it: those acked from ``start_time`` (default: the
         oldest kept) until before ``end_time`` (default, and at the latest: when the replay began), with a
         key from ``start_key`` to ``end_key`` (both included; a key as ``send`` takes it) if given, in ack
@@ -674,10 +687,12 @@ class Client:
         (counted). Needs ``send`` and ``select``. Calls ``on_progress`` after each batch and returns the final
         progress. The replay is one ``request_id`` (a fresh one by default, in each progress): interrupted,
         call it again with the same range and that request_id to continue; once done, that answers its
-        final progress with ``replayed`` set and sends nothing."""
+        final progress with ``replayed`` set and sends nothing. ``validate_only``: sends nothing and records
+        nothing, and the progress returned counts the range's archived messages in ``remaining`` (with no
+        ``end_time``, those acked until now)."""
         schema = await self._schema(queue)
         request = queue_pb2.ReplayRequest(queue=queue, request_id=request_id or str(uuid.uuid4()),
-                                          batch_size=batch_size, rate=rate)
+                                          batch_size=batch_size, rate=rate, validate_only=validate_only)
         for field, when in (("start_time", start_time), ("end_time", end_time)):
             if when is not None:
                 getattr(request, field).CopyFrom(_codec.timestamp(when))

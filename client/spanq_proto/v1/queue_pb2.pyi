@@ -467,7 +467,7 @@ class RedriveProgress(_message.Message):
     def __init__(self, moved: _Optional[int] = ..., remaining: _Optional[int] = ..., skipped: _Optional[int] = ..., to: _Optional[str] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
-    __slots__ = ("queue", "start_time", "end_time", "start_key", "end_key", "request_id", "batch_size", "rate")
+    __slots__ = ("queue", "start_time", "end_time", "start_key", "end_key", "request_id", "batch_size", "rate", "validate_only")
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -476,6 +476,7 @@ class ReplayRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     RATE_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     queue: str
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
@@ -484,7 +485,8 @@ class ReplayRequest(_message.Message):
     request_id: str
     batch_size: int
     rate: float
-    def __init__(self, queue: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., end_key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., request_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., rate: _Optional[float] = ...) -> None: ...
+    validate_only: bool
+    def __init__(self, queue: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., end_key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., request_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., rate: _Optional[float] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class ReplayProgress(_message.Message):
     __slots__ = ("sent", "skipped", "remaining", "done", "replayed", "request_id")

@@ -158,9 +158,10 @@ class Operator:
         return target.name
 
     async def replay(self, name: str, window: ReplayWindow, request_id: str, *, batch_size: int = 0,
-                     rate: float = 0.0) -> AsyncIterator[ReplayProgress]:
+                     rate: float = 0.0, validate_only: bool = False) -> AsyncIterator[ReplayProgress]:
         """Sends the queue's archived messages in ``window`` back into it (replay.py)."""
-        async for progress in self._replayer.replay(name, window, request_id, batch_size=batch_size, rate=rate):
+        async for progress in self._replayer.replay(name, window, request_id, batch_size=batch_size, rate=rate,
+                                                    validate_only=validate_only):
             yield progress
 
     async def dead_letter_sources(self, name: str) -> list[str]:

@@ -93,9 +93,11 @@ class Replayer:
         self._clock = clock
 
     async def replay(self, name: str, window: ReplayWindow, request_id: str, *, batch_size: int = 0,
-                     rate: float = 0.0) -> AsyncIterator[ReplayProgress]:
+                     rate: float = 0.0, validate_only: bool = False) -> AsyncIterator[ReplayProgress]:
         """Yields progress after each committed batch and once at the end (done).
-        ``window.end_time`` None: up to the first batch."""
+        ``window.end_time`` None: up to the first batch. ``validate_only``: one progress,
+        done, with the count of the range's archived messages in ``remaining``, and nothing
+        sent or recorded."""
         size = batch_limit(batch_size, rate)
         if window.start_time is not None and window.end_time is not None and window.end_time <= window.start_time:
             raise errors.InvalidArgument(
@@ -111,6 +113,10 @@ class Replayer:
                 f"queue {name!r} has sending disabled (disable_send): nothing was replayed; resume it with "
                 "UpdateQueue (spanq queue resume --send) and replay again", queue=name)
         request_id = request_id_or_new(request_id)
+        if validate_only:
+            count = await self._store.archive_replay_left(queue, window, None)
+            yield ReplayProgress(0, 0, count, True, False, request_id)
+            return
         marked = fingerprint(FINGERPRINT_KIND, _window_content(queue, window))
         started = time.monotonic()
         reached_now = 0

@@ -1065,9 +1065,10 @@ SELECT count(*) FROM {archive} AS a WHERE {after} AND {window}
 
 -- archive_replay_window --
 -- A Replay's range over the archive `a`: acked in [start_time, end_time)
--- (no start: from the oldest kept), keys within {key_bounds}.
+-- (no start: from the oldest kept; no end, only when counting: until now),
+-- keys within {key_bounds}.
 (%(start_time)s::timestamptz IS NULL OR a.spanq_ack_time >= %(start_time)s::timestamptz)
-AND a.spanq_ack_time < %(end_time)s::timestamptz AND {key_bounds}
+AND (%(end_time)s::timestamptz IS NULL OR a.spanq_ack_time < %(end_time)s::timestamptz) AND {key_bounds}
 
 -- archive_replay_after --
 -- A Replay's cursor: rows after the last one a batch reached, in ack order then key.

@@ -185,7 +185,8 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                       for field in ("start_time", "end_time"))
         window = ReplayWindow(start, end, bounds[0], bounds[1])
         async for p in self._operator.replay(request.queue, window, request.request_id,
-                                             batch_size=request.batch_size, rate=request.rate):
+                                             batch_size=request.batch_size, rate=request.rate,
+                                             validate_only=request.validate_only):
             yield queue_pb2.ReplayProgress(sent=p.sent, skipped=p.skipped, remaining=p.remaining, done=p.done,
                                            replayed=p.replayed, request_id=p.request_id)
 
