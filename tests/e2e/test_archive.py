@@ -2,6 +2,7 @@
 sent back with fresh attempts, live keys skipped and counted, idempotent under its request_id
 and resumable after a cancel, bad input refused with nothing changed; the SDK (sync and aio)."""
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -95,6 +96,14 @@ async def test_a_cancelled_replay_continues_under_its_request_id_and_sends_none_
     assert [r[0] for r in live(sql)] == ["a", "b", "c", "d"]
 
 
+async def test_two_calls_of_one_replay_at_once_take_turns_and_send_each_message_once(stub, sql, clock):
+    await archived_queue(stub, clock, tuple("abcdefghij"))
+    both = await asyncio.gather(*(replay(stub, batch_size=1, request_id="twice") for _ in range(2)))
+    # Shared counts: had both sent one batch, the second would have found its keys live (skipped).
+    assert {(p[-1].sent, p[-1].skipped, p[-1].done) for p in both} == {(10, 0, True)}
+    assert sum(len(p) for p in both) >= 10 and [r[0] for r in live(sql)] == list("abcdefghij")
+
+
 @pytest.mark.parametrize("fields, code, says", [
     (dict(queue="nope"), grpc.StatusCode.NOT_FOUND, "nope"),
     (dict(queue="plain"), grpc.StatusCode.FAILED_PRECONDITION, "keeps no archive"),
@@ -149,7 +158,6 @@ async def test_sdk_replay_sync_and_aio(server, stub, sql, clock):
         with spanq.Client(target) as client:
             return client.replay("tasks", end_time=acked[1], batch_size=1)
 
-    import asyncio
     final = await asyncio.to_thread(sync)
     assert (final.sent, final.done) == (1, True)
     assert [r[0] for r in live(sql)] == ["a", "b"]
