@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import EllipsisType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
@@ -53,6 +53,25 @@ _DEFINING_FIELDS = ("key_columns", "payload_type", "parent_table", "lease_durati
                     "archive_duration")
 """What create_queue(exist_ok=True) compares; not the pauses (disable_send, disable_delivery), which are a
 live queue's state that an operator may have set since."""
+
+
+P = TypeVar("P")
+
+
+async def _last_progress(call: Any, convert: Callable[[Any], P], on_progress: Callable[[P], object] | None
+                         ) -> P | None:
+    """Reads a progress stream (Redrive, Replay) to its end, handing each to ``on_progress``: the last."""
+    last: P | None = None
+    try:
+        async for p in call:
+            last = convert(p)
+            if on_progress is not None:
+                on_progress(last)
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc_error(exc) from exc
+    finally:
+        call.cancel()
+    return last
 
 
 def _same_definition(wanted: Queue, existing: Queue, error: AlreadyExists) -> None:
@@ -660,17 +679,8 @@ class Client:
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)
         await self._connected()
-        call = self._stub().Redrive(request, metadata=self._metadata)
-        last: RedriveProgress | None = None
-        try:
-            async for p in call:
-                last = _admin.progress_from_proto(p)
-                if on_progress is not None:
-                    on_progress(last)
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc_error(exc) from exc
-        finally:
-            call.cancel()
+        last = await _last_progress(self._stub().Redrive(request, metadata=self._metadata),
+                                    _admin.progress_from_proto, on_progress)
         if last is None or not last.done:
             raise SpanqError(f"the redrive of {queue} ended before it finished; call it again to continue")
         return last
@@ -700,17 +710,8 @@ class Client:
             if bound is not None:
                 getattr(request, field).CopyFrom(_codec.key_to_proto(schema, _codec.as_key(bound)))
         await self._connected()
-        call = self._stub().Replay(request, metadata=self._metadata)
-        last: ReplayProgress | None = None
-        try:
-            async for p in call:
-                last = _admin.replay_progress_from_proto(p)
-                if on_progress is not None:
-                    on_progress(last)
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc_error(exc) from exc
-        finally:
-            call.cancel()
+        last = await _last_progress(self._stub().Replay(request, metadata=self._metadata),
+                                    _admin.replay_progress_from_proto, on_progress)
         if last is None or not last.done:
             raise SpanqError(f"the replay of {queue} ended before it finished; call it again with request_id="
                              f"{request.request_id!r} to continue")

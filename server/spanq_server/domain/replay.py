@@ -27,8 +27,8 @@ from ..ground import errors
 from ..ground.clock import Clock
 from ..ground.model import Key, QueueDef, ReplayBatch, ReplayWindow
 from ..store import Store
-from .exactly_once import fingerprint, request_id_or_new
 from .bulk import aware, batch_limit, key_from_plain_json, key_to_plain_json
+from .exactly_once import fingerprint, request_id_or_new
 from .queues import Catalog
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class Replayer:
         reached_now = 0
         remaining: int | None = None
         while True:
+            finished = False  # by an earlier call: this one only moved the entry's time
             async with self._store.transaction(queue.name) as handle:
                 held, data, held_at = await self._store.ledger_hold(handle, request_id, marked, self._clock.now())
                 if held != marked:
@@ -130,17 +131,18 @@ class Replayer:
                         "another call); a new replay needs a new request_id, a retry the same range")
                 recorded = (_Recorded.decode(queue, data) if data else
                             _Recorded(min(window.end_time or held_at, held_at), None, 0, 0, False))
-                if recorded.done:
-                    # An earlier call finished it: nothing to send. (This transaction only moved
-                    # the entry's time.)
-                    yield ReplayProgress(recorded.sent, recorded.skipped, 0, True, reached_now == 0, request_id)
-                    return
-                bounded = window._replace(end_time=recorded.end_time)
-                if remaining is None:
-                    remaining = await self._store.archive_replay_left(queue, bounded, recorded.after)
-                batch = await self._store.archive_replay(handle, queue, bounded, recorded.after, size)
-                recorded = recorded.advanced(batch, done=batch.reached < size)
-                await self._store.ledger_record(handle, request_id, recorded.encode(queue))
+                finished = recorded.done
+                if not finished:
+                    bounded = window._replace(end_time=recorded.end_time)
+                    if remaining is None:
+                        remaining = await self._store.archive_replay_left(queue, bounded, recorded.after, handle)
+                    batch = await self._store.archive_replay(handle, queue, bounded, recorded.after, size)
+                    recorded = recorded.advanced(batch, done=batch.reached < size)
+                    await self._store.ledger_record(handle, request_id, recorded.encode(queue))
+            if finished:
+                yield ReplayProgress(recorded.sent, recorded.skipped, 0, True, reached_now == 0, request_id)
+                return
+            assert remaining is not None
             reached_now += batch.reached
             left = 0 if recorded.done else max(remaining - reached_now, 0)
             if recorded.done:

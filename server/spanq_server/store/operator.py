@@ -116,13 +116,17 @@ class OperatorQueries(Database):
         return ReplayBatch(int(reached), int(sent), last)
 
     async def archive_replay_left(self, queue: QueueDef, window: ReplayWindow,
-                                  after: tuple[datetime, Key] | None) -> int:
-        """How many archived messages of the window lie after the cursor ``after``."""
+                                  after: tuple[datetime, Key] | None, handle: Handle | None = None) -> int:
+        """How many archived messages of the window lie after the cursor ``after`` (in the
+        caller's transaction when given one: a batch holds its connection meanwhile)."""
         params: dict[str, Any] = {}
         statement = query("archive_replay_left", archive=QueueStatements(queue).archive,
                           after=_replay_after(queue, after, params), window=_replay_window(queue, window, params))
-        async with self._read(queue.name) as conn:
-            row = await (await conn.execute(statement, params)).fetchone()
+        if handle is not None:
+            row = await (await connection_of(handle).execute(statement, params)).fetchone()
+        else:
+            async with self._read(queue.name) as conn:
+                row = await (await conn.execute(statement, params)).fetchone()
         return int(row[0]) if row else 0
 
     async def ledger_hold(self, handle: Handle, request_id: str, fingerprint: bytes,
