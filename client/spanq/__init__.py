@@ -32,7 +32,7 @@ from ._errors import (
     Unavailable,
     Unimplemented,
 )
-from ._admin import PeekedMessage, PeekPage, QueueStats, RedriveProgress
+from ._admin import PeekedMessage, PeekPage, QueueStats, RedriveProgress, ReplayProgress
 from ._retry import Retry
 from ._transaction import Transaction
 from ._types import (
@@ -91,6 +91,7 @@ __all__ = [
     "PeekedMessage",
     "PeekPage",
     "RedriveProgress",
+    "ReplayProgress",
     # errors
     "SpanqError",
     "Closed",

@@ -13,7 +13,7 @@ from spanq_proto.v1 import queue_pb2
 from . import _codec
 from ._types import DeadLetter, Key, Queue
 
-__all__ = ["QueueStats", "PeekedMessage", "PeekPage", "RedriveProgress"]
+__all__ = ["QueueStats", "PeekedMessage", "PeekPage", "RedriveProgress", "ReplayProgress"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,6 +88,24 @@ ProgressCallback = Callable[[RedriveProgress], object]
 """Called with each RedriveProgress of ``client.redrive``, after each committed batch."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplayProgress:
+    """Where a replay stands, over every call of its ``request_id`` (all committed): ``sent`` back into
+    the queue, ``skipped`` (their key was live in the queue), ``remaining`` archived messages of the range
+    not reached yet (0 when ``done``); ``replayed``: an earlier call had finished it, nothing was sent now."""
+
+    sent: int
+    skipped: int
+    remaining: int
+    done: bool
+    replayed: bool
+    request_id: str
+
+
+ReplayCallback = Callable[[ReplayProgress], object]
+"""Called with each ReplayProgress of ``client.replay``, after each committed batch."""
+
+
 def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:
     return QueueStats(
         name=s.name, ready=s.ready, scheduled=s.scheduled, leased=s.leased, dead_lettered=s.dead_lettered,
@@ -123,6 +141,11 @@ def progress_from_proto(p: queue_pb2.RedriveProgress) -> RedriveProgress:
     return RedriveProgress(moved=p.moved, remaining=p.remaining, skipped=p.skipped, to=p.to, done=p.done)
 
 
-for _cls in (QueueStats, PeekedMessage, PeekPage, RedriveProgress):
+def replay_progress_from_proto(p: queue_pb2.ReplayProgress) -> ReplayProgress:
+    return ReplayProgress(sent=p.sent, skipped=p.skipped, remaining=p.remaining, done=p.done, replayed=p.replayed,
+                          request_id=p.request_id)
+
+
+for _cls in (QueueStats, PeekedMessage, PeekPage, RedriveProgress, ReplayProgress):
     _cls.__module__ = "spanq"
 

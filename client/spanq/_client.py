@@ -294,6 +294,7 @@ class Client:
     peek = _direct(aio.Client.peek)
     purge = _direct(aio.Client.purge)
     redrive = _blocking(aio.Client.redrive)
+    replay = _blocking(aio.Client.replay)
     open = _direct(aio.Client.open)
 
     flush = _blocking(aio.Client.flush)

@@ -12,16 +12,17 @@ import contextlib
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from types import EllipsisType
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 
 from . import _admin, _codec, _connect, _requests, _retry, _slots, _tracing
-from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress
+from ._admin import PeekPage, ProgressCallback, QueueStats, RedriveProgress, ReplayCallback, ReplayProgress
 from ._publisher import Publisher
 from ._errors import AlreadyExists, Closed, NotFound, SpanqError, from_rpc_error
 from ._loop import call_soon
@@ -48,7 +49,29 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
 
 
 _DEFINING_FIELDS = ("key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff",
-                    "max_backoff", "max_delivery_attempts", "dead_letter_queue")
+                    "max_backoff", "max_delivery_attempts", "dead_letter_queue", "message_retention_duration",
+                    "archive_duration")
+"""What create_queue(exist_ok=True) compares; not the pauses (disable_send, disable_delivery), which are a
+live queue's state that an operator may have set since."""
+
+
+P = TypeVar("P")
+
+
+async def _last_progress(call: Any, convert: Callable[[Any], P], on_progress: Callable[[P], object] | None
+                         ) -> P | None:
+    """Reads a progress stream (Redrive, Replay) to its end, handing each to ``on_progress``: the last."""
+    last: P | None = None
+    try:
+        async for p in call:
+            last = convert(p)
+            if on_progress is not None:
+                on_progress(last)
+    except grpc.aio.AioRpcError as exc:
+        raise from_rpc_error(exc) from exc
+    finally:
+        call.cancel()
+    return last
 
 
 def _same_definition(wanted: Queue, existing: Queue, error: AlreadyExists) -> None:
@@ -186,12 +209,18 @@ class Client:
         parent_table: str | None = None,
         max_delivery_attempts: int | None = None,
         dead_letter_queue: str | None = None,
+        disable_send: bool = False,
+        disable_delivery: bool = False,
+        message_retention_duration: timedelta | float | None = None,
+        archive_duration: timedelta | float | None = None,
         exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
 
         Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
-        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken, unless
+        payload_type="JSON", lease_duration=30)``; every setting ``update_queue`` changes can be given here
+        too (a queue created paused, ``disable_delivery=True``; one that keeps acked messages for replay,
+        ``archive_duration=86400``). Raises AlreadyExists if the name is taken, unless
         ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
         a field left out, or None, matches anything).
         """
@@ -206,6 +235,10 @@ class Client:
                 parent_table=parent_table,
                 max_delivery_attempts=max_delivery_attempts,
                 dead_letter_queue=dead_letter_queue,
+                disable_send=disable_send,
+                disable_delivery=disable_delivery,
+                message_retention_duration=_codec.as_timedelta(message_retention_duration),
+                archive_duration=_codec.as_timedelta(archive_duration),
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
         stub = self._stub()
@@ -646,19 +679,42 @@ class Client:
         request = queue_pb2.RedriveRequest(queue=queue, to=to or "", batch_size=batch_size, rate=rate,
                                            max_messages=max_messages)
         await self._connected()
-        call = self._stub().Redrive(request, metadata=self._metadata)
-        last: RedriveProgress | None = None
-        try:
-            async for p in call:
-                last = _admin.progress_from_proto(p)
-                if on_progress is not None:
-                    on_progress(last)
-        except grpc.aio.AioRpcError as exc:
-            raise from_rpc_error(exc) from exc
-        finally:
-            call.cancel()
+        last = await _last_progress(self._stub().Redrive(request, metadata=self._metadata),
+                                    _admin.progress_from_proto, on_progress)
         if last is None or not last.done:
             raise SpanqError(f"the redrive of {queue} ended before it finished; call it again to continue")
+        return last
+
+    async def replay(self, queue: str, *, start_time: datetime | None = None, end_time: datetime | None = None,
+                     start_key: Any = None, end_key: Any = None, request_id: str | None = None,
+                     batch_size: int = 0, rate: float = 0.0, on_progress: ReplayCallback | None = None,
+                     validate_only: bool = False) -> ReplayProgress:
+        """Sends the queue's archived messages back into it: those acked from ``start_time`` (default: the
+        oldest kept) until before ``end_time`` (default, and at the latest: when the replay began), with a
+        key from ``start_key`` to ``end_key`` (both included; a key as ``send`` takes it) if given, in ack
+        order, ``batch_size`` per transaction, at most ``rate`` a second. Each keeps its key, payload, headers
+        and priority, with a fresh delivery attempt count; one whose key is live in the queue is skipped
+        (counted). Needs ``send`` and ``select``. Calls ``on_progress`` after each batch and returns the final
+        progress. The replay is one ``request_id`` (a fresh one by default, in each progress): interrupted,
+        call it again with the same range and that request_id to continue; once done, that answers its
+        final progress with ``replayed`` set and sends nothing. ``validate_only``: sends nothing and records
+        nothing, and the progress returned counts the range's archived messages in ``remaining`` (with no
+        ``end_time``, those acked until now)."""
+        schema = await self._schema(queue)
+        request = queue_pb2.ReplayRequest(queue=queue, request_id=request_id or str(uuid.uuid4()),
+                                          batch_size=batch_size, rate=rate, validate_only=validate_only)
+        for field, when in (("start_time", start_time), ("end_time", end_time)):
+            if when is not None:
+                getattr(request, field).CopyFrom(_codec.timestamp(when))
+        for field, bound in (("start_key", start_key), ("end_key", end_key)):
+            if bound is not None:
+                getattr(request, field).CopyFrom(_codec.key_to_proto(schema, _codec.as_key(bound)))
+        await self._connected()
+        last = await _last_progress(self._stub().Replay(request, metadata=self._metadata),
+                                    _admin.replay_progress_from_proto, on_progress)
+        if last is None or not last.done:
+            raise SpanqError(f"the replay of {queue} ended before it finished; call it again with request_id="
+                             f"{request.request_id!r} to continue")
         return last
 
     # -- machinery --------------------------------------------------------------

@@ -415,6 +415,22 @@ async def test_redrive_needs_ack_on_the_dead_letter_queue_and_send_on_its_target
     assert code == grpc.StatusCode.INVALID_ARGUMENT and "no queue names it" in text, text
 
 
+async def test_replay_needs_send_and_select_on_the_queue(stub) -> None:
+    for name in ("q", "qa"):
+        await stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
+            name=name, payload_type=queue_pb2.STRING, archive_duration=duration(3600))), metadata=bearer(OPS))
+
+    async def replay(token: str, queue: str) -> list[Any]:
+        return [p async for p in stub.Replay(queue_pb2.ReplayRequest(queue=queue), metadata=bearer(token))]
+
+    [done] = await replay(DANA, "qa")  # select and send there (and nothing archived yet)
+    assert done.done and done.sent == 0
+    # send alone would let a token with receive read acked messages it may not peek at.
+    for token, lacks in ((ONLY["send"], "select"), (ONLY["select"], "send"), (ONLY["admin"], "send")):
+        code, text, info = await error_of(replay(token, "q"))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and info["privilege"] == lacks and info["queue"] == "q", text
+
+
 async def test_naming_a_dead_letter_queue_needs_send_or_admin_on_it(stub) -> None:
     """Else a token with admin on its own queue could route messages into any queue."""
     await make_queue(stub, "dlq")

@@ -346,6 +346,63 @@ async def test_sdk_update_queue_sync_and_aio(server):
     assert (back.disable_send, back.disable_delivery, back.dead_letter_queue) == (False, False, None)
 
 
+async def test_sdk_create_queue_takes_every_setting_sync_and_aio(server, sql):
+    import spanq
+    import spanq.aio
+
+    def stored(name: str) -> tuple:
+        return sql.execute("SELECT disable_send, disable_delivery, message_retention, archive_duration, "
+                           "max_delivery_attempts, dead_letter_queue FROM spanq.queues WHERE name = %s",
+                           [name]).fetchone()
+
+    async with spanq.aio.Client(server.target) as client:
+        await client.create_queue("graveyard", payload_type="STRING")
+        got = await client.create_queue("tasks", payload_type="STRING", disable_send=True, disable_delivery=True,
+                                        message_retention_duration=7200, archive_duration=timedelta(hours=1),
+                                        max_delivery_attempts=3, dead_letter_queue="graveyard", initial_backoff=0)
+        assert (got.disable_send, got.disable_delivery, got.message_retention_duration, got.archive_duration) == (
+            True, True, timedelta(hours=2), timedelta(hours=1))
+        assert got.initial_backoff == timedelta(0)
+        # exist_ok compares the retentions too (not the pauses: an operator may have lifted them since).
+        same = await client.create_queue("tasks", payload_type="STRING", archive_duration=3600, exist_ok=True)
+        assert same == got
+        with pytest.raises(spanq.AlreadyExists, match="archive_duration"):
+            await client.create_queue("tasks", payload_type="STRING", archive_duration=60, exist_ok=True)
+        with pytest.raises(spanq.InvalidArgument, match="archive_duration must be between"):
+            await client.create_queue("bad", archive_duration=0.5)
+    assert stored("tasks") == (True, True, timedelta(hours=2), timedelta(hours=1), 3, "graveyard")
+    assert stored("bad") is None
+
+    def blocking() -> spanq.Queue:
+        with spanq.Client(server.target) as sync_client:
+            return sync_client.create_queue("paused", disable_delivery=True, message_retention_duration=60)
+
+    import asyncio
+    made = await asyncio.to_thread(blocking)
+    assert (made.disable_send, made.disable_delivery, made.message_retention_duration) == (
+        False, True, timedelta(minutes=1))
+    assert stored("paused") == (False, True, timedelta(minutes=1), None, None, None)
+
+
+async def test_cli_queue_create_takes_every_setting(server, sql):
+    from ..tools.test_cli import one_line, spanq_cli
+
+    t = server.target
+    code, out, err = await spanq_cli(t, "queue", "create", "tasks", "--payload-type", "string", "--archive", "3600",
+                                     "--message-retention", "7200", "--disable-send", "--disable-delivery", "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["archive_duration"], shown["message_retention_duration"], shown["disable_send"],
+            shown["disable_delivery"]) == (3600.0, 7200.0, True, True)
+    assert sql.execute("SELECT disable_send, disable_delivery, message_retention, archive_duration FROM spanq.queues "
+                       "WHERE name = 'tasks'").fetchone() == (True, True, timedelta(hours=2), timedelta(hours=1))
+    code, out, err = await spanq_cli(t, "queue", "create", "plain", "--archive", "0", "--json")
+    assert code == 0 and json.loads(out)["archive_duration"] is None, err
+    code, _, err = await spanq_cli(t, "queue", "create", "bad", "--archive", "0.5")
+    assert code == 2 and "archive_duration must be between" in one_line(err)
+    assert sql.execute("SELECT count(*) FROM spanq.queues WHERE name = 'bad'").fetchone() == (0,)
+
+
 async def test_cli_queue_update_pause_and_resume(server):
     from ..tools.test_cli import one_line, spanq_cli
 

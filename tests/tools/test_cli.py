@@ -1,7 +1,7 @@
 """The `spanq` client commands, each run as a subprocess against a real server and
 PostgreSQL: output (tables and --json), exit statuses, one-line errors, send from
 stdin, receive/tail with and without --ack, purge, a redrive interrupted with
-Ctrl-C and resumed, and psql."""
+Ctrl-C and resumed, replay with its counted confirmation, and psql."""
 
 import asyncio
 import dataclasses
@@ -190,6 +190,52 @@ async def test_redrive_with_progress_interrupted_and_resumed(server, sql):
     assert code == 0 and out.strip() == "moved 0 messages from dead to work; 0 left"
     code, _, err = await spanq_cli(t, "redrive", "work")
     assert code == 2 and "no queue names it" in one_line(err) and "--to" in err
+
+
+async def test_replay_asks_with_the_count_then_sends_the_range_back(server, sql):
+    t = server.target
+    async with spanq.aio.Client(t) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  archive_duration=3600)
+        await client.send_many("work", [spanq.OutgoingMessage(f"w{i}", i) for i in range(6)])
+        await client.ack("work", *[(i,) for i in range(6)])
+        await client.send("work", "live again", key=3)
+    # Refused without --yes when it cannot ask; on a terminal it asks with the range's count.
+    code, _, err = await spanq_cli(t, "replay", "work", stdin="")
+    assert code == 2 and "--yes" in one_line(err)
+    leader, follower = os.openpty()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "replay", "work", "--from-key", "2", "--to-key", "4", stdin=follower,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "SPANQ_TARGET": t})
+        os.write(leader, b"n\n")
+        out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert proc.returncode == 1, err_b
+    assert "send 3 archived messages of 'work' (acked since the oldest kept until now from key 2 to key 4) back " \
+           "into it?" in out_b.decode()
+    assert sql.execute("SELECT id FROM work ORDER BY id").fetchall() == [(3,)]
+
+    code, out, err = await spanq_cli(t, "replay", "work", "--from-key", "2", "--to-key", "4", "--yes",
+                                     "--request-id", "cli-1")
+    assert code == 0, err
+    assert out.strip() == "sent 2 archived messages back into work; 1 skipped (their key was live in work); " \
+                          "replay cli-1"
+    assert sql.execute("SELECT id, payload, spanq_delivery_attempt FROM work ORDER BY id").fetchall() == [
+        (2, "w2", 0), (3, "live again", 0), (4, "w4", 0)]
+    code, out, err = await spanq_cli(t, "replay", "work", "--from-key", "2", "--to-key", "4", "--yes",
+                                     "--request-id", "cli-1", "--json")
+    assert code == 0 and json.loads(out) == {"sent": 2, "skipped": 1, "remaining": 0, "done": True,
+                                             "replayed": True, "request_id": "cli-1"}, err
+    code, _, err = await spanq_cli(t, "replay", "work", "--from", "2030-01-02", "--to", "2030-01-01", "--yes")
+    assert code == 2 and "must be after start_time" in one_line(err)
+    code, _, err = await spanq_cli(t, "replay", "work", "--from-key", "1", "--from-key", "2", "--yes")
+    assert code == 2 and "1 key column(s) and 2 --from-key value(s)" in one_line(err)
+    code, _, err = await spanq_cli(t, "replay", "nope", "--yes")
+    assert code == 3
+    assert sql.execute("SELECT count(*) FROM work").fetchone() == (3,)
 
 
 async def test_psql_opens_the_servers_database(database_url, tmp_path):

@@ -465,3 +465,41 @@ class RedriveProgress(_message.Message):
     to: str
     done: bool
     def __init__(self, moved: _Optional[int] = ..., remaining: _Optional[int] = ..., skipped: _Optional[int] = ..., to: _Optional[str] = ..., done: _Optional[bool] = ...) -> None: ...
+
+class ReplayRequest(_message.Message):
+    __slots__ = ("queue", "start_time", "end_time", "start_key", "end_key", "request_id", "batch_size", "rate", "validate_only")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    START_KEY_FIELD_NUMBER: _ClassVar[int]
+    END_KEY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    start_key: _struct_pb2.ListValue
+    end_key: _struct_pb2.ListValue
+    request_id: str
+    batch_size: int
+    rate: float
+    validate_only: bool
+    def __init__(self, queue: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., end_key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., request_id: _Optional[str] = ..., batch_size: _Optional[int] = ..., rate: _Optional[float] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+
+class ReplayProgress(_message.Message):
+    __slots__ = ("sent", "skipped", "remaining", "done", "replayed", "request_id")
+    SENT_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    sent: int
+    skipped: int
+    remaining: int
+    done: bool
+    replayed: bool
+    request_id: str
+    def __init__(self, sent: _Optional[int] = ..., skipped: _Optional[int] = ..., remaining: _Optional[int] = ..., done: _Optional[bool] = ..., replayed: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...

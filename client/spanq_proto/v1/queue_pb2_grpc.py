@@ -105,6 +105,11 @@ class QueueServiceStub:
                 request_serializer=spanq__proto_dot_v1_dot_queue__pb2.RedriveRequest.SerializeToString,
                 response_deserializer=spanq__proto_dot_v1_dot_queue__pb2.RedriveProgress.FromString,
                 _registered_method=True)
+        self.Replay = channel.unary_stream(
+                '/spanq.v1.QueueService/Replay',
+                request_serializer=spanq__proto_dot_v1_dot_queue__pb2.ReplayRequest.SerializeToString,
+                response_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ReplayProgress.FromString,
+                _registered_method=True)
 
 
 class QueueServiceServicer:
@@ -230,6 +235,23 @@ class QueueServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Replay(self, request, context):
+        """Sends archived messages (Queue.archive_duration) back into their queue:
+        those acked in [start_time, end_time) and, if given, with a key in
+        [start_key, end_key], in ack order, in batches, each batch one
+        transaction that also records where the replay stands under its
+        request_id, streaming progress after each batch. A replayed message keeps
+        its key, payload, headers and priority, with a fresh delivery attempt
+        count, deliverable now; one whose key is live in the queue again is
+        skipped (and counted). Running it again with the same request_id
+        continues where it stopped, and once done answers its final progress with
+        `replayed` set, sending nothing. The archive keeps what it held. Needs
+        `send` and `select` on the queue.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_QueueServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +324,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
                     servicer.Redrive,
                     request_deserializer=spanq__proto_dot_v1_dot_queue__pb2.RedriveRequest.FromString,
                     response_serializer=spanq__proto_dot_v1_dot_queue__pb2.RedriveProgress.SerializeToString,
+            ),
+            'Replay': grpc.unary_stream_rpc_method_handler(
+                    servicer.Replay,
+                    request_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ReplayRequest.FromString,
+                    response_serializer=spanq__proto_dot_v1_dot_queue__pb2.ReplayProgress.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -682,6 +709,33 @@ class QueueService:
             '/spanq.v1.QueueService/Redrive',
             spanq__proto_dot_v1_dot_queue__pb2.RedriveRequest.SerializeToString,
             spanq__proto_dot_v1_dot_queue__pb2.RedriveProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Replay(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/spanq.v1.QueueService/Replay',
+            spanq__proto_dot_v1_dot_queue__pb2.ReplayRequest.SerializeToString,
+            spanq__proto_dot_v1_dot_queue__pb2.ReplayProgress.FromString,
             options,
             channel_credentials,
             insecure,

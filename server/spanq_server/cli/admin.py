@@ -1,5 +1,5 @@
 """The ``spanq`` command's client side: queues, stats, peek, send, receive, tail,
-purge, redrive and psql, over gRPC to any server (docs/operations.md, "The
+purge, redrive, replay and psql, over gRPC to any server (docs/operations.md, "The
 spanq command").
 
 Built on click (commands, options, environment variables, help, usage errors
@@ -33,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -196,7 +197,8 @@ def _probe(conn: Connection) -> None:
 
 RPC_COMMANDS = {"CreateQueue": "`spanq queue create`", "DropQueue": "`spanq queue drop`", "GetQueue": "`spanq queue get`",
                 "ListQueues": "`spanq queues`", "GetQueueStats": "`spanq stats`", "Peek": "`spanq peek`",
-                "Purge": "`spanq purge`", "Redrive": "`spanq redrive`"}
+                "Purge": "`spanq purge`", "Redrive": "`spanq redrive`",
+                "Replay": "`spanq replay`"}
 """The server's messages name RPCs (`create it with CreateQueue`); a CLI user needs the command."""
 RPC_NAMES = re.compile(rf"\b({'|'.join(RPC_COMMANDS)})\b")
 
@@ -356,12 +358,20 @@ def _key_column(text: str) -> tuple[str, str]:
 @click.option("--max-delivery-attempts", type=click.IntRange(min=1), help="with --dead-letter-queue")
 @click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
 @click.option("--parent-table", help="a table whose rows own this queue's messages")
+@click.option("--message-retention", type=click.FloatRange(min=0),
+              help="seconds: delete unacknowledged messages sent longer ago (default, or 0: keep them until acked)")
+@click.option("--archive", type=click.FloatRange(min=0),
+              help="seconds: keep acked messages this long in the archive, for peek --archived and replay "
+                   "(default, or 0: an ack deletes)")
+@click.option("--disable-send", is_flag=True, help="create it with sending paused (queue resume --send)")
+@click.option("--disable-delivery", is_flag=True, help="create it with delivery paused (queue resume --delivery)")
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
 @connection_options
 def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_duration: float | None,
                  initial_backoff: float | None, max_backoff: float | None, max_delivery_attempts: int | None, dead_letter_queue: str | None, parent_table: str | None,
+                 message_retention: float | None, archive: float | None, disable_send: bool, disable_delivery: bool,
                  exist_ok: bool, **kwargs: Any) -> None:
-    """Create queue NAME."""
+    """Create queue NAME, with any of the settings queue update changes."""
     conn = _connection(kwargs)
     columns = [_key_column(k) for k in keys]
     with talking(conn) as client:
@@ -369,7 +379,10 @@ def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_dura
             queue = client.create_queue(name, key_columns=columns, payload_type=payload_type.upper(),
                                         lease_duration=lease_duration, initial_backoff=initial_backoff,
                                         max_backoff=max_backoff, max_delivery_attempts=max_delivery_attempts,
-                                        dead_letter_queue=dead_letter_queue, parent_table=parent_table)
+                                        dead_letter_queue=dead_letter_queue, parent_table=parent_table,
+                                        message_retention_duration=message_retention or None,
+                                        archive_duration=archive or None, disable_send=disable_send,
+                                        disable_delivery=disable_delivery)
         except spanq.AlreadyExists:
             if not exist_ok:
                 raise
@@ -931,12 +944,16 @@ def _settle(conn: Connection, client: spanq.Client, queue: str, got: list[spanq.
                            "be delivered again", err=True)
 
 
-# -- purge and redrive -------------------------------------------------------------------
+# -- purge, redrive and replay ------------------------------------------------------------
+
+
+TIME_FORMATS = ["%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]
+"""What --sent-before, --from and --to take: a UTC time (as peek prints it, less its Z)."""
 
 
 @main.command("purge")
 @click.argument("queue")
-@click.option("--sent-before", type=click.DateTime(["%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d"]),
+@click.option("--sent-before", type=click.DateTime(TIME_FORMATS),
               help="only messages sent before this UTC time")
 @click.option("--yes", "-y", is_flag=True, help="do not ask to confirm")
 @connection_options
@@ -998,6 +1015,79 @@ def redrive(dead_letter_queue: str, to: str | None, rate: float | None, batch_si
     click.echo(f"moved {final.moved} message{'s' if final.moved != 1 else ''} from {dead_letter_queue} to "
                f"{final.to}; {final.remaining} left" +
                (f" ({final.skipped} leased, or with a key {final.to} already holds)" if final.skipped else ""))
+
+
+@main.command("replay")
+@click.argument("queue")
+@click.option("--from", "start", type=click.DateTime(TIME_FORMATS),
+              help="only messages acked at or after this UTC time (default: the oldest the archive keeps)")
+@click.option("--to", "end", type=click.DateTime(TIME_FORMATS),
+              help="only messages acked before this UTC time (default, and at the latest: when the replay starts)")
+@click.option("--from-key", "start_key", multiple=True,
+              help="only keys from this one on, included: one value per key column in order (repeat)")
+@click.option("--to-key", "end_key", multiple=True,
+              help="only keys up to this one, included: one value per key column in order (repeat)")
+@click.option("--request-id", help="the replay's id: give the one an interrupted replay printed to continue it")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), help="at most this many messages a second")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="messages per transaction")
+@click.option("--yes", "-y", is_flag=True, help="do not ask to confirm")
+@connection_options
+def replay(queue: str, start: datetime | None, end: datetime | None, start_key: tuple[str, ...],
+           end_key: tuple[str, ...], request_id: str | None, rate: float | None, batch_size: int, yes: bool,
+           **kwargs: Any) -> None:
+    """Send QUEUE's archived messages (acked ones it keeps: queue update --archive) back into it.
+
+    Those acked in [--from, --to) and with a key in [--from-key, --to-key], in ack order, in batches
+    with progress. Each keeps its key, payload, headers and priority, with a fresh delivery attempt
+    count; one whose key is live in QUEUE is skipped (and counted). The prompt says how many the range
+    holds. The replay is one request id: interrupted (Ctrl-C), every batch sent is committed, and the
+    same command with the --request-id it printed continues it; run again once done, it sends nothing.
+    Needs send and select on QUEUE. --json prints the final progress."""
+    conn = _connection(kwargs)
+    start_at, end_at = (when.replace(tzinfo=timezone.utc) if when else None for when in (start, end))
+    request_id = request_id or str(uuid.uuid4())
+    with talking(conn) as client:
+        schema = client.get_queue(queue)
+        bounds = [_replay_key(schema, values, option) for values, option in ((start_key, "--from-key"),
+                                                                               (end_key, "--to-key"))]
+        window: dict[str, Any] = dict(start_time=start_at, end_time=end_at, start_key=bounds[0], end_key=bounds[1])
+        if not yes:  # the prompt says how many the range holds
+            held = client.replay(queue, **window, request_id=request_id, validate_only=True).remaining
+            acked = (f"acked {'from ' + _shown_time(start_at) if start_at else 'since the oldest kept'}"
+                     f"{' to before ' + _shown_time(end_at) if end_at else ' until now'}")
+            keys = "".join(f" {word} key {_shown_key(b)}" for word, b in zip(("from", "to"), bounds) if b is not None)
+            _confirm(yes, f"send {held} archived message{'s' if held != 1 else ''} of {queue!r} ({acked}{keys}) "
+                          "back into it")
+        show = not conn.json and sys.stderr.isatty()
+        with _progress(show) as progress:
+            task = progress.add_task(f"replaying {queue}", total=None)
+
+            def on_progress(p: spanq.ReplayProgress) -> None:
+                progress.update(task, completed=p.sent + p.skipped, total=p.sent + p.skipped + p.remaining)
+
+            try:
+                final = client.replay(queue, **window, request_id=request_id, batch_size=batch_size,
+                                      rate=rate or 0.0, on_progress=on_progress)
+            except KeyboardInterrupt:
+                raise CliError(f"interrupted: every batch sent so far is committed; run it again with --request-id "
+                               f"{request_id} (and the same range) to continue", 130) from None
+    if conn.json:
+        _json(dataclasses.asdict(final))
+        return
+    click.echo(f"sent {final.sent} archived message{'s' if final.sent != 1 else ''} back into {queue}" +
+               (f"; {final.skipped} skipped (their key was live in {queue})" if final.skipped else "") +
+               (" (done by an earlier run of this replay: nothing sent now)" if final.replayed else "") +
+               f"; replay {request_id}")
+
+
+def _replay_key(schema: spanq.Queue, values: tuple[str, ...], option: str) -> tuple[Any, ...] | None:
+    if not values:
+        return None
+    if len(values) != len(schema.key_columns):
+        raise CliError(f"queue {schema.name!r} has {len(schema.key_columns)} key column(s) and {len(values)} "
+                       f"{option} value(s) were given: give one per column", 2)
+    return tuple(_key_value(c, v) for c, v in zip(schema.key_columns, values))
 
 
 # -- psql --------------------------------------------------------------------------------

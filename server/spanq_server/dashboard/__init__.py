@@ -3,7 +3,8 @@ marks (watch.py), a queue's messages and their search, purge, redrive and its
 pauses (an UpdateQueue of disable_send / disable_delivery), its settings (an
 UpdateQueue), a send form (a Send, exactly once by the form's request_id), one
 message's delete, release and redrive, its consumers (the open Receive streams of
-this server), open streams. Static pages (static/, no build step) call a small JSON
+this server), open streams; its archive (a Peek of it) and the replay of the range a
+page of it shows (a Replay). Static pages (static/, no build step) call a small JSON
 API here, which calls the domain in-process (admin.Operator, the catalog, the
 receiver, exactly_once.py through edge/requests.py: the RPCs' own decoding).
 
@@ -16,12 +17,13 @@ Every request must name an allowed host (the listen address, localhost, or
 machine, would otherwise be same-origin here.
 """
 
+import dataclasses
 import importlib.resources
 import json
 import math
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, cast
 
 from google.protobuf import json_format
@@ -33,10 +35,11 @@ from ..domain.exactly_once import ExactlyOnce
 from ..domain.operator import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
 from ..domain.queues import Catalog
 from ..domain.receive.stream import OpenStream, Receiver
-from ..edge import auth, requests, status
+from ..edge import auth, codec, requests, status
 from ..edge.views import peek_response, queue_to_proto, stats_response
 from ..ground import errors
 from ..ground.clock import Clock
+from ..ground.model import ReplayWindow
 from ..metrics.rates import Rates
 from .http import HttpError, HttpServer, Request, Response, json_response, split_host
 from .watch import Watch
@@ -55,6 +58,8 @@ SETTINGS = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_at
             "message_retention_duration", "archive_duration")
 """POST /api/queues/NAME/settings {FIELD: VALUE, ...}: UpdateQueue of those (spanq.v1 Queue's JSON form:
 durations as "30s"); the pauses have their own action."""
+ONE_MICROSECOND = timedelta(microseconds=1)
+"""The archive's ack times are microseconds: a replay through an instant ends one later."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names the dashboard always answers for, beside its listen address and --ui-allowed-hosts."""
 
@@ -119,6 +124,10 @@ class Dashboard:
                 return json_response(await self._queue(request, parts[2]))
             if route == ("GET", "queues", "*", "messages"):
                 return json_response(await self._messages(request, parts[2]))
+            if route == ("GET", "queues", "*", "archive"):
+                return json_response(await self._archive(request, parts[2]))
+            if route == ("POST", "queues", "*", "replay"):
+                return json_response(await self._replay(request, parts[2], body))
             if route == ("GET", "queues", "*", "consumers"):
                 return json_response(await self._consumers(request, parts[2]))
             if route == ("POST", "queues", "*", "send"):
@@ -279,6 +288,40 @@ class Dashboard:
         out = _dict(peek_response(queue, found, token))
         out["payload_type"] = queue.payload_type.value
         return out
+
+    async def _archive(self, request: Request, name: str) -> dict[str, Any]:
+        """A page of the archive in ack order (a Peek with archived), with what the page needs
+        to offer its replay."""
+        principal = self._principal(request)
+        self._require(request, principal, "Peek", queue_pb2.PeekRequest(queue=name))
+        size = request.query.get("page_size", "0")
+        if not (size.isascii() and size.isdigit()):
+            raise errors.InvalidArgument(f"page_size must be a whole number, got {size!r}")
+        queue, found, token = await self._operator.peek(name, int(size), request.query.get("page_token", ""),
+                                                        archived=True)
+        out = _dict(peek_response(queue, found, token))
+        out["payload_type"] = queue.payload_type.value
+        out["archive_duration"] = _dict(queue_to_proto(queue)).get("archive_duration")
+        out["may_replay"] = self._may(principal, "Replay", queue_pb2.ReplayRequest(queue=name))
+        return out
+
+    async def _replay(self, request: Request, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """{"from": TIME, "through": TIME, "request_id": ID, "validate_only": bool}: a Replay of the
+        messages acked from ``from`` through ``through`` (both included: the first and last ack
+        times of a page of the archive), its final progress; ``validate_only``: their count."""
+        self._require(request, self._principal(request), "Replay", queue_pb2.ReplayRequest(queue=name))
+        validate_only = body.get("validate_only", False)
+        if not isinstance(validate_only, bool):
+            raise errors.InvalidArgument("`validate_only` must be true or false")
+        rpc = _parse({"queue": name, "start_time": _text(body, "from"), "end_time": _text(body, "through")},
+                     queue_pb2.ReplayRequest())
+        start = codec.timestamp_to_datetime(rpc.start_time, "from")
+        window = ReplayWindow(start, codec.timestamp_to_datetime(rpc.end_time, "through") + ONE_MICROSECOND)
+        last = None
+        async for last in self._operator.replay(name, window, _text(body, "request_id"), validate_only=validate_only):
+            pass
+        assert last is not None and last.done  # the replay ends with a done progress, or raises
+        return dataclasses.asdict(last)
 
     async def _message_action(self, request: Request, name: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
         """One message's delete, release or redrive, by the rule of the RPC it stands for."""

@@ -22,19 +22,17 @@ from typing import Any
 
 from ..ground import errors
 from ..ground.clock import Clock
-from ..ground.model import ColumnType, Key, PeekedMessage, QueueCounts, QueueDef
+from ..ground.model import Key, PeekedMessage, QueueCounts, QueueDef, ReplayWindow
 from ..ground.tasks import BackgroundTask
 from ..metrics.counters import Counters
 from ..metrics.rates import Rates
 from ..store import ALL_SOURCES, PeekFilter, RedriveSource, Store
+from .bulk import aware, batch_limit, key_from_plain_json, key_to_plain_json
 from .queues import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, Catalog
+from .replay import ReplayProgress, Replayer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_REDRIVE_BATCH = 100
-MAX_REDRIVE_BATCH = 1000
-MAX_REDRIVE_RATE = 1_000_000
-"""The highest rate (messages a second) a redrive may ask for, far above what one reaches; 0: no limit."""
 PEEK_STATES = ("READY", "SCHEDULED", "LEASED")
 MAX_ATTEMPT_FILTER = 2**31 - 1
 MAX_FILTER_TEXT = 1000
@@ -75,6 +73,7 @@ class Operator:
         self._store = store
         self._clock = clock
         self._rates = rates
+        self._replayer = Replayer(catalog, store, clock)
 
     async def stats(self, name: str) -> QueueStats:
         queue = await self._catalog.get(name)
@@ -158,6 +157,13 @@ class Operator:
         logger.info("redrove the message with key %s of queue %s to %s", key, name, target.name)
         return target.name
 
+    async def replay(self, name: str, window: ReplayWindow, request_id: str, *, batch_size: int = 0,
+                     rate: float = 0.0, validate_only: bool = False) -> AsyncIterator[ReplayProgress]:
+        """Sends the queue's archived messages in ``window`` back into it (replay.py)."""
+        async for progress in self._replayer.replay(name, window, request_id, batch_size=batch_size, rate=rate,
+                                                    validate_only=validate_only):
+            yield progress
+
     async def dead_letter_sources(self, name: str) -> list[str]:
         """The queues that name queue ``name`` as their dead-letter queue, in name order."""
         return await self._store.queue_dead_letter_sources(name)
@@ -185,18 +191,11 @@ class Operator:
     async def redrive(self, name: str, to: str, *, batch_size: int = 0, rate: float = 0.0,
                       max_messages: int = 0) -> AsyncIterator[RedriveProgress]:
         """Yields progress after each committed batch and once at the end (done)."""
-        if not 0 <= batch_size <= MAX_REDRIVE_BATCH:
-            raise errors.InvalidArgument(f"batch_size must be between 0 and {MAX_REDRIVE_BATCH}, got {batch_size}")
-        if not (math.isfinite(rate) and 0 <= rate <= MAX_REDRIVE_RATE):
-            raise errors.InvalidArgument(f"rate must be 0 (no limit) or a positive number of messages a second "
-                                         f"up to {MAX_REDRIVE_RATE:,}, got {rate}")
+        size = batch_limit(batch_size, rate)
         if max_messages < 0:
             raise errors.InvalidArgument(f"max_messages must be 0 (all) or more, got {max_messages}")
         dead = await self._catalog.get(name)
         plan = await self._redrive_plan(dead, to)
-        size = batch_size or DEFAULT_REDRIVE_BATCH
-        if rate:
-            size = max(1, min(size, int(rate)))  # one batch is at most a second's worth
         moved = 0
         started = time.monotonic()
         # Counted once here and once at the end (each count reads the whole dead-letter queue): the
@@ -326,48 +325,10 @@ class Expiry:
 
 
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
-    key = [_token_value(c.type, v) for c, v in zip(queue.key_columns, last.key)]
+    key = key_to_plain_json(queue, last.key)
     at = last.ack_time or last.deliver_time  # an archive's page goes in ack order
     data = json.dumps({"t": at.isoformat(), "k": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(data.encode()).decode()
-
-
-def _token_value(column_type: ColumnType, value: Any) -> Any:
-    # Plain JSON, read back by _token_key with the queue's key types: the token is this
-    # server's own, never a client's data, so it needs no wire format.
-    if column_type is ColumnType.BYTES:
-        return base64.b64encode(bytes(value)).decode()
-    if column_type is ColumnType.TIMESTAMP:
-        return value.isoformat()
-    return value
-
-
-def _token_key(queue: QueueDef, values: Any) -> Key:
-    if not isinstance(values, list) or len(values) != len(queue.key_columns):
-        raise ValueError("not this queue's key")
-    key: list[Any] = []
-    for column, v in zip(queue.key_columns, values):
-        kind = column.type
-        if kind is ColumnType.INT64 and type(v) is int and -(2**63) <= v < 2**63:
-            key.append(v)
-        elif kind is ColumnType.BOOL and type(v) is bool:
-            key.append(v)
-        elif kind is ColumnType.STRING and type(v) is str and "\0" not in v:
-            v.encode()  # a lone surrogate is no text PostgreSQL holds: UnicodeEncodeError, a ValueError
-            key.append(v)
-        elif kind is ColumnType.BYTES and type(v) is str:
-            key.append(base64.b64decode(v, validate=True))
-        elif kind is ColumnType.TIMESTAMP and type(v) is str:
-            key.append(_aware(datetime.fromisoformat(v)))
-        else:
-            raise ValueError("not this queue's key")
-    return tuple(key)
-
-
-def _aware(when: datetime) -> datetime:
-    if when.tzinfo is None:
-        raise ValueError("a timestamp without its time zone")
-    return when
 
 
 def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | None:
@@ -375,7 +336,7 @@ def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | No
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return _aware(datetime.fromisoformat(data["t"])), _token_key(queue, data["k"])
+        return aware(datetime.fromisoformat(data["t"])), key_from_plain_json(queue, data["k"])
     except (binascii.Error, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested deeper than the decoder goes
         raise errors.InvalidArgument(
             "page_token is not one this server returned for this queue; start again with an empty token") from None

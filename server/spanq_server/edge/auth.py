@@ -25,6 +25,7 @@ control on queues:
   the dead-letter queue and sends to the target: ``ack`` (or ``admin``) on the one,
   ``send`` (or ``admin``) on the other; a token without ``send`` on every queue must
   name the target (``to``), which is otherwise looked up after authorization.
+- Replay reads the queue's archive and sends into the queue: ``send`` and ``select``.
 
 The file stores each token's SHA-256, never the token: a call's token is hashed
 and looked up by its digest (no string comparison of secrets, so no timing leak

@@ -197,6 +197,26 @@ class PeekedMessage(NamedTuple):
     ack_request_id: str | None = None
 
 
+class ReplayWindow(NamedTuple):
+    """Which archived messages a Replay sends back: acked in [start_time, end_time), with a
+    key from start_key to end_key (both included, in the database's order of keys; None: no
+    bound). A Replay's end_time None: up to its first batch."""
+
+    start_time: datetime | None
+    end_time: datetime | None
+    start_key: Key | None = None
+    end_key: Key | None = None
+
+
+class ReplayBatch(NamedTuple):
+    """What one batch of a Replay did: archived messages it reached, how many of them it
+    sent (the others' keys were live), and the last one's (ack time, key): the next cursor."""
+
+    reached: int
+    sent: int
+    last: tuple[datetime, Key] | None
+
+
 class DeadLetterHistory(NamedTuple):
     """Where a dead letter came from and why (set on messages of a dead-letter queue)."""
 

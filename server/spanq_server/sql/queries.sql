@@ -1028,6 +1028,73 @@ WHERE {after}
 ORDER BY m.deliver_time, {key_columns}
 LIMIT %(limit)s
 
+-- archive_replay --
+-- One batch of a Replay, in one statement: sends up to `limit` archived
+-- messages of the range back into the queue, in ack order (then key) after
+-- the replay's cursor {after}, each with its key, payload, headers and
+-- priority, delivery attempt 0, deliverable and enqueued now. A key live in
+-- the queue is passed over (ON CONFLICT DO NOTHING: no wait on the archive,
+-- no error, nothing overwritten), and so is a second archived copy of one
+-- key in the batch. The archive keeps its rows (pruning forgets them, as
+-- ever), read without locks. One row: how many rows the batch reached, how
+-- many it sent, and the last one's ack time and key (NULLs when none) for
+-- the next cursor. {window}: the ack-time range and key bounds.
+WITH picked AS (
+    SELECT {a_key_columns}, a.payload, a.spanq_headers, a.spanq_priority, a.spanq_ack_time
+    FROM {archive} AS a
+    WHERE {after} AND {window}
+    ORDER BY a.spanq_ack_time, {a_key_columns}
+    LIMIT %(limit)s
+), sent AS (
+    INSERT INTO {queue} ({key_columns}, payload, spanq_headers, spanq_priority)
+    SELECT {p_key_columns}, p.payload, p.spanq_headers, p.spanq_priority
+    FROM picked AS p
+    ORDER BY p.spanq_ack_time, {p_key_columns}
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), last AS (
+    SELECT p.spanq_ack_time, {p_key_columns} FROM picked AS p ORDER BY p.spanq_ack_time DESC, {p_key_descending}
+    LIMIT 1
+)
+SELECT (SELECT count(*) FROM picked), (SELECT count(*) FROM sent), last.*
+FROM (SELECT) AS one LEFT JOIN last ON true
+
+-- archive_replay_left --
+-- How many archived messages of a Replay's range lie after its cursor.
+SELECT count(*) FROM {archive} AS a WHERE {after} AND {window}
+
+-- archive_replay_window --
+-- A Replay's range over the archive `a`: acked in [start_time, end_time)
+-- (no start: from the oldest kept; no end, only when counting: until now),
+-- keys within {key_bounds}.
+(%(start_time)s::timestamptz IS NULL OR a.spanq_ack_time >= %(start_time)s::timestamptz)
+AND (%(end_time)s::timestamptz IS NULL OR a.spanq_ack_time < %(end_time)s::timestamptz) AND {key_bounds}
+
+-- archive_replay_after --
+-- A Replay's cursor: rows after the last one a batch reached, in ack order then key.
+(a.spanq_ack_time, {a_key_columns}) > ({values})
+
+-- archive_key_from --
+-- A Replay's lowest key, included.
+({a_key_columns}) >= ({values})
+
+-- archive_key_to --
+-- A Replay's highest key, included.
+({a_key_columns}) <= ({values})
+
+-- ledger_hold --
+-- A Replay's entry in the commit ledger, claimed on its first batch or, made
+-- by an earlier batch, locked until this batch's transaction ends: a second
+-- call of the same request_id waits here and then reads the cursor this one
+-- recorded, so no two batches send the same messages. Its fingerprint, the
+-- progress recorded (empty on the first batch), and the entry's time, which
+-- moves to now: a replay is remembered for the ledger's window after its
+-- last batch.
+INSERT INTO spanq.commit_ledger AS l (request_id, fingerprint, response, commit_time)
+VALUES (%(request_id)s, %(fingerprint)s, '', coalesce(%(now)s::timestamptz, now()))
+ON CONFLICT (request_id) DO UPDATE SET commit_time = excluded.commit_time
+RETURNING l.fingerprint, l.response, l.commit_time
+
 -- message_redrive --
 -- One batch of a Redrive, in one statement: deletes up to `limit` messages
 -- from the dead-letter queue and sends them to the target (delivery attempt

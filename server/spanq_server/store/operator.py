@@ -6,10 +6,10 @@ from typing import Any, NamedTuple
 
 from psycopg import sql
 
-from ..ground.model import Key, PeekedMessage, QueueCounts, QueueDef, QueueGauges
+from ..ground.model import Key, PeekedMessage, QueueCounts, QueueDef, QueueGauges, ReplayBatch, ReplayWindow
 from ..sql.compose import SQL_TYPES, QueueStatements, query
 from .catalog import _fetch_queues
-from .database import Database
+from .database import Database, Handle, connection_of
 from .messages import _history, _normal_key, _normal_value
 
 RedriveSource = str | tuple[str, ...] | None
@@ -58,13 +58,8 @@ class OperatorQueries(Database):
                                   "min_attempt": where.min_attempt, "text": where.text}
         condition: sql.Composable = sql.SQL("TRUE")
         if after is not None:
-            params["after_time"] = after[0]
-            values = [sql.SQL("{}::timestamptz").format(sql.Placeholder("after_time"))]
-            for i, (column, value) in enumerate(zip(queue.key_columns, after[1])):
-                params[f"a{i}"] = value
-                values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"a{i}"), sql.SQL(SQL_TYPES[column.type])))
             condition = sql.SQL("(m.deliver_time, {}) > ({})").format(
-                names.qualified_keys("m"), sql.SQL(", ").join(values))
+                names.qualified_keys("m"), _after_values(queue, after, params))
         first_key: sql.Composable = (sql.Identifier("m", queue.key_columns[0].name)
                                      if queue.key_columns else sql.SQL("NULL"))
         statement = query("archive_peek" if archived else "message_peek", key_columns=names.qualified_keys("m"),
@@ -101,6 +96,48 @@ class OperatorQueries(Database):
             cur = await conn.execute(query("archive_prune", archive=QueueStatements(queue).archive),
                                      {"retention": retention, "now": now, "batch_size": batch_size})
             return cur.rowcount
+
+    async def archive_replay(self, handle: Handle, queue: QueueDef, window: ReplayWindow,
+                             after: tuple[datetime, Key] | None, limit: int) -> ReplayBatch:
+        """Sends one batch (up to limit) of the window's archived messages after the cursor
+        ``after`` back into the queue, in the caller's transaction (archive_replay)."""
+        params: dict[str, Any] = {"limit": limit}
+        names = QueueStatements(queue)
+        descending = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier("p", c.name))
+                                        for c in queue.key_columns)
+        statement = query("archive_replay", archive=names.archive, queue=names.table, key_columns=names.keys,
+                          a_key_columns=names.qualified_keys("a"), p_key_columns=names.qualified_keys("p"),
+                          p_key_descending=descending, after=_replay_after(queue, after, params),
+                          window=_replay_window(queue, window, params))
+        row = await (await connection_of(handle).execute(statement, params)).fetchone()
+        assert row is not None  # one row always (LEFT JOIN on one)
+        reached, sent, last_time, *last_key = row
+        last = (last_time, _normal_key(tuple(last_key))) if last_time is not None else None
+        return ReplayBatch(int(reached), int(sent), last)
+
+    async def archive_replay_left(self, queue: QueueDef, window: ReplayWindow,
+                                  after: tuple[datetime, Key] | None, handle: Handle | None = None) -> int:
+        """How many archived messages of the window lie after the cursor ``after`` (in the
+        caller's transaction when given one: a batch holds its connection meanwhile)."""
+        params: dict[str, Any] = {}
+        statement = query("archive_replay_left", archive=QueueStatements(queue).archive,
+                          after=_replay_after(queue, after, params), window=_replay_window(queue, window, params))
+        if handle is not None:
+            row = await (await connection_of(handle).execute(statement, params)).fetchone()
+        else:
+            async with self._read(queue.name) as conn:
+                row = await (await conn.execute(statement, params)).fetchone()
+        return int(row[0]) if row else 0
+
+    async def ledger_hold(self, handle: Handle, request_id: str, fingerprint: bytes,
+                          now: datetime | None) -> tuple[bytes, bytes, datetime]:
+        """A Replay's ledger entry, claimed or locked in the caller's transaction (ledger_hold):
+        its fingerprint, its recorded progress (b"" when new) and its time (now)."""
+        cur = await connection_of(handle).execute(
+            query("ledger_hold"), {"request_id": request_id, "fingerprint": fingerprint, "now": now})
+        row = await cur.fetchone()
+        assert row is not None  # an upsert always returns its row
+        return bytes(row[0]), bytes(row[1]), row[2]
 
     async def message_delete(self, queue: QueueDef, key: Key) -> int:
         """Deletes one message by key; how many (0 or 1)."""
@@ -186,6 +223,38 @@ def _key_values(queue: QueueDef, key: Key, params: dict[str, Any]) -> sql.Compos
         params[f"k{i}"] = value
         values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"k{i}"), sql.SQL(SQL_TYPES[column.type])))
     return sql.SQL(", ").join(values)
+
+
+def _after_values(queue: QueueDef, after: tuple[datetime, Key], params: dict[str, Any]) -> sql.Composable:
+    """A cursor (time, key) as typed placeholders (after_time, a0, a1, ...), its values put in params."""
+    params["after_time"] = after[0]
+    values = [sql.SQL("{}::timestamptz").format(sql.Placeholder("after_time"))]
+    for i, (column, value) in enumerate(zip(queue.key_columns, after[1])):
+        params[f"a{i}"] = value
+        values.append(sql.SQL("{}::{}").format(sql.Placeholder(f"a{i}"), sql.SQL(SQL_TYPES[column.type])))
+    return sql.SQL(", ").join(values)
+
+
+def _replay_after(queue: QueueDef, after: tuple[datetime, Key] | None, params: dict[str, Any]) -> sql.Composable:
+    if after is None:
+        return sql.SQL("TRUE")
+    return query("archive_replay_after", a_key_columns=QueueStatements(queue).qualified_keys("a"),
+                 values=_after_values(queue, after, params))
+
+
+def _replay_window(queue: QueueDef, window: ReplayWindow, params: dict[str, Any]) -> sql.Composable:
+    params.update(start_time=window.start_time, end_time=window.end_time)
+    keys = QueueStatements(queue).qualified_keys("a")
+    bounds: list[sql.Composable] = []
+    for name, bound in (("archive_key_from", window.start_key), ("archive_key_to", window.end_key)):
+        if bound is not None:
+            named = {f"{name}_{i}": v for i, v in enumerate(bound)}
+            params.update(named)
+            values = sql.SQL(", ").join(
+                sql.SQL("{}::{}").format(sql.Placeholder(p), sql.SQL(SQL_TYPES[c.type]))
+                for p, c in zip(named, queue.key_columns))
+            bounds.append(query(name, a_key_columns=keys, values=values))
+    return query("archive_replay_window", key_bounds=sql.SQL(" AND ").join(bounds) if bounds else sql.SQL("TRUE"))
 
 
 def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef,

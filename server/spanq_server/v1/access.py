@@ -97,6 +97,13 @@ def _redrive(p: Principal, request: Any) -> None:
         raise p.denied("send", target, f"Redrive of {request.queue!r}, which sends there,")
 
 
+def _replay(p: Principal, request: Any) -> None:
+    """send (it sends into the queue) and select (it reads the archive, as Peek does: without
+    it, a token with send and receive could read acked messages it may not peek at)."""
+    for privilege in ("send", "select"):
+        p.require(privilege, request.queue, "Replay, which reads the archive and sends into the queue,")
+
+
 RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
     f"{QUEUE_SERVICE}/UpdateQueue": _update_queue,
@@ -112,6 +119,7 @@ RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/Peek": one("select", "queue", "Peek"),
     f"{QUEUE_SERVICE}/Purge": _purge,
     f"{QUEUE_SERVICE}/Redrive": _redrive,
+    f"{QUEUE_SERVICE}/Replay": _replay,
 }
 
 

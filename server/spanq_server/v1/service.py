@@ -25,7 +25,8 @@ from ..edge.status import translate_errors, translate_stream_errors
 from ..edge.views import peek_response, queue_to_proto, stats_response, write_dead_letter
 from ..ground import errors
 from ..ground.jsonfit import check_json, json_fits
-from ..ground.model import AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, QueueDef, RenewResult
+from ..ground.model import (AckItem, AckResult, ColumnType, Key, KeyColumn, LeasedMessage, QueueDef, RenewResult,
+                           ReplayWindow)
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,23 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                                               rate=request.rate, max_messages=request.max_messages):
             yield queue_pb2.RedriveProgress(moved=p.moved, remaining=p.remaining, skipped=p.skipped, to=p.to,
                                             done=p.done)
+
+    @translate_stream_errors
+    async def Replay(self, request: queue_pb2.ReplayRequest, context: grpc.aio.ServicerContext
+                     ) -> AsyncIterator[queue_pb2.ReplayProgress]:
+        bounds: list[Key | None] = [None, None]
+        if request.HasField("start_key") or request.HasField("end_key"):
+            queue = await self._catalog.get(request.queue)
+            bounds = [codec.key_from_proto(queue, getattr(request, field), field) if request.HasField(field) else None
+                      for field in ("start_key", "end_key")]
+        start, end = (codec.timestamp_to_datetime(getattr(request, field), field) if request.HasField(field) else None
+                      for field in ("start_time", "end_time"))
+        window = ReplayWindow(start, end, bounds[0], bounds[1])
+        async for p in self._operator.replay(request.queue, window, request.request_id,
+                                             batch_size=request.batch_size, rate=request.rate,
+                                             validate_only=request.validate_only):
+            yield queue_pb2.ReplayProgress(sent=p.sent, skipped=p.skipped, remaining=p.remaining, done=p.done,
+                                           replayed=p.replayed, request_id=p.request_id)
 
     # -- request -> domain ------------------------------------------------------
 

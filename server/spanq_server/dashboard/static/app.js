@@ -278,6 +278,7 @@ async function queuePage(page, name, state) {
     el("div", {class: "panels"}, sendForm(name, info, state), settingsForm(name, info, state)),
     consumers(info.consumers),
     el("h2", {}, "Messages, in delivery order"),
+    el("p", {}, el("a", {id: "archive-link", href: `#/queue/${encodeURIComponent(name)}/archive`}, "Archived (acked) messages")),
     searchForm(state),
     el("div", {class: "scroll"}, el("table", {id: "messages"},
       el("thead", {}, el("tr", {}, headings.map(t => el("th", {class: "name"}, t)))),
@@ -288,6 +289,65 @@ async function queuePage(page, name, state) {
       el("button", {id: "first-page", disabled: state.tokens.length === 1, onclick: () => { state.tokens = [""]; refresh(); }}, "First page"),
       el("button", {id: "next-page", disabled: !peek.next_page_token,
         onclick: () => { state.tokens.push(peek.next_page_token); refresh(); }}, "Next page")));
+}
+
+// -- the archive ---------------------------------------------------------------------
+
+// The queue's archive (the acked messages it keeps for its archive_duration), in ack order a
+// page at a time, in the messages table's look; Replay sends the range of ack times shown
+// back into the queue (a Replay, after a confirmation that counts it).
+async function archivePage(page, name, state) {
+  const path = "/api/queues/" + encodeURIComponent(name);
+  const data = await getJSON(`${path}/archive?` + new URLSearchParams({page_size: 20,
+    page_token: state.tokens[state.tokens.length - 1]}));
+  const shown = data.messages;
+  const tagged = shown.some(m => m.priority || Object.keys(m.headers).length);
+  const rows = shown.map(m => {
+    const id = JSON.stringify(m.key);
+    return el("tr", {class: "message", "data-key": id},
+      el("td", {class: "text key"}, id),
+      el("td", {class: "text"}, payloadCell(payloadText(m.payload, data.payload_type), id + m.ack_time, state)),
+      el("td", {class: "time ack-time"}, time(m.ack_time)),
+      el("td", {class: "text ack-request"}, m.ack_request_id || el("span", {class: "muted"}, "none")),
+      el("td", {class: "attempts"}, m.delivery_attempt),
+      tagged ? [el("td", {class: "priority"}, m.priority),
+        el("td", {class: "text headers"}, Object.entries(m.headers).sort().map(([k, v]) =>
+          el("div", {class: "header"}, el("span", {class: "muted"}, k + "="), v)))] : null,
+      el("td", {class: "time"}, time(m.enqueue_time)));
+  });
+  const range = shown.length ? {from: shown[0].ack_time, through: shown[shown.length - 1].ack_time} : null;
+  const headings = ["Key", "Payload", "Acked", "Acked by request", "Attempts", ...(tagged ? ["Priority", "Headers"] : []), "Enqueued"];
+  page.replaceChildren(
+    el("h1", {}, "Queue ", el("a", {id: "queue-name", href: "#/queue/" + encodeURIComponent(name)}, name), ": archived"),
+    el("p", {class: "muted", id: "archive-kept"}, data.archive_duration
+      ? `Acked messages are kept ${data.archive_duration}, in ack order; Replay sends those acked in the range shown back into the queue.`
+      : "This queue keeps no archive now (an ack deletes): set Archive in its settings to keep acked messages."),
+    el("div", {class: "actions"},
+      el("button", {id: "replay", disabled: !range || !data.may_replay || !data.archive_duration,
+        title: data.may_replay ? null : "this token may not replay it (send and select)",
+        onclick: () => replayRange(name, range)}, "Replay the range shown"),
+      el("span", {id: "action-result", role: "status"}, state.result || "")),
+    el("div", {class: "scroll"}, el("table", {id: "archived"},
+      el("thead", {}, el("tr", {}, headings.map(t => el("th", {class: "name"}, t)))),
+      el("tbody", {}, rows))),
+    shown.length ? null : el("p", {class: "muted", id: "no-messages"}, "No archived messages."),
+    el("p", {},
+      el("button", {id: "first-page", disabled: state.tokens.length === 1, onclick: () => { state.tokens = [""]; refresh(); }}, "First page"),
+      el("button", {id: "next-page", disabled: !data.next_page_token,
+        onclick: () => { state.tokens.push(data.next_page_token); refresh(); }}, "Next page")));
+}
+
+async function replayRange(name, range) {
+  const path = `/api/queues/${encodeURIComponent(name)}/replay`;
+  try {
+    const count = await (await api(path, {method: "POST", body: JSON.stringify(Object.assign({validate_only: true}, range))})).json();
+    if (!confirm(`Send the ${count.remaining} archived message(s) of ${name} acked from ${time(range.from)} through ` +
+        `${time(range.through)} back into it? Those whose key is in the queue now are skipped.`)) return;
+    const done = await (await api(path, {method: "POST", body: JSON.stringify(Object.assign({request_id: newId()}, range))})).json();
+    current.state.result = `Replayed: sent ${done.sent} back into ${name}` +
+      (done.skipped ? `, skipped ${done.skipped} (their key is in the queue)` : "") + ".";
+  } catch (e) { current.state.result = "Refused: " + e.message; }
+  refresh();
 }
 
 // -- the send form, the settings, the consumers ------------------------------------
@@ -551,6 +611,8 @@ let current = null;
 
 function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
+  const archived = hash.match(/^\/queue\/(.+)\/archive$/);
+  if (archived) return {draw: archivePage, args: [decodeURIComponent(archived[1])], state: {tokens: [""]}};
   const match = hash.match(/^\/queue\/(.+)$/);
   if (match) return {draw: queuePage, args: [decodeURIComponent(match[1])], state: {tokens: [""]}};
   if (hash === "/streams") return {draw: streamsPage, args: [], state: {}};
