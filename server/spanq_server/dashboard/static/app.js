@@ -413,18 +413,21 @@ async function saveSettings(name, current, box) {
   refresh();
 }
 
-// The queue's open Receive streams on this server (with --workers: the dashboard's worker).
+// The queue's open Receive streams on every server of the database (each --workers child,
+// each replica): this one's live, the others' as of their last report (every few seconds).
 function consumers(data) {
   return el("section", {id: "consumers-section"}, el("h2", {}, "Consumers"),
-    el("p", {class: "muted"}, `Open Receive streams of this queue on ${data.server || "this server"}.`),
+    el("p", {class: "muted"}, `Open Receive streams of this queue on every server; this page is served by ${data.server}. ` +
+      "Another server's figures are as of its last report (the Reported column)."),
     data.streams.length ? el("div", {class: "scroll"}, el("table", {id: "consumers"},
-      el("thead", {}, el("tr", {}, ["Client", "Opened", "Age", "Leases held", "Delivered", "Max outstanding", "Batch", "Lease"]
+      el("thead", {}, el("tr", {}, ["Client", "Server", "Opened", "Age", "Leases held", "Delivered", "Max outstanding", "Batch", "Lease", "Reported"]
         .map((t, i) => el("th", {class: i ? null : "name"}, t)))),
       el("tbody", {}, data.streams.map(c => el("tr", {class: "consumer"},
-        el("td", {class: "text peer"}, c.peer || "unknown"), el("td", {class: "time"}, time(c.opened_at.replace("+00:00", "Z"))),
+        el("td", {class: "text peer"}, c.peer || "unknown"), el("td", {class: "text server"}, c.server), el("td", {class: "time"}, time(c.opened_at.replace("+00:00", "Z"))),
         el("td", {class: "age"}, age(c.age_seconds)), el("td", {class: "held"}, c.held), el("td", {class: "delivered"}, c.delivered),
         el("td", {class: "max-outstanding"}, c.max_outstanding), el("td", {class: "batch"}, c.max_batch_size),
-        el("td", {class: "lease"}, c.lease_duration_seconds + " s"))))))
+        el("td", {class: "lease"}, c.lease_duration_seconds + " s"),
+        el("td", {class: "reported"}, c.server === data.server ? "live" : ago(Math.round(c.reported_ago))))))))
       : el("p", {class: "muted", id: "no-consumers"}, "No open Receive streams."));
 }
 
@@ -536,9 +539,9 @@ async function streamsPage(page) {
   const data = await getJSON("/api/streams");
   page.replaceChildren(
     el("h1", {}, "Streams"),
-    el("p", {}, `${data.open_streams} Receive stream(s) open on this server.`),
+    el("p", {}, `${data.open_streams} Receive stream(s) open on every server of this database.`),
     el("table", {id: "streams"},
-      el("thead", {}, el("tr", {}, el("th", {class: "name"}, "Queue"), el("th", {}, "Open streams (this server)"),
+      el("thead", {}, el("tr", {}, el("th", {class: "name"}, "Queue"), el("th", {}, "Open streams (all servers)"),
         el("th", {}, "Leases in flight (all servers)"))),
       el("tbody", {}, data.queues.map(q => el("tr", {"data-queue": q.name},
         el("td", {class: "name"}, el("a", {href: "#/queue/" + encodeURIComponent(q.name), title: "its consumers, on its page"}, q.name)),
