@@ -93,3 +93,21 @@ async def test_migration_0016_adds_the_stream_roster(database_url, sql):
     async with Store(database_url, min_size=1, max_size=1) as store:
         assert await store.migrate() == [16]
     assert sql.execute("SELECT count(*) FROM spanq.stream_roster").fetchone() == (0,)
+
+
+async def test_a_localhost_client_over_ipv6_is_listed_by_its_address(server_config, clock):
+    """`localhost` is ::1 first on most machines: gRPC's peer string encodes its brackets
+    (ipv6:%5B::1%5D:PORT), which the list shows decoded."""
+    running = await start(dataclasses.replace(server_config, listen="[::1]:0", ui_listen="127.0.0.1:0"), clock=clock)
+    try:
+        async with grpc.aio.insecure_channel(f"[::1]:{running.port}") as channel:
+            stub = queue_pb2_grpc.QueueServiceStub(channel)
+            await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+            async with open_stream(stub, "tasks"):
+                def listed() -> Any:
+                    return api(running.ui_port, "/api/queues/tasks/consumers")["streams"]
+
+                [stream] = await until(lambda: asyncio.to_thread(listed), "the stream listed", 10, 0.05)
+                assert stream["peer"].startswith("ipv6:[::1]:"), stream["peer"]
+    finally:
+        await running.stop(0)
