@@ -264,12 +264,23 @@ def story(target: str, database_url: str, n: int) -> bool:
     return ok
 
 
+def local_database_url() -> str | None:
+    """$DATABASE_URL, else the embedded PostgreSQL that `make run` started (``spanq psql --print-url``
+    finds it in ./.spanq, or $SPANQ_DATA_DIR); None when neither is there."""
+    if "DATABASE_URL" in os.environ:
+        return os.environ["DATABASE_URL"]
+    found = subprocess.run([sys.executable, "-m", "spanq_server", "psql", "--print-url"], capture_output=True,
+                           text=True)
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else None
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--target", default="localhost:50051", help="the spanq server, host:port")
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"),
-                        required="DATABASE_URL" not in os.environ,
-                        help="the PostgreSQL database the server uses (default: $DATABASE_URL)")
+    url = local_database_url()
+    parser.add_argument("--database-url", default=url, required=url is None,
+                        help="the PostgreSQL database the server uses (default: $DATABASE_URL, else the "
+                             "embedded PostgreSQL of `make run`, as `spanq psql --print-url` prints it)")
     parser.add_argument("--payments", type=int, default=300, help="how many payments to send")
     parser.add_argument("--worker", action="store_true", help="only consume the queue, until it is empty")
     args = parser.parse_args(argv)
