@@ -436,3 +436,14 @@ async def test_shell_completion_is_printed_and_completes_commands_and_options():
         code, out, _ = await spanq_cli("localhost:1", env={"_SPANQ_COMPLETE": "bash_complete", "COMP_WORDS": words,
                                                            "COMP_CWORD": cword})
         assert code == 0 and set(out.split()) == want, (words, out)
+
+
+async def test_a_groups_help_names_only_the_commands_it_has():
+    """`spanq queue --help` said "Create, show, ..." while the command is `get`: a newcomer typed
+    `spanq queue show` and got "No such command"."""
+    code, out, _ = await spanq_cli("localhost:1", "queue", "--help")
+    assert code == 0
+    summary = out.split("\n\n")[1].strip()  # "Create, get, update, pause, resume or drop one queue."
+    named = {w.lower() for w in summary.removesuffix(" one queue.").replace(" or ", ", ").split(", ")}
+    listed = {line.split()[0] for line in out.split("Commands:")[1].strip().splitlines()}
+    assert named == listed, (named, listed)
