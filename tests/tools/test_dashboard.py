@@ -968,6 +968,8 @@ async def test_every_panel_works_by_keyboard_alone(ui, browser, sql):
         # Copy: the menu opens with Enter; key, payload and the message as JSON reach the clipboard.
         await tab_to(page, f"{message(2)} details.copy-menu summary")
         await page.keyboard.press("Enter")
+        await tab_to(page, f"{message(2)} button.copy-key")
+        await page.locator("#messages-region").screenshot(path=str(DOCS / "dashboard-copy.png"))
         copied = []
         for what in ("key", "payload", "json"):
             await tab_to(page, f"{message(2)} button.copy-{what}")
