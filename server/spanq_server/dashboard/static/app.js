@@ -428,7 +428,7 @@ function consumers(data) {
         el("td", {class: "age"}, age(c.age_seconds)), el("td", {class: "held"}, c.held), el("td", {class: "delivered"}, c.delivered),
         el("td", {class: "max-outstanding"}, c.max_outstanding), el("td", {class: "batch"}, c.max_batch_size),
         el("td", {class: "lease"}, c.lease_duration_seconds + " s"),
-        el("td", {class: "reported"}, c.server === data.server ? "live" : ago(Math.round(c.reported_ago))))))))
+        el("td", {class: "reported"}, c.server === data.server ? "live" : `${Math.round(c.reported_ago)} s ago`))))))
       : el("p", {class: "muted", id: "no-consumers"}, "No open Receive streams."));
 }
 
