@@ -111,3 +111,19 @@ async def test_a_localhost_client_over_ipv6_is_listed_by_its_address(server_conf
                 assert stream["peer"].startswith("ipv6:[::1]:"), stream["peer"]
     finally:
         await running.stop(0)
+
+
+async def test_a_failed_report_is_tried_again_and_said_once(server, stub, sql, caplog):
+    """The roster's table unreachable (renamed away) when a stream opens: the report fails, is said
+    once, and is made at a heartbeat once the table is back, with no stream opening or closing."""
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING)
+    sql.execute("ALTER TABLE spanq.stream_roster RENAME TO stream_roster_away")
+    try:
+        async with open_stream(stub, "tasks"):
+            await until(lambda: any("could not report" in r.getMessage() for r in caplog.records),
+                        "the failed report said", 10, 0.05)
+            sql.execute("ALTER TABLE spanq.stream_roster_away RENAME TO stream_roster")
+            await until(lambda: api_rows(sql) == [(server.roster.server,)], "the report made again", 15, 0.1)
+            assert sum("could not report" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        sql.execute("ALTER TABLE IF EXISTS spanq.stream_roster_away RENAME TO stream_roster")

@@ -100,9 +100,10 @@ class Roster:
 
     async def _publish_forever(self) -> None:
         last = -MIN_GAP
+        failing = False  # the last report failed: try again at the next heartbeat, said once
         while True:
             try:
-                await asyncio.wait_for(self._changed.wait(), self._heartbeat if self._published else None)
+                await asyncio.wait_for(self._changed.wait(), self._heartbeat if self._published or failing else None)
             except TimeoutError:
                 pass  # the heartbeat: the same streams, their figures moved on
             gap = last + MIN_GAP - time.monotonic()
@@ -113,5 +114,11 @@ class Roster:
             try:
                 await self.publish()
             except errors.QueueError as exc:
-                logger.warning("could not report this server's streams to the roster (%s); will retry", exc)
-                self._changed.set()  # at the next gap, not at the next heartbeat
+                if not failing:
+                    logger.warning("could not report this server's streams to the roster (%s); retrying every %.0f s",
+                                   exc, self._heartbeat)
+                failing = True
+                continue
+            if failing:
+                logger.info("this server's streams are reported to the roster again")
+            failing = False
