@@ -264,17 +264,9 @@ def story(target: str, database_url: str, n: int) -> bool:
     return ok
 
 
-def local_database_url() -> str | None:
-    """$DATABASE_URL, else the embedded PostgreSQL that `make run` started (``spanq psql --print-url``
-    finds it in ./.spanq, or $SPANQ_DATA_DIR); None when neither is there."""
-    if "DATABASE_URL" in os.environ:
-        return os.environ["DATABASE_URL"]
-    found = subprocess.run([sys.executable, "-m", "spanq_server", "psql", "--print-url"], capture_output=True,
-                           text=True)
-    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else None
-
-
 def main(argv: list[str] | None = None) -> None:
+    from local_database import local_database_url  # beside this script, on its sys.path
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--target", default="localhost:50051", help="the spanq server, host:port")
     url = local_database_url()
