@@ -629,7 +629,8 @@ async function refresh() {
     }};
     await current.draw(sink, ...current.args, current.state);
     if (mine !== generation) return;
-    const again = focused && (findAgain(focused) || document.getElementById("action-result"));
+    const gone = focused && focused.where && focused.where.key !== undefined;  // a message's, deleted or moved on
+    const again = focused && (findAgain(focused) || (gone ? document.getElementById("action-result") : null));
     if (again) {  // a chart read by keyboard, a search field being typed in, a message's button
       again.focus({preventScroll: true});
       if (caret && typeof again.setSelectionRange === "function") again.setSelectionRange(...caret);
