@@ -3,10 +3,11 @@ marks (watch.py), a queue's messages and their search, purge, redrive and its
 pauses (an UpdateQueue of disable_send / disable_delivery), its settings (an
 UpdateQueue), a send form (a Send, exactly once by the form's request_id), one
 message's delete, release and redrive, its consumers (the open Receive streams of
-every server on the database: this one's live, the others' as their last report to
-the stream roster, domain/receive/roster.py), open streams. Static pages (static/, no build step) call a small JSON
-API here, which calls the domain in-process (admin.Operator, the catalog, the
-receiver, exactly_once.py through edge/requests.py: the RPCs' own decoding).
+every server on the database: this one's live, the others' as of their last report
+to the stream roster, domain/receive/roster.py), open streams. Static pages (static/,
+no build step) call a small JSON API here, which calls the domain in-process
+(admin.Operator, the catalog, the receiver, exactly_once.py through edge/requests.py:
+the RPCs' own decoding).
 
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by
