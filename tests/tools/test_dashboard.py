@@ -842,7 +842,7 @@ async def test_queue_settings_are_edited_from_the_page_with_update_queues_checks
     assert settings_row(sql, "work")[3:5] == (None, None)
 
 
-async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, browser):
+async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, browser, server_config, clock):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.send_many("work", [spanq.OutgoingMessage(f"m{i}", i) for i in range(5)])
@@ -871,9 +871,20 @@ async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, brows
             [stream] = answer["streams"]
             assert (stream["held"], stream["delivered"], stream["max_outstanding"]) == (3, 4, 3)
             assert stream["peer"].startswith("ipv4:127.0.0.1:") and answer["server"].endswith(f"(pid {os.getpid()})")
-            await page.click("#send-panel summary")
-            await page.click("#settings-panel summary")
-            await page.screenshot(path=str(DOCS / "dashboard-consumers.png"), full_page=True)
+            # Another server on the database: its stream is listed too, as of its last report.
+            other = await start(server_config, clock=clock)
+            try:
+                async with grpc.aio.insecure_channel(other.target) as elsewhere, \
+                        open_stream(queue_pb2_grpc.QueueServiceStub(elsewhere), "work", max_outstanding=1):
+                    await expect(consumer).to_have_count(2, timeout=LIVE)
+                    await expect(consumer.nth(1).locator("td.server")).to_have_text(other.roster.server)
+                    await expect(consumer.nth(1).locator("td.reported")).to_contain_text("s ago")
+                    await expect(consumer.nth(0).locator("td.reported")).to_have_text("live")
+                    await page.click("#send-panel summary")
+                    await page.click("#settings-panel summary")
+                    await page.screenshot(path=str(DOCS / "dashboard-consumers.png"), full_page=True)
+            finally:
+                await other.stop(0)
     # Closed: gone from the list (the page polls; the expectation is bounded).
     await expect(page.locator("#consumers tr.consumer")).to_have_count(0, timeout=LIVE)
     await expect(page.locator("#no-consumers")).to_be_visible()
