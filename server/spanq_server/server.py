@@ -10,6 +10,7 @@ import ipaddress
 import logging
 import os
 import signal
+import socket
 import ssl
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from .domain.mutations import Mutator
 from .domain.operator import Expiry, Operator
 from .domain.queues import Catalog
 from .domain.receive.held import Holdings
+from .domain.receive.roster import Roster
 from .domain.receive.stream import Receiver
 from .domain.receive.wakeups import Wakeups
 from .domain.records import Records
@@ -82,6 +84,8 @@ class Running:
     """Where the dashboard is served (None: ui_listen turned it off)."""
     expiry: Expiry | None = None
     """Deletes messages past their queue's message_retention_duration (admin.Expiry)."""
+    roster: Roster | None = None
+    """Reports this server's open streams to the database, for every server's consumers list."""
     _stopped: bool = False
 
     @property
@@ -104,6 +108,8 @@ class Running:
         await asyncio.gather(self.mutator.sends.close(self.config.shutdown_grace.total_seconds()),
                              self.mutator.acks.close(self.config.shutdown_grace.total_seconds()))
         await self.receiver.given_back(self.config.shutdown_grace.total_seconds())
+        if self.roster is not None:
+            await self.roster.stop()  # its streams have ended: its row goes
         await self.wakeups.stop()
         if self.spanner is not None:
             await self.spanner.stop()  # rolls back open Spanner transactions
@@ -170,6 +176,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
     dashboard: Dashboard | None = None
     ui_port: int | None = None
     expiry: Expiry | None = None
+    roster: Roster | None = None
     await store.open()
     try:
         applied = await store.migrate()
@@ -242,13 +249,16 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             if "metrics" not in config.default_listens:
                 raise
             logger.warning("%s; serving without metrics", exc)  # the default port, taken: gRPC goes on
+        # Every server reports its streams, with a dashboard or not: another's lists them.
+        roster = Roster(store, receiver, f"{socket.gethostname()} {config.listen.rsplit(':', 1)[0]}:{port} "
+                                         f"(pid {os.getpid()})")
+        roster.start()
         if config.worker:
             sampler = metrics_endpoint.sample_to_files(registry, store.pool_stats, receiver.streams_by_queue)
         ui_address = parse_listen(config.ui_listen, "dashboard")
         if ui_address is not None:
             dashboard = Dashboard(catalog, operator, receiver, metrics.rates, tokens, access.rule, clock,
-                                  config.ui_allowed_hosts, exactly_once=exactly_once,
-                                  server=f"{config.listen.rsplit(':', 1)[0]}:{port} (pid {os.getpid()})")
+                                  config.ui_allowed_hosts, exactly_once=exactly_once, roster=roster)
             try:
                 ui_port = await dashboard.start(*ui_address, _tls_context(config))
             except OSError as exc:
@@ -265,6 +275,8 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
             await dashboard.stop()
         if sampler is not None:
             sampler.cancel()
+        if roster is not None:
+            await roster.stop()
         await _stop_endpoint(endpoint)
         if spanner is not None:
             await spanner.stop()
@@ -287,7 +299,7 @@ async def start(config: Config, *, clock: Clock | None = None) -> Running:
                     config.ui_listen, ui_port)
     return Running(config, server, port, store, wakeups, receiver, ledger, health_servicer, mutator, metrics,
                    rpc_timing, endpoint, metrics_port, spanner=spanner, sampler=sampler, dashboard=dashboard,
-                   ui_port=ui_port, expiry=expiry)
+                   ui_port=ui_port, expiry=expiry, roster=roster)
 
 
 async def _stop_endpoint(endpoint: Endpoint | None) -> None:

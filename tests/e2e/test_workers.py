@@ -5,6 +5,7 @@ processes."""
 
 import asyncio
 import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -285,3 +286,38 @@ def test_the_port_is_reserved_once_and_a_taken_one_refused():
         holder.listen()
         with pytest.raises(ConfigError, match="cannot serve on 127.0.0.1:.*give --listen"):
             reserve(f"127.0.0.1:{holder.getsockname()[1]}")
+
+
+def consumers_of(ui_port: int, queue: str) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/api/queues/{queue}/consumers", timeout=5) as answer:
+        return json.loads(answer.read())
+
+
+async def test_the_dashboard_lists_the_consumers_of_every_worker(database_url):
+    """One worker serves the dashboard; a stream on the other is on its consumers list too
+    (the stream roster in the database), and leaves it when it closes."""
+    port, ui_port = free_port(), free_port()
+    process = spawn_server(database_url, port, "--workers", "2", "--ui-listen", f"127.0.0.1:{ui_port}")
+    channels: list[grpc.aio.Channel] = []
+    try:
+        wait_serving_sync(f"127.0.0.1:{port}")
+        pids = wait_children(process.pid, 2)
+        wait_listening(pids, port)
+        on = await channels_on_each(f"127.0.0.1:{port}", pids)
+        channels = [on[pid] for pid in pids]
+        a, b = (queue_pb2_grpc.QueueServiceStub(c) for c in channels)
+        await create_queue(a, "tasks", payload_type=queue_pb2.STRING)
+        async with open_stream(a, "tasks", max_outstanding=7), open_stream(b, "tasks", max_outstanding=9):
+            listed = await until(lambda: c if len((c := consumers_of(ui_port, "tasks"))["streams"]) == 2 else None,
+                                 "both workers' streams on the list", timeout=15, interval=0.2)
+            by_pid = {int(s["server"].rsplit("(pid ", 1)[1].rstrip(")")): s["max_outstanding"]
+                      for s in listed["streams"]}
+            assert by_pid == {pids[0]: 7, pids[1]: 9}
+            assert len(listed["servers"]) == 2
+        await until(lambda: consumers_of(ui_port, "tasks")["streams"] == [], "both streams off the list",
+                    timeout=15, interval=0.2)
+    finally:
+        for channel in channels:
+            await channel.close()
+        process.terminate()
+        process.wait(60)

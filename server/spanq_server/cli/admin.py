@@ -330,7 +330,7 @@ def list_queues(**kwargs: Any) -> None:
 
 @main.group("queue", cls=Commands)
 def queue_group() -> None:
-    """Create, show, update, pause, resume or drop one queue."""
+    """Create, get, update, pause, resume or drop one queue."""
 
 
 def _key_column(text: str) -> tuple[str, str]:

@@ -3,10 +3,12 @@ marks (watch.py), a queue's messages and their search, purge, redrive and its
 pauses (an UpdateQueue of disable_send / disable_delivery), its settings (an
 UpdateQueue), a send form (a Send, exactly once by the form's request_id), one
 message's delete, release and redrive, its consumers (the open Receive streams of
-this server), open streams; its archive (a Peek of it) and the replay of the range a
-page of it shows (a Replay). Static pages (static/, no build step) call a small JSON
-API here, which calls the domain in-process (admin.Operator, the catalog, the
-receiver, exactly_once.py through edge/requests.py: the RPCs' own decoding).
+every server on the database: this one's live, the others' as of their last report
+to the stream roster, domain/receive/roster.py), open streams; its archive (a Peek
+of it) and the replay of the range a page of it shows (a Replay). Static pages
+(static/, no build step) call a small JSON API here, which calls the domain
+in-process (admin.Operator, the catalog, the receiver, exactly_once.py through
+edge/requests.py: the RPCs' own decoding).
 
 With a token file, each API call carries ``Authorization: Bearer <token>`` (the
 page keeps the token in sessionStorage, never in a URL) and is checked by
@@ -34,7 +36,8 @@ from spanq_proto.v1 import queue_pb2
 from ..domain.exactly_once import ExactlyOnce
 from ..domain.operator import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
 from ..domain.queues import Catalog
-from ..domain.receive.stream import OpenStream, Receiver
+from ..domain.receive.roster import Roster, describe
+from ..domain.receive.stream import Receiver
 from ..edge import auth, codec, requests, status
 from ..edge.views import peek_response, queue_to_proto, stats_response
 from ..ground import errors
@@ -72,13 +75,13 @@ def _dict(message: Any) -> dict[str, Any]:
 class Dashboard:
     def __init__(self, catalog: Catalog, operator: Operator, receiver: Receiver, rates: Rates,
                  tokens: auth.Tokens | None, rule: Callable[[str], auth.Rule], clock: Clock,
-                 allowed_hosts: Sequence[str] = (), *, exactly_once: ExactlyOnce, server: str = "") -> None:
+                 allowed_hosts: Sequence[str] = (), *, exactly_once: ExactlyOnce, roster: Roster) -> None:
         """``rule``: the spanq.v1 rule of a QueueService method by its name (access.rule),
         handed in by server.py, so that this front-end does not import the other.
-        ``server``: this process as its consumers list names it (address and pid)."""
+        ``roster``: every server's streams, and this one's name (address and pid)."""
         self._catalog = catalog
         self._once = exactly_once
-        self._server = server
+        self._roster = roster
         self._clock = clock
         self._rule = rule
         self._operator = operator
@@ -247,7 +250,7 @@ class Dashboard:
 
     async def _streams(self, request: Request) -> dict[str, Any]:
         _, readable, _, _ = await self._visible(request)
-        streams = self._receiver.streams_by_queue()
+        streams = await self._roster.counts()
         rows = []
         for name in readable:
             try:
@@ -263,7 +266,7 @@ class Dashboard:
         queue = await self._catalog.get(name)
         sources = await self._operator.dead_letter_sources(name)
         return {"queue": _dict(queue_to_proto(queue)), "stats": await self._stats(name, bool(sources)),
-                "dead_letter_sources": sources, "rate_step": RATE_STEP, "consumers": self._describe(name),
+                "dead_letter_sources": sources, "rate_step": RATE_STEP, "consumers": await self._describe(name),
                 "key_generated": queue.key_generated,
                 "may_send": self._may(principal, "Send", queue_pb2.SendRequest(queue=name)),
                 "may_purge": self._may(principal, "Purge", queue_pb2.PurgeRequest(queue=name)),
@@ -354,12 +357,20 @@ class Dashboard:
     async def _consumers(self, request: Request, name: str) -> dict[str, Any]:
         self._require(request, self._principal(request), "GetQueueStats", queue_pb2.GetQueueStatsRequest(name=name))
         await self._catalog.get(name)  # NOT_FOUND for a queue that is not there
-        return self._describe(name)
+        return await self._describe(name)
 
-    def _describe(self, name: str) -> dict[str, Any]:
-        """The queue's open Receive streams on this server (receive/stream.py keeps them)."""
+    async def _describe(self, name: str) -> dict[str, Any]:
+        """The queue's open Receive streams on every server: this one's as they are now
+        (receive/stream.py keeps them), the others' as of their last report (``reported_ago``
+        seconds: roster.py)."""
         now = self._clock.now() or datetime.now(timezone.utc)
-        return {"server": self._server, "streams": [_stream(s, now) for s in self._receiver.streams(name)]}
+        here = self._roster.server
+        streams = [{**describe(s), "server": here, "reported_ago": 0.0} for s in self._receiver.streams(name)]
+        streams += [{**r.stream, "server": r.server, "reported_ago": round(r.reported_ago, 1)}
+                    for r in await self._roster.elsewhere(name)]
+        for s in streams:
+            s["age_seconds"] = max(0.0, (now - datetime.fromisoformat(s["opened_at"])).total_seconds())
+        return {"server": here, "servers": sorted({s["server"] for s in streams}), "streams": streams}
 
     async def _send(self, request: Request, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """The send form: {"request_id", "key": [...], "payload": TEXT, "delay": SECONDS, "headers":
@@ -435,12 +446,6 @@ def _pausing(name: str, changes: dict[str, Any]) -> queue_pb2.UpdateQueueRequest
     request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=name, **changes))
     request.update_mask.paths.extend(changes)
     return request
-
-
-def _stream(s: OpenStream, now: datetime) -> dict[str, Any]:
-    return {"peer": s.peer, "opened_at": s.opened_at.isoformat(), "age_seconds": max(0.0, (now - s.opened_at).total_seconds()),
-            "held": s.held, "delivered": s.delivered, "max_outstanding": s.max_outstanding,
-            "max_batch_size": s.max_batch_size, "lease_duration_seconds": s.lease_duration.total_seconds()}
 
 
 def _text(body: dict[str, Any], field: str) -> str:

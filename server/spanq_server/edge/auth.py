@@ -58,6 +58,7 @@ from ..ground import errors, identifiers
 from ..ground.clock import Clock
 from . import status
 from .interceptors import CALLER, Handler, HandlerWrapper, behaviour_of, guarded
+from .peers import peer_of
 
 logger = logging.getLogger(__name__)
 
@@ -365,7 +366,7 @@ class Authorizer(HandlerWrapper):
                 PRINCIPAL.set(principal)  # for what is checked later in the call (Spanner statements)
                 return rule(principal, request)
             except errors.QueueError as exc:
-                log_refusal(method, exc, context.peer())
+                log_refusal(method, exc, peer_of(context))
                 await status.abort(context, exc)
 
         wrapped = guarded(behaviour, admit)

@@ -284,3 +284,14 @@ class OutOfRange:
     refuses it naming its column, instead of the whole read failing."""
 
     text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportedStream:
+    """An open Receive stream of another server, as it last reported it (the stream roster)."""
+
+    server: str
+    stream: dict[str, Any]
+    """Its JSON description: queue, peer, opened_at, held, delivered, max_outstanding, ..."""
+    reported_ago: float
+    """Seconds since that server's last report (its figures are as of then)."""

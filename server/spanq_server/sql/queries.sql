@@ -902,6 +902,41 @@ WHERE request_id IN (
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED)
 
+-- roster_publish --
+-- This server's open streams (a JSON array) as of now, and the rows of servers
+-- whose heartbeat is older than stale_after (they died without deleting theirs)
+-- deleted, in one round trip. The database's clock, not the server's: a stale
+-- row is judged by one clock, whatever the servers' own say.
+WITH pruned AS (
+    DELETE FROM spanq.stream_roster
+    WHERE heartbeat_time < statement_timestamp() - %(stale_after)s AND instance <> %(instance)s)
+INSERT INTO spanq.stream_roster (instance, server, streams, heartbeat_time)
+VALUES (%(instance)s, %(server)s, %(streams)s, statement_timestamp())
+ON CONFLICT (instance) DO UPDATE
+SET server = excluded.server, streams = excluded.streams, heartbeat_time = excluded.heartbeat_time
+
+-- roster_withdraw --
+-- A stopping server's row, gone at once rather than when its heartbeat goes stale.
+DELETE FROM spanq.stream_roster WHERE instance = %(instance)s
+
+-- roster_streams --
+-- The open streams of one queue on every other live server (a heartbeat within
+-- stale_after), with how long ago each server reported them.
+SELECT r.server, s.stream, extract(epoch FROM statement_timestamp() - r.heartbeat_time)::float8
+FROM spanq.stream_roster r, jsonb_array_elements(r.streams) AS s(stream)
+WHERE r.instance <> %(instance)s
+  AND r.heartbeat_time >= statement_timestamp() - %(stale_after)s
+  AND s.stream ->> 'queue' = %(queue)s
+ORDER BY r.server, s.stream ->> 'opened_at'
+
+-- roster_counts --
+-- Open streams per queue on every other live server.
+SELECT s.stream ->> 'queue', count(*)
+FROM spanq.stream_roster r, jsonb_array_elements(r.streams) AS s(stream)
+WHERE r.instance <> %(instance)s
+  AND r.heartbeat_time >= statement_timestamp() - %(stale_after)s
+GROUP BY 1
+
 -- metrics_begin --
 -- Bounds a metrics scrape's transaction: a slow statement fails rather than
 -- holding the pool connection (the scrape then answers without queue gauges).

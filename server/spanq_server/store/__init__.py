@@ -15,6 +15,7 @@ One module per group of tables, each a part of ``Store``:
 - messages.py: each queue's table: send, lease, ack, renew, dead-letter, select;
 - ledger.py: the commit ledger's table;
 - operator.py: stats, gauges, peek, purge, redrive;
+- roster.py: every server's open streams, for a consumers list across servers;
 - spanner.py: the Spanner front-end's records;
 - tables.py: the Spanner front-end's tables (their DDL, registry and statements);
 - arrays.py: array parameters as literals (why: see there).
@@ -25,6 +26,7 @@ from .database import Handle, HeldTransaction, Listener, _Backoff, refused_as_re
 from .ledger import LedgerTable
 from .messages import MessageTables
 from .operator import ALL_SOURCES, OperatorQueries, PeekFilter, RedriveSource
+from .roster import RosterTable
 from .spanner import SpannerRecords
 from .tables import SpannerTables
 
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 
-class Store(CatalogTables, MessageTables, LedgerTable, OperatorQueries, SpannerRecords, SpannerTables):
+class Store(CatalogTables, MessageTables, LedgerTable, OperatorQueries, RosterTable, SpannerRecords, SpannerTables):
     """The database gateway: every table module's statements on one pool. Created
     closed; ``open()`` and ``close()`` are idempotent."""
 

@@ -21,6 +21,7 @@ from ..domain.receive.stream import MAX_STREAM_DURATION, Encoded, Receiver, Rece
 from ..edge import codec
 from ..edge.requests import (SEND, Reply, Response, commit, queue_changes, retention, send_op, send_response,
                              setting)
+from ..edge.peers import peer_of
 from ..edge.status import translate_errors, translate_stream_errors
 from ..edge.views import peek_response, queue_to_proto, stats_response, write_dead_letter
 from ..ground import errors
@@ -145,7 +146,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
         )
         queue = await self._catalog.get(request.queue, fresh=True)
         await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write,
-                                    context.peer())
+                                    peer_of(context))
 
     # -- operator tools (admin.py) ------------------------------------------------
 

@@ -209,8 +209,8 @@ function payloadCell(text, id, state) {
     el("button", {class: "copy", type: "button", onclick: (event) => copy(text, event.target)}, "Copy"));
 }
 
-async function copy(text, button) {
-  try { await navigator.clipboard.writeText(text); button.textContent = "Copied"; }
+async function copy(text, button, label) {
+  try { await navigator.clipboard.writeText(text); button.textContent = label ? `${label}: copied` : "Copied"; }
   catch (e) { button.textContent = "Copy refused by the browser"; }
 }
 
@@ -247,11 +247,11 @@ async function queuePage(page, name, state) {
       tagged ? [el("td", {class: "priority"}, m.priority),
         el("td", {class: "text headers"}, Object.entries(m.headers).sort().map(([k, v]) =>
           el("div", {class: "header"}, el("span", {class: "muted"}, k + "="), v)))] : null,
-      el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type)),
+      el("td", {class: "text row-actions"}, messageActions(name, m, info, peek.payload_type, state)),
       el("td", {class: "time"}, time(m.enqueue_time)), el("td", {class: "time"}, time(m.deliver_time)),
       el("td", {class: "time"}, time(m.lease_expiration_time)));
   });
-  const actions = el("div", {class: "actions"},
+  const actions = el("div", {class: "actions", id: "queue-actions"},
     el("button", {id: "purge", disabled: !info.may_purge, title: info.may_purge ? null : "this token may not purge it",
       onclick: () => purge(name)}, "Purge"),
     ["send", "delivery"].map(what => {
@@ -263,7 +263,7 @@ async function queuePage(page, name, state) {
     info.dead_letter_sources.length ? el("button", {id: "redrive", disabled: !info.may_redrive,
       onclick: () => redrive(name, info.dead_letter_sources[0])}, `Redrive to ${info.dead_letter_sources[0]}`) : null,
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
-    el("span", {id: "action-result"}, state.result || ""));
+    el("span", {id: "action-result", tabindex: -1, role: "status"}, state.result || ""));
   const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts",
     ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []),
     ...(tagged ? ["Priority", "Headers"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
@@ -280,7 +280,7 @@ async function queuePage(page, name, state) {
     el("h2", {}, "Messages, in delivery order"),
     el("p", {}, el("a", {id: "archive-link", href: `#/queue/${encodeURIComponent(name)}/archive`}, "Archived (acked) messages")),
     searchForm(state),
-    el("div", {class: "scroll"}, el("table", {id: "messages"},
+    el("div", {class: "scroll", id: "messages-region", tabindex: 0, role: "region", "aria-label": "Messages (scrolls with the arrow keys)"}, el("table", {id: "messages"},
       el("thead", {}, el("tr", {}, headings.map(t => el("th", {class: "name"}, t)))),
       el("tbody", {}, messages))),
     peek.messages.length ? null : el("p", {class: "muted", id: "no-messages"},
@@ -473,24 +473,28 @@ async function saveSettings(name, current, box) {
   refresh();
 }
 
-// The queue's open Receive streams on this server (with --workers: the dashboard's worker).
+// The queue's open Receive streams on every server of the database (each --workers child,
+// each replica): this one's live, the others' as of their last report (every few seconds).
 function consumers(data) {
   return el("section", {id: "consumers-section"}, el("h2", {}, "Consumers"),
-    el("p", {class: "muted"}, `Open Receive streams of this queue on ${data.server || "this server"}.`),
-    data.streams.length ? el("div", {class: "scroll"}, el("table", {id: "consumers"},
-      el("thead", {}, el("tr", {}, ["Client", "Opened", "Age", "Leases held", "Delivered", "Max outstanding", "Batch", "Lease"]
+    el("p", {class: "muted"}, `Open Receive streams of this queue on every server; this page is served by ${data.server}. ` +
+      "Another server's figures are as of its last report (the Reported column)."),
+    data.streams.length ? el("div", {class: "scroll", id: "consumers-region", tabindex: 0, role: "region",
+      "aria-label": "Consumers (scrolls with the arrow keys)"}, el("table", {id: "consumers"},
+      el("thead", {}, el("tr", {}, ["Client", "Server", "Opened", "Age", "Leases held", "Delivered", "Max outstanding", "Batch", "Lease", "Reported"]
         .map((t, i) => el("th", {class: i ? null : "name"}, t)))),
       el("tbody", {}, data.streams.map(c => el("tr", {class: "consumer"},
-        el("td", {class: "text peer"}, c.peer || "unknown"), el("td", {class: "time"}, time(c.opened_at.replace("+00:00", "Z"))),
+        el("td", {class: "text peer"}, c.peer || "unknown"), el("td", {class: "text server"}, c.server), el("td", {class: "time"}, time(c.opened_at.replace("+00:00", "Z"))),
         el("td", {class: "age"}, age(c.age_seconds)), el("td", {class: "held"}, c.held), el("td", {class: "delivered"}, c.delivered),
         el("td", {class: "max-outstanding"}, c.max_outstanding), el("td", {class: "batch"}, c.max_batch_size),
-        el("td", {class: "lease"}, c.lease_duration_seconds + " s"))))))
+        el("td", {class: "lease"}, c.lease_duration_seconds + " s"),
+        el("td", {class: "reported"}, c.server === data.server ? "live" : `${Math.round(c.reported_ago)} s ago`))))))
       : el("p", {class: "muted", id: "no-consumers"}, "No open Receive streams."));
 }
 
 // One message's actions, each a POST the server checks as the RPC it stands for; delete and
 // redrive ask first. The result is said beside the queue's actions.
-function messageActions(name, m, info, type) {
+function messageActions(name, m, info, type, state) {
   const key = JSON.stringify(m.key);
   const to = m.dead_letter ? m.dead_letter.source_queue : info.dead_letter_sources[0];
   return [
@@ -500,7 +504,21 @@ function messageActions(name, m, info, type) {
       onclick: () => messageAction(name, "release", m.key, null, null)}, "Release now") : null,
     m.dead_letter || info.dead_letter_sources.length ? el("button", {class: "redrive-one", type: "button", disabled: !info.may_redrive,
       onclick: () => messageAction(name, "redrive", m.key, to, `Move the message with key ${key} back to ${to}?`)}, `Redrive to ${to}`) : null,
-    el("button", {class: "copy", type: "button", onclick: (event) => copy(payloadText(m.payload, type), event.target)}, "Copy")];
+    copyMenu(m, type, state)];
+}
+
+// Copy a message's key, payload (as shown, whole) or the message itself as JSON (what the
+// API answered: key, payload, state, attempts, times, headers) to the clipboard.
+function copyMenu(m, type, state) {
+  const what = {key: () => JSON.stringify(m.key), payload: () => payloadText(m.payload, type),
+    json: () => JSON.stringify(m, null, 2)};
+  const labels = {key: "Key", payload: "Payload", json: "Message as JSON"};
+  const id = JSON.stringify(m.key);  // open across the page's redraws, as a folded payload is
+  return el("details", {class: "copy-menu", open: state.copying === id,
+      ontoggle: (event) => { if (event.target.open) state.copying = id; else if (state.copying === id) state.copying = null; }},
+    el("summary", {title: "copy to the clipboard"}, "Copy"),
+    el("div", {class: "menu"}, Object.keys(what).map(k =>
+      el("button", {type: "button", class: "copy-" + k, onclick: (event) => copy(what[k](), event.target, labels[k])}, labels[k]))));
 }
 
 async function messageAction(name, action, key, to, question) {
@@ -596,9 +614,9 @@ async function streamsPage(page) {
   const data = await getJSON("/api/streams");
   page.replaceChildren(
     el("h1", {}, "Streams"),
-    el("p", {}, `${data.open_streams} Receive stream(s) open on this server.`),
+    el("p", {}, `${data.open_streams} Receive stream(s) open on every server of this database.`),
     el("table", {id: "streams"},
-      el("thead", {}, el("tr", {}, el("th", {class: "name"}, "Queue"), el("th", {}, "Open streams (this server)"),
+      el("thead", {}, el("tr", {}, el("th", {class: "name"}, "Queue"), el("th", {}, "Open streams (all servers)"),
         el("th", {}, "Leases in flight (all servers)"))),
       el("tbody", {}, data.queues.map(q => el("tr", {"data-queue": q.name},
         el("td", {class: "name"}, el("a", {href: "#/queue/" + encodeURIComponent(q.name), title: "its consumers, on its page"}, q.name)),
@@ -632,30 +650,52 @@ function showRefresh(ok, message) {
   document.getElementById("pause").textContent = paused ? "Resume" : "Pause";
 }
 
+// Where the focus is, so as to find it again in the redrawn page: by its id, else as the nth
+// focusable element of the nearest element with an id or a message's key (a message's
+// buttons, a folded payload). A button whose id changes with its state (Pause send, then
+// Resume send) is found by its place in its holder.
+const FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+function focusPath(node) {
+  const holder = node.parentElement && node.parentElement.closest("[id], [data-key]");
+  const where = holder ? {id: holder.id, key: holder.dataset.key,
+    i: Array.from(holder.querySelectorAll(FOCUSABLE)).indexOf(node)} : null;
+  return {id: node.id, where};
+}
+function findAgain(path) {
+  const byId = path.id && document.getElementById(path.id);
+  if (byId || !path.where) return byId;
+  const w = path.where;
+  const holder = w.id ? document.getElementById(w.id)
+    : Array.from(document.querySelectorAll("[data-key]")).find(n => n.dataset.key === w.key);
+  return holder ? holder.querySelectorAll(FOCUSABLE)[w.i] : null;
+}
+
 async function refresh() {
   clearTimeout(timer);
   const mine = ++generation;
   const page = document.getElementById("page");
   // What has the focus when the page is replaced (not when the read began: focus moves while
   // it is under way, and typing must stay where it went), and the caret of text being typed in
-  // (a search, the send form; a number field has none), to put back after.
-  let focused = "", caret = null;
+  // (a search, the send form; a number field has none), to put back after. A focused element
+  // that is gone (a deleted message's button) hands the focus to the result line that says why.
+  let focused = null, caret = null;
   document.getElementById("refresh-state").classList.add("loading");
   try {
     // A slow answer for a page no longer shown must not draw over the one that is.
     const sink = {replaceChildren: (...nodes) => {
       if (mine !== generation) return;
       const active = document.activeElement && page.contains(document.activeElement) ? document.activeElement : null;
-      focused = active ? active.id : "";
+      focused = active ? focusPath(active) : null;
       caret = active && typeof active.selectionStart === "number" ? [active.selectionStart, active.selectionEnd] : null;
       page.replaceChildren(...nodes.filter(n => n !== null));
     }};
     await current.draw(sink, ...current.args, current.state);
     if (mine !== generation) return;
-    const again = focused && document.getElementById(focused);
-    if (again) {  // a chart read by keyboard, a search field being typed in
-      again.focus();
-      if (caret) again.setSelectionRange(...caret);
+    const gone = focused && focused.where && focused.where.key !== undefined;  // a message's, deleted or moved on
+    const again = focused && (findAgain(focused) || (gone ? document.getElementById("action-result") : null));
+    if (again) {  // a chart read by keyboard, a search field being typed in, a message's button
+      again.focus({preventScroll: true});
+      if (caret && typeof again.setSelectionRange === "function") again.setSelectionRange(...caret);
     }
     lastUpdate = new Date();
     page.dataset.loaded = String(Date.now());
@@ -685,6 +725,16 @@ function start() {
   });
   forget.addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); location.reload(); });
   document.getElementById("pause").addEventListener("click", () => { paused = !paused; refresh(); });
+  // Escape closes the open panel, copy menu or folded payload the focus is in, and leaves
+  // the focus on its summary, where Enter opens it again.
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || !document.activeElement) return;
+    const open = document.activeElement.closest("details[open]");
+    if (!open) return;
+    event.preventDefault();
+    open.open = false;
+    open.querySelector("summary").focus();
+  });
   window.addEventListener("hashchange", () => { current = route(); refresh(); });
   current = route();
   refresh();

@@ -179,7 +179,16 @@ class Receiver:
         self._closing = asyncio.Event()
         self._giving_back: set[asyncio.Task[int]] = set()  # strong references until done
         self._undeliverable_logged: set[tuple[str, str]] = set()
+        self._on_change: list[Callable[[], None]] = []
         clock.on_advance(wakeups.wake_all)
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Calls ``callback()`` whenever a stream opens or closes (roster.py reports them)."""
+        self._on_change.append(callback)
+
+    def _changed(self) -> None:
+        for callback in self._on_change:
+            callback()
 
     def open_streams(self) -> int:
         return sum(map(len, self._streams.values()))
@@ -191,6 +200,10 @@ class Receiver:
     def streams(self, name: str) -> list[OpenStream]:
         """The queue's open streams on this server, oldest first."""
         return list(self._streams.get(name, {}).values())
+
+    def every_stream(self) -> list[OpenStream]:
+        """Every open stream on this server."""
+        return [s for streams in self._streams.values() for s in streams.values()]
 
     def queue_dropped(self, name: str) -> None:
         """Ends this server's streams on a dropped queue (NOT_FOUND) at once, not at their next poll."""
@@ -231,6 +244,7 @@ class Receiver:
         described = streams[prefix] = OpenStream(
             queue.name, peer, self._clock.now() or datetime.now(timezone.utc), options.max_batch_size,
             options.max_outstanding, options.lease_duration or queue.lease_duration, holding)
+        self._changed()
         try:
             async for batch in self._run(queue, options, watch, prefix, holding):
                 described.delivered += len(batch)
@@ -244,6 +258,7 @@ class Receiver:
             watches.discard(watch)
             if not watches and self._watches.get(queue.name) is watches:
                 del self._watches[queue.name]
+            self._changed()
 
     def _healthy_peer(self, queue: str, watch: LapseWatch, now: datetime) -> bool:
         return any(w is not watch and w.healthy(now) for w in self._watches[queue])
