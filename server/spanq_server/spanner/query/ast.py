@@ -322,6 +322,10 @@ class Item:
     alias: str | None = None
 
 
+ALL_COLUMNS = "*"
+"""An ``Item``'s column for ``r.*``: every column, in the order ``*`` gives them."""
+
+
 @dataclasses.dataclass(frozen=True)
 class CreateQueue:
     name: str

@@ -91,14 +91,20 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
     if items is None:
         return list(range(len(available))), [(c.name, c.type) for c in available]
     by_key = {c.key: i for i, c in enumerate(available)}
-    chosen = []
+    chosen: list[int] = []
+    named: list[tuple[str, ColumnType]] = []
     for item in items:
+        if item.column == ast.ALL_COLUMNS:  # r.*
+            chosen += range(len(available))
+            named += [(c.name, c.type) for c in available]
+            continue
         key = PG_SYSTEM.get(item.column, item.column)  # either dialect's names of the system columns
         if key not in by_key:
             raise errors.InvalidArgument(f"{what} has no column {item.column!r}; it has "
                                          f"{', '.join(c.name for c in available)}")
         chosen.append(by_key[key])
-    return chosen, [(item.alias or available[i].name, available[i].type) for i, item in zip(chosen, items)]
+        named.append((item.alias or available[by_key[key]].name, available[by_key[key]].type))
+    return chosen, named
 
 
 @dataclasses.dataclass

@@ -67,8 +67,8 @@ from typing import NamedTuple, TypeVar
 from ...ground.errors import InvalidArgument
 from ...ground.model import ColumnType
 from . import ast, dialects, lexing
-from .ast import (BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arithmetic, ArrayLiteral, Between, Column,
-                  ColumnDef, Compare, Condition, Count, CountStar, CreateIndex, CreateQueue, CreateTable, Delete,
+from .ast import (ALL_COLUMNS, BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arithmetic, ArrayLiteral,
+                  Between, Column, ColumnDef, Compare, Condition, Count, CountStar, CreateIndex, CreateQueue, CreateTable, Delete,
                   DropIndex, DropQueue, DropTable, Expr, In, Insert, IsNull, Item, Join, Like, Literal, Logical, Not,
                   Now, Param, QueueDelete, QueueInsert, QueueQuery, QueueSelect, QueueStatement, Receive, Relation,
                   RenewLease, Select, SelectItem, SpannerType, Star, TableSubset, TypedLiteral, Update, Value)
@@ -313,6 +313,12 @@ class _QueueShape:
         self.pos = 1
         if not self.punct("*"):
             while True:
+                if self.tokens[self.pos + 1].value == "." and self.tokens[self.pos + 2].value == "*":
+                    self.qualifiers.add(str(self.tokens[self.pos].value))  # r.*
+                    self.pos += 3
+                    if not self.punct(","):
+                        break
+                    continue
                 if not self.column():
                     return False
                 if self.word("as"):
@@ -759,6 +765,8 @@ class Parser(Cursor):
         """``col``, ``t.col``, either ``[AS] alias``; the qualifier is checked once FROM is read."""
         qualifier, column = None, self.loose_name("* or a column name")
         if self.accept_punct("."):
+            if self.accept_punct("*"):  # r.*: every column, as * gives them
+                return column, Item(ALL_COLUMNS)
             qualifier, column = column, self.loose_name("a column name after '.'")
         alias = None
         if self.accept_word("as"):

@@ -1,0 +1,180 @@
+"""The statements of issue 25 (item 3), through Google's Python client against a real
+server and PostgreSQL: ``alias.*`` and parameters in RECEIVE, RECEIVE only in a
+single-use read, stale reads, DELETE of a queue's messages with any WHERE (and as
+partitioned DML), THEN RETURN on a queue's INSERT and DELETE, and the table subset's
+GROUP BY, aggregates, IN / EXISTS subqueries and UNION ALL.
+"""
+
+import asyncio
+import base64
+import datetime
+from typing import Any
+
+import pytest
+from google.api_core import exceptions
+from google.cloud import spanner
+from google.cloud.spanner_v1 import param_types
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
+]
+
+PROJECT, INSTANCE = "statements-project", "statements-instance"
+USERS = "CREATE TABLE Users (UserId INT64 NOT NULL, Team STRING(MAX), Score INT64) PRIMARY KEY (UserId)"
+TASKS = """CREATE QUEUE UserTasks (
+  UserId INT64 NOT NULL,
+  MessageId STRING(36) NOT NULL,
+  Payload STRING(MAX) NOT NULL
+) PRIMARY KEY (UserId, MessageId)"""
+
+
+@pytest.fixture
+def spanner_env(monkeypatch: pytest.MonkeyPatch, server: Any) -> None:
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
+
+
+def make_database(database_id: str, ddl: list[str]) -> Any:
+    instance = spanner.Client(project=PROJECT).instance(INSTANCE)
+    if not instance.exists():
+        instance.create().result(timeout=30)
+    database = instance.database(database_id, ddl_statements=ddl)
+    database.create().result(timeout=30)
+    return database
+
+
+def run(fn: Any) -> Any:
+    return asyncio.to_thread(fn)
+
+
+def send(database: Any, *keys: tuple[int, str]) -> None:
+    with database.batch() as batch:
+        for user, message in keys:
+            batch.send(queue="UserTasks", key=[user, message], payload=f"p-{user}-{message}")
+
+
+def left(database: Any) -> list[list[Any]]:
+    with database.snapshot() as snapshot:
+        return list(snapshot.execute_sql("SELECT UserId, MessageId FROM UserTasks ORDER BY UserId, MessageId"))
+
+
+async def test_receive_takes_alias_star_and_parameters_in_its_arguments(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("receive", [TASKS])
+        send(database, (1, "a"), (2, "b"))
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql(
+                "SELECT r.* FROM RECEIVE_UserTasks(max_duration=>'1s') AS r WHERE r.UserId = 1")
+            found = list(rows)
+            assert [f.name for f in rows.fields] == [
+                "UserId", "MessageId", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
+                "SpannerLeaseToken", "SpannerLastBatchMessage"]
+        assert [row[:3] for row in found] == [[1, "a", "p-1-a"]]
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql(
+                "SELECT r.UserId, r.* FROM RECEIVE_UserTasks(max_duration => @d, max_batch_size => @n) r",
+                params={"d": "1s", "n": 5}, param_types={"d": param_types.STRING, "n": param_types.INT64})
+            found = list(rows)
+        assert [row[:3] for row in found] == [[2, 2, "b"]]
+        with database.snapshot() as snapshot:
+            with pytest.raises(exceptions.InvalidArgument, match="max_batch_size"):
+                list(snapshot.execute_sql("SELECT * FROM RECEIVE_UserTasks(max_duration => @d, max_batch_size => @n)",
+                                          params={"d": "1s", "n": 0},
+                                          param_types={"d": param_types.STRING, "n": param_types.INT64}))
+
+    await run(scenario)
+
+
+async def test_receive_needs_a_single_use_strong_read(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("single", [TASKS])
+        send(database, (1, "a"))
+        with database.snapshot(multi_use=True) as snapshot:
+            with pytest.raises(exceptions.InvalidArgument, match="single-use"):
+                list(snapshot.execute_sql("SELECT * FROM RECEIVE_UserTasks(max_duration => '1s')"))
+        with database.snapshot(exact_staleness=datetime.timedelta(seconds=5)) as snapshot:
+            with pytest.raises(exceptions.InvalidArgument, match="strong"):
+                list(snapshot.execute_sql("SELECT * FROM RECEIVE_UserTasks(max_duration => '1s')"))
+        # Nothing was leased: the message is still there, and a strong single-use read receives it.
+        with database.snapshot() as snapshot:
+            assert [r[:2] for r in snapshot.execute_sql("SELECT * FROM RECEIVE_UserTasks(max_duration => '1s')")] \
+                == [[1, "a"]]
+
+    await run(scenario)
+
+
+async def test_stale_reads_are_answered_with_the_latest_data(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("stale", [USERS, TASKS])
+        database.run_in_transaction(lambda t: t.execute_update("INSERT INTO Users (UserId, Team) VALUES (1, 'x')"))
+        send(database, (1, "a"))
+        with database.snapshot(exact_staleness=datetime.timedelta(seconds=15)) as snapshot:
+            assert list(snapshot.execute_sql("SELECT UserId, Team FROM Users")) == [[1, "x"]]
+        past = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=1)
+        with database.snapshot(read_timestamp=past, multi_use=True) as snapshot:
+            assert list(snapshot.execute_sql("SELECT UserId FROM Users")) == [[1]]
+            assert list(snapshot.execute_sql("SELECT MessageId FROM UserTasks")) == [["a"]]
+        future = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+        with database.snapshot(read_timestamp=future) as snapshot:
+            with pytest.raises(exceptions.InvalidArgument, match="future"):
+                list(snapshot.execute_sql("SELECT UserId FROM Users"))
+
+    await run(scenario)
+
+
+async def test_delete_from_a_queue_with_any_where_and_as_partitioned_dml(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("deletes", [TASKS])
+        send(database, (7, "a"), (7, "b"), (8, "c"), (9, "d"), (10, "e"), (11, "f"))
+        # A message under lease is deleted too: its token renews no more (a NULL new token).
+        with database.snapshot() as snapshot:
+            leased = list(snapshot.execute_sql(
+                "SELECT SpannerLeaseToken FROM RECEIVE_UserTasks(max_duration => '1s') WHERE UserId = 8"))
+        assert len(leased) == 1
+        assert database.run_in_transaction(lambda t: t.execute_update("DELETE FROM UserTasks WHERE UserId = 7")) == 2
+        assert left(database) == [[8, "c"], [9, "d"], [10, "e"], [11, "f"]]
+
+        def returned(transaction: Any) -> list[Any]:
+            return list(transaction.execute_sql(
+                "DELETE FROM UserTasks WHERE UserId = 8 OR Payload = @p THEN RETURN MessageId, UserId AS U",
+                params={"p": "p-9-d"}, param_types={"p": param_types.STRING}))
+
+        assert sorted(database.run_in_transaction(returned)) == [["c", 8], ["d", 9]]
+        renewed = database.run_in_transaction(lambda t: list(t.execute_sql(
+            "SELECT * FROM RENEWLEASE_UserTasks(lease_tokens => @t)", params={"t": [leased[0][0]]},
+            param_types={"t": param_types.Array(param_types.STRING)})))
+        assert [r[1] for r in renewed] == [None]
+        with pytest.raises(exceptions.OutOfRange):
+            database.run_in_transaction(lambda t: t.execute_update(
+                "DELETE FROM UserTasks WHERE UserId = 404 ASSERT_ROWS_MODIFIED 1"))
+        assert database.run_in_transaction(lambda t: t.execute_update("DELETE FROM UserTasks WHERE UserId > 10")) == 1
+        assert database.execute_partitioned_dml("DELETE FROM UserTasks WHERE TRUE") == 1
+        assert left(database) == []
+        send(database, (1, "x"))
+        assert database.run_in_transaction(lambda t: t.execute_update("DELETE FROM UserTasks WHERE TRUE")) == 1
+        assert left(database) == []
+        with pytest.raises(exceptions.InvalidArgument, match="queue"):
+            database.execute_partitioned_dml("UPDATE UserTasks SET Payload = 'x' WHERE TRUE")
+
+    await run(scenario)
+
+
+async def test_insert_into_a_queue_then_return(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("returning", [TASKS])
+
+        def insert(transaction: Any) -> list[Any]:
+            return list(transaction.execute_sql(
+                "INSERT INTO UserTasks (UserId, MessageId, Payload) VALUES (1, 'a', 'x'), (@u, @m, 'y') "
+                "THEN RETURN MessageId, UserId AS Who, Payload",
+                params={"u": 2, "m": "b"}, param_types={"u": param_types.INT64, "m": param_types.STRING}))
+
+        assert database.run_in_transaction(insert) == [["a", 1, "x"], ["b", 2, "y"]]
+        assert left(database) == [[1, "a"], [2, "b"]]
+        with pytest.raises(exceptions.InvalidArgument, match="DeliverTime"):
+            database.run_in_transaction(lambda t: list(t.execute_sql(
+                "INSERT INTO UserTasks (UserId, MessageId, Payload) VALUES (3, 'c', 'z') THEN RETURN DeliverTime")))
+        assert left(database) == [[1, "a"], [2, "b"]]
+
+    await run(scenario)
