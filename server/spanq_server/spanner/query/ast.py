@@ -374,6 +374,8 @@ class QueueInsert:
     queue: str
     columns: tuple[str, ...]
     rows: tuple[tuple[Value, ...], ...]
+    returning: tuple[Item, ...] | None = None
+    """THEN RETURN's columns (None: no THEN RETURN)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -359,6 +359,7 @@ class _QueueShape:
             if not self.row(self.value):
                 return False
             if not self.punct(","):
+                self.queue_says = self.tokens[self.pos].is_word("then")  # its THEN RETURN
                 return True
 
     def row(self, item: Callable[[], bool]) -> bool:
@@ -865,10 +866,15 @@ class Parser(Cursor):
         rows = [self.row(len(columns), self.value)]
         while self.accept_punct(","):
             rows.append(self.row(len(columns), self.value))
-        if self.peek.is_word("then"):
-            raise InvalidArgument("THEN RETURN is not supported")
+        returning = None
+        if self.accept_word("then"):
+            self.word("return")
+            items = [self.select_item()]
+            while self.accept_punct(","):
+                items.append(self.select_item())
+            returning = tuple(self.unqualified(q, item, {queue}) for q, item in items)
         self.end()
-        return QueueInsert(queue, tuple(columns), tuple(rows))
+        return QueueInsert(queue, tuple(columns), tuple(rows), returning)
 
     def conditions(self, names: set[str] | None = None) -> tuple[Condition, ...]:
         found = [self.condition(names or set())]

@@ -205,8 +205,8 @@ class _Translator:
             raise InvalidArgument(f"Table not found: {name} (no table or queue of that name in this database)")
         if writing and found.queue:
             raise InvalidArgument(f"{found.spelled} is a queue: write its messages with INSERT INTO {found.spelled} "
-                                  "(key, Payload) VALUES (...), a Send or an Ack; UPDATE and DELETE ... WHERE "
-                                  "other than by key are not supported on queues")
+                                  "(key, Payload) VALUES (...), a Send, an Ack or a DELETE; Spanner's queues take "
+                                  "no UPDATE (delete a message and insert it again)")
         return found
 
     def column(self, scope: _Scope, ref: ast.Column) -> tuple[sql.Composable, Col]:
