@@ -61,10 +61,10 @@ def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     if privilege is None:
         raise _no_rule(p, kind, where)
     queue = statement.name if isinstance(statement, (ast.CreateQueue, ast.DropQueue)) else statement.queue
-    needed = [privilege] + (["select"] if isinstance(statement, ast.QueueInsert) and statement.returning else [])
-    for privilege in needed:  # THEN RETURN reads what it wrote: SELECT, as on a table
-        if privilege not in p.grants.get(queue, p.everywhere):
-            raise p.denied(privilege, queue, f"{what} ({kind})", where)
+    privileges = [privilege] + (["select"] if isinstance(statement, ast.QueueInsert) and statement.returning else [])
+    for one in privileges:  # THEN RETURN reads what it wrote: SELECT, as on a table
+        if one not in p.grants.get(queue, p.everywhere):
+            raise p.denied(one, queue, f"{what} ({kind})", where)
     if isinstance(statement, ast.CreateQueue):
         require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 

@@ -350,7 +350,8 @@ class Executor:
         if missing:
             raise errors.InvalidArgument(f"INSERT INTO {spelling.queue} must give "
                                          f"{', '.join(map(spelling.column, missing))}")
-        chosen, returned = [], []
+        chosen: list[int] = []
+        returned: list[tuple[str, ColumnType]] = []
         if s.returning is not None:
             available = message_columns(queue, spelling)
             chosen, returned = project(available, s.returning, f"queue {spelling.queue!r}")
@@ -373,11 +374,11 @@ class Executor:
                     delay = offset
             messages.append(OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time, delay=delay))
         await (await use.hold()).apply([SendOp(queue=queue, messages=messages)])
-        rows = []
+        rows: Rows = []
         for m in messages if s.returning is not None else ():
-            row = [values.encode(v, c.type) for v, c in zip(m.key, queue.key_columns)]
-            row.append(values.encode(m.payload, queue.payload_type))
-            rows.append([row[i] for i in chosen])
+            written = [values.encode(v, c.type) for v, c in zip(m.key, queue.key_columns)]
+            written.append(values.encode(m.payload, queue.payload_type))
+            rows.append([written[i] for i in chosen])
         return Result(returned, rows, row_count=len(messages))
 
     async def _delete(self, queue: QueueDef, s: ast.QueueDelete, params: Params, use: Use,
