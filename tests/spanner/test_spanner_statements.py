@@ -178,3 +178,51 @@ async def test_insert_into_a_queue_then_return(spanner_env) -> None:  # type: ig
         assert left(database) == [[1, "a"], [2, "b"]]
 
     await run(scenario)
+
+
+async def test_group_by_aggregates_subqueries_and_union_all(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> None:
+        database = make_database("grouped", [USERS, TASKS])
+
+        def fill(transaction: Any) -> None:
+            transaction.execute_update("INSERT INTO Users (UserId, Team, Score) VALUES (1, 'red', 10), (2, 'red', 5), "
+                                       "(3, 'blue', 7), (4, NULL, NULL)")
+
+        database.run_in_transaction(fill)
+        send(database, (1, "a"), (3, "b"), (3, "c"))
+        with database.snapshot(multi_use=True) as snapshot:
+            def q(text: str, **params: Any) -> list[Any]:
+                return list(snapshot.execute_sql(text, params=params or None))
+
+            assert q("SELECT Team, COUNT(*) AS N, SUM(Score), MIN(Score), MAX(Score), AVG(Score) FROM Users "
+                     "WHERE Team IS NOT NULL GROUP BY Team ORDER BY Team") == [
+                ["blue", 1, 7, 7, 7, 7.0], ["red", 2, 15, 5, 10, 7.5]]
+            assert q("SELECT Team, SUM(Score) AS Total FROM Users GROUP BY 1 HAVING COUNT(*) > 1") == [["red", 15]]
+            assert q("SELECT COUNT(DISTINCT Team), SUM(Score) FROM Users") == [[2, 22]]
+            assert q("SELECT Team FROM Users GROUP BY Team ORDER BY COUNT(*) DESC, Team LIMIT 1") == [["red"]]
+            # Subqueries in WHERE: IN and EXISTS, correlated too, over a queue's messages.
+            assert q("SELECT UserId FROM Users WHERE UserId IN (SELECT UserId FROM UserTasks) ORDER BY 1") == [[1], [3]]
+            assert q("SELECT UserId FROM Users u WHERE NOT EXISTS (SELECT 1 FROM UserTasks t WHERE t.UserId = "
+                     "u.UserId) ORDER BY UserId") == [[2], [4]]
+            assert q("SELECT UserId FROM Users WHERE UserId NOT IN (SELECT UserId FROM UserTasks WHERE "
+                     "MessageId > @m) ORDER BY UserId", m="a") == [[1], [2], [4]]
+            # UNION ALL: ORDER BY and LIMIT apply to the whole.
+            assert q("SELECT UserId, Team FROM Users WHERE Score > 6 UNION ALL SELECT UserId, MessageId FROM UserTasks "
+                     "ORDER BY 1, Team") == [[1, "a"], [1, "red"], [3, "b"], [3, "blue"], [3, "c"]]
+            for bad, words in [("SELECT Team, Score FROM Users GROUP BY Team", "neither grouped nor aggregated"),
+                               ("SELECT SUM(Team) FROM Users", "SUM"),
+                               ("SELECT UserId FROM Users WHERE SUM(Score) > 1", "aggregate"),
+                               ("SELECT UserId FROM Users UNION ALL SELECT Team FROM Users", "same number"),
+                               ("SELECT UserId FROM Users WHERE UserId IN (SELECT UserId, Team FROM Users)",
+                                "one column"),
+                               ("SELECT UserId FROM Users UNION SELECT UserId FROM Users", "UNION DISTINCT")]:
+                with pytest.raises(exceptions.InvalidArgument, match=words):
+                    q(bad)
+        # In a read-write transaction, a subquery's rows and a grouped read lock nothing extra, and run.
+        assert database.run_in_transaction(lambda t: list(t.execute_sql(
+            "SELECT Team, COUNT(*) FROM Users WHERE EXISTS (SELECT 1 FROM Users) GROUP BY Team ORDER BY 2, 1"))) == [
+            [None, 1], ["blue", 1], ["red", 2]]
+        assert database.run_in_transaction(lambda t: t.execute_update(
+            "DELETE FROM Users WHERE UserId IN (SELECT UserId FROM UserTasks)")) == 2
+
+    await run(scenario)

@@ -13,6 +13,7 @@ Spanner's PERMISSION_DENIED messages have always named them).
 """
 
 import dataclasses
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -167,12 +168,37 @@ class CountStar:
 
 
 @dataclasses.dataclass(frozen=True)
+class Aggregate:
+    """SUM, AVG, MIN, MAX of an expression, or COUNT(DISTINCT e) (``distinct``)."""
+
+    function: str
+    item: "Expr"
+    distinct: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class InSelect:
+    """``e [NOT] IN (SELECT ...)``."""
+
+    left: "Expr"
+    select: "Select"
+    negated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Exists:
+    """``EXISTS (SELECT ...)``."""
+
+    select: "Select"
+
+
+@dataclasses.dataclass(frozen=True)
 class Count:
     item: "Expr"
 
 
 Expr = (Column | Literal | TypedLiteral | Param | Now | ArrayLiteral | Arithmetic | Compare | In | Like | Between
-        | IsNull | Logical | Not | CountStar | Count)
+        | IsNull | Logical | Not | CountStar | Count | Aggregate | InSelect | Exists)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +293,31 @@ class Select:
     limit: Expr | None = None
     offset: Expr | None = None
     distinct: bool = False
+    group_by: tuple[Expr, ...] = ()
+    having: Expr | None = None
+    union: tuple["Select", ...] = ()
+    """UNION ALL's further SELECTs (without ORDER BY or LIMIT: this one's apply to them all)."""
+
+
+def read_by(select: "Select") -> list[str]:
+    """The relations one SELECT's FROM names (not its subqueries')."""
+    return ([select.source.name] if select.source else []) + [j.relation.name for j in select.joins]
+
+
+def selects_in(node: object) -> Iterator["Select"]:
+    """Every SELECT inside a statement (subqueries, UNION ALL's parts), at any depth: the
+    relations they read are the statement's too (schema lookup, authorization)."""
+    if isinstance(node, (tuple, list)):
+        for item in node:
+            if isinstance(item, Select):
+                yield item
+            yield from selects_in(item)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+        for field in dataclasses.fields(node):
+            value = getattr(node, field.name)
+            if isinstance(value, Select):
+                yield value
+            yield from selects_in(value)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -67,8 +67,9 @@ from typing import NamedTuple, TypeVar
 from ...ground.errors import InvalidArgument
 from ...ground.model import ColumnType
 from . import ast, dialects, lexing
-from .ast import (ALL_COLUMNS, BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arithmetic, ArrayLiteral,
-                  Between, Column, ColumnDef, Compare, Condition, Count, CountStar, CreateIndex, CreateQueue, CreateTable, Delete,
+from .ast import (ALL_COLUMNS, BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Aggregate, Arithmetic,
+                  ArrayLiteral, Between, Column, ColumnDef, Compare, Condition, Count, CountStar, CreateIndex,
+                  CreateQueue, CreateTable, Delete, Exists, InSelect,
                   DropIndex, DropQueue, DropTable, Expr, In, Insert, IsNull, Item, Join, Like, Literal, Logical, Not,
                   Now, Param, QueueDelete, QueueInsert, QueueQuery, QueueSelect, QueueStatement, Receive, Relation,
                   RenewLease, Select, SelectItem, SpannerType, Star, TableSubset, TypedLiteral, Update, Value)
@@ -1161,7 +1162,8 @@ class Parser(Cursor):
             raise self.unsupported("a qualified table name")
         return Relation(name, self.alias())
 
-    def select(self) -> Select:
+    def select(self, compound: bool = True) -> Select:
+        """A SELECT; ``compound``: with its UNION ALL parts, ORDER BY and LIMIT (a part of one has none)."""
         self.word("select")
         distinct = self.accept_word("distinct")
         if self.peek.is_word("as"):
@@ -1198,7 +1200,25 @@ class Parser(Cursor):
                 self.word("on")
                 joins.append(Join(kind, relation, self.expr()))
         where = self.expr() if self.accept_word("where") else None
-        if self.peek.is_word("group", "having", "union", "intersect", "except"):
+        group_by: list[Expr] = []
+        if self.accept_word("group"):
+            self.word("by")
+            group_by.append(self.expr())
+            while self.accept_punct(","):
+                group_by.append(self.expr())
+        having = self.expr() if self.accept_word("having") else None
+        core = Select(tuple(items), source, tuple(joins), where, distinct=distinct, group_by=tuple(group_by),
+                      having=having)
+        if not compound:
+            return core
+        union: list[Select] = []
+        while self.accept_word("union"):
+            if not self.accept_word("all"):
+                raise self.unsupported("UNION without ALL (UNION DISTINCT)")
+            if self.at_punct("("):
+                raise self.unsupported("a parenthesized SELECT in UNION ALL")
+            union.append(self.select(compound=False))
+        if self.peek.is_word("intersect", "except", "having", "group"):
             raise self.unsupported(self.peek.text.upper())
         order: list[tuple[Expr, bool]] = []
         if self.accept_word("order"):
@@ -1216,7 +1236,7 @@ class Parser(Cursor):
             limit = self.operand()
             if self.accept_word("offset"):
                 offset = self.operand()
-        return Select(tuple(items), source, tuple(joins), where, tuple(order), limit, offset, distinct)
+        return dataclasses.replace(core, order_by=tuple(order), limit=limit, offset=offset, union=tuple(union))
 
     def select_items(self) -> list[SelectItem]:
         items = []
@@ -1363,7 +1383,8 @@ class Parser(Cursor):
                 return In(left, (), Param(token.value), negated)
             self.punct("(")
             if self.peek.is_word("select"):
-                raise self.unsupported("IN (SELECT ...)")
+                inner = self.subquery()
+                return InSelect(left, inner, negated)
             items = [self.additive()]
             while self.accept_punct(","):
                 items.append(self.additive())
@@ -1387,6 +1408,14 @@ class Parser(Cursor):
                 return Not(test) if is_not else test
             raise self.error("NULL, TRUE or FALSE after IS")
         return left
+
+    def subquery(self) -> Select:
+        """``SELECT ...)``, the ``(`` read: a subquery of IN or EXISTS."""
+        self.deeper()
+        inner = self.select()
+        self.punct(")")
+        self.depth -= 1
+        return inner
 
     def additive(self) -> Expr:
         left, links = self.multiplicative(), 0
@@ -1456,18 +1485,29 @@ class Parser(Cursor):
             self.next()
             self.punct(")")
             return Now()
+        if word == "exists" and self.at_punct("("):
+            self.next()
+            return Exists(self.subquery())
         if word == "count" and self.at_punct("("):
             self.next()
             if self.accept_punct("*"):
                 self.punct(")")
                 return CountStar()
-            if self.peek.is_word("distinct"):
-                raise self.unsupported("COUNT(DISTINCT ...)")
+            distinct = self.accept_word("distinct")
             self.deeper()
             inner = self.expr()
             self.punct(")")
             self.depth -= 1
-            return Count(inner)
+            return Aggregate("count", inner, True) if distinct else Count(inner)
+        if word in ("sum", "avg", "min", "max") and self.at_punct("("):
+            self.next()
+            if self.peek.is_word("distinct"):
+                raise self.unsupported(f"{word.upper()}(DISTINCT ...)")
+            self.deeper()
+            inner = self.expr()
+            self.punct(")")
+            self.depth -= 1
+            return Aggregate(word, inner)
         if word == "spanner" and self.at_punct(".") and self.ahead().is_word("commit_timestamp"):
             self.next()
             self.next()

@@ -47,15 +47,15 @@ WRITES = ("insert", "update", "insert_or_update", "replace")
 
 
 def relations(statement: ast.TableSubset) -> set[str]:
-    """The (folded) relation names a statement names."""
+    """The (folded) relation names a statement names, its subqueries' and UNION ALL parts' too."""
+    found = {name for select in ast.selects_in(statement) for name in ast.read_by(select)}
     if isinstance(statement, ast.Select):
-        found = {j.relation.name for j in statement.joins}
-        return found | ({statement.source.name} if statement.source else set())
+        return found | set(ast.read_by(statement))
     if isinstance(statement, ast.Insert):
-        return {statement.table}
+        return found | {statement.table}
     if isinstance(statement, (ast.Update, ast.Delete)):
-        return {statement.table.name}
-    return set()
+        return found | {statement.table.name}
+    return found
 
 
 def row_type(columns: Sequence[tuple[str, ast.SpannerType]]) -> Any:
