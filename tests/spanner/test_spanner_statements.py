@@ -226,3 +226,36 @@ async def test_group_by_aggregates_subqueries_and_union_all(spanner_env) -> None
             "DELETE FROM Users WHERE UserId IN (SELECT UserId FROM UserTasks)")) == 2
 
     await run(scenario)
+
+
+async def test_alter_table_adds_and_drops_columns(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    def scenario() -> list[str]:
+        database = make_database("migrate", [USERS, "CREATE INDEX UsersByTeam ON Users (Team)"])
+        database.run_in_transaction(lambda t: t.execute_update("INSERT INTO Users (UserId, Team) VALUES (1, 'x')"))
+        database.update_ddl(["ALTER TABLE Users ADD COLUMN Email STRING(100)",
+                             "ALTER TABLE Users ADD COLUMN IF NOT EXISTS Email STRING(100)",
+                             "ALTER TABLE Users DROP COLUMN Score"]).result(timeout=30)
+        database.run_in_transaction(lambda t: t.execute_update("UPDATE Users SET Email = 'a@b' WHERE UserId = 1"))
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql("SELECT * FROM Users")
+            assert list(rows) == [[1, "x", "a@b"]]
+            assert [f.name for f in rows.fields] == ["UserId", "Team", "Email"]
+        for ddl, error, words in [
+            ("ALTER TABLE Users DROP COLUMN UserId", exceptions.FailedPrecondition, "key column"),
+            ("ALTER TABLE Users DROP COLUMN Team", exceptions.FailedPrecondition, "UsersByTeam"),
+            ("ALTER TABLE Users ADD COLUMN Email INT64", exceptions.FailedPrecondition, "Duplicate column"),
+            ("ALTER TABLE Users ADD COLUMN Must INT64 NOT NULL", exceptions.FailedPrecondition, "Must"),
+            ("ALTER TABLE Users DROP COLUMN Nope", exceptions.NotFound, "(?i)nope"),
+            ("ALTER TABLE Nowhere ADD COLUMN X INT64", exceptions.NotFound, "(?i)nowhere"),
+        ]:
+            with pytest.raises(error, match=words):
+                database.update_ddl([ddl]).result(timeout=30)
+        return list(spanner.Client(project=PROJECT).database_admin_api.get_database_ddl(
+            database=database.name).statements)
+
+    ddl = await run(scenario)
+    assert ddl[0] == ("CREATE TABLE Users (\n  UserId INT64 NOT NULL,\n  Team STRING(MAX),\n  Email STRING(100),\n"
+                      ") PRIMARY KEY(UserId)")
+    columns = [r[0] for r in sql.execute("SELECT column_name FROM information_schema.columns WHERE table_name LIKE "
+                                         "'d%users' ORDER BY ordinal_position").fetchall()]
+    assert columns == ["userid", "team", "email"]

@@ -168,7 +168,7 @@ def statement_needs(statement: ast.TableSubset) -> list[Need] | None:
         return [("admin", statement.name)] + ([("admin", statement.parent)] if statement.parent else [])
     if isinstance(statement, ast.CreateIndex):
         return [("admin", statement.name), ("admin", statement.table)]
-    if isinstance(statement, (ast.DropTable, ast.DropIndex)):
+    if isinstance(statement, (ast.DropTable, ast.DropIndex, ast.AlterTable)):
         return [("admin", statement.name)]
     # Every SELECT inside (subqueries, UNION ALL's parts) reads its relations: select on each.
     inner = [("select", n) for select in ast.selects_in(statement) for n in ast.read_by(select)]

@@ -345,7 +345,17 @@ class Delete:
     returning: tuple[SelectItem, ...] | None = None
 
 
-TableDdl = CreateTable | DropTable | CreateIndex | DropIndex
+@dataclasses.dataclass(frozen=True)
+class AlterTable:
+    """``ALTER TABLE t ADD COLUMN [IF NOT EXISTS] c TYPE ...`` or ``ALTER TABLE t DROP COLUMN c``."""
+
+    name: str
+    add: ColumnDef | None = None
+    drop: str | None = None
+    if_not_exists: bool = False
+
+
+TableDdl = CreateTable | DropTable | CreateIndex | DropIndex | AlterTable
 TableDml = Insert | Update | Delete
 TableSubset = TableDdl | TableDml | Select
 """A statement of the table subset (GoogleSQL)."""

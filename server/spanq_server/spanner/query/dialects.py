@@ -69,9 +69,10 @@ TABLE_SUPPORTED = (
 )
 
 RESERVED = frozenset({
-    "all", "and", "as", "asc", "between", "by", "cross", "desc", "distinct", "from", "full", "group", "having",
-    "in", "inner", "is", "join", "left", "like", "limit", "not", "null", "offset", "on", "or", "order", "outer",
-    "right", "select", "set", "then", "union", "using", "where", "values", "true", "false", "return",
+    "all", "and", "as", "asc", "between", "by", "cross", "desc", "distinct", "except", "exists", "from", "full",
+    "group", "having", "in", "inner", "intersect", "is", "join", "left", "like", "limit", "not", "null", "offset",
+    "on", "or", "order", "outer", "right", "select", "set", "then", "union", "using", "where", "values", "true",
+    "false", "return",
 })
 """Words the table subset never reads as a name unless `quoted` (the queue surface reads any word as one)."""
 

@@ -160,7 +160,7 @@ def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
     first words."""
     if dialect is Dialect.GOOGLESQL and is_table_ddl(text):
         statement = parse_table(text)
-        assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex))
+        assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex, ast.AlterTable))
         return statement
     queue = parse_queue(text, dialect)
     if not isinstance(queue, (ast.CreateQueue, ast.DropQueue)):
@@ -480,8 +480,8 @@ def is_table_ddl(text: str) -> bool:
     except InvalidArgument:
         return False
     first = [t.value for t in tokens[:3] if t.kind == "ident"]
-    return (len(first) >= 2 and first[0] in ("create", "drop")
-            and (first[1] in ("table", "index", "unique", "null_filtered")))
+    return (len(first) >= 2 and ((first[0] in ("create", "drop")
+            and first[1] in ("table", "index", "unique", "null_filtered")) or first[:2] == ["alter", "table"]))
 
 
 def names_in(text: str) -> set[str]:
@@ -986,8 +986,10 @@ class Parser(Cursor):
             statement = self.update()
         elif first.is_word("delete"):
             statement = self.delete()
+        elif first.is_word("alter") and self.ahead().is_word("table"):
+            statement = self.alter_table()
         elif first.is_word("alter"):
-            raise self.unsupported("ALTER")
+            raise self.unsupported(f"ALTER {self.ahead().text.upper()}")
         elif first.is_word("with"):
             raise self.unsupported("WITH (common table expressions)")
         else:
@@ -1042,6 +1044,20 @@ class Parser(Cursor):
             else:
                 raise self.error("INTERLEAVE IN PARENT")
         return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+
+    def alter_table(self) -> ast.AlterTable:
+        self.word("alter")
+        self.word("table")
+        name = self.name("a table name")[0]
+        if self.accept_word("add"):
+            self.word("column")
+            if_not_exists = self.if_not_exists()
+            return ast.AlterTable(name, add=self.column_definition(), if_not_exists=if_not_exists)
+        if self.accept_word("drop"):
+            self.word("column")
+            return ast.AlterTable(name, drop=self.name("a column name")[0])
+        raise self.unsupported(f"ALTER TABLE ... {self.peek.text.upper() or 'nothing'} (spanq takes ADD COLUMN and "
+                               "DROP COLUMN)")
 
     def if_not_exists(self) -> bool:
         if self.accept_word("if"):

@@ -96,17 +96,7 @@ def _truncated(name: str) -> str:
 
 def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]:
     check_column_names(table)
-    columns: list[sql.Composable] = []
-    for c in table.columns:
-        column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
-        if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
-            column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
-        if c.not_null:
-            column = sql.SQL("{} NOT NULL").format(column)
-        if c.type.code == "BYTES" and c.type.length is not None:
-            column = sql.SQL("{} CHECK (octet_length({}) <= {})").format(column, sql.Identifier(c.pg),
-                                                                         sql.Literal(c.type.length))
-        columns.append(column)
+    columns: list[sql.Composable] = [_column(c) for c in table.columns]
     key = sql.SQL(", ").join(sql.Identifier(c.pg) for c in table.key)
     columns.append(sql.SQL("PRIMARY KEY ({})").format(key))
     if parent is not None:
@@ -116,6 +106,29 @@ def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]
             sql.SQL(", ").join(sql.Identifier(c.pg) for c in parent.key),
             sql.SQL("CASCADE" if table.on_delete_cascade else "NO ACTION")))
     return [sql.SQL("CREATE TABLE {} (\n    {}\n)").format(table_id(table.name), sql.SQL(",\n    ").join(columns))]
+
+
+def _column(c: Col) -> sql.Composed:
+    """A column's definition in CREATE TABLE or ALTER TABLE ... ADD COLUMN."""
+    column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
+    if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
+        column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
+    if c.not_null:
+        column = sql.SQL("{} NOT NULL").format(column)
+    if c.type.code == "BYTES" and c.type.length is not None:
+        column = sql.SQL("{} CHECK (octet_length({}) <= {})").format(column, sql.Identifier(c.pg),
+                                                                     sql.Literal(c.type.length))
+    return column
+
+
+def add_column(table: TableDef, column: Col) -> sql.Composed:
+    """ALTER TABLE ... ADD COLUMN, ``table`` being the definition with the column added."""
+    check_column_names(table)
+    return sql.SQL("ALTER TABLE {} ADD COLUMN {}").format(table_id(table.name), _column(column))
+
+
+def drop_column(table: str, column: Col) -> sql.Composed:
+    return sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(table_id(table), sql.Identifier(column.pg))
 
 
 def drop_table(name: str) -> sql.Composed:

@@ -100,7 +100,7 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: primary-key column {k!r} is not defined")
     if len(set(statement.primary_key)) != len(statement.primary_key):
         raise InvalidArgument(f"CREATE TABLE {statement.spelled}: a primary-key column is named twice")
-    columns = tuple(_col(c) for c in statement.columns)
+    columns = tuple(schema_col(c) for c in statement.columns)
     for col in columns:
         if col.name in statement.primary_key and col.type.code in ("ARRAY", "JSON"):
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {col.spelled!r} of type "
@@ -108,7 +108,8 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
     return TableDef(name, statement.spelled, columns, statement.primary_key, parent, statement.on_delete_cascade)
 
 
-def _col(c: ColumnDef) -> Col:
+def schema_col(c: ColumnDef) -> Col:
+    """A column definition's column (CREATE TABLE's, ALTER TABLE ... ADD COLUMN's)."""
     return Col(c.name, c.spelled, c.type, c.name, c.not_null, c.commit_timestamp)
 
 

@@ -33,7 +33,7 @@ from . import postgres as t
 from . import values
 from .lexing import fold
 from .names import Names
-from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
+from .schema import Col, IndexDef, TableDef, index_ddl, index_of, schema_col, table_ddl, table_of
 from .scope import RESERVED, Scope
 
 DDL_LOCK_TIMEOUT = timedelta(seconds=5)
@@ -333,6 +333,8 @@ class Tables:
                 await self._create_table(statement, database, ns)
             elif isinstance(statement, ast.CreateIndex):
                 await self._create_index(statement, database, ns)
+            elif isinstance(statement, ast.AlterTable):
+                await self._alter(statement, ns)
             else:
                 await self._drop(statement, ns)
         finally:  # what was read while it ran may be stale
@@ -384,6 +386,36 @@ class Tables:
         await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "index", s.spelled, index.as_json()))
+
+    async def _alter(self, s: ast.AlterTable, ns: Scope) -> None:
+        """ADD COLUMN (a nullable one to a table with rows; NOT NULL only to an empty one, as
+        PostgreSQL checks) or DROP COLUMN (not of the key, not one an index uses, as in Spanner)."""
+        table = await self._existing(ns, s.name, s.name, "ALTER TABLE")
+        if s.add is not None:
+            if table.column(s.add.name) is not None:
+                if s.if_not_exists:
+                    return
+                raise errors.FailedPrecondition(f"Duplicate column name {table.spelled}.{s.add.spelled}")
+            column = schema_col(s.add)
+            altered = dataclasses.replace(table, columns=table.columns + (column,))
+            statement, what = t.add_column(altered, column), f"ALTER TABLE {table.spelled} ADD COLUMN {s.add.spelled}"
+        else:
+            assert s.drop is not None
+            dropped = table.column(s.drop)
+            if dropped is None:
+                raise errors.RowNotFound(f"Column not found in table {table.spelled}: {s.drop}")
+            if dropped.name in table.primary_key:
+                raise errors.FailedPrecondition(f"Cannot drop key column {dropped.spelled} of table {table.spelled}")
+            indexes, _ = await self._store.table_dependents(table.name)
+            for name, _, definition in await self._store.table_definitions(indexes):
+                index = IndexDef.of_json(name, definition)
+                if dropped.name in [c for c, _ in index.columns] + list(index.storing):
+                    raise errors.FailedPrecondition(f"Cannot drop column {dropped.spelled} of table {table.spelled}: "
+                                                    f"index {index.spelled} uses it (drop the index first)")
+            altered = dataclasses.replace(table, columns=tuple(c for c in table.columns if c != dropped))
+            statement, what = t.drop_column(table.name, dropped), f"ALTER TABLE {table.spelled} DROP COLUMN {s.drop}"
+        await self._store.table_ddl([statement], what, lock_timeout=DDL_LOCK_TIMEOUT,
+                                    redefine=(table.name, altered.as_json()))
 
     async def _drop(self, s: ast.DropTable | ast.DropIndex, ns: Scope) -> None:
         name = ns.prefix + s.name
