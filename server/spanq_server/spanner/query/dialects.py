@@ -38,7 +38,7 @@ class Surface(enum.Enum):
 QUEUE_SUPPORTED = (
     "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
     "SELECT * | <columns> FROM RENEWLEASE_<queue>(...) [AS r], "
-    "DELETE FROM <queue> WHERE <key> = ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...), "
+    "DELETE FROM <queue> WHERE ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...) [THEN RETURN ...], "
     "SELECT ... FROM <queue> [WHERE ...] [ORDER BY ...] [LIMIT n]"
 )
 
@@ -63,9 +63,10 @@ MAX_INTERVAL = timedelta(days=3_652_059)
 # -- the table subset -----------------------------------------------------------------
 
 TABLE_SUPPORTED = (
-    "CREATE TABLE, DROP TABLE, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / DELETE of a table with a "
-    "WHERE of comparisons, IN, LIKE, IS [NOT] NULL, AND / OR / NOT, and THEN RETURN; SELECT over tables and "
-    "queues with joins, WHERE, ORDER BY, LIMIT and COUNT(*) (see docs/spanner-compat.md)"
+    "CREATE TABLE, DROP TABLE, ALTER TABLE ADD / DROP COLUMN, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / "
+    "DELETE of a table with a WHERE of comparisons, IN, LIKE, IS [NOT] NULL, IN (SELECT ...), EXISTS, AND / OR / NOT, "
+    "and THEN RETURN; SELECT over tables and queues with joins, WHERE, GROUP BY, HAVING, COUNT / SUM / AVG / MIN / "
+    "MAX, UNION ALL, ORDER BY and LIMIT (see docs/spanner-compat.md)"
 )
 
 RESERVED = frozenset({

@@ -23,10 +23,10 @@ the chosen grammar refuses is its error.
         [[AS] r] [WHERE c <op> <v> AND ...]
     SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
     DELETE [FROM] q WHERE k1 = <v> AND ... [ASSERT_ROWS_MODIFIED 1]
-    INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)]
+    INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)] [THEN RETURN <items>]
     SELECT * | <items> FROM q [[AS] r] [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
 
-On the queue surface <items> is ``[r.]c [[AS] alias], ...`` and a value <v> a literal
+On the queue surface <items> is ``[r.]c [[AS] alias], ...`` or ``r.*`` and a value <v> a literal
 (123, 'text', "text", b'bytes', TRUE, FALSE, TIMESTAMP '...'), a parameter (@name),
 CURRENT_TIMESTAMP(), or TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n
 SECOND|MINUTE|HOUR|DAY|MILLISECOND); names, backquoted or not, are folded to lower case
@@ -38,17 +38,22 @@ by ``fold`` (CREATE QUEUE also keeps them as written, which results show).
     CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] i ON t (c [ASC|DESC], ...) [STORING (c, ...)]
         [, INTERLEAVE IN p]
     DROP INDEX [IF EXISTS] i
+    ALTER TABLE t ADD COLUMN [IF NOT EXISTS] c TYPE [NOT NULL] [OPTIONS (...)] | DROP COLUMN c
     INSERT [OR UPDATE | OR IGNORE] [INTO] t (c, ...) VALUES (e, ...), ... [THEN RETURN items]
     UPDATE t [[AS] a] SET c = e, ... WHERE cond [THEN RETURN items]
     DELETE [FROM] t [[AS] a] WHERE cond [THEN RETURN items]
     SELECT [DISTINCT] items [FROM rel [[AS] a] [[INNER | LEFT [OUTER] | CROSS] JOIN rel [[AS] a] [ON cond]] ...]
-        [WHERE cond] [ORDER BY e [ASC|DESC], ...] [LIMIT n [OFFSET m]]
+        [WHERE cond] [GROUP BY e, ...] [HAVING cond] [UNION ALL SELECT ...] [ORDER BY e [ASC|DESC], ...]
+        [LIMIT n [OFFSET m]]
+
+(A DELETE of a queue by any WHERE is read here too, and run by the executor as a direct delete.)
 
 In the table subset TYPE is BOOL, INT64, FLOAT64, NUMERIC, STRING(n|MAX), BYTES(n|MAX),
 DATE, TIMESTAMP, JSON or ARRAY<one of them>. items are ``*``, ``a.*``, ``e [[AS] x]``
-and ``COUNT(*)``; cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` /
-``IN UNNEST(@p)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and ``[NOT] BETWEEN`` with AND, OR,
-NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
+and the aggregates ``COUNT(*)``, ``COUNT([DISTINCT] e)``, ``SUM``, ``AVG``, ``MIN``, ``MAX``;
+cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` / ``IN UNNEST(@p)`` /
+``[NOT] IN (SELECT ...)``, ``EXISTS (SELECT ...)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and
+``[NOT] BETWEEN`` with AND, OR, NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
 ``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, or e + e, e - e, e * e.
 
 Anything else is INVALID_ARGUMENT naming what is understood. Not a SQL engine: the
