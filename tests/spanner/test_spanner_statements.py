@@ -259,3 +259,56 @@ async def test_alter_table_adds_and_drops_columns(spanner_env, sql) -> None:  # 
     columns = [r[0] for r in sql.execute("SELECT column_name FROM information_schema.columns WHERE table_name LIKE "
                                          "'d%users' ORDER BY ordinal_position").fetchall()]
     assert columns == ["userid", "team", "email"]
+
+
+async def test_tables_in_a_postgresql_dialect_database(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+
+    def scenario() -> list[str]:
+        instance = spanner.Client(project=PROJECT).instance(INSTANCE)
+        if not instance.exists():
+            instance.create().result(timeout=30)
+        database = instance.database("pgtables", database_dialect=DatabaseDialect.POSTGRESQL)
+        database.create().result(timeout=30)
+        database.update_ddl([
+            "CREATE TABLE users (userid bigint NOT NULL, team character varying(20), score double precision, "
+            "tags text[], PRIMARY KEY (userid))",
+            'CREATE TABLE "Orders" (userid bigint NOT NULL, orderid bigint NOT NULL, total numeric, '
+            "PRIMARY KEY (userid, orderid)) INTERLEAVE IN PARENT users ON DELETE CASCADE",
+            "CREATE QUEUE usertasks (userid bigint NOT NULL, payload text NOT NULL, PRIMARY KEY (userid))",
+            "ALTER TABLE users ADD COLUMN joined timestamptz",
+        ]).result(timeout=30)
+
+        def fill(transaction: Any) -> list[Any]:
+            transaction.execute_update("INSERT INTO users (userid, team, score, tags, joined) VALUES "
+                                       "(1, 'red', 1.5, ARRAY['a'], CURRENT_TIMESTAMP), ($1, 'blue', NULL, NULL, now())",
+                                       params={"p1": 2}, param_types={"p1": param_types.INT64})
+            transaction.execute_update('INSERT INTO "Orders" (userid, orderid, total) VALUES (1, 1, 10), (2, 1, 5)')
+            return list(transaction.execute_sql("UPDATE users SET score = score * 2 WHERE userid = 1 "
+                                                "RETURNING userid, score"))
+
+        assert database.run_in_transaction(fill) == [[1, 3.0]]
+        with database.batch() as batch:
+            batch.send(queue="usertasks", key=[2], payload="x")
+        with database.snapshot(multi_use=True) as snapshot:
+            def q(text: str) -> list[Any]:
+                return list(snapshot.execute_sql(text))
+
+            assert q("SELECT u.team, SUM(o.total) AS total FROM users u JOIN \"Orders\" o ON o.userid = u.userid "
+                     "GROUP BY u.team ORDER BY total DESC") == [["red", 10], ["blue", 5]]
+            assert q("SELECT userid FROM users WHERE userid IN (SELECT userid FROM usertasks)") == [[2]]
+            rows = snapshot.execute_sql("SELECT * FROM users WHERE userid = 1")
+            assert [r[:4] for r in rows] == [[1, "red", 3.0, ["a"]]]
+            assert [f.name for f in rows.fields] == ["userid", "team", "score", "tags", "joined"]
+        assert database.execute_partitioned_dml("DELETE FROM users WHERE team = 'blue'") == 1
+        with pytest.raises(exceptions.InvalidArgument, match="does not support"):
+            database.update_ddl(["CREATE TABLE t (a interval, PRIMARY KEY (a))"]).result(timeout=30)
+        return list(spanner.Client(project=PROJECT).database_admin_api.get_database_ddl(
+            database=database.name).statements)
+
+    ddl = await run(scenario)
+    assert ddl[0] == ("CREATE TABLE users (\n  userid bigint NOT NULL,\n  team character varying(20),\n"
+                      "  score double precision,\n  tags character varying[],\n  joined timestamp with time zone,\n"
+                      "  PRIMARY KEY(userid)\n)")
+    assert ddl[1].startswith('CREATE TABLE "Orders" (') and ddl[1].endswith(
+        "INTERLEAVE IN PARENT users ON DELETE CASCADE")

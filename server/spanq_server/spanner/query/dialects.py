@@ -56,6 +56,12 @@ PG_QUEUE_TYPES = {"bigint": ColumnType.INT64, "int8": ColumnType.INT64, "varchar
                   "boolean": ColumnType.BOOL, "bool": ColumnType.BOOL, "jsonb": ColumnType.JSON}
 """A queue's column types in Spanner's PostgreSQL dialect."""
 
+PG_TABLE_TYPES = {"bigint": "INT64", "int8": "INT64", "boolean": "BOOL", "bool": "BOOL", "bytea": "BYTES",
+                  "varchar": "STRING", "text": "STRING", "date": "DATE", "float8": "FLOAT64", "numeric": "NUMERIC",
+                  "timestamptz": "TIMESTAMP", "jsonb": "JSON"}
+"""A table's column types in Spanner's PostgreSQL dialect, as Spanner's types (``double precision``,
+``character varying`` and ``timestamp with time zone`` are read as float8, varchar, timestamptz)."""
+
 MAX_INTERVAL = timedelta(days=3_652_059)
 """The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
 

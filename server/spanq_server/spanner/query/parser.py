@@ -122,7 +122,9 @@ async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awai
     long = len(text) > LONG_STATEMENT
     if long:  # other calls go first, and between the reads of a long statement
         await asyncio.sleep(0)
-    if dialect is Dialect.POSTGRESQL:  # tables are GoogleSQL only
+    if dialect is Dialect.POSTGRESQL:  # a statement naming a table (or an UPDATE) is the table subset's
+        if text.lstrip()[:6].lower() == "update" or await any_table(names_in(text, dialect)):
+            return parse_table(text, dialect)
         return parse_queue(text, Dialect.POSTGRESQL)
     try:
         shown, tokens = _shown(text)
@@ -163,8 +165,8 @@ async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str])
 def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
     """A DDL statement in ``dialect``: of queues, or (GoogleSQL) of tables and indexes, by its
     first words."""
-    if dialect is Dialect.GOOGLESQL and is_table_ddl(text):
-        statement = parse_table(text)
+    if is_table_ddl(text, dialect):
+        statement = parse_table(text, dialect)
         assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex, ast.AlterTable))
         return statement
     queue = parse_queue(text, dialect)
@@ -471,17 +473,17 @@ def _read_queue(text: str, dialect: Dialect, tokens: list[Token] | None = None) 
     return Parser(text, dialect, Surface.QUEUE, tokens).queue_statement()
 
 
-def parse_table(text: str) -> TableSubset:
-    """One GoogleSQL statement of the table subset, or INVALID_ARGUMENT saying what is not supported."""
+def parse_table(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> TableSubset:
+    """One statement of the table subset, or INVALID_ARGUMENT saying what is not supported."""
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
-    return Parser(text, Dialect.GOOGLESQL, Surface.TABLE).table_statement()
+    return Parser(text, dialect, Surface.TABLE).table_statement()
 
 
-def is_table_ddl(text: str) -> bool:
+def is_table_ddl(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> bool:
     """Whether a DDL statement is the table subset's (CREATE / DROP TABLE or INDEX), by its first words."""
     try:
-        tokens = tokenize(text, Dialect.GOOGLESQL, Surface.TABLE)
+        tokens = tokenize(text, dialect, Surface.TABLE)
     except InvalidArgument:
         return False
     first = [t.value for t in tokens[:3] if t.kind == "ident"]
@@ -489,10 +491,10 @@ def is_table_ddl(text: str) -> bool:
             and first[1] in ("table", "index", "unique", "null_filtered")) or first[:2] == ["alter", "table"]))
 
 
-def names_in(text: str) -> set[str]:
+def names_in(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> set[str]:
     """Every (folded) identifier of a statement as the table subset reads it: which relations it may name."""
     try:
-        return {t.value for t in tokenize(text, Dialect.GOOGLESQL, Surface.TABLE) if t.kind == "ident"}
+        return {t.value for t in tokenize(text, dialect, Surface.TABLE) if t.kind == "ident"}
     except InvalidArgument:
         return set()
 
@@ -962,7 +964,7 @@ class Parser(Cursor):
     def name(self, what: str) -> tuple[str, str]:
         """(folded, as written)."""
         token = self.peek
-        if token.kind != "ident" or (not token.text.startswith("`") and token.value in dialects.RESERVED):
+        if token.kind != "ident" or (not token.text.startswith(("`", '"')) and token.value in dialects.RESERVED):
             raise self.error(what)
         self.pos += 1
         return token.value, token.spelled
@@ -972,6 +974,8 @@ class Parser(Cursor):
     def table_statement(self) -> TableSubset:
         first = self.peek
         if first.is_word("create"):
+            if self.ahead().is_word("table") and self.pg:
+                return self.pg_create_table()
             if self.ahead().is_word("table"):
                 return self.create_table()
             if self.ahead().is_word("index", "unique", "null_filtered"):
@@ -1057,12 +1061,108 @@ class Parser(Cursor):
         if self.accept_word("add"):
             self.word("column")
             if_not_exists = self.if_not_exists()
-            return ast.AlterTable(name, add=self.column_definition(), if_not_exists=if_not_exists)
+            added = self.pg_column_definition() if self.pg else self.column_definition()
+            return ast.AlterTable(name, add=added, if_not_exists=if_not_exists)
         if self.accept_word("drop"):
             self.word("column")
             return ast.AlterTable(name, drop=self.name("a column name")[0])
         raise self.unsupported(f"ALTER TABLE ... {self.peek.text.upper() or 'nothing'} (spanq takes ADD COLUMN and "
                                "DROP COLUMN)")
+
+    def pg_create_table(self) -> CreateTable:
+        """Spanner's PostgreSQL CREATE TABLE: ``(c type [NOT NULL] [PRIMARY KEY], ..., PRIMARY KEY (c, ...))
+        [INTERLEAVE IN PARENT p [ON DELETE CASCADE | NO ACTION]]``."""
+        self.word("create")
+        self.word("table")
+        if_not_exists = self.if_not_exists()
+        name, spelled = self.name("a table name")
+        self.punct("(")
+        columns: list[ColumnDef] = []
+        key: list[str] = []
+        while not self.accept_punct(")"):
+            if self.accept_word("primary"):
+                self.word("key")
+                self.punct("(")
+                key = [self.name("a primary-key column")[0]]
+                while self.accept_punct(","):
+                    key.append(self.name("a primary-key column")[0])
+                self.punct(")")
+            elif self.peek.is_word("constraint", "foreign", "check", "unique"):
+                raise self.unsupported("a table constraint other than PRIMARY KEY")
+            else:
+                columns.append(self.pg_column_definition(key))
+            if not self.accept_punct(","):
+                self.punct(")")
+                break
+        if not columns:
+            raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs at least one column")
+        if not key:
+            raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs a PRIMARY KEY")
+        parent, cascade = None, False
+        if self.accept_word("interleave"):
+            self.word("in")
+            self.word("parent")
+            parent = self.name("a parent table name")[0]
+            if self.accept_word("on"):
+                self.word("delete")
+                if self.accept_word("cascade"):
+                    cascade = True
+                else:
+                    self.word("no")
+                    self.word("action")
+        return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+
+    def pg_column_definition(self, key: list[str] | None = None) -> ColumnDef:
+        """``c type [NOT NULL] [PRIMARY KEY]`` (PRIMARY KEY only in CREATE TABLE, appending to ``key``)."""
+        column, spelled = self.name("a column name")
+        column_type = self.pg_column_type(column)
+        not_null = False
+        while True:
+            if self.accept_word("not"):
+                self.word("null")
+                not_null = True
+            elif key is not None and self.accept_word("primary"):
+                self.word("key")
+                key.append(column)
+            elif self.peek.is_word("default", "generated", "references", "check", "unique", "primary"):
+                raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
+            else:
+                return ColumnDef(column, spelled, column_type, not_null)
+
+    def pg_column_type(self, column: str, in_array: bool = False) -> SpannerType:
+        """A column type of Spanner's PostgreSQL dialect, as the Spanner type it is; ``t[]`` an array."""
+        token = self.next()
+        word = str(token.value) if token.kind == "ident" else ""
+        if word == "character":
+            self.word("varying")
+            word = "varchar"
+        elif word == "double":
+            self.word("precision")
+            word = "float8"
+        elif word == "timestamp":
+            self.word("with")
+            self.word("time")
+            self.word("zone")
+            word = "timestamptz"
+        code = dialects.PG_TABLE_TYPES.get(word)
+        if code is None:
+            raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not support; "
+                                  f"the types are {', '.join(sorted(dialects.PG_TABLE_TYPES))} and arrays of them")
+        length = None
+        if word == "varchar" and self.accept_punct("("):
+            size = self.next()
+            if size.kind != "number" or size.value <= 0:
+                raise InvalidArgument(f"column {column!r}: varchar takes a length, varchar(n)")
+            length = int(size.value)
+            self.punct(")")
+        found = SpannerType(code, None, length)
+        if self.at_punct("[") and self.ahead().value == "]":
+            if in_array:
+                raise self.unsupported(f"an array of arrays (column {column!r})")
+            self.next()
+            self.next()
+            return SpannerType("ARRAY", found)
+        return found
 
     def if_not_exists(self) -> bool:
         if self.accept_word("if"):
@@ -1146,7 +1246,7 @@ class Parser(Cursor):
                 break
         self.punct(")")
         storing: list[str] = []
-        if self.accept_word("storing"):
+        if self.accept_word("include" if self.pg else "storing"):
             self.punct("(")
             storing.append(self.name("a column name")[0])
             while self.accept_punct(","):
@@ -1281,6 +1381,8 @@ class Parser(Cursor):
                 return items
 
     def returning(self) -> tuple[SelectItem, ...] | None:
+        if self.pg:
+            return tuple(self.select_items()) if self.accept_word("returning") else None
         if not self.accept_word("then"):
             return None
         self.word("return")
@@ -1493,6 +1595,13 @@ class Parser(Cursor):
         if word == "array" and self.at_punct("["):
             self.next()
             return self.array_items("]")
+        if self.pg and word in ("current_timestamp", "now"):  # PostgreSQL: CURRENT_TIMESTAMP, now()
+            if word == "now" or self.at_punct("("):
+                self.punct("(")
+                self.punct(")")
+            return Now()
+        if self.pg and word in ("timestamptz", "jsonb") and self.peek.kind == "string":
+            word = {"timestamptz": "timestamp", "jsonb": "json"}[word]
         if word in ("date", "timestamp", "numeric", "json") and self.peek.kind == "string":
             text = self.next().value
             typed = TypedLiteral(SpannerType(word.upper()), text)

@@ -94,7 +94,7 @@ class Tables:
         return table
 
     async def is_table(self, ns: Scope, name: str) -> bool:
-        return not ns.pg and await self.table(ns, name) is not None
+        return await self.table(ns, name) is not None
 
     async def schema(self, ns: Scope, names: Iterable[str]) -> dict[str, TableDef]:
         """The tables and queues of the database the names name (those it has)."""
@@ -325,9 +325,6 @@ class Tables:
     # -- DDL --------------------------------------------------------------------------
 
     async def ddl(self, statement: ast.TableDdl, database: str | None, ns: Scope) -> None:
-        if ns.pg:
-            raise errors.InvalidArgument("tables through the Spanner API are GoogleSQL only: this database speaks "
-                                         "the PostgreSQL dialect, whose tables spanq does not serve")
         try:
             if isinstance(statement, ast.CreateTable):
                 await self._create_table(statement, database, ns)
@@ -481,7 +478,7 @@ class Tables:
         out = []
         for name, kind, definition in found:
             if kind == "table":
-                out.append(table_ddl(tables[name], ns.prefix, declared))
+                out.append(table_ddl(tables[name], ns.prefix, declared, pg=ns.pg))
             else:
                 index = IndexDef.of_json(name, definition)
                 if index.table in tables:
