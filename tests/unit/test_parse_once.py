@@ -122,7 +122,7 @@ async def test_a_postgresql_database_is_read_in_its_dialect_only() -> None:
     before = Cursor.passes
     parsed = await parse('SELECT * FROM spanner.receive_messages(5) -- "x"', Dialect.POSTGRESQL, is_table, any_table)
     assert isinstance(parsed.statement, ast.Receive) and Cursor.passes - before == 1
-    assert registry.lookups == []  # tables are GoogleSQL only: no lookup, no second grammar
+    assert registry.lookups == []  # a queue function: no table lookup, no second grammar
     # A GoogleSQL reading of a PostgreSQL text is never tried: `#` starts no comment there.
     with pytest.raises(InvalidArgument):
         await parse("SELECT * FROM messages # comment", Dialect.POSTGRESQL, is_table, any_table)

@@ -122,8 +122,8 @@ async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awai
     long = len(text) > LONG_STATEMENT
     if long:  # other calls go first, and between the reads of a long statement
         await asyncio.sleep(0)
-    if dialect is Dialect.POSTGRESQL:  # a statement naming a table (or an UPDATE) is the table subset's
-        if text.lstrip()[:6].lower() == "update" or await any_table(names_in(text, dialect)):
+    if dialect is Dialect.POSTGRESQL:
+        if await _pg_is_table_subset(text, is_table):
             return parse_table(text, dialect)
         return parse_queue(text, Dialect.POSTGRESQL)
     try:
@@ -140,6 +140,26 @@ async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awai
     if await _is_table_subset(shown, text, is_table, any_table):
         return parse_table(text)
     return _read_queue(text, Dialect.GOOGLESQL, tokens) if tokens is not None else parse_queue(text)
+
+
+async def _pg_is_table_subset(text: str, is_table: Callable[[str], Awaitable[bool]]) -> bool:
+    """Whether the table subset reads a PostgreSQL-dialect statement: an UPDATE, table DDL, or one
+    naming a table; never one calling spanner.receive_ / renewlease_ (no table is looked up for it),
+    nor one the table subset's words cannot read (the queue surface's error then says why)."""
+    try:
+        tokens = tokenize(text, Dialect.POSTGRESQL, Surface.TABLE)
+    except InvalidArgument as exc:
+        if "limit" in exc.metadata:
+            raise
+        return False
+    first, second = tokens[0], tokens[min(1, len(tokens) - 1)]
+    if first.is_word("update") or (first.is_word("alter") and second.is_word("table")):
+        return True
+    if first.is_word("create", "drop"):
+        return second.is_word("table", "index", "unique")
+    if any(t.is_word("spanner") and n.value == "." for t, n in zip(tokens, tokens[1:])):
+        return False
+    return await _any(is_table, _relations(tokens)[0])
 
 
 async def _is_table_subset(shown: "Shown", text: str, is_table: Callable[[str], Awaitable[bool]],
@@ -510,7 +530,7 @@ _LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number":
 class Parser(Cursor):
     """A recursive-descent parser of one statement, in ``dialect``, of ``surface``: the queue
     surface's rules (``queue_statement`` and the methods below it) or the table subset's
-    (``table_statement`` and below). The table subset is GoogleSQL only."""
+    (``table_statement`` and below), each in either dialect."""
 
     def __init__(self, text: str, dialect: Dialect, surface: Surface, tokens: list[Token] | None = None) -> None:
         super().__init__(text, tokenize(text, dialect, surface) if tokens is None else tokens,
