@@ -1,12 +1,11 @@
 """The statements of issue 25 (item 3), through Google's Python client against a real
 server and PostgreSQL: ``alias.*`` and parameters in RECEIVE, RECEIVE only in a
 single-use read, stale reads, DELETE of a queue's messages with any WHERE (and as
-partitioned DML), THEN RETURN on a queue's INSERT and DELETE, and the table subset's
-GROUP BY, aggregates, IN / EXISTS subqueries and UNION ALL.
+partitioned DML), THEN RETURN on a queue's INSERT and DELETE, the table subset's
+GROUP BY, aggregates, IN / EXISTS subqueries and UNION ALL, ALTER TABLE ADD / DROP
+COLUMN, and tables in a PostgreSQL-dialect database.
 """
 
-import asyncio
-import base64
 import datetime
 from typing import Any
 
@@ -15,37 +14,19 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 
+from .test_spanner_tables import INSTANCE, PROJECT, make_database, run, spanner_env  # noqa: F401  (a fixture)
+
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
 ]
 
-PROJECT, INSTANCE = "statements-project", "statements-instance"
 USERS = "CREATE TABLE Users (UserId INT64 NOT NULL, Team STRING(MAX), Score INT64) PRIMARY KEY (UserId)"
 TASKS = """CREATE QUEUE UserTasks (
   UserId INT64 NOT NULL,
   MessageId STRING(36) NOT NULL,
   Payload STRING(MAX) NOT NULL
 ) PRIMARY KEY (UserId, MessageId)"""
-
-
-@pytest.fixture
-def spanner_env(monkeypatch: pytest.MonkeyPatch, server: Any) -> None:
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
-
-
-def make_database(database_id: str, ddl: list[str]) -> Any:
-    instance = spanner.Client(project=PROJECT).instance(INSTANCE)
-    if not instance.exists():
-        instance.create().result(timeout=30)
-    database = instance.database(database_id, ddl_statements=ddl)
-    database.create().result(timeout=30)
-    return database
-
-
-def run(fn: Any) -> Any:
-    return asyncio.to_thread(fn)
 
 
 def send(database: Any, *keys: tuple[int, str]) -> None:

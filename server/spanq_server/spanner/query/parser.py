@@ -1057,17 +1057,8 @@ class Parser(Cursor):
                 break
         parent, cascade = None, False
         while self.accept_punct(","):
-            if self.accept_word("interleave"):
-                self.word("in")
-                self.word("parent")
-                parent = self.name("a parent table name")[0]
-                if self.accept_word("on"):
-                    self.word("delete")
-                    if self.accept_word("cascade"):
-                        cascade = True
-                    else:
-                        self.word("no")
-                        self.word("action")
+            if self.peek.is_word("interleave"):
+                parent, cascade = self.interleave_in_parent()
             elif self.peek.is_word("row"):
                 raise self.unsupported("ROW DELETION POLICY")
             else:
@@ -1118,19 +1109,23 @@ class Parser(Cursor):
             raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs at least one column")
         if not key:
             raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs a PRIMARY KEY")
-        parent, cascade = None, False
-        if self.accept_word("interleave"):
-            self.word("in")
-            self.word("parent")
-            parent = self.name("a parent table name")[0]
-            if self.accept_word("on"):
-                self.word("delete")
-                if self.accept_word("cascade"):
-                    cascade = True
-                else:
-                    self.word("no")
-                    self.word("action")
+        parent, cascade = self.interleave_in_parent() if self.peek.is_word("interleave") else (None, False)
         return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+
+    def interleave_in_parent(self) -> tuple[str, bool]:
+        """A table's ``INTERLEAVE IN PARENT p [ON DELETE CASCADE | ON DELETE NO ACTION]``: (p, cascade)."""
+        self.word("interleave")
+        self.word("in")
+        self.word("parent")
+        parent = self.name("a parent table name")[0]
+        if not self.accept_word("on"):
+            return parent, False
+        self.word("delete")
+        if self.accept_word("cascade"):
+            return parent, True
+        self.word("no")
+        self.word("action")
+        return parent, False
 
     def pg_column_definition(self, key: list[str] | None = None) -> ColumnDef:
         """``c type [NOT NULL] [PRIMARY KEY]`` (PRIMARY KEY only in CREATE TABLE, appending to ``key``)."""
