@@ -228,8 +228,8 @@ class Executor:
         statement = parsed.statement
         if isinstance(statement, ast.Ddl):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
-        if isinstance(statement, ast.Delete) and await self._catalog.exists(ns.prefix + statement.table.name) \
-                and ns.owns(statement.table.name):  # a queue's messages, by any WHERE
+        if isinstance(statement, ast.Delete) and ns.owns(statement.table.name) \
+                and await self._catalog.exists(ns.prefix + statement.table.name):  # a queue's messages, by any WHERE
             queue = await self.queue(ns, statement.table.name)
             try:
                 return await self._direct_delete(queue, statement, params, param_types, use, ns)
@@ -388,7 +388,7 @@ class Executor:
         if len(by_key) != len(s.where) or {c.column for c in by_key} != set(key_types) \
                 or len(by_key) != len(key_types):
             # Not one message by its key: a direct delete of the messages the WHERE finds.
-            where = tuple(ast.Compare(c.op, ast.Column(c.column), c.value) for c in s.where)
+            where = tuple(ast.Compare(c.op, ast.Column(PG_SYSTEM.get(c.column, c.column)), c.value) for c in s.where)
             statement = ast.Delete(ast.Relation(s.queue), where[0] if len(where) == 1 else ast.Logical("AND", where))
             return await self._direct_delete(queue, statement, params, None, use, ns, s.assert_rows_modified)
         given = {c.column: self._value(c.value, key_types[c.column], params, f"the condition on {c.column!r}")
@@ -433,7 +433,7 @@ class Executor:
                 raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN "
                                              "(as in Spanner)")
             batch = dataclasses.replace(select, items=keys, limit=ast.Literal(limit, ast.INT64))
-            total = 0
+            total = idle = 0
             while True:  # a batch at a time, each its own commit, until the WHERE finds none
                 found = await self.tables.run(batch, params, param_types, _STRONG_READ, ns)
                 if not found.rows:
@@ -442,6 +442,9 @@ class Executor:
                     "spanner.DELETE", queue.name.encode(), acked(found.rows), _AckedCount(),
                     id_prefix="spanner-delete", attempts=RENEW_ATTEMPTS,
                     gave_up="the partitioned DELETE could not commit a batch; run it again")
+                idle = idle + 1 if not answer.reply else 0
+                if idle > 1:  # twice, what it found was gone by the ack (acked by others): never spin
+                    return TableResult([], [], total, lower_bound=True)
                 total += answer.reply
         if use.read_only:
             raise errors.InvalidArgument("DML runs in a read-write transaction (database.run_in_transaction) or as "
