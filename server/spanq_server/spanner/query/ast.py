@@ -299,6 +299,11 @@ class Select:
     """UNION ALL's further SELECTs (without ORDER BY or LIMIT: this one's apply to them all)."""
 
 
+_LEAVES = frozenset({Column, Literal, TypedLiteral, Param, Now, CountStar, SpannerType, Star, str, int, bool,
+                     type(None)})
+"""Nodes that hold no SELECT."""
+
+
 def read_by(select: "Select") -> list[str]:
     """The relations one SELECT's FROM names (not its subqueries')."""
     return ([select.source.name] if select.source else []) + [j.relation.name for j in select.joins]
@@ -306,18 +311,20 @@ def read_by(select: "Select") -> list[str]:
 
 def selects_in(node: object) -> Iterator["Select"]:
     """Every SELECT inside a statement (subqueries, UNION ALL's parts), at any depth: the
-    relations they read are the statement's too (schema lookup, authorization)."""
-    if isinstance(node, (tuple, list)):
-        for item in node:
-            if isinstance(item, Select):
-                yield item
-            yield from selects_in(item)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
-        for field in dataclasses.fields(node):
-            value = getattr(node, field.name)
-            if isinstance(value, Select):
-                yield value
-            yield from selects_in(value)
+    relations they read are the statement's too (schema lookup, authorization). One walk of
+    the tree, which skips the leaves (a long IN list costs a loop, not a recursion)."""
+    stack: list[object] = [node]
+    while stack:
+        item = stack.pop()
+        if type(item) in _LEAVES:
+            continue
+        if isinstance(item, (tuple, list)):
+            stack.extend(item)
+            continue
+        if isinstance(item, Select) and item is not node:
+            yield item
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
 
 
 @dataclasses.dataclass(frozen=True)
