@@ -261,8 +261,8 @@ async def test_tables_in_a_postgresql_dialect_database(spanner_env) -> None:  # 
         ]).result(timeout=30)
 
         def fill(transaction: Any) -> list[Any]:
-            transaction.execute_update("INSERT INTO users (userid, team, score, tags, joined) VALUES "
-                                       "(1, 'red', 1.5, ARRAY['a'], CURRENT_TIMESTAMP), ($1, 'blue', NULL, NULL, now())",
+            transaction.execute_update("INSERT INTO users (userid, team, score, tags, joined) VALUES (1, 'red', "
+                                       "1.5, ARRAY['a'], CURRENT_TIMESTAMP), ($1, 'blue', NULL, NULL, now())",
                                        params={"p1": 2}, param_types={"p1": param_types.INT64})
             transaction.execute_update('INSERT INTO "Orders" (userid, orderid, total) VALUES (1, 1, 10), (2, 1, 5)')
             return list(transaction.execute_sql("UPDATE users SET score = score * 2 WHERE userid = 1 "

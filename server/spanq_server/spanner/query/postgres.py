@@ -459,7 +459,8 @@ class _Translator:
     # -- select lists ------------------------------------------------------
 
     def items(self, items: Sequence[ast.SelectItem], scope: _Scope, aggregate_ok: bool = True,
-              grouped: Sequence[str] | None = None) -> tuple[list[sql.Composable], list[tuple[str, ast.SpannerType]], bool]:
+              grouped: Sequence[str] | None = None
+              ) -> tuple[list[sql.Composable], list[tuple[str, ast.SpannerType]], bool]:
         """A SELECT list (or THEN RETURN's); ``grouped``: the GROUP BY's expressions as PostgreSQL
         text, which the list's other items must be."""
         texts: list[sql.Composable] = []
