@@ -146,20 +146,30 @@ async def _pg_is_table_subset(text: str, is_table: Callable[[str], Awaitable[boo
     """Whether the table subset reads a PostgreSQL-dialect statement: an UPDATE, table DDL, or one
     naming a table; never one calling spanner.receive_ / renewlease_ (no table is looked up for it),
     nor one the table subset's words cannot read (the queue surface's error then says why)."""
+    shown = _pg_shape(text) if len(text) > PARSE_CACHE_MAX_TEXT else _pg_shape_cached(text)
+    return shown.surface is Surface.TABLE if shown.surface is not None else await _any(is_table, shown.named or ())
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _pg_shape_cached(text: str) -> "Shown":
+    return _pg_shape(text)
+
+
+def _pg_shape(text: str) -> "Shown":
     try:
         tokens = tokenize(text, Dialect.POSTGRESQL, Surface.TABLE)
     except InvalidArgument as exc:
         if "limit" in exc.metadata:
             raise
-        return False
+        return Shown(Surface.QUEUE, ())
     first, second = tokens[0], tokens[min(1, len(tokens) - 1)]
     if first.is_word("update") or (first.is_word("alter") and second.is_word("table")):
-        return True
+        return Shown(Surface.TABLE, ())
     if first.is_word("create", "drop"):
-        return second.is_word("table", "index", "unique")
+        return Shown(Surface.TABLE if second.is_word("table", "index", "unique") else Surface.QUEUE, ())
     if any(t.is_word("spanner") and n.value == "." for t, n in zip(tokens, tokens[1:])):
-        return False
-    return await _any(is_table, _relations(tokens)[0])
+        return Shown(Surface.QUEUE, ())
+    return Shown(None, _relations(tokens)[0])
 
 
 async def _is_table_subset(shown: "Shown", text: str, is_table: Callable[[str], Awaitable[bool]],
