@@ -187,6 +187,26 @@ async def test_an_ack_grant_deletes_without_reading_what_it_deletes(channel, dat
     assert sql.execute(f"SELECT id FROM {namespace}t").fetchall() == [(1,)]  # PostgreSQL agrees
 
 
+@pytest.mark.parametrize("database", [DEFAULT, MADE])
+async def test_subqueries_and_union_all_need_select_on_every_relation_they_read(channel, database) -> None:
+    await populate(channel, database)
+    ops, reader, acker = (as_token(channel, t, database) for t in (OPS, READER, ACKER))
+    before = await stored(ops)
+    for text, secret in [("SELECT Name FROM adv_ta WHERE Id IN (SELECT Id FROM adv_tsecret)", "adv_tsecret"),
+                         ("SELECT Name FROM adv_ta WHERE EXISTS (SELECT 1 FROM adv_qsecret q WHERE q.Id = 1)",
+                          "adv_qsecret"),
+                         ("SELECT Name FROM adv_ta UNION ALL SELECT Secret FROM adv_tsecret", "adv_tsecret"),
+                         ("SELECT Id FROM adv_ta WHERE Id IN (SELECT Id FROM adv_qa WHERE EXISTS (SELECT 1 FROM "
+                          "adv_tsecret))", "adv_tsecret")]:
+        for call in executions(reader, text):
+            await refused(call, "select", secret)
+    txn = await acker.begin()
+    await refused(acker.sql("DELETE FROM t WHERE Id IN (SELECT Id FROM adv_tsecret)", txn), "select", "adv_tsecret")
+    assert await stored(ops) == before
+    assert await reader.sql("SELECT Name FROM adv_ta WHERE Id IN (SELECT Id FROM adv_qa) UNION ALL "
+                            "SELECT Payload FROM adv_qa") == [["visible"], ["visible"]]
+
+
 async def test_a_postgresql_database_is_authorized_as_postgresql_reads_its_statements(channel, sql) -> None:
     await populate(channel, PG)
     ops, reader, acker = (as_token(channel, t, PG) for t in (OPS, READER, ACKER))

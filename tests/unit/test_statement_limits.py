@@ -101,8 +101,8 @@ def sql_of(text: str) -> str:
 
 
 def test_order_by_positions_and_aliases_are_the_columns_places() -> None:
-    assert sql_of("SELECT UserId, Name FROM Users ORDER BY 2 DESC").endswith("ORDER BY 2 DESC")
-    assert sql_of("SELECT *, Score AS s FROM Users ORDER BY s").endswith("ORDER BY 4")  # after *'s three
+    assert sql_of("SELECT UserId, Name FROM Users ORDER BY 2 DESC").endswith("ORDER BY 2 DESC NULLS LAST")
+    assert sql_of("SELECT *, Score AS s FROM Users ORDER BY s").endswith("ORDER BY 4 NULLS FIRST")  # after *'s three
     for bad in ("SELECT Name FROM Users ORDER BY 2", "SELECT Name FROM Users ORDER BY -1"):
         with pytest.raises(InvalidArgument, match="a position in the SELECT list is 1 to 1"):
             sql_of(bad)

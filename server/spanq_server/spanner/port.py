@@ -32,8 +32,9 @@ class TableStore(Protocol):
 
     async def table_ddl(self, statements: Sequence[Statement], what: str, *, lock_timeout: timedelta,
                         register: tuple[str, str | None, str, str, dict[str, Any]] | None = None,
-                        unregister: str | None = None) -> None:
-        """DDL and its registry row in one transaction; ``register`` is (relation, database,
+                        unregister: str | None = None, redefine: tuple[str, dict[str, Any]] | None = None) -> None:
+        """DDL and its registry row in one transaction (``redefine``: a table's new definition,
+        ALTER TABLE's); ``register`` is (relation, database,
         kind, declared name, definition)."""
         ...
 

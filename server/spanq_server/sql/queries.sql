@@ -1249,6 +1249,10 @@ DELETE FROM spanq.spanner_databases WHERE name = %(name)s RETURNING true
 INSERT INTO spanq.spanner_tables (name, database, kind, declared, definition)
 VALUES (%(name)s, %(database)s, %(kind)s, %(declared)s, %(definition)s)
 
+-- spanner_table_redefine --
+-- A table's definition after ALTER TABLE (spanner/query/tables.py), in its DDL's transaction.
+UPDATE spanq.spanner_tables SET definition = %(definition)s WHERE name = %(name)s AND kind = 'table'
+
 -- spanner_table_get --
 -- The registered ones of some relation names: (name, kind, definition).
 SELECT name, kind, definition FROM spanq.spanner_tables WHERE name = ANY(%(names)s)

@@ -151,9 +151,9 @@ class SpannerTables(Database):
 
     async def table_ddl(self, statements: Sequence[sql.Composed | sql.SQL], what: str, *, lock_timeout: timedelta,
                         register: tuple[str, str | None, str, str, dict[str, Any]] | None = None,
-                        unregister: str | None = None) -> None:
+                        unregister: str | None = None, redefine: tuple[str, dict[str, Any]] | None = None) -> None:
         """DDL and its registry row in one transaction: all of it or none. ``register`` is
-        (relation, database, kind, declared name, definition)."""
+        (relation, database, kind, declared name, definition); ``redefine`` (table, definition)."""
         async with self._transaction() as conn:
             with table_errors(what):
                 await conn.execute(query("spanner_table_lock_timeout"),
@@ -166,6 +166,9 @@ class SpannerTables(Database):
                                                         "declared": declared, "definition": Jsonb(definition)})
                 if unregister is not None:
                     await conn.execute(query("spanner_table_delete"), {"name": unregister})
+                if redefine is not None:
+                    await conn.execute(query("spanner_table_redefine"), {"name": redefine[0],
+                                                                       "definition": Jsonb(redefine[1])})
 
     async def table_definitions(self, names: Sequence[str]) -> list[tuple[str, str, dict[str, Any]]]:
         """(relation, kind, definition) of those of ``names`` that are registered."""

@@ -61,8 +61,10 @@ def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     if privilege is None:
         raise _no_rule(p, kind, where)
     queue = statement.name if isinstance(statement, (ast.CreateQueue, ast.DropQueue)) else statement.queue
-    if privilege not in p.grants.get(queue, p.everywhere):
-        raise p.denied(privilege, queue, f"{what} ({kind})", where)
+    privileges = [privilege] + (["select"] if isinstance(statement, ast.QueueInsert) and statement.returning else [])
+    for one in privileges:  # THEN RETURN reads what it wrote: SELECT, as on a table
+        if one not in p.grants.get(queue, p.everywhere):
+            raise p.denied(one, queue, f"{what} ({kind})", where)
     if isinstance(statement, ast.CreateQueue):
         require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
@@ -166,20 +168,23 @@ def statement_needs(statement: ast.TableSubset) -> list[Need] | None:
         return [("admin", statement.name)] + ([("admin", statement.parent)] if statement.parent else [])
     if isinstance(statement, ast.CreateIndex):
         return [("admin", statement.name), ("admin", statement.table)]
-    if isinstance(statement, (ast.DropTable, ast.DropIndex)):
+    if isinstance(statement, (ast.DropTable, ast.DropIndex, ast.AlterTable)):
         return [("admin", statement.name)]
+    # Every SELECT inside (subqueries, UNION ALL's parts) reads its relations: select on each.
+    inner = [("select", n) for select in ast.selects_in(statement) for n in ast.read_by(select)]
     if isinstance(statement, ast.Select):
-        names = [j.relation.name for j in statement.joins] + ([statement.source.name] if statement.source else [])
-        return [("select", n) for n in names]
+        return [("select", n) for n in ast.read_by(statement)] + inner
+    if inner and not isinstance(statement, (ast.Insert, ast.Update, ast.Delete)):
+        return None
     if isinstance(statement, ast.Insert):
         needs = [("send", statement.table)]
         if statement.on_conflict == "update":
             needs.append(("update", statement.table))
-        return needs + ([("select", statement.table)] if statement.returning is not None else [])
+        return needs + ([("select", statement.table)] if statement.returning is not None else []) + inner
     if isinstance(statement, (ast.Update, ast.Delete)):
         table = statement.table.name
         returning = [("select", table)] if statement.returning is not None else []
-        return [("update" if isinstance(statement, ast.Update) else "ack", table)] + returning
+        return [("update" if isinstance(statement, ast.Update) else "ack", table)] + returning + inner
     return None
 
 

@@ -291,24 +291,20 @@ class SpannerService:
         part per message, each with a resume token, so the client hands every row
         over as it arrives. A resumed stream simply receives on (rows already
         delivered are leased, not sent again)."""
-        began = None
         kind = selector.WhichOneof("selector") if selector is not None else None
-        if kind == "begin" and selector.begin.WhichOneof("mode") == "read_only":
-            began = self._transactions.read_only_id()
-        elif kind == "id" and self._transactions.is_read_only(selector.id):
-            pass
-        elif kind is not None and not (kind == "single_use" and selector.single_use.WhichOneof("mode") == "read_only"):
+        # Spanner serves RECEIVE in a single-use read-only transaction only: a multi-use
+        # snapshot (a transaction id, or one begun inline) or a read-write one is refused.
+        if kind is not None and not (kind == "single_use" and selector.single_use.WhichOneof("mode") == "read_only"):
+            what = {"id": "a transaction begun before", "begin": "a transaction begun by this query"}.get(kind, kind)
             raise errors.InvalidArgument(
-                "RECEIVE runs in a single-use read-only (strong) transaction, as Spanner requires: "
-                "database.snapshot().execute_sql(...)"
+                f"RECEIVE runs in a single-use read-only (strong) transaction, as Spanner requires, not in {what} "
+                "(a multi-use snapshot or a read-write transaction): database.snapshot().execute_sql(...)"
             )
         if kind == "single_use":
-            check_read_only(selector.single_use.read_only)
+            check_read_only(selector.single_use.read_only, receive=True)
         stream = await self._executor.receive(statement, request.params, ns)
         first = PartialResultSetPb(resume_token=b"receive:0")
         first.metadata.row_type.CopyFrom(values.row_type(stream.columns))
-        if began is not None:
-            first.metadata.transaction.id = began
         yield first
         sent = 0
         async for rows in stream.batches():

@@ -32,7 +32,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from ...domain.exactly_once import Answer, ExactlyOnce, Reply, Request
@@ -334,10 +334,37 @@ async def _no_hold() -> OpenTransaction:
     )
 
 
-def check_read_only(options: Any) -> None:
+STALE_READ_RETENTION = timedelta(hours=1)
+"""How far back a stale read may ask: Spanner's default version_retention_period. An older
+read_timestamp Spanner refuses (its versions are gone); spanq has none to keep, see below."""
+FUTURE_READ_SLACK = timedelta(seconds=1)
+
+
+def check_read_only(options: Any, receive: bool = False) -> None:
+    """A read-only transaction's timestamp bound. spanq keeps no past versions of rows, so every
+    bound it takes is answered with the latest committed data (a strong read): what a stale read
+    of ``exact_staleness``, ``read_timestamp``, ``max_staleness`` or ``min_read_timestamp`` asks
+    for, and every commit since. A read_timestamp older than Spanner's retention is
+    FAILED_PRECONDITION, one in the future INVALID_ARGUMENT (Spanner would wait for it), and a
+    RECEIVE takes a strong read only, as Spanner says ("Spanner rejects stale reads")."""
     bound = options.WhichOneof("timestamp_bound")
-    if bound in ("read_timestamp", "exact_staleness"):
+    if receive and bound not in (None, "strong"):
         raise errors.InvalidArgument(
-            "spanq serves strong reads only (and bounded staleness, answered strongly); exact-timestamp and "
-            "exact-staleness reads are not supported, and RECEIVE needs a strong read"
+            f"RECEIVE needs a strong read: Spanner rejects stale reads for it, and this one asks {bound}; run it "
+            "in database.snapshot() without a staleness"
         )
+    if bound == "exact_staleness" and options.exact_staleness.ToTimedelta() < timedelta(0):
+        raise errors.InvalidArgument("exact_staleness cannot be negative")
+    if bound in ("read_timestamp", "min_read_timestamp"):
+        asked = getattr(options, bound).ToDatetime(tzinfo=timezone.utc)
+        now = datetime.now(timezone.utc)
+        if asked > now + FUTURE_READ_SLACK:
+            raise errors.InvalidArgument(
+                f"{bound} {asked.isoformat()} is in the future: spanq answers stale reads with the latest data and "
+                "does not wait for a timestamp to come (Spanner would); read strongly"
+            )
+        if bound == "read_timestamp" and asked < now - STALE_READ_RETENTION:
+            raise errors.FailedPrecondition(
+                f"read_timestamp {asked.isoformat()} is older than the version retention period "
+                f"({STALE_READ_RETENTION}, Spanner's default): there is nothing to read at it"
+            )

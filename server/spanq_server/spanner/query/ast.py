@@ -13,6 +13,7 @@ Spanner's PERMISSION_DENIED messages have always named them).
 """
 
 import dataclasses
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -167,12 +168,37 @@ class CountStar:
 
 
 @dataclasses.dataclass(frozen=True)
+class Aggregate:
+    """SUM, AVG, MIN, MAX of an expression, or COUNT(DISTINCT e) (``distinct``)."""
+
+    function: str
+    item: "Expr"
+    distinct: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class InSelect:
+    """``e [NOT] IN (SELECT ...)``."""
+
+    left: "Expr"
+    select: "Select"
+    negated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Exists:
+    """``EXISTS (SELECT ...)``."""
+
+    select: "Select"
+
+
+@dataclasses.dataclass(frozen=True)
 class Count:
     item: "Expr"
 
 
 Expr = (Column | Literal | TypedLiteral | Param | Now | ArrayLiteral | Arithmetic | Compare | In | Like | Between
-        | IsNull | Logical | Not | CountStar | Count)
+        | IsNull | Logical | Not | CountStar | Count | Aggregate | InSelect | Exists)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,6 +293,38 @@ class Select:
     limit: Expr | None = None
     offset: Expr | None = None
     distinct: bool = False
+    group_by: tuple[Expr, ...] = ()
+    having: Expr | None = None
+    union: tuple["Select", ...] = ()
+    """UNION ALL's further SELECTs (without ORDER BY or LIMIT: this one's apply to them all)."""
+
+
+_LEAVES = frozenset({Column, Literal, TypedLiteral, Param, Now, CountStar, SpannerType, Star, str, int, bool,
+                     type(None)})
+"""Nodes that hold no SELECT."""
+
+
+def read_by(select: "Select") -> list[str]:
+    """The relations one SELECT's FROM names (not its subqueries')."""
+    return ([select.source.name] if select.source else []) + [j.relation.name for j in select.joins]
+
+
+def selects_in(node: object) -> Iterator["Select"]:
+    """Every SELECT inside a statement (subqueries, UNION ALL's parts), at any depth: the
+    relations they read are the statement's too (schema lookup, authorization). One walk of
+    the tree, which skips the leaves (a long IN list costs a loop, not a recursion)."""
+    stack: list[object] = [node]
+    while stack:
+        item = stack.pop()
+        if type(item) in _LEAVES:
+            continue
+        if isinstance(item, (tuple, list)):
+            stack.extend(item)
+            continue
+        if isinstance(item, Select) and item is not node:
+            yield item
+        if dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, f.name) for f in dataclasses.fields(item))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,7 +352,17 @@ class Delete:
     returning: tuple[SelectItem, ...] | None = None
 
 
-TableDdl = CreateTable | DropTable | CreateIndex | DropIndex
+@dataclasses.dataclass(frozen=True)
+class AlterTable:
+    """``ALTER TABLE t ADD COLUMN [IF NOT EXISTS] c TYPE ...`` or ``ALTER TABLE t DROP COLUMN c``."""
+
+    name: str
+    add: ColumnDef | None = None
+    drop: str | None = None
+    if_not_exists: bool = False
+
+
+TableDdl = CreateTable | DropTable | CreateIndex | DropIndex | AlterTable
 TableDml = Insert | Update | Delete
 TableSubset = TableDdl | TableDml | Select
 """A statement of the table subset (GoogleSQL)."""
@@ -320,6 +388,10 @@ class Item:
 
     column: str
     alias: str | None = None
+
+
+ALL_COLUMNS = "*"
+"""An ``Item``'s column for ``r.*``: every column, in the order ``*`` gives them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,6 +442,8 @@ class QueueInsert:
     queue: str
     columns: tuple[str, ...]
     rows: tuple[tuple[Value, ...], ...]
+    returning: tuple[Item, ...] | None = None
+    """THEN RETURN's columns (None: no THEN RETURN)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,7 @@ class Surface(enum.Enum):
 QUEUE_SUPPORTED = (
     "CREATE QUEUE, DROP QUEUE, SELECT * | <columns> FROM RECEIVE_<queue>(...) [AS r] [WHERE ...], "
     "SELECT * | <columns> FROM RENEWLEASE_<queue>(...) [AS r], "
-    "DELETE FROM <queue> WHERE <key> = ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...), "
+    "DELETE FROM <queue> WHERE ... [ASSERT_ROWS_MODIFIED 1], INSERT INTO <queue> (...) VALUES (...) [THEN RETURN ...], "
     "SELECT ... FROM <queue> [WHERE ...] [ORDER BY ...] [LIMIT n]"
 )
 
@@ -56,6 +56,12 @@ PG_QUEUE_TYPES = {"bigint": ColumnType.INT64, "int8": ColumnType.INT64, "varchar
                   "boolean": ColumnType.BOOL, "bool": ColumnType.BOOL, "jsonb": ColumnType.JSON}
 """A queue's column types in Spanner's PostgreSQL dialect."""
 
+PG_TABLE_TYPES = {"bigint": "INT64", "int8": "INT64", "boolean": "BOOL", "bool": "BOOL", "bytea": "BYTES",
+                  "varchar": "STRING", "text": "STRING", "date": "DATE", "float8": "FLOAT64", "numeric": "NUMERIC",
+                  "timestamptz": "TIMESTAMP", "jsonb": "JSON"}
+"""A table's column types in Spanner's PostgreSQL dialect, as Spanner's types (``double precision``,
+``character varying`` and ``timestamp with time zone`` are read as float8, varchar, timestamptz)."""
+
 MAX_INTERVAL = timedelta(days=3_652_059)
 """The widest INTERVAL: Spanner's whole TIMESTAMP range, 0001-01-01 to 9999-12-31."""
 
@@ -63,15 +69,17 @@ MAX_INTERVAL = timedelta(days=3_652_059)
 # -- the table subset -----------------------------------------------------------------
 
 TABLE_SUPPORTED = (
-    "CREATE TABLE, DROP TABLE, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / DELETE of a table with a "
-    "WHERE of comparisons, IN, LIKE, IS [NOT] NULL, AND / OR / NOT, and THEN RETURN; SELECT over tables and "
-    "queues with joins, WHERE, ORDER BY, LIMIT and COUNT(*) (see docs/spanner-compat.md)"
+    "CREATE TABLE, DROP TABLE, ALTER TABLE ADD / DROP COLUMN, CREATE [UNIQUE] INDEX, DROP INDEX; INSERT / UPDATE / "
+    "DELETE of a table with a WHERE of comparisons, IN, LIKE, IS [NOT] NULL, IN (SELECT ...), EXISTS, AND / OR / NOT, "
+    "and THEN RETURN; SELECT over tables and queues with joins, WHERE, GROUP BY, HAVING, COUNT / SUM / AVG / MIN / "
+    "MAX, UNION ALL, ORDER BY and LIMIT (see docs/spanner-compat.md)"
 )
 
 RESERVED = frozenset({
-    "all", "and", "as", "asc", "between", "by", "cross", "desc", "distinct", "from", "full", "group", "having",
-    "in", "inner", "is", "join", "left", "like", "limit", "not", "null", "offset", "on", "or", "order", "outer",
-    "right", "select", "set", "then", "union", "using", "where", "values", "true", "false", "return",
+    "all", "and", "as", "asc", "between", "by", "cross", "desc", "distinct", "except", "exists", "from", "full",
+    "group", "having", "in", "inner", "intersect", "is", "join", "left", "like", "limit", "not", "null", "offset",
+    "on", "or", "order", "outer", "right", "select", "set", "then", "union", "using", "where", "values", "true",
+    "false", "return",
 })
 """Words the table subset never reads as a name unless `quoted` (the queue surface reads any word as one)."""
 

@@ -91,14 +91,20 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
     if items is None:
         return list(range(len(available))), [(c.name, c.type) for c in available]
     by_key = {c.key: i for i, c in enumerate(available)}
-    chosen = []
+    chosen: list[int] = []
+    named: list[tuple[str, ColumnType]] = []
     for item in items:
+        if item.column == ast.ALL_COLUMNS:  # r.*
+            chosen += range(len(available))
+            named += [(c.name, c.type) for c in available]
+            continue
         key = PG_SYSTEM.get(item.column, item.column)  # either dialect's names of the system columns
         if key not in by_key:
             raise errors.InvalidArgument(f"{what} has no column {item.column!r}; it has "
                                          f"{', '.join(c.name for c in available)}")
         chosen.append(by_key[key])
-    return chosen, [(item.alias or available[i].name, available[i].type) for i, item in zip(chosen, items)]
+        named.append((item.alias or available[by_key[key]].name, available[by_key[key]].type))
+    return chosen, named
 
 
 @dataclasses.dataclass
@@ -131,6 +137,31 @@ class _RenewedRows:
 
     def replay(self, recorded: bytes) -> Rows:
         return [list(row.list_value.values) for row in struct_pb2.ListValue.FromString(recorded).values]
+
+
+class _StrongRead:
+    """A statement's Use outside any transaction: a strong read (a partitioned DELETE's reads)."""
+
+    read_only = True
+    partitioned = False
+
+    @staticmethod
+    async def hold() -> Any:
+        raise AssertionError("a strong read holds no transaction")
+
+
+_STRONG_READ = _StrongRead()
+
+
+class _AckedCount:
+    """A partitioned DELETE's batch as the commit ledger records it: how many messages it acked."""
+
+    def encode(self, mutations: Sequence[Mutation], results: Sequence[Any]) -> tuple[int, bytes]:
+        count = sum(1 for acks in results for r in acks if r.acked)
+        return count, str(count).encode()
+
+    def replay(self, recorded: bytes) -> int:
+        return int(recorded.decode())
 
 
 class Executor:
@@ -197,6 +228,14 @@ class Executor:
         statement = parsed.statement
         if isinstance(statement, ast.Ddl):
             raise errors.InvalidArgument("DDL goes through DatabaseAdmin.UpdateDatabaseDdl (database.update_ddl)")
+        if isinstance(statement, ast.Delete) and ns.owns(statement.table.name) \
+                and await self._catalog.exists(ns.prefix + statement.table.name):  # a queue's messages, by any WHERE
+            queue = await self.queue(ns, statement.table.name)
+            try:
+                return await self._direct_delete(queue, statement, params, param_types, use, ns)
+            except errors.QueueError as exc:
+                await self.names.shown_in(exc, queue)
+                raise
         if isinstance(statement, (ast.Select, ast.Insert, ast.Update, ast.Delete)):  # the table subset
             return await self.tables.run(statement, params, param_types, use, ns, parsed.long)
         if isinstance(statement, ast.Receive):
@@ -217,7 +256,7 @@ class Executor:
                 )
             if isinstance(statement, ast.QueueInsert):
                 return await self._insert(queue, statement, params, use)
-            return await self._delete(queue, statement, params, use)
+            return await self._delete(queue, statement, params, use, ns)
         except errors.QueueError as exc:
             await self.names.shown_in(exc, queue)
             raise
@@ -311,6 +350,15 @@ class Executor:
         if missing:
             raise errors.InvalidArgument(f"INSERT INTO {spelling.queue} must give "
                                          f"{', '.join(map(spelling.column, missing))}")
+        chosen: list[int] = []
+        returned: list[tuple[str, ColumnType]] = []
+        if s.returning is not None:
+            available = message_columns(queue, spelling)
+            chosen, returned = project(available, s.returning, f"queue {spelling.queue!r}")
+            if any(available[i].key == "delivertime" for i in chosen):
+                # The deliver time is the database's clock's, known only once the send is stored.
+                raise errors.InvalidArgument(f"INSERT INTO {spelling.queue} ... THEN RETURN takes the key columns and "
+                                             f"{spelling.column('payload')}, not DeliverTime; read it with SELECT")
         messages = []
         for r, row in enumerate(s.rows):
             where = f"row {r}"
@@ -326,24 +374,25 @@ class Executor:
                     delay = offset
             messages.append(OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time, delay=delay))
         await (await use.hold()).apply([SendOp(queue=queue, messages=messages)])
-        return Result([], [], row_count=len(messages))
+        rows: Rows = []
+        for m in messages if s.returning is not None else ():
+            written = [values.encode(v, c.type) for v, c in zip(m.key, queue.key_columns)]
+            written.append(values.encode(m.payload, queue.payload_type))
+            rows.append([written[i] for i in chosen])
+        return Result(returned, rows, row_count=len(messages))
 
-    async def _delete(self, queue: QueueDef, s: ast.QueueDelete, params: Params, use: Use) -> Result:
+    async def _delete(self, queue: QueueDef, s: ast.QueueDelete, params: Params, use: Use,
+                      ns: Scope) -> "Result | TableResult":
         key_types = {c.name: c.type for c in queue.key_columns}
-        given: dict[str, Any] = {}
-        for cond in s.where:
-            if cond.column not in key_types or cond.op != "=" or cond.column in given:
-                raise errors.InvalidArgument(
-                    f"DELETE FROM {queue.name} needs WHERE with each key column once, compared with = "
-                    f"({' AND '.join(f'{n} = ...' for n in key_types)}); got a condition on {cond.column!r}"
-                )
-            given[cond.column] = self._value(cond.value, key_types[cond.column], params,
-                                             f"the condition on {cond.column!r}")
-        if set(given) != set(key_types):
-            raise errors.InvalidArgument(
-                f"DELETE FROM {queue.name} needs every key column in WHERE "
-                f"({' AND '.join(f'{n} = ...' for n in key_types)}): messages are deleted by key"
-            )
+        by_key = [c for c in s.where if c.column in key_types and c.op == "="]
+        if len(by_key) != len(s.where) or {c.column for c in by_key} != set(key_types) \
+                or len(by_key) != len(key_types):
+            # Not one message by its key: a direct delete of the messages the WHERE finds.
+            where = tuple(ast.Compare(c.op, ast.Column(PG_SYSTEM.get(c.column, c.column)), c.value) for c in s.where)
+            statement = ast.Delete(ast.Relation(s.queue), where[0] if len(where) == 1 else ast.Logical("AND", where))
+            return await self._direct_delete(queue, statement, params, None, use, ns, s.assert_rows_modified)
+        given = {c.column: self._value(c.value, key_types[c.column], params, f"the condition on {c.column!r}")
+                 for c in by_key}
         key = tuple(given[c.name] for c in queue.key_columns)
         expected = s.assert_rows_modified
 
@@ -359,6 +408,64 @@ class Executor:
         op = AckOp(queue=queue, items=[AckItem(key=key)], ignore_not_found=True)
         results = await (await use.hold()).apply([op], check=check)
         return Result([], [], row_count=sum(1 for r in results[0] if r.acked))
+
+    async def _direct_delete(self, queue: QueueDef, s: ast.Delete, params: Params, param_types: Any, use: Use,
+                             ns: Scope, expected: int | None = None) -> TableResult:
+        """DELETE of a queue's messages by any WHERE (Spanner: "Direct DELETE or UPDATE statements
+        bypass the queue leasing and delivery state machine"): the messages the WHERE finds, read
+        as the table subset reads a queue, are acked by key in the same transaction, whatever
+        their lease; an unrenewable lease token is what is left of a leased one. As partitioned
+        DML, each batch of keys commits on its own."""
+        relation = s.table
+        keys = tuple(ast.SelectItem(ast.Column(c.name, relation.shown)) for c in queue.key_columns)
+        width = len(keys)
+        limit = self._mutator.limits.max_messages_per_request
+        select = ast.Select(keys + (s.returning or ()), relation, where=s.where)
+
+        def acked(rows: list[list[struct_pb2.Value]]) -> list[AckOp]:
+            items = [AckItem(key=tuple(values.decode(v, c.type, f"key column {c.name!r}")
+                                       for v, c in zip(row, queue.key_columns))) for row in rows]
+            return [AckOp(queue=queue, items=items[i:i + limit], ignore_not_found=True)
+                    for i in range(0, len(items), limit)]
+
+        if use.partitioned:
+            if s.returning is not None:
+                raise errors.InvalidArgument("partitioned DML takes UPDATE and DELETE without THEN RETURN "
+                                             "(as in Spanner)")
+            batch = dataclasses.replace(select, items=keys, limit=ast.Literal(limit, ast.INT64))
+            total = idle = 0
+            while True:  # a batch at a time, each its own commit, until the WHERE finds none
+                found = await self.tables.run(batch, params, param_types, _STRONG_READ, ns)
+                if not found.rows:
+                    return TableResult([], [], total, lower_bound=True)
+                answer = await self._once.commit_unattended(
+                    "spanner.DELETE", queue.name.encode(), acked(found.rows), _AckedCount(),
+                    id_prefix="spanner-delete", attempts=RENEW_ATTEMPTS,
+                    gave_up="the partitioned DELETE could not commit a batch; run it again")
+                idle = idle + 1 if not answer.reply else 0
+                if idle > 1:  # twice, what it found was gone by the ack (acked by others): never spin
+                    return TableResult([], [], total, lower_bound=True)
+                total += answer.reply
+        if use.read_only:
+            raise errors.InvalidArgument("DML runs in a read-write transaction (database.run_in_transaction) or as "
+                                         "partitioned DML (database.execute_partitioned_dml), not in a read-only one")
+        found = await self.tables.run(select, params, param_types, use, ns)
+        ops = acked(found.rows)
+
+        def check(results: list[Any]) -> None:
+            deleted = sum(1 for acks in results for r in acks if r.acked)
+            if expected is not None and deleted != expected:
+                raise RowCountMismatch(
+                    f"ASSERT_ROWS_MODIFIED {expected}: the DELETE modified {deleted} row(s) of queue "
+                    f"{queue.name!r}. The statement changed nothing; the transaction is still open: roll it back")
+
+        results = await (await use.hold()).apply(ops, check=check) if ops else []
+        if not ops:
+            check([])
+        gone = {tuple(op.items[i].key) for op, acks in zip(ops, results) for i, r in enumerate(acks) if r.acked}
+        rows = [row[width:] for row, op_key in zip(found.rows, (k.key for op in ops for k in op.items))
+                if op_key in gone]
+        return TableResult(found.columns[width:], rows, len(gone))
 
     # -- Read / StreamingRead ----------------------------------------------------------
 

@@ -199,9 +199,11 @@ WORDS: dict[tuple[Dialect, Surface], _Words] = {
         punct=r"=>|:=|<=|>=|!=|<>|[(),*=<>\[\];.+-]",
     ),
 }
+WORDS[Dialect.POSTGRESQL, Surface.TABLE] = WORDS[Dialect.POSTGRESQL, Surface.QUEUE]._replace(
+    float=_GOOGLESQL.float, punct=r"<=|>=|!=|<>|[(),*=<>\[\];.+-]")
 """Spanner's PostgreSQL dialect: "..." is a name, '...' a string ('' is a quote, backslashes are
-plain), $1 a parameter (named p1 in the request), := names an argument as => does. It has no
-table subset here (tables are GoogleSQL only)."""
+plain), $1 a parameter (named p1 in the request), := names an argument as => does; its table
+subset reads numbers with a fraction too."""
 _PATTERNS = {key: words.pattern() for key, words in WORDS.items()}
 MAX_NUMBER_DIGITS = 19
 """Digits of the longest INT64 (its range is checked where the value meets its column)."""

@@ -23,10 +23,10 @@ the chosen grammar refuses is its error.
         [[AS] r] [WHERE c <op> <v> AND ...]
     SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
     DELETE [FROM] q WHERE k1 = <v> AND ... [ASSERT_ROWS_MODIFIED 1]
-    INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)]
+    INSERT [INTO] q (k1, ..., Payload [, DeliverTime]) VALUES (<v>, ...) [, (...)] [THEN RETURN <items>]
     SELECT * | <items> FROM q [[AS] r] [WHERE c = <v> AND DeliverTime <= <t> ...] [ORDER BY c [ASC|DESC]] [LIMIT n]
 
-On the queue surface <items> is ``[r.]c [[AS] alias], ...`` and a value <v> a literal
+On the queue surface <items> is ``[r.]c [[AS] alias], ...`` or ``r.*`` and a value <v> a literal
 (123, 'text', "text", b'bytes', TRUE, FALSE, TIMESTAMP '...'), a parameter (@name),
 CURRENT_TIMESTAMP(), or TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n
 SECOND|MINUTE|HOUR|DAY|MILLISECOND); names, backquoted or not, are folded to lower case
@@ -38,17 +38,22 @@ by ``fold`` (CREATE QUEUE also keeps them as written, which results show).
     CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] i ON t (c [ASC|DESC], ...) [STORING (c, ...)]
         [, INTERLEAVE IN p]
     DROP INDEX [IF EXISTS] i
+    ALTER TABLE t ADD COLUMN [IF NOT EXISTS] c TYPE [NOT NULL] [OPTIONS (...)] | DROP COLUMN c
     INSERT [OR UPDATE | OR IGNORE] [INTO] t (c, ...) VALUES (e, ...), ... [THEN RETURN items]
     UPDATE t [[AS] a] SET c = e, ... WHERE cond [THEN RETURN items]
     DELETE [FROM] t [[AS] a] WHERE cond [THEN RETURN items]
     SELECT [DISTINCT] items [FROM rel [[AS] a] [[INNER | LEFT [OUTER] | CROSS] JOIN rel [[AS] a] [ON cond]] ...]
-        [WHERE cond] [ORDER BY e [ASC|DESC], ...] [LIMIT n [OFFSET m]]
+        [WHERE cond] [GROUP BY e, ...] [HAVING cond] [UNION ALL SELECT ...] [ORDER BY e [ASC|DESC], ...]
+        [LIMIT n [OFFSET m]]
+
+(A DELETE of a queue by any WHERE is read here too, and run by the executor as a direct delete.)
 
 In the table subset TYPE is BOOL, INT64, FLOAT64, NUMERIC, STRING(n|MAX), BYTES(n|MAX),
 DATE, TIMESTAMP, JSON or ARRAY<one of them>. items are ``*``, ``a.*``, ``e [[AS] x]``
-and ``COUNT(*)``; cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` /
-``IN UNNEST(@p)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and ``[NOT] BETWEEN`` with AND, OR,
-NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
+and the aggregates ``COUNT(*)``, ``COUNT([DISTINCT] e)``, ``SUM``, ``AVG``, ``MIN``, ``MAX``;
+cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` / ``IN UNNEST(@p)`` /
+``[NOT] IN (SELECT ...)``, ``EXISTS (SELECT ...)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and
+``[NOT] BETWEEN`` with AND, OR, NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
 ``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, or e + e, e - e, e * e.
 
 Anything else is INVALID_ARGUMENT naming what is understood. Not a SQL engine: the
@@ -67,8 +72,9 @@ from typing import NamedTuple, TypeVar
 from ...ground.errors import InvalidArgument
 from ...ground.model import ColumnType
 from . import ast, dialects, lexing
-from .ast import (BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Arithmetic, ArrayLiteral, Between, Column,
-                  ColumnDef, Compare, Condition, Count, CountStar, CreateIndex, CreateQueue, CreateTable, Delete,
+from .ast import (ALL_COLUMNS, BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Aggregate, Arithmetic,
+                  ArrayLiteral, Between, Column, ColumnDef, Compare, Condition, Count, CountStar, CreateIndex,
+                  CreateQueue, CreateTable, Delete, Exists, InSelect,
                   DropIndex, DropQueue, DropTable, Expr, In, Insert, IsNull, Item, Join, Like, Literal, Logical, Not,
                   Now, Param, QueueDelete, QueueInsert, QueueQuery, QueueSelect, QueueStatement, Receive, Relation,
                   RenewLease, Select, SelectItem, SpannerType, Star, TableSubset, TypedLiteral, Update, Value)
@@ -116,7 +122,9 @@ async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awai
     long = len(text) > LONG_STATEMENT
     if long:  # other calls go first, and between the reads of a long statement
         await asyncio.sleep(0)
-    if dialect is Dialect.POSTGRESQL:  # tables are GoogleSQL only
+    if dialect is Dialect.POSTGRESQL:
+        if await _pg_is_table_subset(text, is_table):
+            return parse_table(text, dialect)
         return parse_queue(text, Dialect.POSTGRESQL)
     try:
         shown, tokens = _shown(text)
@@ -132,6 +140,36 @@ async def _statement(text: str, dialect: Dialect, is_table: Callable[[str], Awai
     if await _is_table_subset(shown, text, is_table, any_table):
         return parse_table(text)
     return _read_queue(text, Dialect.GOOGLESQL, tokens) if tokens is not None else parse_queue(text)
+
+
+async def _pg_is_table_subset(text: str, is_table: Callable[[str], Awaitable[bool]]) -> bool:
+    """Whether the table subset reads a PostgreSQL-dialect statement: an UPDATE, table DDL, or one
+    naming a table; never one calling spanner.receive_ / renewlease_ (no table is looked up for it),
+    nor one the table subset's words cannot read (the queue surface's error then says why)."""
+    shown = _pg_shape(text) if len(text) > PARSE_CACHE_MAX_TEXT else _pg_shape_cached(text)
+    return shown.surface is Surface.TABLE if shown.surface is not None else await _any(is_table, shown.named or ())
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def _pg_shape_cached(text: str) -> "Shown":
+    return _pg_shape(text)
+
+
+def _pg_shape(text: str) -> "Shown":
+    try:
+        tokens = tokenize(text, Dialect.POSTGRESQL, Surface.TABLE)
+    except InvalidArgument as exc:
+        if "limit" in exc.metadata:
+            raise
+        return Shown(Surface.QUEUE, ())
+    first, second = tokens[0], tokens[min(1, len(tokens) - 1)]
+    if first.is_word("update") or (first.is_word("alter") and second.is_word("table")):
+        return Shown(Surface.TABLE, ())
+    if first.is_word("create", "drop"):
+        return Shown(Surface.TABLE if second.is_word("table", "index", "unique") else Surface.QUEUE, ())
+    if any(t.is_word("spanner") and n.value == "." for t, n in zip(tokens, tokens[1:])):
+        return Shown(Surface.QUEUE, ())
+    return Shown(None, _relations(tokens)[0])
 
 
 async def _is_table_subset(shown: "Shown", text: str, is_table: Callable[[str], Awaitable[bool]],
@@ -157,9 +195,9 @@ async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str])
 def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
     """A DDL statement in ``dialect``: of queues, or (GoogleSQL) of tables and indexes, by its
     first words."""
-    if dialect is Dialect.GOOGLESQL and is_table_ddl(text):
-        statement = parse_table(text)
-        assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex))
+    if is_table_ddl(text, dialect):
+        statement = parse_table(text, dialect)
+        assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex, ast.AlterTable))
         return statement
     queue = parse_queue(text, dialect)
     if not isinstance(queue, (ast.CreateQueue, ast.DropQueue)):
@@ -313,6 +351,12 @@ class _QueueShape:
         self.pos = 1
         if not self.punct("*"):
             while True:
+                if self.tokens[self.pos + 1].value == "." and self.tokens[self.pos + 2].value == "*":
+                    self.qualifiers.add(str(self.tokens[self.pos].value))  # r.*
+                    self.pos += 3
+                    if not self.punct(","):
+                        break
+                    continue
                 if not self.column():
                     return False
                 if self.word("as"):
@@ -353,6 +397,7 @@ class _QueueShape:
             if not self.row(self.value):
                 return False
             if not self.punct(","):
+                self.queue_says = self.tokens[self.pos].is_word("then")  # its THEN RETURN
                 return True
 
     def row(self, item: Callable[[], bool]) -> bool:
@@ -458,28 +503,28 @@ def _read_queue(text: str, dialect: Dialect, tokens: list[Token] | None = None) 
     return Parser(text, dialect, Surface.QUEUE, tokens).queue_statement()
 
 
-def parse_table(text: str) -> TableSubset:
-    """One GoogleSQL statement of the table subset, or INVALID_ARGUMENT saying what is not supported."""
+def parse_table(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> TableSubset:
+    """One statement of the table subset, or INVALID_ARGUMENT saying what is not supported."""
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
-    return Parser(text, Dialect.GOOGLESQL, Surface.TABLE).table_statement()
+    return Parser(text, dialect, Surface.TABLE).table_statement()
 
 
-def is_table_ddl(text: str) -> bool:
+def is_table_ddl(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> bool:
     """Whether a DDL statement is the table subset's (CREATE / DROP TABLE or INDEX), by its first words."""
     try:
-        tokens = tokenize(text, Dialect.GOOGLESQL, Surface.TABLE)
+        tokens = tokenize(text, dialect, Surface.TABLE)
     except InvalidArgument:
         return False
     first = [t.value for t in tokens[:3] if t.kind == "ident"]
-    return (len(first) >= 2 and first[0] in ("create", "drop")
-            and (first[1] in ("table", "index", "unique", "null_filtered")))
+    return (len(first) >= 2 and ((first[0] in ("create", "drop")
+            and first[1] in ("table", "index", "unique", "null_filtered")) or first[:2] == ["alter", "table"]))
 
 
-def names_in(text: str) -> set[str]:
+def names_in(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> set[str]:
     """Every (folded) identifier of a statement as the table subset reads it: which relations it may name."""
     try:
-        return {t.value for t in tokenize(text, Dialect.GOOGLESQL, Surface.TABLE) if t.kind == "ident"}
+        return {t.value for t in tokenize(text, dialect, Surface.TABLE) if t.kind == "ident"}
     except InvalidArgument:
         return set()
 
@@ -495,7 +540,7 @@ _LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number":
 class Parser(Cursor):
     """A recursive-descent parser of one statement, in ``dialect``, of ``surface``: the queue
     surface's rules (``queue_statement`` and the methods below it) or the table subset's
-    (``table_statement`` and below). The table subset is GoogleSQL only."""
+    (``table_statement`` and below), each in either dialect."""
 
     def __init__(self, text: str, dialect: Dialect, surface: Surface, tokens: list[Token] | None = None) -> None:
         super().__init__(text, tokenize(text, dialect, surface) if tokens is None else tokens,
@@ -759,6 +804,8 @@ class Parser(Cursor):
         """``col``, ``t.col``, either ``[AS] alias``; the qualifier is checked once FROM is read."""
         qualifier, column = None, self.loose_name("* or a column name")
         if self.accept_punct("."):
+            if self.accept_punct("*"):  # r.*: every column, as * gives them
+                return column, Item(ALL_COLUMNS)
             qualifier, column = column, self.loose_name("a column name after '.'")
         alias = None
         if self.accept_word("as"):
@@ -857,10 +904,15 @@ class Parser(Cursor):
         rows = [self.row(len(columns), self.value)]
         while self.accept_punct(","):
             rows.append(self.row(len(columns), self.value))
-        if self.peek.is_word("then"):
-            raise InvalidArgument("THEN RETURN is not supported")
+        returning = None
+        if self.accept_word("then"):
+            self.word("return")
+            items = [self.select_item()]
+            while self.accept_punct(","):
+                items.append(self.select_item())
+            returning = tuple(self.unqualified(q, item, {queue}) for q, item in items)
         self.end()
-        return QueueInsert(queue, tuple(columns), tuple(rows))
+        return QueueInsert(queue, tuple(columns), tuple(rows), returning)
 
     def conditions(self, names: set[str] | None = None) -> tuple[Condition, ...]:
         found = [self.condition(names or set())]
@@ -942,7 +994,7 @@ class Parser(Cursor):
     def name(self, what: str) -> tuple[str, str]:
         """(folded, as written)."""
         token = self.peek
-        if token.kind != "ident" or (not token.text.startswith("`") and token.value in dialects.RESERVED):
+        if token.kind != "ident" or (not token.text.startswith(("`", '"')) and token.value in dialects.RESERVED):
             raise self.error(what)
         self.pos += 1
         return token.value, token.spelled
@@ -952,6 +1004,8 @@ class Parser(Cursor):
     def table_statement(self) -> TableSubset:
         first = self.peek
         if first.is_word("create"):
+            if self.ahead().is_word("table") and self.pg:
+                return self.pg_create_table()
             if self.ahead().is_word("table"):
                 return self.create_table()
             if self.ahead().is_word("index", "unique", "null_filtered"):
@@ -971,8 +1025,10 @@ class Parser(Cursor):
             statement = self.update()
         elif first.is_word("delete"):
             statement = self.delete()
+        elif first.is_word("alter") and self.ahead().is_word("table"):
+            statement = self.alter_table()
         elif first.is_word("alter"):
-            raise self.unsupported("ALTER")
+            raise self.unsupported(f"ALTER {self.ahead().text.upper()}")
         elif first.is_word("with"):
             raise self.unsupported("WITH (common table expressions)")
         else:
@@ -1011,22 +1067,127 @@ class Parser(Cursor):
                 break
         parent, cascade = None, False
         while self.accept_punct(","):
-            if self.accept_word("interleave"):
-                self.word("in")
-                self.word("parent")
-                parent = self.name("a parent table name")[0]
-                if self.accept_word("on"):
-                    self.word("delete")
-                    if self.accept_word("cascade"):
-                        cascade = True
-                    else:
-                        self.word("no")
-                        self.word("action")
+            if self.peek.is_word("interleave"):
+                parent, cascade = self.interleave_in_parent()
             elif self.peek.is_word("row"):
                 raise self.unsupported("ROW DELETION POLICY")
             else:
                 raise self.error("INTERLEAVE IN PARENT")
         return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+
+    def alter_table(self) -> ast.AlterTable:
+        self.word("alter")
+        self.word("table")
+        name = self.name("a table name")[0]
+        if self.accept_word("add"):
+            self.word("column")
+            if_not_exists = self.if_not_exists()
+            added = self.pg_column_definition() if self.pg else self.column_definition()
+            return ast.AlterTable(name, add=added, if_not_exists=if_not_exists)
+        if self.accept_word("drop"):
+            self.word("column")
+            return ast.AlterTable(name, drop=self.name("a column name")[0])
+        raise self.unsupported(f"ALTER TABLE ... {self.peek.text.upper() or 'nothing'} (spanq takes ADD COLUMN and "
+                               "DROP COLUMN)")
+
+    def pg_create_table(self) -> CreateTable:
+        """Spanner's PostgreSQL CREATE TABLE: ``(c type [NOT NULL] [PRIMARY KEY], ..., PRIMARY KEY (c, ...))
+        [INTERLEAVE IN PARENT p [ON DELETE CASCADE | NO ACTION]]``."""
+        self.word("create")
+        self.word("table")
+        if_not_exists = self.if_not_exists()
+        name, spelled = self.name("a table name")
+        self.punct("(")
+        columns: list[ColumnDef] = []
+        key: list[str] = []
+        while not self.accept_punct(")"):
+            if self.accept_word("primary"):
+                self.word("key")
+                self.punct("(")
+                key = [self.name("a primary-key column")[0]]
+                while self.accept_punct(","):
+                    key.append(self.name("a primary-key column")[0])
+                self.punct(")")
+            elif self.peek.is_word("constraint", "foreign", "check", "unique"):
+                raise self.unsupported("a table constraint other than PRIMARY KEY")
+            else:
+                columns.append(self.pg_column_definition(key))
+            if not self.accept_punct(","):
+                self.punct(")")
+                break
+        if not columns:
+            raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs at least one column")
+        if not key:
+            raise InvalidArgument(f"CREATE TABLE {spelled}: a table needs a PRIMARY KEY")
+        parent, cascade = self.interleave_in_parent() if self.peek.is_word("interleave") else (None, False)
+        return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+
+    def interleave_in_parent(self) -> tuple[str, bool]:
+        """A table's ``INTERLEAVE IN PARENT p [ON DELETE CASCADE | ON DELETE NO ACTION]``: (p, cascade)."""
+        self.word("interleave")
+        self.word("in")
+        self.word("parent")
+        parent = self.name("a parent table name")[0]
+        if not self.accept_word("on"):
+            return parent, False
+        self.word("delete")
+        if self.accept_word("cascade"):
+            return parent, True
+        self.word("no")
+        self.word("action")
+        return parent, False
+
+    def pg_column_definition(self, key: list[str] | None = None) -> ColumnDef:
+        """``c type [NOT NULL] [PRIMARY KEY]`` (PRIMARY KEY only in CREATE TABLE, appending to ``key``)."""
+        column, spelled = self.name("a column name")
+        column_type = self.pg_column_type(column)
+        not_null = False
+        while True:
+            if self.accept_word("not"):
+                self.word("null")
+                not_null = True
+            elif key is not None and self.accept_word("primary"):
+                self.word("key")
+                key.append(column)
+            elif self.peek.is_word("default", "generated", "references", "check", "unique", "primary"):
+                raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
+            else:
+                return ColumnDef(column, spelled, column_type, not_null)
+
+    def pg_column_type(self, column: str, in_array: bool = False) -> SpannerType:
+        """A column type of Spanner's PostgreSQL dialect, as the Spanner type it is; ``t[]`` an array."""
+        token = self.next()
+        word = str(token.value) if token.kind == "ident" else ""
+        if word == "character":
+            self.word("varying")
+            word = "varchar"
+        elif word == "double":
+            self.word("precision")
+            word = "float8"
+        elif word == "timestamp":
+            self.word("with")
+            self.word("time")
+            self.word("zone")
+            word = "timestamptz"
+        code = dialects.PG_TABLE_TYPES.get(word)
+        if code is None:
+            raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not support; "
+                                  f"the types are {', '.join(sorted(dialects.PG_TABLE_TYPES))} and arrays of them")
+        length = None
+        if word == "varchar" and self.accept_punct("("):
+            size = self.next()
+            if size.kind != "number" or size.value <= 0:
+                raise InvalidArgument(f"column {column!r}: varchar takes a length, varchar(n)")
+            length = int(size.value)
+            self.punct(")")
+        found = SpannerType(code, None, length)
+        if self.at_punct("[") and self.ahead().value == "]":
+            if in_array:
+                raise self.unsupported(f"an array of arrays (column {column!r})")
+            self.next()
+            self.next()
+            return SpannerType("ARRAY", found)
+        return found
 
     def if_not_exists(self) -> bool:
         if self.accept_word("if"):
@@ -1110,7 +1271,7 @@ class Parser(Cursor):
                 break
         self.punct(")")
         storing: list[str] = []
-        if self.accept_word("storing"):
+        if self.accept_word("include" if self.pg else "storing"):
             self.punct("(")
             storing.append(self.name("a column name")[0])
             while self.accept_punct(","):
@@ -1147,7 +1308,8 @@ class Parser(Cursor):
             raise self.unsupported("a qualified table name")
         return Relation(name, self.alias())
 
-    def select(self) -> Select:
+    def select(self, compound: bool = True) -> Select:
+        """A SELECT; ``compound``: with its UNION ALL parts, ORDER BY and LIMIT (a part of one has none)."""
         self.word("select")
         distinct = self.accept_word("distinct")
         if self.peek.is_word("as"):
@@ -1184,7 +1346,25 @@ class Parser(Cursor):
                 self.word("on")
                 joins.append(Join(kind, relation, self.expr()))
         where = self.expr() if self.accept_word("where") else None
-        if self.peek.is_word("group", "having", "union", "intersect", "except"):
+        group_by: list[Expr] = []
+        if self.accept_word("group"):
+            self.word("by")
+            group_by.append(self.expr())
+            while self.accept_punct(","):
+                group_by.append(self.expr())
+        having = self.expr() if self.accept_word("having") else None
+        core = Select(tuple(items), source, tuple(joins), where, distinct=distinct, group_by=tuple(group_by),
+                      having=having)
+        if not compound:
+            return core
+        union: list[Select] = []
+        while self.accept_word("union"):
+            if not self.accept_word("all"):
+                raise self.unsupported("UNION without ALL (UNION DISTINCT)")
+            if self.at_punct("("):
+                raise self.unsupported("a parenthesized SELECT in UNION ALL")
+            union.append(self.select(compound=False))
+        if self.peek.is_word("intersect", "except", "having", "group"):
             raise self.unsupported(self.peek.text.upper())
         order: list[tuple[Expr, bool]] = []
         if self.accept_word("order"):
@@ -1202,7 +1382,7 @@ class Parser(Cursor):
             limit = self.operand()
             if self.accept_word("offset"):
                 offset = self.operand()
-        return Select(tuple(items), source, tuple(joins), where, tuple(order), limit, offset, distinct)
+        return dataclasses.replace(core, order_by=tuple(order), limit=limit, offset=offset, union=tuple(union))
 
     def select_items(self) -> list[SelectItem]:
         items = []
@@ -1226,6 +1406,8 @@ class Parser(Cursor):
                 return items
 
     def returning(self) -> tuple[SelectItem, ...] | None:
+        if self.pg:
+            return tuple(self.select_items()) if self.accept_word("returning") else None
         if not self.accept_word("then"):
             return None
         self.word("return")
@@ -1349,7 +1531,8 @@ class Parser(Cursor):
                 return In(left, (), Param(token.value), negated)
             self.punct("(")
             if self.peek.is_word("select"):
-                raise self.unsupported("IN (SELECT ...)")
+                inner = self.subquery()
+                return InSelect(left, inner, negated)
             items = [self.additive()]
             while self.accept_punct(","):
                 items.append(self.additive())
@@ -1373,6 +1556,14 @@ class Parser(Cursor):
                 return Not(test) if is_not else test
             raise self.error("NULL, TRUE or FALSE after IS")
         return left
+
+    def subquery(self) -> Select:
+        """``SELECT ...)``, the ``(`` read: a subquery of IN or EXISTS."""
+        self.deeper()
+        inner = self.select()
+        self.punct(")")
+        self.depth -= 1
+        return inner
 
     def additive(self) -> Expr:
         left, links = self.multiplicative(), 0
@@ -1429,6 +1620,13 @@ class Parser(Cursor):
         if word == "array" and self.at_punct("["):
             self.next()
             return self.array_items("]")
+        if self.pg and word in ("current_timestamp", "now"):  # PostgreSQL: CURRENT_TIMESTAMP, now()
+            if word == "now" or self.at_punct("("):
+                self.punct("(")
+                self.punct(")")
+            return Now()
+        if self.pg and word in ("timestamptz", "jsonb") and self.peek.kind == "string":
+            word = {"timestamptz": "timestamp", "jsonb": "json"}[word]
         if word in ("date", "timestamp", "numeric", "json") and self.peek.kind == "string":
             text = self.next().value
             typed = TypedLiteral(SpannerType(word.upper()), text)
@@ -1442,18 +1640,29 @@ class Parser(Cursor):
             self.next()
             self.punct(")")
             return Now()
+        if word == "exists" and self.at_punct("("):
+            self.next()
+            return Exists(self.subquery())
         if word == "count" and self.at_punct("("):
             self.next()
             if self.accept_punct("*"):
                 self.punct(")")
                 return CountStar()
-            if self.peek.is_word("distinct"):
-                raise self.unsupported("COUNT(DISTINCT ...)")
+            distinct = self.accept_word("distinct")
             self.deeper()
             inner = self.expr()
             self.punct(")")
             self.depth -= 1
-            return Count(inner)
+            return Aggregate("count", inner, True) if distinct else Count(inner)
+        if word in ("sum", "avg", "min", "max") and self.at_punct("("):
+            self.next()
+            if self.peek.is_word("distinct"):
+                raise self.unsupported(f"{word.upper()}(DISTINCT ...)")
+            self.deeper()
+            inner = self.expr()
+            self.punct(")")
+            self.depth -= 1
+            return Aggregate(word, inner)
         if word == "spanner" and self.at_punct(".") and self.ahead().is_word("commit_timestamp"):
             self.next()
             self.next()

@@ -96,17 +96,7 @@ def _truncated(name: str) -> str:
 
 def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]:
     check_column_names(table)
-    columns: list[sql.Composable] = []
-    for c in table.columns:
-        column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
-        if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
-            column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
-        if c.not_null:
-            column = sql.SQL("{} NOT NULL").format(column)
-        if c.type.code == "BYTES" and c.type.length is not None:
-            column = sql.SQL("{} CHECK (octet_length({}) <= {})").format(column, sql.Identifier(c.pg),
-                                                                         sql.Literal(c.type.length))
-        columns.append(column)
+    columns: list[sql.Composable] = [_column(c) for c in table.columns]
     key = sql.SQL(", ").join(sql.Identifier(c.pg) for c in table.key)
     columns.append(sql.SQL("PRIMARY KEY ({})").format(key))
     if parent is not None:
@@ -116,6 +106,29 @@ def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]
             sql.SQL(", ").join(sql.Identifier(c.pg) for c in parent.key),
             sql.SQL("CASCADE" if table.on_delete_cascade else "NO ACTION")))
     return [sql.SQL("CREATE TABLE {} (\n    {}\n)").format(table_id(table.name), sql.SQL(",\n    ").join(columns))]
+
+
+def _column(c: Col) -> sql.Composed:
+    """A column's definition in CREATE TABLE or ALTER TABLE ... ADD COLUMN."""
+    column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
+    if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
+        column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
+    if c.not_null:
+        column = sql.SQL("{} NOT NULL").format(column)
+    if c.type.code == "BYTES" and c.type.length is not None:
+        column = sql.SQL("{} CHECK (octet_length({}) <= {})").format(column, sql.Identifier(c.pg),
+                                                                     sql.Literal(c.type.length))
+    return column
+
+
+def add_column(table: TableDef, column: Col) -> sql.Composed:
+    """ALTER TABLE ... ADD COLUMN, ``table`` being the definition with the column added."""
+    check_column_names(table)
+    return sql.SQL("ALTER TABLE {} ADD COLUMN {}").format(table_id(table.name), _column(column))
+
+
+def drop_column(table: str, column: Col) -> sql.Composed:
+    return sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(table_id(table), sql.Identifier(column.pg))
 
 
 def drop_table(name: str) -> sql.Composed:
@@ -168,6 +181,8 @@ class _Scope:
     nullable: set[str] = dataclasses.field(default_factory=set)
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)
     """A relation's name in the statement -> in PostgreSQL, where they differ (``pg_aliases``)."""
+    outer: "_Scope | None" = None
+    """The enclosing SELECT's scope, for a subquery: names it does not have are looked up there."""
 
     def alias(self, shown: str) -> str:
         return self.aliases.get(shown, shown)
@@ -196,6 +211,8 @@ class _Translator:
         self.params: dict[str, Any] = {}
         self.wanted: dict[str, ast.SpannerType] = {}
         self.counts: dict[str, str] = {}
+        self.aggregating = False
+        """Translating HAVING or a grouped SELECT's ORDER BY: aggregates may appear anywhere in it."""
 
     # -- names ---------------------------------------------------------
 
@@ -205,8 +222,8 @@ class _Translator:
             raise InvalidArgument(f"Table not found: {name} (no table or queue of that name in this database)")
         if writing and found.queue:
             raise InvalidArgument(f"{found.spelled} is a queue: write its messages with INSERT INTO {found.spelled} "
-                                  "(key, Payload) VALUES (...), a Send or an Ack; UPDATE and DELETE ... WHERE "
-                                  "other than by key are not supported on queues")
+                                  "(key, Payload) VALUES (...), a Send, an Ack or a DELETE; Spanner's queues take "
+                                  "no UPDATE (delete a message and insert it again)")
         return found
 
     def column(self, scope: _Scope, ref: ast.Column) -> tuple[sql.Composable, Col]:
@@ -217,9 +234,13 @@ class _Translator:
                     if found is None:
                         raise InvalidArgument(f"{table.spelled} has no column {ref.spelled or ref.name!r}")
                     return sql.Identifier(scope.alias(shown), found.pg), found
+            if scope.outer is not None:  # a correlated subquery's reference to its enclosing SELECT
+                return self.column(scope.outer, ref)
             raise InvalidArgument(f"{ref.qualifier}.{ref.name}: {ref.qualifier!r} is not a table or alias of the "
                                   "statement")
         hits = [(shown, c) for shown, t in scope.relations if (c := t.column(ref.name)) is not None]
+        if not hits and scope.outer is not None:
+            return self.column(scope.outer, ref)
         if not hits:
             raise InvalidArgument(f"Unrecognized name: {ref.spelled or ref.name} (no such column in "
                                   f"{', '.join(t.spelled for _, t in scope.relations) or 'this statement'})")
@@ -323,14 +344,64 @@ class _Translator:
             return sql.SQL("({})").format(sql.SQL(f" {e.op} ").join(items)), ast.BOOL
         if isinstance(e, ast.Not):
             return sql.SQL("(NOT {})").format(self.condition(e.item, scope)), ast.BOOL
-        if isinstance(e, (ast.CountStar, ast.Count)):
-            if not aggregate:
-                raise InvalidArgument("COUNT is allowed in the SELECT list only")
+        if isinstance(e, (ast.CountStar, ast.Count, ast.Aggregate)):
+            if not (aggregate or self.aggregating):
+                raise InvalidArgument("aggregate functions are allowed in the SELECT list, HAVING and ORDER BY only")
             if isinstance(e, ast.CountStar):
                 return sql.SQL("count(*)"), ast.INT64
-            inner, _ = self.expr(e.item, scope)
-            return sql.SQL("count({})").format(inner), ast.INT64
+            self.aggregating, was = False, self.aggregating  # no aggregate of an aggregate
+            try:
+                inner, t = self.expr(e.item, scope)
+            finally:
+                self.aggregating = was
+            if isinstance(e, ast.Count):
+                return sql.SQL("count({})").format(inner), ast.INT64
+            return self.aggregate(e, inner, t)
+        if isinstance(e, ast.InSelect):
+            left, t = self.expr(e.left, scope)
+            inner, columns = self.subquery(e.select, scope)
+            if len(columns) != 1:
+                raise InvalidArgument(f"IN (SELECT ...) takes a SELECT of one column, not {len(columns)}")
+            it = columns[0][1]
+            if t is not None and t.code != it.code and not (t.code in NUMBERS and it.code in NUMBERS):
+                raise InvalidArgument(f"No matching signature for IN of {t.ddl()} with a SELECT of {it.ddl()}")
+            return sql.SQL("({} {}IN ({}))").format(left, sql.SQL("NOT " if e.negated else ""), inner), ast.BOOL
+        if isinstance(e, ast.Exists):
+            inner, _ = self.subquery(e.select, scope)
+            return sql.SQL("(EXISTS ({}))").format(inner), ast.BOOL
         raise InvalidArgument(f"unsupported expression {type(e).__name__}")
+
+    def aggregate(self, e: ast.Aggregate, inner: sql.Composable, t: ast.SpannerType | None
+                  ) -> tuple[sql.Composable, ast.SpannerType]:
+        """SUM, AVG, MIN, MAX (and COUNT(DISTINCT)) with Spanner's result types: SUM of INT64 is
+        INT64 (PostgreSQL's is numeric), AVG of INT64 FLOAT64, MIN and MAX their argument's."""
+        name = e.function.upper()
+        if e.function == "count":
+            return sql.SQL("count(DISTINCT {})").format(inner), ast.INT64
+        if t is None:
+            raise InvalidArgument(f"{name} needs a typed argument (a column or a typed value)")
+        if e.function in ("sum", "avg"):
+            if t.code not in NUMBERS:
+                raise InvalidArgument(f"No matching signature for aggregate function {name} for argument type "
+                                      f"{t.ddl()}: it takes INT64, FLOAT64 or NUMERIC")
+            if e.function == "sum":
+                return sql.SQL("(sum({}))::{}").format(inner, _cast_type(t)), t
+            out = ast.NUMERIC if t.code == "NUMERIC" else ast.FLOAT64
+            return sql.SQL("(avg({}))::{}").format(inner, _cast_type(out)), out
+        if t.code == "BOOL":  # PostgreSQL has no min/max of boolean: FALSE < TRUE, as in Spanner
+            return sql.SQL("{}({})").format(sql.SQL("bool_and" if e.function == "min" else "bool_or"), inner), t
+        if t.code not in ORDERED or t.code == "BYTES":
+            raise InvalidArgument(f"No matching signature for aggregate function {name} for argument type {t.ddl()}")
+        return sql.SQL("{}({})").format(sql.SQL(e.function), inner), t
+
+    def subquery(self, s: ast.Select, scope: _Scope) -> tuple[sql.Composable, list[tuple[str, ast.SpannerType]]]:
+        """A subquery of IN or EXISTS, correlated with the enclosing ``scope``; it locks nothing."""
+        self.aggregating, was = False, self.aggregating
+        try:
+            inner = self.select(s, lock=False, outer=scope)
+        finally:
+            self.aggregating = was
+        return inner.statement, inner.columns
 
     def assigned(self, e: ast.Expr, scope: _Scope, column: Col) -> sql.Composable:
         """A value written to a column: an error in it names the column."""
@@ -387,8 +458,11 @@ class _Translator:
 
     # -- select lists ------------------------------------------------------
 
-    def items(self, items: Sequence[ast.SelectItem], scope: _Scope, aggregate_ok: bool = True
+    def items(self, items: Sequence[ast.SelectItem], scope: _Scope, aggregate_ok: bool = True,
+              grouped: Sequence[str] | None = None
               ) -> tuple[list[sql.Composable], list[tuple[str, ast.SpannerType]], bool]:
+        """A SELECT list (or THEN RETURN's); ``grouped``: the GROUP BY's expressions as PostgreSQL
+        text, which the list's other items must be."""
         texts: list[sql.Composable] = []
         columns: list[tuple[str, ast.SpannerType]] = []
         aggregates = plain = 0
@@ -398,15 +472,20 @@ class _Translator:
                 if not chosen:
                     raise InvalidArgument(f"{item.expr.qualifier}.*: not a table or alias of the statement")
                 for shown, table in chosen:
+                    if grouped is not None:
+                        raise InvalidArgument("SELECT * with GROUP BY: name the grouped columns")
                     for c in table.columns:
                         texts.append(sql.Identifier(scope.alias(shown), c.pg))
                         columns.append((c.spelled, c.type))
                         plain += 1
                 continue
-            is_aggregate = isinstance(item.expr, (ast.CountStar, ast.Count))
+            is_aggregate = isinstance(item.expr, (ast.CountStar, ast.Count, ast.Aggregate))
             if is_aggregate and not aggregate_ok:
                 raise InvalidArgument("THEN RETURN takes columns, not COUNT")
             text, t = self.expr(item.expr, scope, aggregate=is_aggregate)
+            if grouped is not None and not is_aggregate and _text(text) not in grouped:
+                raise InvalidArgument("SELECT list expression references a column that is neither grouped nor "
+                                      f"aggregated: {_shown(item.expr)}")
             aggregates += is_aggregate
             plain += not is_aggregate
             texts.append(text)
@@ -414,15 +493,15 @@ class _Translator:
             if name is None:  # a column is named as declared; any other expression has no name
                 name = self.column(scope, item.expr)[1].spelled if isinstance(item.expr, ast.Column) else ""
             columns.append((name, t or ast.STRING))
-        if aggregates and plain:
+        if aggregates and plain and grouped is None:
             raise InvalidArgument("SELECT list expression references a column that is neither grouped nor "
                                   "aggregated: GROUP BY is not supported, so COUNT goes with other aggregates only")
         return texts, columns, bool(aggregates)
 
     # -- statements -------------------------------------------------------
 
-    def select(self, s: ast.Select, lock: bool) -> Translated:
-        scope = _Scope([])
+    def select(self, s: ast.Select, lock: bool, outer: _Scope | None = None) -> Translated:
+        scope = _Scope([], outer=outer)
         source: sql.Composable = sql.SQL("")
         locked: list[str] = []
         if s.source is not None:
@@ -451,12 +530,49 @@ class _Translator:
                     scope.nullable.add(shown)
                 elif not table.queue:
                     locked.append(shown)
-        texts, columns, aggregated = self.items(s.items, scope)
+        where = self.condition(s.where, scope) if s.where is not None else None
+        grouped = [self.expr(e, scope)[0] if not _position(e) else None for e in s.group_by]
+        grouping = bool(s.group_by) or s.having is not None
+        for at, e in enumerate(s.group_by):  # GROUP BY 2: the SELECT list's second item
+            if _position(e):
+                assert isinstance(e, ast.Literal)
+                if not 1 <= e.value <= len(s.items) or isinstance(s.items[e.value - 1].expr, ast.Star):
+                    raise InvalidArgument(f"GROUP BY {e.value}: a position of an expression in the SELECT list, 1 to "
+                                          f"{len(s.items)}")
+                grouped[at] = self.expr(s.items[e.value - 1].expr, scope)[0]  # type: ignore[arg-type]
+        texts, columns, aggregated = self.items(s.items, scope,
+                                                grouped=[_text(g) for g in grouped if g] if grouping else None)
+        aggregated = aggregated or grouping
         statement = sql.SQL("SELECT {}{}{}").format(sql.SQL("DISTINCT " if s.distinct else ""),
                                                     sql.SQL(", ").join(texts), source)
-        if s.where is not None:
-            statement = sql.SQL("{} WHERE {}").format(statement, self.condition(s.where, scope))
-        if s.order_by:
+        if where is not None:
+            statement = sql.SQL("{} WHERE {}").format(statement, where)
+        if s.group_by:
+            statement = sql.SQL("{} GROUP BY {}").format(statement, sql.SQL(", ").join(g for g in grouped if g))
+        self.aggregating = aggregated
+        if s.having is not None:
+            statement = sql.SQL("{} HAVING {}").format(statement, self.condition(s.having, scope))
+        for part in s.union:
+            other = self.select(part, lock=False, outer=outer)
+            if [t.code for _, t in other.columns] != [t.code for _, t in columns]:
+                raise InvalidArgument(
+                    "UNION ALL's SELECTs must have the same number of columns of the same types: "
+                    f"{', '.join(t.ddl() for _, t in columns)} and {', '.join(t.ddl() for _, t in other.columns)}")
+            statement = sql.SQL("{} UNION ALL {}").format(statement, other.statement)
+            self.aggregating = aggregated
+        if s.order_by and s.union:
+            names = {fold(name): i + 1 for i, (name, _) in reversed(list(enumerate(columns))) if name}
+            order = []
+            for expr, descending in s.order_by:
+                if isinstance(expr, ast.Column) and expr.qualifier is None and expr.name in names:
+                    at = names[expr.name]
+                elif _position(expr) and 1 <= expr.value <= len(columns):  # type: ignore[union-attr]
+                    at = expr.value  # type: ignore[union-attr]
+                else:
+                    raise InvalidArgument("ORDER BY after UNION ALL takes a column of the result, by name or position")
+                order.append(sql.SQL("{}{}").format(sql.Literal(at), sql.SQL(_DIRECTION[descending])))
+            statement = sql.SQL("{} ORDER BY {}").format(statement, sql.SQL(", ").join(order))
+        elif s.order_by:
             positions, at = [], 1  # each item's place in the result (a * is each of its columns)
             for item in s.items:
                 positions.append(at)
@@ -474,13 +590,14 @@ class _Translator:
                     text = sql.Literal(expr.value)
                 else:
                     text = self.expr(expr, scope)[0]
-                order.append(sql.SQL("{}{}").format(text, sql.SQL(" DESC" if descending else "")))
+                order.append(sql.SQL("{}{}").format(text, sql.SQL(_DIRECTION[descending])))
             statement = sql.SQL("{} ORDER BY {}").format(statement, sql.SQL(", ").join(order))
         if s.limit is not None:
             statement = sql.SQL("{} LIMIT {}").format(statement, self.count(s.limit, "LIMIT"))
         if s.offset is not None:
             statement = sql.SQL("{} OFFSET {}").format(statement, self.count(s.offset, "OFFSET"))
-        if lock and locked and not aggregated and not s.distinct:
+        self.aggregating = False
+        if lock and locked and not aggregated and not s.distinct and not s.union:
             # Spanner's read-write transactions lock what they read: two that read a row and
             # then write it conflict (one is ABORTED and retried), never lose an update.
             statement = sql.SQL("{} FOR SHARE OF {}").format(
@@ -541,6 +658,27 @@ class _Translator:
         statement = sql.SQL("DELETE FROM {} AS {} WHERE {}{}").format(
             table_id(table.name), sql.Identifier(scope.alias(s.table.shown)), where, returning)
         return Translated(statement, self.params, self.wanted, result, True, table)
+
+
+_DIRECTION = {False: " NULLS FIRST", True: " DESC NULLS LAST"}
+"""ORDER BY as Spanner orders: NULL is the least value (PostgreSQL's is the greatest)."""
+
+
+def _position(e: ast.Expr) -> bool:
+    """Whether an expression is a position in the SELECT list (``GROUP BY 1``, ``ORDER BY 2``)."""
+    return isinstance(e, ast.Literal) and type(e.value) is int
+
+
+def _text(e: sql.Composable) -> str:
+    """An expression's PostgreSQL text, without a connection, to compare it with GROUP BY's (its
+    parameters by name; identifiers as psycopg quotes them)."""
+    return repr(e)
+
+
+def _shown(e: ast.Expr) -> str:
+    if isinstance(e, ast.Column):
+        return f"{e.qualifier + '.' if e.qualifier else ''}{e.spelled or e.name}"
+    return type(e).__name__
 
 
 def on_conflict(table: TableDef, columns: Sequence[Col], mode: str) -> sql.Composed:

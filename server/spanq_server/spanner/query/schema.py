@@ -100,7 +100,7 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: primary-key column {k!r} is not defined")
     if len(set(statement.primary_key)) != len(statement.primary_key):
         raise InvalidArgument(f"CREATE TABLE {statement.spelled}: a primary-key column is named twice")
-    columns = tuple(_col(c) for c in statement.columns)
+    columns = tuple(schema_col(c) for c in statement.columns)
     for col in columns:
         if col.name in statement.primary_key and col.type.code in ("ARRAY", "JSON"):
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {col.spelled!r} of type "
@@ -108,7 +108,8 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
     return TableDef(name, statement.spelled, columns, statement.primary_key, parent, statement.on_delete_cascade)
 
 
-def _col(c: ColumnDef) -> Col:
+def schema_col(c: ColumnDef) -> Col:
+    """A column definition's column (CREATE TABLE's, ALTER TABLE ... ADD COLUMN's)."""
     return Col(c.name, c.spelled, c.type, c.name, c.not_null, c.commit_timestamp)
 
 
@@ -127,9 +128,42 @@ def index_of(statement: CreateIndex, name: str, table: TableDef, interleave_in: 
                     statement.null_filtered, statement.storing, interleave_in)
 
 
-def table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None) -> str:
+PG_DDL_TYPES = {"INT64": "bigint", "BOOL": "boolean", "BYTES": "bytea", "STRING": "character varying",
+                "DATE": "date", "FLOAT64": "double precision", "NUMERIC": "numeric",
+                "TIMESTAMP": "timestamp with time zone", "JSON": "jsonb"}
+
+
+def _pg_type(t: SpannerType) -> str:
+    if t.code == "ARRAY":
+        assert t.element is not None
+        return _pg_type(t.element) + "[]"
+    return PG_DDL_TYPES[t.code] + (f"({t.length})" if t.code == "STRING" and t.length else "")
+
+
+def _pg_name(text: str) -> str:
+    """A name as PostgreSQL DDL writes it: quoted unless it reads back as itself unquoted."""
+    return text if text == text.lower() and text.isidentifier() else '"' + text.replace('"', '""') + '"'
+
+
+def pg_table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None) -> str:
+    """CREATE TABLE in Spanner's PostgreSQL dialect, as its GetDatabaseDdl shows one."""
+    lines = [f"  {_pg_name(c.spelled)} {_pg_type(c.type)}" + (" NOT NULL" if c.not_null else "")
+             for c in table.columns]
+    spelled = {c.name: c.spelled for c in table.columns}
+    lines.append(f"  PRIMARY KEY({', '.join(_pg_name(spelled[k]) for k in table.primary_key)})")
+    text = f"CREATE TABLE {_pg_name(table.spelled)} (\n" + ",\n".join(lines) + "\n)"
+    if table.parent:
+        parent = (declared or {}).get(table.parent) or table.parent.removeprefix(ns)
+        text += f" INTERLEAVE IN PARENT {_pg_name(parent)}"
+        text += " ON DELETE CASCADE" if table.on_delete_cascade else " ON DELETE NO ACTION"
+    return text
+
+
+def table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None, pg: bool = False) -> str:
     """CREATE TABLE as Spanner's GetDatabaseDdl shows it, names as declared (``declared``:
-    PostgreSQL table -> its declared name, for the parent)."""
+    PostgreSQL table -> its declared name, for the parent), in the database's dialect."""
+    if pg:
+        return pg_table_ddl(table, ns, declared)
     lines = []
     for c in table.columns:
         line = f"  {c.spelled} {c.type.ddl()}"

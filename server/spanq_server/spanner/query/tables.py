@@ -33,7 +33,7 @@ from . import postgres as t
 from . import values
 from .lexing import fold
 from .names import Names
-from .schema import Col, IndexDef, TableDef, index_ddl, index_of, table_ddl, table_of
+from .schema import Col, IndexDef, TableDef, index_ddl, index_of, schema_col, table_ddl, table_of
 from .scope import RESERVED, Scope
 
 DDL_LOCK_TIMEOUT = timedelta(seconds=5)
@@ -47,15 +47,15 @@ WRITES = ("insert", "update", "insert_or_update", "replace")
 
 
 def relations(statement: ast.TableSubset) -> set[str]:
-    """The (folded) relation names a statement names."""
+    """The (folded) relation names a statement names, its subqueries' and UNION ALL parts' too."""
+    found = {name for select in ast.selects_in(statement) for name in ast.read_by(select)}
     if isinstance(statement, ast.Select):
-        found = {j.relation.name for j in statement.joins}
-        return found | ({statement.source.name} if statement.source else set())
+        return found | set(ast.read_by(statement))
     if isinstance(statement, ast.Insert):
-        return {statement.table}
+        return found | {statement.table}
     if isinstance(statement, (ast.Update, ast.Delete)):
-        return {statement.table.name}
-    return set()
+        return found | {statement.table.name}
+    return found
 
 
 def row_type(columns: Sequence[tuple[str, ast.SpannerType]]) -> Any:
@@ -94,7 +94,7 @@ class Tables:
         return table
 
     async def is_table(self, ns: Scope, name: str) -> bool:
-        return not ns.pg and await self.table(ns, name) is not None
+        return await self.table(ns, name) is not None
 
     async def schema(self, ns: Scope, names: Iterable[str]) -> dict[str, TableDef]:
         """The tables and queues of the database the names name (those it has)."""
@@ -325,14 +325,13 @@ class Tables:
     # -- DDL --------------------------------------------------------------------------
 
     async def ddl(self, statement: ast.TableDdl, database: str | None, ns: Scope) -> None:
-        if ns.pg:
-            raise errors.InvalidArgument("tables through the Spanner API are GoogleSQL only: this database speaks "
-                                         "the PostgreSQL dialect, whose tables spanq does not serve")
         try:
             if isinstance(statement, ast.CreateTable):
                 await self._create_table(statement, database, ns)
             elif isinstance(statement, ast.CreateIndex):
                 await self._create_index(statement, database, ns)
+            elif isinstance(statement, ast.AlterTable):
+                await self._alter(statement, ns)
             else:
                 await self._drop(statement, ns)
         finally:  # what was read while it ran may be stale
@@ -384,6 +383,36 @@ class Tables:
         await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "index", s.spelled, index.as_json()))
+
+    async def _alter(self, s: ast.AlterTable, ns: Scope) -> None:
+        """ADD COLUMN (a nullable one to a table with rows; NOT NULL only to an empty one, as
+        PostgreSQL checks) or DROP COLUMN (not of the key, not one an index uses, as in Spanner)."""
+        table = await self._existing(ns, s.name, s.name, "ALTER TABLE")
+        if s.add is not None:
+            if table.column(s.add.name) is not None:
+                if s.if_not_exists:
+                    return
+                raise errors.FailedPrecondition(f"Duplicate column name {table.spelled}.{s.add.spelled}")
+            column = schema_col(s.add)
+            altered = dataclasses.replace(table, columns=table.columns + (column,))
+            statement, what = t.add_column(altered, column), f"ALTER TABLE {table.spelled} ADD COLUMN {s.add.spelled}"
+        else:
+            assert s.drop is not None
+            dropped = table.column(s.drop)
+            if dropped is None:
+                raise errors.RowNotFound(f"Column not found in table {table.spelled}: {s.drop}")
+            if dropped.name in table.primary_key:
+                raise errors.FailedPrecondition(f"Cannot drop key column {dropped.spelled} of table {table.spelled}")
+            indexes, _ = await self._store.table_dependents(table.name)
+            for name, _, definition in await self._store.table_definitions(indexes):
+                index = IndexDef.of_json(name, definition)
+                if dropped.name in [c for c, _ in index.columns] + list(index.storing):
+                    raise errors.FailedPrecondition(f"Cannot drop column {dropped.spelled} of table {table.spelled}: "
+                                                    f"index {index.spelled} uses it (drop the index first)")
+            altered = dataclasses.replace(table, columns=tuple(c for c in table.columns if c != dropped))
+            statement, what = t.drop_column(table.name, dropped), f"ALTER TABLE {table.spelled} DROP COLUMN {s.drop}"
+        await self._store.table_ddl([statement], what, lock_timeout=DDL_LOCK_TIMEOUT,
+                                    redefine=(table.name, altered.as_json()))
 
     async def _drop(self, s: ast.DropTable | ast.DropIndex, ns: Scope) -> None:
         name = ns.prefix + s.name
@@ -449,7 +478,7 @@ class Tables:
         out = []
         for name, kind, definition in found:
             if kind == "table":
-                out.append(table_ddl(tables[name], ns.prefix, declared))
+                out.append(table_ddl(tables[name], ns.prefix, declared, pg=ns.pg))
             else:
                 index = IndexDef.of_json(name, definition)
                 if index.table in tables:
