@@ -70,6 +70,11 @@ class QueueServiceStub:
                 request_serializer=spanq__proto_dot_v1_dot_queue__pb2.ReceiveRequest.SerializeToString,
                 response_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ReceiveResponse.FromString,
                 _registered_method=True)
+        self.StreamingReceive = channel.stream_stream(
+                '/spanq.v1.QueueService/StreamingReceive',
+                request_serializer=spanq__proto_dot_v1_dot_queue__pb2.StreamingReceiveRequest.SerializeToString,
+                response_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ReceiveResponse.FromString,
+                _registered_method=True)
         self.Ack = channel.unary_unary(
                 '/spanq.v1.QueueService/Ack',
                 request_serializer=spanq__proto_dot_v1_dot_queue__pb2.AckRequest.SerializeToString,
@@ -164,6 +169,21 @@ class QueueServiceServicer:
         pushes each message, leased to this caller, as soon as it is
         deliverable (new send, scheduled time reached, lease expired). It then
         ends normally and the client starts it again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamingReceive(self, request_iterator, context):
+        """Receive with the acks (and renewals, nacks) on the same stream, as
+        Pub/Sub's StreamingPull carries them: the first request opens the stream
+        as a ReceiveRequest does; each later one carries an AckRequest or a
+        RenewLeaseRequest of the stream's queue, with its own request_id, which
+        commits exactly as the unary Ack or RenewLease would (the commit ledger,
+        the lease tokens checked). The server answers each on the stream
+        (ReceiveResponse.answers, by request_id, in any order), an error as that
+        request's own answer: the stream goes on. Ack and RenewLease stay for
+        clients that prefer unary calls (grpcurl, stubs).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -266,6 +286,11 @@ def add_QueueServiceServicer_to_server(servicer, server):
             'Receive': grpc.unary_stream_rpc_method_handler(
                     servicer.Receive,
                     request_deserializer=spanq__proto_dot_v1_dot_queue__pb2.ReceiveRequest.FromString,
+                    response_serializer=spanq__proto_dot_v1_dot_queue__pb2.ReceiveResponse.SerializeToString,
+            ),
+            'StreamingReceive': grpc.stream_stream_rpc_method_handler(
+                    servicer.StreamingReceive,
+                    request_deserializer=spanq__proto_dot_v1_dot_queue__pb2.StreamingReceiveRequest.FromString,
                     response_serializer=spanq__proto_dot_v1_dot_queue__pb2.ReceiveResponse.SerializeToString,
             ),
             'Ack': grpc.unary_unary_rpc_method_handler(
@@ -492,6 +517,33 @@ class QueueService:
             target,
             '/spanq.v1.QueueService/Receive',
             spanq__proto_dot_v1_dot_queue__pb2.ReceiveRequest.SerializeToString,
+            spanq__proto_dot_v1_dot_queue__pb2.ReceiveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamingReceive(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/spanq.v1.QueueService/StreamingReceive',
+            spanq__proto_dot_v1_dot_queue__pb2.StreamingReceiveRequest.SerializeToString,
             spanq__proto_dot_v1_dot_queue__pb2.ReceiveResponse.FromString,
             options,
             channel_credentials,

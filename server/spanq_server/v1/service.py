@@ -1,6 +1,7 @@
 """The spanq.v1.QueueService servicer: protobuf <-> domain, and domain errors
 -> gRPC status. No SQL and no queue rules here."""
 
+import asyncio
 import functools
 import logging
 from datetime import timedelta
@@ -21,7 +22,7 @@ from ..domain.receive.stream import MAX_STREAM_DURATION, Encoded, Receiver, Rece
 from ..edge import codec
 from ..edge.requests import (SEND, Reply, Response, commit, queue_changes, retention, send_op, send_response,
                              setting)
-from ..edge.status import translate_errors, translate_stream_errors
+from ..edge.status import SPANQ, translate_errors, translate_stream_errors
 from ..edge.views import peek_response, queue_to_proto, stats_response, write_dead_letter
 from ..ground import errors
 from ..ground.jsonfit import check_json, json_fits
@@ -130,6 +131,21 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
     async def Receive(self, request: queue_pb2.ReceiveRequest, context: grpc.aio.ServicerContext) -> None:
         # Writes its responses itself (not a generator): the receiver times each write,
         # so that a client that does not read ends its stream (receive.py).
+        queue, options = await self._receive_options(request)
+        await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write,
+                                    context.peer())
+
+    @translate_errors
+    async def StreamingReceive(self, requests: AsyncIterator[queue_pb2.StreamingReceiveRequest],
+                               context: grpc.aio.ServicerContext) -> None:
+        opening = await anext(aiter(requests), None)
+        if opening is None or opening.WhichOneof("request") != "open":
+            raise errors.InvalidArgument("the first request of a StreamingReceive opens it: set `open` (a "
+                                         "ReceiveRequest), then send acks and renewals")
+        queue, options = await self._receive_options(opening.open)
+        await StreamedAcks(self, queue, context).serve(requests, options)
+
+    async def _receive_options(self, request: queue_pb2.ReceiveRequest) -> tuple[QueueDef, ReceiveOptions]:
         options = ReceiveOptions(
             max_batch_size=request.max_batch_size,
             max_duration=codec.duration_from_proto(
@@ -142,9 +158,7 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
             ),
             max_outstanding=request.max_outstanding,
         )
-        queue = await self._catalog.get(request.queue, fresh=True)
-        await self._receiver.serve(queue, options, functools.partial(receive_responses, queue), context.write,
-                                    context.peer())
+        return await self._catalog.get(request.queue, fresh=True), options
 
     # -- operator tools (admin.py) ------------------------------------------------
 
@@ -206,6 +220,99 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                                          f"{MAX_NACK_REASON} allowed; send a shorter one")
         return RenewOp(queue=queue, lease_tokens=list(request.lease_tokens), lease_duration=lease,
                        reason=request.reason or None)
+
+
+class StreamedAcks:
+    """One StreamingReceive: the Receive stream, and the acks and renewals its client
+    sends on it, each committed as the unary call would be (``QueueService.Ack``'s path:
+    the ledger, the lease tokens; an ack that frees the stream's room leases its next
+    batch in the same commit, ack_lease.py) and answered on the stream by its request_id.
+    A request's error is its answer; the stream goes on."""
+
+    def __init__(self, service: QueueService, queue: QueueDef, context: grpc.aio.ServicerContext) -> None:
+        self._service = service
+        self._queue = queue
+        self._context = context
+        self._writing = asyncio.Lock()  # the stream's responses and the answers share one writer
+        self._answering: set[asyncio.Task[None]] = set()
+
+    async def _write(self, response: queue_pb2.ReceiveResponse) -> None:
+        async with self._writing:
+            await self._context.write(response)
+
+    async def serve(self, requests: AsyncIterator[queue_pb2.StreamingReceiveRequest],
+                    options: ReceiveOptions) -> None:
+        receiver = self._service._receiver
+        serving = asyncio.ensure_future(receiver.serve(
+            self._queue, options, functools.partial(receive_responses, self._queue), self._write,
+            self._context.peer()))
+        reading = asyncio.ensure_future(self._read(requests))
+        try:
+            # The client's half-close ends its requests, not the stream: it still receives.
+            await asyncio.wait([serving, reading], return_when=asyncio.FIRST_EXCEPTION)
+            if reading.done() and reading.exception() is not None:
+                reading.result()
+            await serving
+            if self._answering:  # the stream ended on its own: the acks in flight are still answered
+                await asyncio.wait(set(self._answering))
+        finally:
+            for task in (serving, reading, *self._answering):
+                task.cancel()
+
+    async def _read(self, requests: AsyncIterator[queue_pb2.StreamingReceiveRequest]) -> None:
+        async for request in requests:
+            task = asyncio.ensure_future(self._answer(request))  # acks in flight share group commits
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+
+    async def _answer(self, request: queue_pb2.StreamingReceiveRequest) -> None:
+        kind = request.WhichOneof("request")
+        inner = getattr(request, kind) if kind else None
+        answer = queue_pb2.StreamAnswer(request_id=getattr(inner, "request_id", ""))
+        try:
+            if kind == "ack":
+                answer.ack.CopyFrom(await self._service._commit("Ack", self._own(inner), ACK, self._ack_ops(inner)))
+            elif kind == "renew_lease":
+                answer.renew_lease.CopyFrom(await self._service._commit(
+                    "RenewLease", self._own(inner), RENEW, self._renew_ops(inner)))
+            else:
+                raise errors.InvalidArgument("after the first request, each request of a StreamingReceive "
+                                             "carries an ack or a renew_lease")
+        except errors.QueueError as exc:
+            answer.error.CopyFrom(stream_error(exc))
+        except Exception:
+            logger.exception("unexpected error in a StreamingReceive's %s", kind)
+            answer.error.CopyFrom(stream_error(errors.QueueError("internal error; the server logged it")))
+        await self._write(queue_pb2.ReceiveResponse(answers=[answer]))
+
+    def _own(self, request: Any) -> Any:
+        """The request, of the stream's queue (an empty queue is the stream's), with its request_id."""
+        if not request.request_id:
+            raise errors.InvalidArgument("each ack and renewal on a StreamingReceive needs a request_id: its "
+                                         "answer carries it (a UUID is recommended)")
+        if request.queue and request.queue != self._queue.name:
+            raise errors.InvalidArgument(f"this stream receives from queue {self._queue.name!r}; ack and renew "
+                                         f"leases of {request.queue!r} on its own stream or with Ack/RenewLease")
+        if not request.queue:
+            request.queue = self._queue.name  # as the unary call names it: a replay there matches
+        return request
+
+    def _ack_ops(self, request: queue_pb2.AckRequest) -> Callable[[], Awaitable[list[Mutation]]]:
+        async def ops() -> list[Mutation]:
+            return [await self._service._ack_op(request)]
+        return ops
+
+    def _renew_ops(self, request: queue_pb2.RenewLeaseRequest) -> Callable[[], Awaitable[list[Mutation]]]:
+        async def ops() -> list[Mutation]:
+            return [await self._service._renew_op(request)]
+        return ops
+
+
+def stream_error(error: errors.QueueError) -> queue_pb2.StreamError:
+    """A request's error as its answer on the stream: the unary call's code, message and ErrorInfo."""
+    code, reason = SPANQ.codes(error)
+    return queue_pb2.StreamError(code=code.value[0], message=SPANQ.message(error), reason=reason,
+                                 metadata=SPANQ.metadata(error))
 
 
 # -- domain -> response ---------------------------------------------------------
