@@ -33,6 +33,8 @@ from .spanq_side import LEASE_SECONDS, SpanqQueue, acked_rate, duration
 from .stats import CpuFigures, Figure
 
 SIDES = ("unary", "stream", "sql")
+ANSWERS = {"with a message": 0, "alone": 0}
+"""How the stream's ack answers came: in the response of the next message, or in one of their own."""
 
 
 async def streamed(queue: SpanqQueue, n: int, workers: int) -> float:
@@ -44,6 +46,8 @@ async def streamed(queue: SpanqQueue, n: int, workers: int) -> float:
             queue=queue.name, max_batch_size=1, max_outstanding=1, lease_duration=duration(LEASE_SECONDS))))
         try:
             async for response in call:
+                if response.answers:
+                    ANSWERS["with a message" if response.messages else "alone"] += len(response.answers)
                 for answer in response.answers:
                     if answer.WhichOneof("result") != "ack":
                         raise RuntimeError(f"an ack on the stream failed: {answer.error}")
@@ -113,6 +117,7 @@ async def run(args: argparse.Namespace) -> None:
           f"{cpu['stream'].total / cpu['unary'].total:.2f} (server {cpu['stream'].server.median:.0f} vs "
           f"{cpu['unary'].server.median:.0f} us, client {cpu['stream'].client.median:.0f} vs "
           f"{cpu['unary'].client.median:.0f} us)")
+    print(f"stream: ack answers {', '.join(f'{v:,} {k}' for k, v in ANSWERS.items())}")
     print(f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -297,7 +297,7 @@ async def _stop_endpoint(endpoint: Endpoint | None) -> None:
         await asyncio.to_thread(endpoint.stop)
 
 
-def authorization_rules() -> dict[str, auth.Rule]:
+def authorization_rules() -> dict[str, auth.Rule | auth.StreamRule]:
     """What each method of both front-ends needs of a token (health and reflection are open)."""
     return {**access.RULES, **spanner_front_end.access_rules()}
 

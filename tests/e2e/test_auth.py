@@ -857,3 +857,53 @@ def test_spanq_token_mints_a_token_and_its_entry(capsys: Any) -> None:
     principal = tokens.authenticate(bearer(token))
     assert principal.name == "billing" and principal.privileges("q") == {"send"}
     assert principal.privileges("other") == frozenset()
+
+
+async def test_a_streaming_receive_is_checked_request_by_request(stub, sql) -> None:
+    """receive to open it; ack for each ack on it (of the stream's queue when it names none),
+    receive for each renewal. A refused request ends the stream before it is applied."""
+    await make_queue(stub, "q")
+    await stub.Send(queue_pb2.SendRequest(queue="q", messages=[queue_pb2.SendMessage(
+        key=key("a"), payload=value("x"))]), metadata=bearer(OPS))
+
+    async def stream(token: str, *requests: queue_pb2.StreamingReceiveRequest) -> list[Any]:
+        call = stub.StreamingReceive(metadata=bearer(token))
+        await call.write(queue_pb2.StreamingReceiveRequest(open=queue_pb2.ReceiveRequest(
+            queue="q", max_batch_size=1, max_outstanding=1)))
+        got: list[Any] = []
+        async for response in call:
+            got += response.messages
+            got += response.answers
+            if response.messages and requests:
+                for request in requests:
+                    kind = request.WhichOneof("request")
+                    inner = getattr(request, kind)
+                    if kind == "ack":
+                        inner.acks[0].lease_token = response.messages[0].lease_token
+                    else:
+                        inner.lease_tokens[:] = [response.messages[0].lease_token]
+                    await call.write(request)
+                requests = ()
+            if any(isinstance(g, queue_pb2.StreamAnswer) for g in got):
+                call.cancel()
+                return got
+        return got
+
+    def ack_of(queue: str = "") -> queue_pb2.StreamingReceiveRequest:
+        return queue_pb2.StreamingReceiveRequest(ack=queue_pb2.AckRequest(
+            queue=queue, request_id=f"r-{queue}-{id(object())}", acks=[queue_pb2.AckMessage(key=key("a"))]))
+
+    code, text, info = await error_of(stream(ONLY["ack"]))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "receive" in text and info["reason"] == "PERMISSION_DENIED"
+    code, text, _ = await error_of(stream(ONLY["receive"], ack_of()))  # the stream's queue, named by none
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "'ack'" in text and "'q'" in text, text
+    assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 1, "the refused ack was not applied"
+    renewal = queue_pb2.StreamingReceiveRequest(renew_lease=queue_pb2.RenewLeaseRequest(
+        request_id="renew-1", lease_tokens=["t"], lease_duration=duration(30)))
+    [*_, answer] = await stream(ONLY["receive"], renewal)
+    assert answer.WhichOneof("result") == "renew_lease", answer
+    code, text, _ = await error_of(stream(WORKER, ack_of("q")))  # no privilege on q at all
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    [*_, answer] = await stream(OPS, ack_of())
+    assert answer.ack.results[0].acked
+    assert sql.execute("SELECT count(*) FROM q").fetchone()[0] == 0

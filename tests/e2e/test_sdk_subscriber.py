@@ -101,15 +101,27 @@ async def test_flow_control_bounds_the_messages_in_hand(server, sql):
 
 
 def count_receive_streams(client: spanq.aio.Client) -> list[object]:
-    """Records each Receive stream the client opens (its request)."""
+    """Records each Receive or StreamingReceive stream the client opens (its ReceiveRequest)."""
     stub = client._stub()
-    receive, opened = stub.Receive, []
+    receive, streaming, opened = stub.Receive, stub.StreamingReceive, []
 
     def counting(request, **kwargs):
         opened.append(request)
         return receive(request, **kwargs)
 
-    stub.Receive = counting
+    def counting_streams(**kwargs):
+        call = streaming(**kwargs)
+        write = call.write
+
+        async def writing(request):
+            if request.WhichOneof("request") == "open":
+                opened.append(request.open)
+            return await write(request)
+
+        call.write = writing
+        return call
+
+    stub.Receive, stub.StreamingReceive = counting, counting_streams
     return opened
 
 

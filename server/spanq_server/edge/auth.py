@@ -48,7 +48,7 @@ import re
 import secrets
 import time
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -238,6 +238,17 @@ request; may return an edit of the response. Each front-end exports its methods'
 them all to the Authorizer."""
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamRule:
+    """The rule of a method that takes a stream of requests (spanq.v1's StreamingReceive):
+    ``check(principal, request, first)`` for each request as the servicer reads it,
+    ``first`` the stream's first request (None while that is the one checked), so that a
+    later request may name nothing the first did not. A refusal ends the call with its
+    PERMISSION_DENIED, before the servicer sees the request."""
+
+    check: Callable[[Principal, Any, Any], None]
+
+
 def any_token(p: Principal, request: Any) -> None:
     """The rule of a method that touches no queue (sessions, transactions, bookkeeping):
     a valid token and no privilege. Listed by name, so that a method is never let
@@ -329,7 +340,7 @@ class Authorizer(HandlerWrapper):
     rule is PERMISSION_DENIED for every token. The guarded handler is built once per
     method. Refusals are logged through a RefusalLog (rate-limited)."""
 
-    def __init__(self, tokens: Tokens, rules: Mapping[str, Rule], clock: Clock | None = None) -> None:
+    def __init__(self, tokens: Tokens, rules: Mapping[str, "Rule | StreamRule"], clock: Clock | None = None) -> None:
         super().__init__()
         self._tokens = tokens
         self._rules = dict(rules)
@@ -338,11 +349,11 @@ class Authorizer(HandlerWrapper):
     def rule(self, method: str, kind: str = "unary_unary") -> Rule:
         """The rule a call of ``method`` ("package.Service/Method") is checked with."""
         rule = self._rules.get(method)
-        if rule is None:
+        if rule is None or isinstance(rule, StreamRule):  # (a StreamRule only checks a stream of requests)
             return unruled(method)
         if not kind.startswith("unary_") and rule is not any_token:
-            # A stream of requests cannot be checked before it is read (spanq serves none
-            # but reflection's, which is open): only a method that needs no privilege may take one.
+            # A stream of requests cannot be checked before it is read: only a method that
+            # needs no privilege, or has a StreamRule (wrap), may take one.
             return unruled(method)
         return rule
 
@@ -353,6 +364,9 @@ class Authorizer(HandlerWrapper):
         if found is None:
             return handler  # nothing to call
         kind, behaviour = found
+        stream_rule = self._rules.get(method)
+        if kind == "stream_stream" and isinstance(stream_rule, StreamRule):
+            return handler._replace(stream_stream=self._checked_requests(method, behaviour, stream_rule))  # type: ignore[attr-defined, no-any-return]
         rule = self.rule(method, kind)
         authenticate = self._tokens.authenticate
         log_refusal = self._log_refusal
@@ -371,3 +385,33 @@ class Authorizer(HandlerWrapper):
         if wrapped is not None:
             return handler._replace(**{kind: wrapped})  # type: ignore[attr-defined, no-any-return]
         raise TypeError(f"{method}: a synchronous handler cannot be guarded; spanq's servicers are asyncio")
+
+    def _checked_requests(self, method: str, behaviour: Any, rule: StreamRule) -> Any:
+        """A stream-stream behaviour whose call is authenticated as it opens and whose every
+        request is checked by ``rule`` as the servicer reads it."""
+        authenticate = self._tokens.authenticate
+        log_refusal = self._log_refusal
+
+        async def checked(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            try:
+                principal = authenticate(context.invocation_metadata())
+            except errors.QueueError as exc:
+                log_refusal(method, exc, context.peer())
+                await status.abort(context, exc)
+            CALLER.set(principal.name)
+            PRINCIPAL.set(principal)
+
+            async def read() -> AsyncIterator[Any]:
+                first = None
+                async for request in requests:
+                    try:
+                        rule.check(principal, request, first)
+                    except errors.QueueError as exc:
+                        log_refusal(method, exc, context.peer())
+                        raise  # the servicer's error translation ends the call with it
+                    first = first or request
+                    yield request
+
+            return await behaviour(read(), context)
+
+        return checked

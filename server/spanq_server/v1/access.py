@@ -8,7 +8,7 @@ from typing import Any
 
 from spanq_proto.v1 import queue_pb2
 
-from ..edge.auth import PRIVILEGES, After, Principal, Rule, one, require_parent
+from ..edge.auth import PRIVILEGES, After, Principal, Rule, StreamRule, one, require_parent
 from ..ground import errors
 
 QUEUE_SERVICE = queue_pb2.DESCRIPTOR.services_by_name["QueueService"].full_name
@@ -76,6 +76,22 @@ def _commit(p: Principal, request: Any) -> None:
             raise p.denied(privilege, queue, f"a {kind} mutation", f"mutation {i}: ", mutation_index=str(i))
 
 
+STREAMED_PRIVILEGE = {"open": "receive", "ack": "ack", "renew_lease": "receive"}
+
+
+def _streaming_receive(p: Principal, request: Any, first: Any) -> None:
+    """receive on the stream's queue as it opens; each ack then needs ack there, each renewal
+    receive, on the queue it names or, naming none, the stream's."""
+    kind = request.WhichOneof("request")
+    if kind is None:
+        return  # the servicer says what is wrong with it
+    inner = getattr(request, kind)
+    queue = inner.queue or (first.open.queue if first is not None and kind != "open" else "")
+    privilege = STREAMED_PRIVILEGE[kind]
+    if privilege not in p.grants.get(queue, p.everywhere):
+        raise p.denied(privilege, queue, "StreamingReceive" if kind == "open" else f"a StreamingReceive's {kind}")
+
+
 def _purge(p: Principal, request: Any) -> None:
     if not p.grants.get(request.queue, p.everywhere) & PURGE_PRIVILEGES:
         raise p.denied("ack", request.queue, "Purge")
@@ -97,7 +113,7 @@ def _redrive(p: Principal, request: Any) -> None:
         raise p.denied("send", target, f"Redrive of {request.queue!r}, which sends there,")
 
 
-RULES: dict[str, Rule] = {
+RULES: dict[str, Rule | StreamRule] = {
     f"{QUEUE_SERVICE}/CreateQueue": _create_queue,
     f"{QUEUE_SERVICE}/UpdateQueue": _update_queue,
     f"{QUEUE_SERVICE}/DropQueue": one("admin", "name", "DropQueue"),
@@ -105,6 +121,7 @@ RULES: dict[str, Rule] = {
     f"{QUEUE_SERVICE}/ListQueues": _list_queues,
     f"{QUEUE_SERVICE}/Send": one("send", "queue", "Send"),
     f"{QUEUE_SERVICE}/Receive": one("receive", "queue", "Receive"),
+    f"{QUEUE_SERVICE}/StreamingReceive": StreamRule(_streaming_receive),
     f"{QUEUE_SERVICE}/RenewLease": one("receive", "queue", "RenewLease (and a release, lease_duration 0)"),
     f"{QUEUE_SERVICE}/Ack": one("ack", "queue", "Ack"),
     f"{QUEUE_SERVICE}/Commit": _commit,
@@ -118,4 +135,6 @@ RULES: dict[str, Rule] = {
 def rule(method: str) -> Rule:
     """The rule of a QueueService method by its short name ("Peek"): the dashboard's pages
     ask what their RPC would (server.py hands it this)."""
-    return RULES[f"{QUEUE_SERVICE}/{method}"]
+    found = RULES[f"{QUEUE_SERVICE}/{method}"]
+    assert not isinstance(found, StreamRule), "the dashboard's pages stand for unary RPCs"
+    return found

@@ -222,6 +222,10 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                        reason=request.reason or None)
 
 
+FINISHING: set["asyncio.Task[None]"] = set()
+"""The answers of ended StreamingReceive streams still committing (strong references until done)."""
+
+
 class StreamedAcks:
     """One StreamingReceive: the Receive stream, and the acks and renewals its client
     sends on it, each committed as the unary call would be (``QueueService.Ack``'s path:
@@ -235,10 +239,29 @@ class StreamedAcks:
         self._context = context
         self._writing = asyncio.Lock()  # the stream's responses and the answers share one writer
         self._answering: set[asyncio.Task[None]] = set()
+        self._unsent: list[queue_pb2.StreamAnswer] = []  # answers the next write carries
 
-    async def _write(self, response: queue_pb2.ReceiveResponse) -> None:
+    async def _write(self, response: queue_pb2.ReceiveResponse | None) -> None:
+        """Writes ``response`` with the answers not sent yet (None: only those, if any are left)."""
         async with self._writing:
-            await self._context.write(response)
+            if self._unsent:
+                response = response or queue_pb2.ReceiveResponse()
+                response.answers.extend(self._unsent)
+                self._unsent.clear()
+            if response is not None:
+                await self._context.write(response)
+
+    async def _send_answer(self, answer: queue_pb2.StreamAnswer) -> None:
+        """Sends an answer with the stream's next response: the batch its ack leased in the same
+        commit (ack_lease.py) is written within a turn of the event loop, and carries it; else
+        a response of answers alone."""
+        self._unsent.append(answer)
+        await asyncio.sleep(0)
+        if self._unsent:
+            try:
+                await self._write(None)
+            except Exception:  # the stream has ended: its client replays the request_id to learn it
+                logger.debug("a StreamingReceive's answer to %s was not sent: the stream ended", answer.request_id)
 
     async def serve(self, requests: AsyncIterator[queue_pb2.StreamingReceiveRequest],
                     options: ReceiveOptions) -> None:
@@ -256,8 +279,14 @@ class StreamedAcks:
             if self._answering:  # the stream ended on its own: the acks in flight are still answered
                 await asyncio.wait(set(self._answering))
         finally:
-            for task in (serving, reading, *self._answering):
-                task.cancel()
+            serving.cancel()
+            reading.cancel()
+            # An ack in flight when the stream ends (cancelled, broken) commits or not as its unary
+            # call would, rather than be cut off midway (an unknown outcome): its answer is lost
+            # with the stream, and a replay of its request_id learns it.
+            FINISHING.update(self._answering)
+            for task in self._answering:
+                task.add_done_callback(FINISHING.discard)
 
     async def _read(self, requests: AsyncIterator[queue_pb2.StreamingReceiveRequest]) -> None:
         async for request in requests:
@@ -283,7 +312,7 @@ class StreamedAcks:
         except Exception:
             logger.exception("unexpected error in a StreamingReceive's %s", kind)
             answer.error.CopyFrom(stream_error(errors.QueueError("internal error; the server logged it")))
-        await self._write(queue_pb2.ReceiveResponse(answers=[answer]))
+        await self._send_answer(answer)
 
     def _own(self, request: Any) -> Any:
         """The request, of the stream's queue (an empty queue is the stream's), with its request_id."""
