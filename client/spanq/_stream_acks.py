@@ -57,6 +57,7 @@ class StreamAcks:
         waiter: asyncio.Future[queue_pb2.StreamAnswer] = asyncio.get_running_loop().create_future()
         self._waiting[request.request_id] = waiter
         try:
+            # A stream that has ended raises here (AioRpcError, or InvalidStateError when it ended OK).
             await self._call.write(queue_pb2.StreamingReceiveRequest(ack=request))
             answer = await asyncio.wait_for(waiter, ANSWER_TIMEOUT)
         except asyncio.CancelledError:
@@ -64,7 +65,7 @@ class StreamAcks:
             if current is not None and current.cancelling():
                 raise  # the caller's own cancellation
             return None  # the stream ended (``ended``)
-        except (asyncio.TimeoutError, grpc.RpcError, grpc.aio.UsageError):
+        except (asyncio.TimeoutError, asyncio.InvalidStateError, grpc.RpcError, grpc.aio.UsageError):
             return None
         finally:
             self._waiting.pop(request.request_id, None)

@@ -222,6 +222,9 @@ class QueueService(queue_pb2_grpc.QueueServiceServicer):
                        reason=request.reason or None)
 
 
+ANSWER_WAITS = 5
+"""Turns of the event loop an answer waits for a response to ride with: the batch its ack leased
+takes a few (the lease's future, the stream's generators) to reach the stream's write."""
 FINISHING: set["asyncio.Task[None]"] = set()
 """The answers of ended StreamingReceive streams still committing (strong references until done)."""
 
@@ -256,7 +259,10 @@ class StreamedAcks:
         commit (ack_lease.py) is written within a turn of the event loop, and carries it; else
         a response of answers alone."""
         self._unsent.append(answer)
-        await asyncio.sleep(0)
+        for _ in range(ANSWER_WAITS):
+            await asyncio.sleep(0)
+            if not self._unsent:
+                return
         if self._unsent:
             try:
                 await self._write(None)
@@ -272,9 +278,9 @@ class StreamedAcks:
         reading = asyncio.ensure_future(self._read(requests))
         try:
             # The client's half-close ends its requests, not the stream: it still receives.
-            await asyncio.wait([serving, reading], return_when=asyncio.FIRST_EXCEPTION)
-            if reading.done() and reading.exception() is not None:
-                reading.result()
+            done, _ = await asyncio.wait([serving, reading], return_when=asyncio.FIRST_COMPLETED)
+            if reading in done:
+                reading.result()  # a request refused (auth.StreamRule) ends the call with its error
             await serving
             if self._answering:  # the stream ended on its own: the acks in flight are still answered
                 await asyncio.wait(set(self._answering))
@@ -296,7 +302,7 @@ class StreamedAcks:
 
     async def _answer(self, request: queue_pb2.StreamingReceiveRequest) -> None:
         kind = request.WhichOneof("request")
-        inner = getattr(request, kind) if kind else None
+        inner: Any = getattr(request, kind) if kind else None
         answer = queue_pb2.StreamAnswer(request_id=getattr(inner, "request_id", ""))
         try:
             if kind == "ack":
