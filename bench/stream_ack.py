@@ -1,4 +1,4 @@
-"""``python -m bench.stream_ack [--messages N] [--runs R] [--workers W] [--py-spy OUT [--native]]``
+"""``python -m bench.stream_ack [--messages N] [--runs R] [--workers W] [--batch B] [--py-spy OUT [--native]]``
 
 Issue 22's last lever, measured before it is built on: the lease-1/ack-1 loop
 (bench/one_at_a_time.py's: each worker one Receive stream of max_batch_size 1 and
@@ -10,6 +10,9 @@ three interleaved, the first round a warm-up: messages/s, and the CPU microsecon
 per message of the client, the server and the PostgreSQL backends (bench/cpu.py).
 With ``--py-spy OUT.svg`` (OUT.txt: collapsed stacks) py-spy records the server
 over the measured rounds (``--side`` says which side's runs; the others run too).
+With ``--batch B`` (> 1) the workload is the drain cell's instead (bench/spanq_side.py:
+a stream of B per response acked as it reads, ACKS_IN_FLIGHT acks at a time, on
+Ack calls or on the stream), against plain SQL's drain of B rows per statement.
 """
 
 import argparse
@@ -29,7 +32,7 @@ from . import env
 from .baseline import SqlQueue
 from .cpu import Meter, nothing, server_cpu_of
 from .one_at_a_time import one_at_a_time
-from .spanq_side import LEASE_SECONDS, SpanqQueue, acked_rate, duration
+from .spanq_side import ACKS_IN_FLIGHT, LEASE_SECONDS, SpanqQueue, acked_rate, duration
 from .stats import CpuFigures, Figure
 
 SIDES = ("unary", "stream", "sql")
@@ -63,9 +66,55 @@ async def streamed(queue: SpanqQueue, n: int, workers: int) -> float:
     return await acked_rate(queue.target, workers, n, worker)
 
 
+async def streamed_drain(queue: SpanqQueue, n: int, workers: int, batch: int) -> float:
+    """Messages/s for ``workers`` StreamingReceive streams of ``batch`` per response, each response
+    acked on the stream as it is read, ACKS_IN_FLIGHT acks at a time (the drain cell's receiver)."""
+    async def worker(stub: queue_pb2_grpc.QueueServiceStub, on_acked: Callable[[int], None]) -> None:
+        slots = asyncio.Semaphore(ACKS_IN_FLIGHT)
+        call = stub.StreamingReceive()
+        await call.write(queue_pb2.StreamingReceiveRequest(open=queue_pb2.ReceiveRequest(
+            queue=queue.name, max_batch_size=batch, lease_duration=duration(LEASE_SECONDS))))
+
+        async def read() -> None:
+            async for response in call:
+                if response.answers:
+                    ANSWERS["with a message" if response.messages else "alone"] += len(response.answers)
+                for answer in response.answers:
+                    if answer.WhichOneof("result") != "ack":
+                        raise RuntimeError(f"an ack on the stream failed: {answer.error}")
+                    slots.release()
+                    on_acked(len(answer.ack.results))
+                if response.messages:
+                    arrived.put_nowait(response.messages)
+
+        arrived: asyncio.Queue[Any] = asyncio.Queue()
+        reader = asyncio.ensure_future(read())
+        getting: asyncio.Future[Any] | None = None
+        try:
+            while True:
+                getting = asyncio.ensure_future(arrived.get())
+                await asyncio.wait([getting, reader], return_when=asyncio.FIRST_COMPLETED)
+                if reader.done():
+                    getting.cancel()
+                    reader.result()
+                    return
+                await slots.acquire()
+                await call.write(queue_pb2.StreamingReceiveRequest(ack=queue_pb2.AckRequest(
+                    request_id=str(uuid.uuid4()),
+                    acks=[queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token) for m in getting.result()])))
+        finally:
+            call.cancel()
+            reader.cancel()
+            if getting is not None:
+                getting.cancel()
+
+    return await acked_rate(queue.target, workers, n, worker)
+
+
 async def run(args: argparse.Namespace) -> None:
     print(f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}; {args.runs} runs of {args.messages:,} messages, "
-          f"{args.workers} worker(s), lease 1, ack 1", flush=True)
+          f"{args.workers} worker(s), " + ("lease 1, ack 1" if args.batch == 1 else f"drain {args.batch} per batch"),
+          flush=True)
     with env.scratch_database(env.pg_server_url()) as db_url, contextlib.ExitStack() as stack:
         meter = Meter(db_url)
         meter.start()
@@ -75,10 +124,11 @@ async def run(args: argparse.Namespace) -> None:
             sql = SqlQueue(db_url, "bt_stream_ack")
             await spanq.create()
             await sql.create()
+            n, w, b = args.messages, args.workers, args.batch
             work: dict[str, tuple[Any, Callable[[], Any]]] = {
-                "unary": (spanq, lambda: one_at_a_time(spanq, args.messages, args.workers)),
-                "stream": (spanq, lambda: streamed(spanq, args.messages, args.workers)),
-                "sql": (sql, lambda: sql.drain(args.messages, args.workers, 1)),
+                "unary": (spanq, lambda: one_at_a_time(spanq, n, w) if b == 1 else spanq.drain(n, w, b)),
+                "stream": (spanq, lambda: streamed(spanq, n, w) if b == 1 else streamed_drain(spanq, n, w, b)),
+                "sql": (sql, lambda: sql.drain(n, w, b)),
             }
             rates = {side: Figure() for side in SIDES}
             cpu = {side: CpuFigures() for side in SIDES}
@@ -139,6 +189,7 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=1, help="> 1: the drain cell's workload, B per response")
     parser.add_argument("--py-spy", metavar="OUT", help="record the server with py-spy (OUT.txt: raw stacks)")
     parser.add_argument("--side", choices=SIDES[:2], default="unary", help="whose runs py-spy records")
     parser.add_argument("--native", action="store_true", help="py-spy also samples C frames")

@@ -218,3 +218,19 @@ async def test_an_unknown_commit_on_the_stream_is_its_answer_and_a_replay_learns
             assert count(sql) == 0
     finally:
         await running.stop(0)
+
+
+async def test_the_stream_ends_at_max_duration_and_a_half_close_ends_only_the_requests(server, stub):
+    await create_queue(stub, "q", payload_type=queue_pb2.STRING)
+    # The client's side stays open: the stream still ends at its max_duration, normally.
+    s = await Streaming(stub, "q", max_duration=duration(0.3)).open()
+    await asyncio.wait_for(s.task, 10)
+    assert await s.call.code() == grpc.StatusCode.OK
+    # The client half-closes after opening (grpcurl does): it goes on receiving.
+    call = stub.StreamingReceive()
+    await call.write(queue_pb2.StreamingReceiveRequest(open=queue_pb2.ReceiveRequest(queue="q")))
+    await call.done_writing()
+    await send(stub, "q", text_message("a", "1"))
+    response = await asyncio.wait_for(call.read(), 10)
+    assert names(*response.messages) == ["a"]
+    call.cancel()
