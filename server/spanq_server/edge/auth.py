@@ -409,7 +409,8 @@ class Authorizer(HandlerWrapper):
                     except errors.QueueError as exc:
                         log_refusal(method, exc, context.peer())
                         raise  # the servicer's error translation ends the call with it
-                    first = first or request
+                    if first is None:
+                        first = request
                     yield request
 
             return await behaviour(read(), context)

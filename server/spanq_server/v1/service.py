@@ -248,7 +248,8 @@ class StreamedAcks:
         """Writes ``response`` with the answers not sent yet (None: only those, if any are left)."""
         async with self._writing:
             if self._unsent:
-                response = response or queue_pb2.ReceiveResponse()
+                if response is None:
+                    response = queue_pb2.ReceiveResponse()
                 response.answers.extend(self._unsent)
                 self._unsent.clear()
             if response is not None:
