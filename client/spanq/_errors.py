@@ -201,17 +201,3 @@ def from_rpc_error(exc: grpc.RpcError) -> SpanqError:
     cls = _BY_REASON.get(reason or "") or _BY_CODE.get(code, InternalError)
     message = details or f"{code.name}: {(cls.__doc__ or '').strip()}"
     return cls(message, code=code, reason=reason, metadata=metadata)
-
-
-def from_stream_error(error: Any) -> SpanqError:
-    """The SpanqError of a request's error answered on a StreamingReceive stream (a StreamError:
-    the code, message and ErrorInfo the unary call would have ended with)."""
-    code = _CODES.get(error.code, grpc.StatusCode.UNKNOWN)
-    reason = error.reason or None
-    cls = _BY_REASON.get(reason or "") or _BY_CODE.get(code, InternalError)
-    return cls(error.message or f"{code.name}: {(cls.__doc__ or '').strip()}", code=code, reason=reason,
-               metadata=dict(error.metadata))
-
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-"""google.rpc.Code numbers -> grpc.StatusCode."""

@@ -20,11 +20,6 @@ saturated and no ack is in flight, so the server has no batch leased.
 Reconnecting never drops held leases: the leaser renews them independently of
 any stream.
 
-Acks go on the stream itself (StreamingReceive, _stream_acks.py) when the
-server has it, else (UNIMPLEMENTED: an older server) on unary Ack calls; the
-stream is then read by a task of its own, so that an ack's answer is never
-stuck behind a response the subscriber is not ready to deliver.
-
 Stopping or reopening gives up no lease a callback holds (issue 20): a
 message read but not yet handed to a callback when its stream ends (a stop, a
 reopen, an error), or whose callback had not started when the stop came, gets
@@ -52,7 +47,6 @@ from ._dispatcher import Dispatcher, Request
 from ._connect import CONNECT_TIMEOUT
 from ._errors import Closed, LeaseLost, SpanqError, Unavailable, from_rpc_error
 from ._leaser import Leaser
-from ._stream_acks import StreamAcks
 from ._loop import call_soon
 from ._types import FlowControl, Future, Message, Queue, RenewedLease
 
@@ -142,8 +136,6 @@ class Subscriber:
         self._error: BaseException | None = None
         self._connecting: asyncio.Task[None] | None = None  # cancelled by stop: nothing is in flight then
         self._connect_failures = 0
-        self._streamed = True  # StreamingReceive, until the server says UNIMPLEMENTED
-        self._stream_acks: StreamAcks | None = None  # the open stream's, when it carries acks
         self.task = self._loop.create_task(self._run(), name=f"spanq-subscriber-{queue}")
 
     # -- lifecycle --------------------------------------------------------------
@@ -302,20 +294,14 @@ class Subscriber:
                 request.lease_duration.CopyFrom(_codec.duration(self._lease_option))
             if duration is not None:
                 request.max_duration.CopyFrom(_codec.duration(duration))
-            if self._streamed:
-                call = self._client._stub().StreamingReceive(metadata=self._client._metadata)
-                self._stream_acks = StreamAcks(call)
-                source = self._pumped(call, self._stream_acks, request)
-            else:
-                call = source = self._client._stub().Receive(request, metadata=self._client._metadata)
-            reader = self._loop.create_task(self._read(call, source), name=f"spanq-stream-{self.queue}")
+            call = self._client._stub().Receive(request, metadata=self._client._metadata)
+            reader = self._loop.create_task(self._read(call), name=f"spanq-stream-{self.queue}")
             opened = time.monotonic()
             try:
                 while not await self._stream_ended(reader, call):
                     pass
             finally:
                 self._stream_open = False
-                self._stream_acks = None
                 if not reader.done():
                     call.cancel()
                     reader.cancel()
@@ -335,11 +321,6 @@ class Subscriber:
                 return
             if not isinstance(exc, grpc.aio.AioRpcError):
                 raise exc
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED and self._streamed:
-                logger.info("%s: the server has no StreamingReceive; receiving with Receive, acking with Ack",
-                            self.queue)
-                self._streamed = False
-                continue
             if exc.code() in _retry.STREAM_TERMINAL_CODES:
                 self._client._forget(self.queue, exc)
                 raise from_rpc_error(exc) from exc
@@ -389,48 +370,12 @@ class Subscriber:
         stream woken meanwhile by another client's ack may be sending. Rare, and no worse than before.)"""
         return self._stream_own + self._stream_silent >= self._stream_window
 
-    async def _pumped(self, call: Any, acks: StreamAcks, opening: queue_pb2.ReceiveRequest) -> Any:
-        """A StreamingReceive's responses with messages, read by a task of its own that hands each
-        answer to ``acks`` at once; the messages of responses never yielded are released at the end."""
-        arrived: asyncio.Queue[Any] = asyncio.Queue()  # responses; then None (the end) or the error
-
-        async def pump() -> None:
-            try:
-                await call.write(queue_pb2.StreamingReceiveRequest(open=opening))
-                async for response in call:
-                    if response.answers:
-                        acks.answered(response.answers)
-                    if response.messages:
-                        arrived.put_nowait(response)
-            except asyncio.CancelledError:
-                return
-            except BaseException as exc:  # noqa: BLE001 - re-raised by the reader
-                arrived.put_nowait(exc)
-            else:
-                arrived.put_nowait(None)
-            finally:
-                acks.ended()
-
-        pumping = self._loop.create_task(pump(), name=f"spanq-stream-pump-{self.queue}")
-        try:
-            while (item := await arrived.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            pumping.cancel()
-            await asyncio.gather(pumping, return_exceptions=True)
-            while not arrived.empty():  # read, never delivered: released now, as _read's unhanded ones
-                item = arrived.get_nowait()
-                for wire in getattr(item, "messages", ()):
-                    self._settle_now(self._received(wire), "nack", None)
-
-    async def _read(self, call: Any, source: Any) -> None:
+    async def _read(self, call: Any) -> None:
         assert self._schema is not None
         stream = self._stream_id
         unhanded: list[Message] = []  # read, and not handed to a callback yet
         try:
-            async for response in source:
+            async for response in call:
                 unhanded = [self._received(wire) for wire in response.messages]
                 while unhanded and not self._stopping:
                     if len(self._in_hand) >= self._fc.max_messages:
@@ -629,15 +574,8 @@ class Subscriber:
     async def _ack_rpc(self, messages: Sequence[Message]) -> list[bool]:
         assert self._schema is not None
         request = _requests.ack_request(self._schema, messages, ignore_not_found=True)
-        request.request_id = _requests.new_request_id()
-        acks = self._stream_acks
-        response = None if acks is None else await acks.ack(request)
-        if response is None:
-            # No stream, or it could not tell: the unary Ack of the same request_id (a replay if it
-            # committed). Patient: an ack that waits out an outage saves a redelivery (the subscriber
-            # never gives up either).
-            response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}",
-                                                  request_id=request.request_id, patient=True)
+        # Patient: an ack that waits out an outage saves a redelivery (the subscriber never gives up either).
+        response = await self._client._mutate("Ack", request, what=f"ack on {self.queue}", patient=True)
         return _requests.ack_results(response)
 
     async def _renew_rpc(self, messages: Sequence[Message], duration: timedelta,

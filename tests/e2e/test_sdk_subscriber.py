@@ -101,27 +101,15 @@ async def test_flow_control_bounds_the_messages_in_hand(server, sql):
 
 
 def count_receive_streams(client: spanq.aio.Client) -> list[object]:
-    """Records each Receive or StreamingReceive stream the client opens (its ReceiveRequest)."""
+    """Records each Receive stream the client opens (its request)."""
     stub = client._stub()
-    receive, streaming, opened = stub.Receive, stub.StreamingReceive, []
+    receive, opened = stub.Receive, []
 
     def counting(request, **kwargs):
         opened.append(request)
         return receive(request, **kwargs)
 
-    def counting_streams(**kwargs):
-        call = streaming(**kwargs)
-        write = call.write
-
-        async def writing(request):
-            if request.WhichOneof("request") == "open":
-                opened.append(request.open)
-            return await write(request)
-
-        call.write = writing
-        return call
-
-    stub.Receive, stub.StreamingReceive = counting, counting_streams
+    stub.Receive = counting
     return opened
 
 
@@ -363,51 +351,3 @@ async def test_callbacks_may_settle_their_messages_every_way(server, sql, caplog
         # Only the failing callback is reported; no ack or renewal went wrong.
         assert [r.getMessage() for r in caplog.records] == [
             "ways: the callback failed on Message(queue='ways', key=(4,), delivery_attempt=1, payload='m'); nacking it"]
-
-
-async def test_the_subscriber_acks_on_its_stream_and_falls_back_to_ack_on_an_older_server(server_config, clock, sql,
-                                                                                          caplog, monkeypatch):
-    """Against a server with StreamingReceive the acks ride the stream (no Ack call); against one
-    without it (UNIMPLEMENTED: an older server) the subscriber receives with Receive and acks with
-    Ack, and says so once."""
-    import grpc
-    from spanq_server.v1 import service
-
-    caplog.set_level(logging.INFO, logger="spanq")
-
-    async def consume(running, name: str) -> Counter[str]:
-        calls: Counter[str] = Counter()
-        async with spanq.aio.Client(running.target) as client:
-            await client.create_queue(name, key_columns=[("id", "INT64")], payload_type="STRING")
-            await client.send_many(name, [spanq.OutgoingMessage("m", i) for i in range(20)])
-            stub = client._stub()
-            for rpc in ("Ack", "Receive", "StreamingReceive"):
-                def counted(*args, _rpc=rpc, _method=getattr(stub, rpc), **kwargs):
-                    calls[_rpc] += 1
-                    return _method(*args, **kwargs)
-                setattr(stub, rpc, counted)
-            seen: set[int] = set()
-            async with client.subscribe(name, lambda m: seen.add(m.key[0])):
-                await until(lambda: len(seen) == 20, "every message")
-                await until(lambda: sql.execute(f"SELECT count(*) FROM {name}").fetchone()[0] == 0, "every ack")
-            assert sorted(seen) == list(range(20))
-        return calls
-
-    running = await start(server_config, clock=clock)
-    try:
-        calls = await consume(running, "newer")
-        assert calls["StreamingReceive"] >= 1 and calls["Ack"] == 0 and calls["Receive"] == 0, calls
-    finally:
-        await running.stop(0)
-
-    async def unimplemented(self, requests, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-
-    monkeypatch.setattr(service.QueueService, "StreamingReceive", unimplemented)
-    running = await start(server_config, clock=clock)
-    try:
-        calls = await consume(running, "older")
-        assert calls["StreamingReceive"] == 1 and calls["Receive"] >= 1 and calls["Ack"] >= 1, calls
-    finally:
-        await running.stop(0)
-    assert sum("has no StreamingReceive" in r.getMessage() for r in caplog.records) == 1

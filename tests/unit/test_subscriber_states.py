@@ -60,23 +60,6 @@ class Stream:
         return item
 
 
-class OlderServer:
-    """A StreamingReceive call to a server without it: the subscriber falls back to Receive and Ack,
-    which the fake records (tests/e2e/test_sdk_subscriber.py has the acks on the stream)."""
-
-    async def write(self, request: Any) -> None:
-        raise rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-
-    def cancel(self) -> None:
-        pass
-
-    def __aiter__(self) -> "OlderServer":
-        return self
-
-    async def __anext__(self) -> Any:
-        raise rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
-
-
 class FakeClient:
     """What the Subscriber uses of spanq.aio.Client, recording every call."""
 
@@ -102,9 +85,6 @@ class FakeClient:
 
     def _stub(self) -> "FakeClient":
         return self
-
-    def StreamingReceive(self, metadata: Any = ()) -> "OlderServer":
-        return OlderServer()
 
     def Receive(self, request: queue_pb2.ReceiveRequest, metadata: Any = ()) -> Stream:
         stream = Stream(request)
