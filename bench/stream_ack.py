@@ -40,6 +40,25 @@ ANSWERS = {"with a message": 0, "alone": 0}
 """How the stream's ack answers came: in the response of the next message, or in one of their own."""
 
 
+def acked(response: queue_pb2.ReceiveResponse) -> list[int]:
+    """How many messages each ack answered in ``response`` acked (counted in ANSWERS); an
+    error answer fails the run."""
+    if response.answers:
+        ANSWERS["with a message" if response.messages else "alone"] += len(response.answers)
+    out = []
+    for answer in response.answers:
+        if answer.WhichOneof("result") != "ack":
+            raise RuntimeError(f"an ack on the stream failed: {answer.error}")
+        out.append(len(answer.ack.results))
+    return out
+
+
+def ack_of(messages: Any) -> queue_pb2.StreamingReceiveRequest:
+    return queue_pb2.StreamingReceiveRequest(ack=queue_pb2.AckRequest(
+        request_id=str(uuid.uuid4()), acks=[queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token)
+                                            for m in messages]))
+
+
 async def streamed(queue: SpanqQueue, n: int, workers: int) -> float:
     """Messages/s for ``workers`` StreamingReceive streams of max_outstanding 1, each message
     acked on its own stream, the answer awaited before the next message is counted."""
@@ -49,17 +68,10 @@ async def streamed(queue: SpanqQueue, n: int, workers: int) -> float:
             queue=queue.name, max_batch_size=1, max_outstanding=1, lease_duration=duration(LEASE_SECONDS))))
         try:
             async for response in call:
-                if response.answers:
-                    ANSWERS["with a message" if response.messages else "alone"] += len(response.answers)
-                for answer in response.answers:
-                    if answer.WhichOneof("result") != "ack":
-                        raise RuntimeError(f"an ack on the stream failed: {answer.error}")
-                    on_acked(len(answer.ack.results))
+                for count in acked(response):
+                    on_acked(count)
                 if response.messages:
-                    await call.write(queue_pb2.StreamingReceiveRequest(ack=queue_pb2.AckRequest(
-                        request_id=str(uuid.uuid4()),
-                        acks=[queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token)
-                              for m in response.messages])))
+                    await call.write(ack_of(response.messages))
         finally:
             call.cancel()
 
@@ -77,13 +89,9 @@ async def streamed_drain(queue: SpanqQueue, n: int, workers: int, batch: int) ->
 
         async def read() -> None:
             async for response in call:
-                if response.answers:
-                    ANSWERS["with a message" if response.messages else "alone"] += len(response.answers)
-                for answer in response.answers:
-                    if answer.WhichOneof("result") != "ack":
-                        raise RuntimeError(f"an ack on the stream failed: {answer.error}")
+                for count in acked(response):
                     slots.release()
-                    on_acked(len(answer.ack.results))
+                    on_acked(count)
                 if response.messages:
                     arrived.put_nowait(response.messages)
 
@@ -99,9 +107,7 @@ async def streamed_drain(queue: SpanqQueue, n: int, workers: int, batch: int) ->
                     reader.result()
                     return
                 await slots.acquire()
-                await call.write(queue_pb2.StreamingReceiveRequest(ack=queue_pb2.AckRequest(
-                    request_id=str(uuid.uuid4()),
-                    acks=[queue_pb2.AckMessage(key=m.key, lease_token=m.lease_token) for m in getting.result()])))
+                await call.write(ack_of(getting.result()))
         finally:
             call.cancel()
             reader.cancel()
