@@ -1186,3 +1186,27 @@ UNION
 SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
 WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
 ORDER BY 1, 2
+
+-- spanner_role_put --
+-- Creates a database role (CREATE ROLE); no row when one of the name exists.
+INSERT INTO spanq.spanner_roles (database, name, spelled) VALUES (%(database)s, %(name)s, %(spelled)s)
+ON CONFLICT (database, name) DO NOTHING
+RETURNING true
+
+-- spanner_role_delete --
+DELETE FROM spanq.spanner_roles WHERE database = %(database)s AND name = %(name)s RETURNING true
+
+-- spanner_roles_list --
+-- A database's roles, in the order they were made, with their privileges.
+SELECT name, spelled, grants FROM spanq.spanner_roles WHERE database = %(database)s ORDER BY created, name
+
+-- spanner_roles_lock --
+-- The roles a GRANT or REVOKE changes, locked until it commits (two GRANTs to one
+-- role never lose either's privileges).
+SELECT name, grants FROM spanq.spanner_roles
+WHERE database = %(database)s AND name = ANY(%(names)s)
+ORDER BY name
+FOR UPDATE
+
+-- spanner_role_grants_set --
+UPDATE spanq.spanner_roles SET grants = %(grants)s WHERE database = %(database)s AND name = %(name)s
