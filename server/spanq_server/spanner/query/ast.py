@@ -358,7 +358,7 @@ class CreateQueue:
     hidden: tuple[str, ...] = ()
     """Columns declared HIDDEN: left out of SELECT *."""
     interleave_in: str | None = None
-    """INTERLEAVE IN t without PARENT: locality only, no parent row needed."""
+    """INTERLEAVE IN t without PARENT (as written): locality only, no parent row needed."""
     on_delete_cascade: bool = True
     options: QueueOptions = QueueOptions()
     row_deletion: RowDeletionPolicy | None = None
@@ -373,7 +373,7 @@ class AlterQueue:
     options: QueueOptions | None = None
     on_delete_cascade: bool | None = None
     interleave: tuple[str, bool] | None = None
-    """(the table, whether PARENT was written)."""
+    """(the table as written, whether PARENT was written)."""
     row_deletion: str | None = None
     """"add", "drop" or "replace"."""
     policy: RowDeletionPolicy | None = None

@@ -533,6 +533,9 @@ class Executor:
             await self.roles.forget(database, "queue", statement.name)
             return None
         queue = queue_from_ddl(statement)
+        if statement.interleave_in and not await self._is_relation(ns, fold(statement.interleave_in)):
+            raise errors.QueueNotFound(f"CREATE QUEUE: INTERLEAVE IN {statement.interleave_in}: Table not found: "
+                                       f"{statement.interleave_in}")
         if not ns.owns(queue.name):
             raise errors.InvalidArgument(f"{queue.name!r} is not a name of this database: {RESERVED}")
         if ns.prefix:
@@ -555,6 +558,10 @@ class Executor:
             raise
         await self.names.record(queue.name, database, Spelling.of_ddl(statement, ns.pg))
         return queue.name
+
+    async def _is_relation(self, ns: Scope, name: str) -> bool:
+        """Whether a (folded) name is a table or a queue of the database."""
+        return await self.tables.is_table(ns, name) or ns.owns(name) and await self._catalog.exists(ns.prefix + name)
 
     async def _alter(self, s: ast.AlterQueue, database: str | None, ns: Scope) -> None:
         """ALTER QUEUE: the pauses and the retention are the queue's own settings (the domain's
@@ -582,12 +589,14 @@ class Executor:
         elif s.interleave is not None:
             table, in_parent = s.interleave
             parent = queue.parent_table.removeprefix(ns.prefix) if queue.parent_table else None
-            if in_parent and parent != table or not in_parent and parent is not None:
+            if in_parent and parent != fold(table) or not in_parent and parent is not None:
                 raise errors.FailedPrecondition(
                     f"{shown} SET INTERLEAVE IN{' PARENT' if in_parent else ''} {table}: spanq cannot change a live "
                     "queue's parent (INTERLEAVE IN PARENT is a foreign key of its table); drop the queue and create "
                     "it again")
             if not in_parent:
+                if not await self._is_relation(ns, fold(table)):
+                    raise errors.QueueNotFound(f"{shown} SET INTERLEAVE IN {table}: Table not found: {table}")
                 ddl["interleave_in"] = table  # locality only: nothing to change but what is listed
         else:
             has = queue.message_retention_duration is not None

@@ -622,11 +622,13 @@ class Parser(Cursor):
                            tuple(hidden), interleave_in, cascade, options, policy)
 
     def interleave(self) -> tuple[str, bool, bool | None]:
-        """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, PARENT written,
-        cascade: None when no ON DELETE was written)."""
+        """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, folded after
+        PARENT, else as written; PARENT written; cascade: None when no ON DELETE was written)."""
         self.word("in")
         in_parent = self.accept_word("parent")
-        table = self.loose_name("a parent table name")
+        folded, table = self.loose_spelled("a parent table name")
+        if in_parent:
+            table = folded  # the catalog's parent; GetDatabaseDdl shows the table's declared name
         on_delete = None
         if self.accept_word("on"):
             on_delete = self.on_delete()
@@ -819,7 +821,7 @@ class Parser(Cursor):
             elif self.accept_word("interleave"):
                 self.word("in")
                 in_parent = self.accept_word("parent")
-                found = ast.AlterQueue(name, interleave=(self.loose_name("a parent table name"), in_parent))
+                found = ast.AlterQueue(name, interleave=(self.loose_spelled("a parent table name")[1], in_parent))
             else:
                 raise self.error("OPTIONS, ON DELETE or INTERLEAVE IN after SET")
         else:
