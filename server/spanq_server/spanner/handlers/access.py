@@ -60,9 +60,10 @@ def authorize(statement: ast.Statement, where: str = "") -> None:
             role.require(kinds, name, privilege, where)
 
 
-def role_commit(role: "grants.Role", request: Any) -> None:
+def role_commit(role: "grants.Role", request: Any, tables: set[str]) -> None:
     """What a Commit's mutations need of the session's role: INSERT for a Send (and a table's
-    Insert), DELETE for an Ack or a Delete, and the table privileges of the Write mutations."""
+    Insert), DELETE for an Ack or a Delete, and the table privileges of the Write mutations
+    (``tables``: which of the names its Deletes name are tables, the others queues)."""
     for i, mutation in enumerate(request.mutations):
         kind = mutation.WhichOneof("operation")
         where = f"mutation {i}: "
@@ -73,12 +74,13 @@ def role_commit(role: "grants.Role", request: Any) -> None:
         elif kind == "ack":
             role.require(("queue",), fold(mutation.ack.queue), "delete", where)
         elif kind == "delete":
-            role.require(("queue", "table"), fold(mutation.delete.table), "delete", where)
+            name = fold(mutation.delete.table)
+            role.require(("table",) if name in tables else ("queue",), name, "delete", where)
 
 
-def role_read(role: "grants.Role", request: Any) -> None:
-    """A Read needs SELECT on its table or queue."""
-    role.require(("table", "queue"), fold(request.table), "select")
+def role_read(role: "grants.Role", request: Any, table: bool) -> None:
+    """A Read needs SELECT on its table (``table``) or queue."""
+    role.require(("table",) if table else ("queue",), fold(request.table), "select")
 
 
 def check(p: Principal, statement: ast.Statement, where: str = "") -> None:

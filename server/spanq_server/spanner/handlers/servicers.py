@@ -170,7 +170,8 @@ class SpannerService:
             ns = await self._namespace(request.session)
             role = access.SESSION_ROLE.get()
             if role is not None:
-                access.role_commit(role, request)
+                deletes = {fold(m.delete.table) for m in request.mutations if m.WhichOneof("operation") == "delete"}
+                access.role_commit(role, request, {t for t in deletes if await self._executor.tables.is_table(ns, t)})
             given = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
             mutations = [m for m in given if m is not None]
             try:
@@ -366,7 +367,7 @@ class SpannerService:
         ns = await self._namespace(request.session)
         role = access.SESSION_ROLE.get()
         if role is not None:
-            access.role_read(role, request)
+            access.role_read(role, request, await self._executor.tables.is_table(ns, fold(request.table)))
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
             return result_set_pb(await self._executor.read(request, use, ns), use.began)
