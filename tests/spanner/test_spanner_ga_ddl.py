@@ -14,6 +14,8 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
 
+from . import conftest
+
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning"),
@@ -33,19 +35,8 @@ NEAR = ("CREATE QUEUE Near (UserId INT64 NOT NULL, Payload STRING(MAX) NOT NULL)
         "INTERLEAVE IN Users, OPTIONS (disable_delivery = true)")
 
 
-@pytest.fixture
-def spanner_env(monkeypatch: pytest.MonkeyPatch, server: Any) -> None:
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
-
-
 def make_database(database_id: str, ddl: list[str]) -> Any:
-    instance = spanner.Client(project=PROJECT).instance(INSTANCE)
-    if not instance.exists():
-        instance.create().result(timeout=30)
-    database = instance.database(database_id, ddl_statements=ddl)
-    database.create().result(timeout=30)
-    return database
+    return conftest.make_database(PROJECT, INSTANCE, database_id, ddl)
 
 
 def ddl_of(database: Any) -> list[str]:

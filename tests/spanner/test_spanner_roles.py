@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 from google.api_core import exceptions
 from google.cloud import spanner
+
+from . import conftest
 from google.cloud.spanner_v1 import KeySet
+
+from spanq_server.store import Store
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -34,19 +38,8 @@ DDL = [
 ]
 
 
-@pytest.fixture
-def spanner_env(monkeypatch: pytest.MonkeyPatch, server: Any) -> None:
-    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", server.target)
-
-
 def make_database(database_id: str, ddl: list[str]) -> Any:
-    instance = spanner.Client(project=PROJECT).instance(INSTANCE)
-    if not instance.exists():
-        instance.create().result(timeout=30)
-    database = instance.database(database_id, ddl_statements=ddl)
-    database.create().result(timeout=30)
-    return database
+    return conftest.make_database(PROJECT, INSTANCE, database_id, ddl)
 
 
 def as_role(database: Any, role: str) -> Any:
@@ -184,3 +177,20 @@ async def test_roles_are_listed_revoked_dropped_and_an_unknown_role_is_refused(s
     assert "Role queue_producer does not have required privileges on queue ordersqueue" in out["revoked"]
     assert (out["dropped"], out["unknown"]) == ("Role not found: queue_producer", "Role not found: nobody")
     assert out["after drop"] == ["GRANT INSERT, SELECT ON TABLE Audit TO ROLE queue_reader"]
+
+
+async def test_migration_0015_adds_the_roles_of_databases_made_before_it(spanner_env, sql, database_url) -> None:  # type: ignore[no-untyped-def]
+    made = await asyncio.to_thread(make_database, "older", DDL[:2])
+    # The schema as before migration 0015.
+    sql.execute("DROP TABLE spanq.spanner_roles")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 15")
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [15]
+    assert sql.execute("SELECT count(*) FROM spanq.spanner_roles").fetchone() == (0,)
+
+    def scenario() -> list[str]:
+        made.update_ddl(DDL[2:4]).result(timeout=30)
+        send(as_role(made, "queue_producer"), 1)
+        return [r.name.rsplit("/", 1)[1] for r in made.list_database_roles()]
+
+    assert (await asyncio.to_thread(scenario))[-1] == "queue_producer"
