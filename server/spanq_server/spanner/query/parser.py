@@ -16,9 +16,13 @@ at something only the table subset has, is the table subset's; anything else the
 surface's, and a statement neither has is the table subset's if it names a table. What
 the chosen grammar refuses is its error.
 
-    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
-        PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
+        PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE CASCADE]]
+        [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
+    ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
+        | {ADD | REPLACE} ROW DELETION POLICY (...) | DROP ROW DELETION POLICY }
     DROP QUEUE [IF EXISTS] q
+    CREATE ROLE, DROP ROLE, GRANT, REVOKE (``roles``)
     SELECT * | <items> FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
         [[AS] r] [WHERE c <op> <v> AND ...]
     SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
@@ -560,8 +564,8 @@ class Parser(Cursor):
         self.word("create")
         if not self.peek.is_word("queue"):
             raise InvalidArgument(
-                f"only CREATE QUEUE, CREATE TABLE and CREATE [UNIQUE] INDEX are supported among CREATE statements, "
-                f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)"
+                f"only CREATE QUEUE, CREATE TABLE, CREATE [UNIQUE] INDEX and CREATE ROLE are supported among CREATE "
+                f"statements, got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)"
             )
         self.word("queue")
         if_not_exists = False
@@ -840,8 +844,9 @@ class Parser(Cursor):
     def drop_queue(self) -> DropQueue:
         self.word("drop")
         if not self.peek.is_word("queue"):
-            raise InvalidArgument(f"only DROP QUEUE, DROP TABLE and DROP INDEX are supported among DROP statements, "
-                                  f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)")
+            raise InvalidArgument(f"only DROP QUEUE, DROP TABLE, DROP INDEX and DROP ROLE are supported among DROP "
+                                  f"statements, got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL "
+                                  "databases only)")
         self.word("queue")
         if_exists = False
         if self.accept_word("if"):
