@@ -10,6 +10,9 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ..store import Store
+from ..store.spanner import RoleGrants
+
+__all__ = ["Kind", "Records", "RoleGrants"]
 
 Kind = Literal["instance", "database"]
 
@@ -66,6 +69,6 @@ class Records:
         return await self._store.spanner_roles_list(database)
 
     async def roles_change(self, database: str, names: list[str],
-                           change: Callable[[dict[str, dict[str, list[str]]]], dict[str, dict[str, list[str]]]]) -> None:
+                           change: Callable[[RoleGrants], RoleGrants]) -> None:
         """Applies ``change`` to the privileges of roles ``names``, all or nothing."""
         await self._store.spanner_roles_change(database, names, change)

@@ -10,6 +10,10 @@ from ..sql.compose import query
 from .database import Database, _scalar, wrap_errors
 
 
+RoleGrants = dict[str, dict[str, list[str]]]
+"""Roles' privileges: role -> object ("queue:q") -> privileges."""
+
+
 class SpannerRecords(Database):
     """spanq.spanner_instances, spanq.spanner_databases, spanq.spanner_names."""
 
@@ -75,8 +79,7 @@ class SpannerRecords(Database):
             return [(row[0], row[1], dict(row[2])) for row in await cur.fetchall()]
 
     async def spanner_roles_change(self, database: str, names: list[str],
-                                   change: Callable[[dict[str, dict[str, list[str]]]], dict[str, dict[str, list[str]]]]
-                                   ) -> None:
+                                   change: Callable[[RoleGrants], RoleGrants]) -> None:
         """Replaces the privileges of roles ``names`` by ``change`` of them (role -> privileges by
         object; a role missing from what it is given does not exist), in one transaction that
         holds the roles' rows: all of the change or, when ``change`` raises, none."""

@@ -585,7 +585,8 @@ class Executor:
             if not s.on_delete_cascade:
                 raise errors.InvalidArgument(ON_DELETE_NO_ACTION)
             if not queue.parent_table:
-                raise errors.FailedPrecondition(f"{shown} SET ON DELETE: the queue is not INTERLEAVE IN PARENT a table")
+                raise errors.FailedPrecondition(f"{shown} SET ON DELETE: the queue is not INTERLEAVE IN PARENT a "
+                                                "table")
         elif s.interleave is not None:
             table, in_parent = s.interleave
             parent = queue.parent_table.removeprefix(ns.prefix) if queue.parent_table else None
@@ -812,7 +813,8 @@ def _ga_clauses(queue: QueueDef, spelling: Spelling) -> str:
     text = ""
     retention = queue.message_retention_duration
     if retention is not None and retention == timedelta(days=retention.days):
-        text += f",\n  ROW DELETION POLICY (OLDER_THAN({spelling.column('delivertime')}, INTERVAL {retention.days} DAY))"
+        column = spelling.column("delivertime")
+        text += f",\n  ROW DELETION POLICY (OLDER_THAN({column}, INTERVAL {retention.days} DAY))"
     options = []
     if spelling.ddl.get("receive_mode"):
         options.append("receive_mode = 'PULL'")

@@ -16,7 +16,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable
 
-from ...domain.records import Records
+from ...domain.records import Records, RoleGrants
 from ...ground import errors
 from . import ast
 from .roles import PUBLIC, SYSTEM_ROLES
@@ -172,7 +172,7 @@ class Roles:
                 raise errors.QueueNotFound(f"{what} not found: {spelled.get(name, name)}")
         named = [r for r in s.roles if r != PUBLIC]
 
-        def change(current: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        def change(current: RoleGrants) -> RoleGrants:
             missing = [r for r in named if r not in current]
             if missing:
                 raise errors.QueueNotFound(f"Role not found: {missing[0]}", role=missing[0])
@@ -190,8 +190,7 @@ class Roles:
         if named:
             await self._records.roles_change(database, named, change)
 
-    async def _public(self, database: str, s: ast.Grant,
-                      change: Callable[[dict[str, dict[str, list[str]]]], dict[str, dict[str, list[str]]]]) -> None:
+    async def _public(self, database: str, s: ast.Grant, change: Callable[[RoleGrants], RoleGrants]) -> None:
         """public is a role of every database without a CREATE ROLE: its privileges are kept in a
         row of its own, made on its first GRANT (and listed as no role of the database's)."""
         await self._records.role_put(database, PUBLIC, PUBLIC)

@@ -611,8 +611,9 @@ class Parser(Cursor):
                 if in_parent:
                     parent, cascade = table, on_delete is not False
                 elif on_delete is not None:
-                    raise InvalidArgument(f"CREATE QUEUE {name}: ON DELETE goes with INTERLEAVE IN PARENT only (INTERLEAVE "
-                                          "IN without PARENT needs no parent row, so nothing is deleted with one)")
+                    raise InvalidArgument(f"CREATE QUEUE {name}: ON DELETE goes with INTERLEAVE IN PARENT only "
+                                          "(INTERLEAVE IN without PARENT needs no parent row, so nothing is deleted "
+                                          "with one)")
                 else:
                     interleave_in = table
             elif self.accept_word("options", "with"):
@@ -710,7 +711,7 @@ class Parser(Cursor):
         return _QueueColumn(name, column_type, declared, hidden)
 
     def column_options(self, column: str) -> None:
-        """A queue column's OPTIONS (...): none that spanq acts on, so an empty list only."""
+        """A queue column's OPTIONS (...): Spanner documents none for a queue's columns, so any is refused."""
         found = self.option_list()
         if found:
             raise InvalidArgument(f"column {column!r}: unsupported column option(s) {sorted(found)}; a queue's "
