@@ -206,7 +206,8 @@ async def test_alter_queue_and_what_spanq_refuses_with_why(spanner_env, sql) -> 
     await run(update_ddl, database, "ALTER QUEUE UserTasks SET OPTIONS (locality_group = NULL, receive_mode = NULL)")
     assert (await run(ddl_of, database))[1].endswith("INTERVAL 7 DAY))")
     cases = {
-        "ALTER QUEUE UserTasks SET ON DELETE NO ACTION": "InvalidArgument: ON DELETE NO ACTION is not supported",
+        "ALTER QUEUE UserTasks SET ON DELETE NO ACTION": "FailedPrecondition: ALTER QUEUE UserTasks SET ON DELETE NO "
+                                                         "ACTION: spanq cannot change a live queue's ON DELETE",
         "ALTER QUEUE UserTasks SET INTERLEAVE IN Users": "FailedPrecondition: ALTER QUEUE UserTasks SET INTERLEAVE "
                                                           "IN Users: spanq cannot change a live queue's parent",
         "ALTER QUEUE UserTasks SET OPTIONS (receive_mode = 'PUSH')": "receive_mode must be 'PULL'",
@@ -216,7 +217,7 @@ async def test_alter_queue_and_what_spanq_refuses_with_why(spanner_env, sql) -> 
         "CREATE QUEUE G (Id INT64 NOT NULL, Shard INT64 AS (MOD(Id, 10)) STORED, Payload BYTES(MAX) NOT NULL) "
         "PRIMARY KEY (Shard, Id)": "generated key columns (AS (expr) STORED) are not supported",
         "CREATE QUEUE N (UserId INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (UserId), "
-        "INTERLEAVE IN PARENT Users ON DELETE NO ACTION": "ON DELETE NO ACTION is not supported",
+        "INTERLEAVE IN Users ON DELETE NO ACTION": "ON DELETE goes with INTERLEAVE IN PARENT only",
         "CREATE QUEUE O (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id), "
         "OPTIONS (disable_send = NULL)": "NULL resets an option in ALTER QUEUE",
     }
@@ -229,3 +230,25 @@ async def test_alter_queue_and_what_spanq_refuses_with_why(spanner_env, sql) -> 
     await run(update_ddl, database, "DROP QUEUE IF EXISTS UserTasks", "DROP QUEUE IF EXISTS UserTasks")
     assert await run(ddl_of, database) == [
         "CREATE TABLE Users (\n  UserId INT64 NOT NULL,\n  Name STRING(MAX),\n) PRIMARY KEY(UserId)"]
+
+
+async def test_on_delete_no_action_keeps_a_parent_row_while_it_has_messages(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    queue = ("CREATE QUEUE Inbox (UserId INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (UserId), "
+             "INTERLEAVE IN PARENT Users ON DELETE NO ACTION")
+    database = await run(make_database, "no-action", [USERS, queue])
+
+    def scenario() -> None:
+        with database.batch() as batch:
+            batch.insert("Users", columns=("UserId", "Name"), values=[(1, "Ada"), (2, "Bob")])
+        with database.batch() as batch:
+            batch.send(queue="Inbox", key=[1], payload="hello")
+        with pytest.raises(exceptions.FailedPrecondition, match="child rows"):
+            database.run_in_transaction(lambda t: t.execute_update("DELETE FROM Users WHERE UserId = 1"))
+        # A row without messages goes; once its message is acked, so does the other.
+        database.run_in_transaction(lambda t: t.execute_update("DELETE FROM Users WHERE UserId = 2"))
+        database.run_in_transaction(lambda t: t.ack(queue="Inbox", key=[1]))
+        database.run_in_transaction(lambda t: t.execute_update("DELETE FROM Users WHERE UserId = 1"))
+
+    await run(scenario)
+    assert (await run(ddl_of, database))[1].endswith("INTERLEAVE IN PARENT Users ON DELETE NO ACTION")
+    assert sql.execute("SELECT parent_cascade FROM spanq.queues WHERE name LIKE 'd%inbox'").fetchone() == (False,)

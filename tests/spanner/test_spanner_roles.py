@@ -183,10 +183,13 @@ async def test_migration_0015_adds_the_roles_of_databases_made_before_it(spanner
     made = await asyncio.to_thread(make_database, "older", DDL[:2])
     # The schema as before migration 0015.
     sql.execute("DROP TABLE spanq.spanner_roles")
+    sql.execute("ALTER TABLE spanq.queues DROP COLUMN parent_cascade")
     sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 15")
     async with Store(database_url, min_size=1, max_size=1) as store:
         assert await store.migrate() == [15]
     assert sql.execute("SELECT count(*) FROM spanq.spanner_roles").fetchone() == (0,)
+    # The queues made before it cascade, as they were made.
+    assert sql.execute("SELECT parent_cascade FROM spanq.queues WHERE name LIKE 'd%ordersqueue'").fetchone() == (True,)
 
     def scenario() -> list[str]:
         made.update_ddl(DDL[2:4]).result(timeout=30)

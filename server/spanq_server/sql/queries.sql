@@ -32,7 +32,7 @@ SELECT count(*) FROM spanq.queues
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration
+       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade
 FROM spanq.queues
 WHERE name = %(name)s
 
@@ -40,7 +40,7 @@ WHERE name = %(name)s
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration
+       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -51,11 +51,11 @@ LIMIT %(limit)s
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
                           max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
-                          message_retention, archive_duration)
+                          message_retention, archive_duration, parent_cascade)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
         %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
-        %(message_retention)s, %(archive_duration)s)
+        %(message_retention)s, %(archive_duration)s, %(parent_cascade)s)
 RETURNING create_time
 
 -- queue_update --
@@ -298,10 +298,10 @@ CREATE OR REPLACE TRIGGER spanq_headers_limits BEFORE INSERT OR UPDATE OF spanq_
 CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_time) WHERE spanq_priority > 0
 
 -- queue_parent_constraint --
--- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE: the queue's
--- leading key columns reference the parent's primary key.
+-- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE (or NO ACTION):
+-- the queue's leading key columns reference the parent's primary key.
 ,
-    FOREIGN KEY ({parent_key_columns}) REFERENCES {parent_table} ON DELETE CASCADE
+    FOREIGN KEY ({parent_key_columns}) REFERENCES {parent_table} ON DELETE {on_delete}
 
 -- queue_receive_function_create --
 -- spanq.receive_<queue>(max_batch_size): leases up to max_batch_size

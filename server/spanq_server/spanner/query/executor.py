@@ -582,11 +582,13 @@ class Executor:
             if o.receive_mode or "receive_mode" in o.reset:
                 ddl["receive_mode"] = "receive_mode" not in o.reset
         elif s.on_delete_cascade is not None:
-            if not s.on_delete_cascade:
-                raise errors.InvalidArgument(ON_DELETE_NO_ACTION)
             if not queue.parent_table:
                 raise errors.FailedPrecondition(f"{shown} SET ON DELETE: the queue is not INTERLEAVE IN PARENT a "
                                                 "table")
+            if s.on_delete_cascade != queue.parent_on_delete_cascade:
+                raise errors.FailedPrecondition(
+                    f"{shown} SET ON DELETE {'CASCADE' if s.on_delete_cascade else 'NO ACTION'}: spanq cannot change "
+                    "a live queue's ON DELETE (its table's foreign key); drop the queue and create it again")
         elif s.interleave is not None:
             table, in_parent = s.interleave
             parent = queue.parent_table.removeprefix(ns.prefix) if queue.parent_table else None
@@ -732,8 +734,6 @@ def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
         )
     if len(set(s.primary_key)) != len(s.primary_key):
         raise errors.InvalidArgument(f"CREATE QUEUE {s.name}: a primary-key column is named twice")
-    if s.parent_table and not s.on_delete_cascade:
-        raise errors.InvalidArgument(ON_DELETE_NO_ACTION)
     return QueueDef(
         name=s.name,
         key_columns=tuple(KeyColumn(n, types[n]) for n in s.primary_key),
@@ -742,16 +742,12 @@ def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
         initial_backoff=queues.DEFAULT_INITIAL_BACKOFF,
         max_backoff=queues.DEFAULT_MAX_BACKOFF,
         parent_table=s.parent_table,
+        parent_on_delete_cascade=s.on_delete_cascade,
         disable_send=bool(s.options.disable_send),
         disable_delivery=bool(s.options.disable_delivery),
         message_retention_duration=retention(s.row_deletion, types, s.name) if s.row_deletion else None,
     )
 
-
-ON_DELETE_NO_ACTION = (
-    "ON DELETE NO ACTION is not supported on spanq queues: spanq makes INTERLEAVE IN PARENT a foreign key with ON "
-    "DELETE CASCADE, so a parent row's messages go with it; use ON DELETE CASCADE, or INTERLEAVE IN (without "
-    "PARENT), which ties no message to a parent row")
 
 MAX_RETENTION_DAYS = queues.MAX_RETENTION.days
 
@@ -799,10 +795,14 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
     text = f"CREATE QUEUE {spelling.queue} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
     text += ", ".join(spelling.column(c.name) for c in queue.key_columns) + ")"
     if parent:
-        text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE CASCADE"
+        text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE {_on_delete(queue)}"
     elif spelling.ddl.get("interleave_in"):
         text += f",\n  INTERLEAVE IN {spelling.ddl['interleave_in']}"
     return text + _ga_clauses(queue, spelling)
+
+
+def _on_delete(queue: QueueDef) -> str:
+    return "CASCADE" if queue.parent_on_delete_cascade else "NO ACTION"
 
 
 def _ga_clauses(queue: QueueDef, spelling: Spelling) -> str:
@@ -836,5 +836,5 @@ def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> st
     columns.append(f"  PRIMARY KEY({', '.join(name(spelling.column(c.name)) for c in queue.key_columns)})")
     text = f"CREATE QUEUE {name(spelling.queue)} (\n" + ",\n".join(columns) + "\n)"
     if parent:
-        text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE CASCADE"
+        text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE {_on_delete(queue)}"
     return text

@@ -17,7 +17,7 @@ surface's, and a statement neither has is the table subset's if it names a table
 the chosen grammar refuses is its error.
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
-        PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE CASCADE]]
+        PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
         [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
     ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
         | {ADD | REPLACE} ROW DELETION POLICY (...) | DROP ROW DELETION POLICY }

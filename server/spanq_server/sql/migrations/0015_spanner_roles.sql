@@ -12,3 +12,8 @@ CREATE TABLE spanq.spanner_roles (
     created   timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (database, name)
 );
+
+-- A queue interleaved in a parent may refuse the parent row's deletion while
+-- the row has messages (Spanner's INTERLEAVE IN PARENT ... ON DELETE NO
+-- ACTION); every queue made before cascades, as they were made.
+ALTER TABLE spanq.queues ADD COLUMN parent_cascade boolean NOT NULL DEFAULT true;
