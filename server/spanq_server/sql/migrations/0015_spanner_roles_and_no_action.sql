@@ -1,3 +1,5 @@
+-- Two things the Spanner front-end's GA DDL needs of the schema (issue 25).
+--
 -- Spanner's fine-grained access control (server/spanq_server/spanner/query/grants.py):
 -- a database's roles (CREATE ROLE) and the privileges granted to each (GRANT /
 -- REVOKE), which a session made with creator_role is held to. A role belongs
