@@ -26,6 +26,9 @@ MAX_ROLES = 100
 CACHE_SECONDS = 1.0
 """How long a server keeps a role's privileges: a GRANT or REVOKE through it applies at once,
 through another server within this."""
+MAX_CACHED = 1024
+"""Roles kept at most (the oldest read goes first): session names choose them, so any number
+of made-up names must not grow the cache."""
 
 Object = tuple[str, str]
 """(kind, folded name): ("queue", "orders"), ("table", "users"), ("function", "receive_orders")."""
@@ -103,14 +106,17 @@ class Roles:
         if cached is None or time.monotonic() - cached[0] >= CACHE_SECONDS:
             found = {n: g for n, _, g in await self._records.roles(database)}
             role = None
-            if name in found or name == PUBLIC:
+            if name in found or name in SYSTEM_ROLES:  # a system role has public's privileges
                 grants: dict[str, set[str]] = {}
                 for one in {name, PUBLIC}:
                     for obj, privileges in found.get(one, {}).items():
                         grants.setdefault(obj, set()).update(privileges)
                 role = Role(name, {k: frozenset(v) for k, v in grants.items()})
             cached = (time.monotonic(), role)
+            self._cache.pop((database, name), None)
             self._cache[(database, name)] = cached
+            while len(self._cache) > MAX_CACHED:
+                del self._cache[next(iter(self._cache))]
         if cached[1] is None:
             raise errors.PermissionDenied(f"Role not found: {name}", role=name)
         return cached[1]
