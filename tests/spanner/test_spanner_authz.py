@@ -25,7 +25,7 @@ from spanq_server.ground.config import Config
 from ..helpers import error_of, spanner_ddl
 from .test_spanner_hardening import RawSpanner, send
 
-OPS, READER, ACKER, FUZZER = "tok-ops", "tok-reader", "tok-acker", "tok-fuzzer"
+OPS, READER, ACKER, FUZZER, SENDER = "tok-ops", "tok-reader", "tok-acker", "tok-fuzzer", "tok-sender"
 TOKENS = f"""
 [tokens.ops]
 sha256 = "{auth.digest(OPS)}"
@@ -38,6 +38,10 @@ grants = {{ adv_ta = ["select"], adv_qa = ["select"], mine = ["admin"] }}
 [tokens.acker]
 sha256 = "{auth.digest(ACKER)}"
 grants = {{ t = ["ack"], qt = ["ack"] }}
+
+[tokens.sender]
+sha256 = "{auth.digest(SENDER)}"
+grants = {{ ordersqueue = ["send"] }}
 
 [tokens.fuzzer]
 sha256 = "{auth.digest(FUZZER)}"
@@ -544,3 +548,56 @@ async def test_generated_statements_never_return_or_change_what_the_token_may_no
     lost = [row for row in SECRET_ROWS if row[0] not in kept]
     if lost:  # what the fuzzer may delete, put back for the next example
         await ops.commit(*(_put("acked", row, pg) for row in lost))
+
+
+# -- database roles under a token file (issue 25, item 2) ----------------------------------------------
+
+ROLE_DDL = [
+    "CREATE QUEUE OrdersQueue (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id)",
+    "CREATE ROLE queue_producer",
+    "GRANT INSERT, SELECT ON QUEUE OrdersQueue TO ROLE queue_producer",
+]
+
+
+async def test_a_token_bounds_its_sessions_role_and_a_role_narrows_its_token(channel) -> None:  # type: ignore[no-untyped-def]
+    """What a session with a role may do is what both its token and its role allow: the token is
+    checked first (spanq's words), then the role (Spanner's)."""
+    from google.cloud.spanner_v1.types import spanner as spanner_types
+
+    operation = await create_database(channel, "bounded", ROLE_DDL)
+    assert not operation.HasField("error"), operation.error
+    database = f"{INSTANCE}/databases/bounded"
+
+    def create_session(role: str, token: str) -> Any:
+        request = spanner_types.CreateSessionRequest.pb()(database=database,
+                                                          session=spanner_types.Session.pb()(creator_role=role))
+        call = channel.unary_unary("/google.spanner.v1.Spanner/CreateSession",
+                                   request_serializer=type(request).SerializeToString,
+                                   response_deserializer=spanner_types.Session.pb().FromString)
+        return call(request, metadata=bearer(token))
+
+    session = await create_session("queue_producer", SENDER)
+    assert session.creator_role == "queue_producer"
+    sender, ops = (RawSpanner(channel, bearer(t), session=session.name) for t in (SENDER, OPS))
+    txn = await sender.begin()
+    await sender.sql("INSERT INTO OrdersQueue (Id, Payload) VALUES (1, 'x')", txn)
+    await sender.commit(txn=txn)
+    # The role may SELECT, the token may not: refused in the token's words.
+    code, message, _ = await error_of(sender.sql("SELECT Id FROM OrdersQueue"))
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "token 'sender' lacks the 'select' privilege" in message
+    # A token that may do everything, on a session of the role: the role's grants.
+    assert await ops.sql("SELECT Id FROM OrdersQueue") == [["1"]]
+    code, message, info = await error_of(ops.sql("SELECT * FROM RECEIVE_OrdersQueue()"))
+    assert (code, message) == (grpc.StatusCode.PERMISSION_DENIED, "Role queue_producer does not have required "
+                                                                   "privileges on table function RECEIVE_ordersqueue")
+    assert "GRANT EXECUTE ON TABLE FUNCTION RECEIVE_ordersqueue TO ROLE queue_producer" in info["detail"]
+    code, message, _ = await error_of(create_session("ghost", OPS))
+    assert (code, message) == (grpc.StatusCode.PERMISSION_DENIED, "Role not found: ghost")
+    # A role spans its database: CREATE ROLE needs admin on every queue; GRANT, admin on what it names.
+    for statement in ("CREATE ROLE other", "GRANT SELECT ON QUEUE OrdersQueue TO ROLE queue_producer"):
+        request = dba.UpdateDatabaseDdlRequest.pb()(database=database, statements=[statement])
+        call = channel.unary_unary("/google.spanner.admin.database.v1.DatabaseAdmin/UpdateDatabaseDdl",
+                                   request_serializer=type(request).SerializeToString,
+                                   response_deserializer=operations_pb2.Operation.FromString)
+        code, message, _ = await error_of(call(request, metadata=bearer(SENDER)))
+        assert code == grpc.StatusCode.PERMISSION_DENIED and "'admin' privilege" in message, statement

@@ -268,7 +268,7 @@ async def test_result_sets_ddl_and_errors_show_names_as_declared(spanner_env, sq
     assert out["receive"] == ["UserId", "TaskID", "payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
                               "SpannerLeaseToken", "SpannerLastBatchMessage"]
     assert "queue 'UserTasks' has no column 'nope'; it has UserId, TaskID, payload, DeliverTime" in out["error"]
-    assert out["ddl"] == ["CREATE QUEUE UserTasks (\n  UserId INT64 NOT NULL,\n  TaskID STRING(MAX) NOT NULL,\n"
+    assert out["ddl"] == ["CREATE QUEUE UserTasks (\n  UserId INT64 NOT NULL,\n  TaskID STRING(36) NOT NULL,\n"
                           "  payload BYTES(MAX) NOT NULL\n) PRIMARY KEY (UserId, TaskID)"]
     # Underneath, PostgreSQL's names stay folded, for psql and spanq.v1.
     assert sql.execute("SELECT userid, taskid FROM d1_usertasks").fetchall() == [(1, "a")]

@@ -39,7 +39,7 @@ for what servers read from their cache)."""
 UPDATABLE = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
              "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
 """The settings UpdateQueue may change (QueueDef's fields; spanq.v1 Queue's alike)."""
-FIXED = ("name", "key_columns", "payload_type", "parent_table", "create_time")
+FIXED = ("name", "key_columns", "payload_type", "parent_table", "parent_on_delete_cascade", "create_time")
 """What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
 
 logger = logging.getLogger(__name__)

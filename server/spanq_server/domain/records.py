@@ -6,9 +6,13 @@ spanner/query/names.py). The domain's door to the store's Spanner records: the f
 calls this, never the store (its tables take the store as ``spanner.port.TableStore``,
 handed to it by server.py)."""
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from ..store import Store
+from ..store.spanner import RoleGrants
+
+__all__ = ["Kind", "Records", "RoleGrants"]
 
 Kind = Literal["instance", "database"]
 
@@ -50,3 +54,21 @@ class Records:
     async def record_spelling(self, queue: str, database: str | None, spelled: dict[str, Any]) -> None:
         """Records the database whose DDL made ``queue`` (None: the default namespace) and its spelling."""
         await self._store.spanner_names_put(queue, database, spelled)
+
+    # -- database roles (Spanner's fine-grained access control) ---------------------
+
+    async def role_put(self, database: str, name: str, spelled: str) -> bool:
+        """Creates a role of ``database``; False when it has one of the name."""
+        return await self._store.spanner_role_put(database, name, spelled)
+
+    async def role_delete(self, database: str, name: str) -> bool:
+        return await self._store.spanner_role_delete(database, name)
+
+    async def roles(self, database: str) -> list[tuple[str, str, dict[str, list[str]]]]:
+        """(name, as written, privileges by object) of each role, oldest first."""
+        return await self._store.spanner_roles_list(database)
+
+    async def roles_change(self, database: str, names: list[str],
+                           change: Callable[[RoleGrants], RoleGrants]) -> None:
+        """Applies ``change`` to the privileges of roles ``names``, all or nothing."""
+        await self._store.spanner_roles_change(database, names, change)

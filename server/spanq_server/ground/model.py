@@ -43,6 +43,9 @@ class QueueDef:
     initial_backoff: timedelta
     max_backoff: timedelta
     parent_table: str | None = None
+    parent_on_delete_cascade: bool = True
+    """With a parent_table: deleting a parent row deletes its messages (ON DELETE CASCADE);
+    False: it is refused while the row has messages (Spanner's ON DELETE NO ACTION)."""
     max_delivery_attempts: int | None = None
     dead_letter_queue: str | None = None
     key_generated: bool = False

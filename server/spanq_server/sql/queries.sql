@@ -32,7 +32,7 @@ SELECT count(*) FROM spanq.queues
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration
+       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade
 FROM spanq.queues
 WHERE name = %(name)s
 
@@ -40,7 +40,7 @@ WHERE name = %(name)s
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration
+       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -51,11 +51,11 @@ LIMIT %(limit)s
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
                           max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
-                          message_retention, archive_duration)
+                          message_retention, archive_duration, parent_cascade)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
         %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
-        %(message_retention)s, %(archive_duration)s)
+        %(message_retention)s, %(archive_duration)s, %(parent_cascade)s)
 RETURNING create_time
 
 -- queue_update --
@@ -298,10 +298,10 @@ CREATE OR REPLACE TRIGGER spanq_headers_limits BEFORE INSERT OR UPDATE OF spanq_
 CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_time) WHERE spanq_priority > 0
 
 -- queue_parent_constraint --
--- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE: the queue's
--- leading key columns reference the parent's primary key.
+-- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE (or NO ACTION):
+-- the queue's leading key columns reference the parent's primary key.
 ,
-    FOREIGN KEY ({parent_key_columns}) REFERENCES {parent_table} ON DELETE CASCADE
+    FOREIGN KEY ({parent_key_columns}) REFERENCES {parent_table} ON DELETE {on_delete}
 
 -- queue_receive_function_create --
 -- spanq.receive_<queue>(max_batch_size): leases up to max_batch_size
@@ -1292,3 +1292,27 @@ UNION
 SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
 WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
 ORDER BY 1, 2
+
+-- spanner_role_put --
+-- Creates a database role (CREATE ROLE); no row when one of the name exists.
+INSERT INTO spanq.spanner_roles (database, name, spelled) VALUES (%(database)s, %(name)s, %(spelled)s)
+ON CONFLICT (database, name) DO NOTHING
+RETURNING true
+
+-- spanner_role_delete --
+DELETE FROM spanq.spanner_roles WHERE database = %(database)s AND name = %(name)s RETURNING true
+
+-- spanner_roles_list --
+-- A database's roles, in the order they were made, with their privileges.
+SELECT name, spelled, grants FROM spanq.spanner_roles WHERE database = %(database)s ORDER BY created, name
+
+-- spanner_roles_lock --
+-- The roles a GRANT or REVOKE changes, locked until it commits (two GRANTs to one
+-- role never lose either's privileges).
+SELECT name, grants FROM spanq.spanner_roles
+WHERE database = %(database)s AND name = ANY(%(names)s)
+ORDER BY name
+FOR UPDATE
+
+-- spanner_role_grants_set --
+UPDATE spanq.spanner_roles SET grants = %(grants)s WHERE database = %(database)s AND name = %(name)s

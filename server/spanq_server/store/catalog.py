@@ -147,6 +147,7 @@ class CatalogTables(Database):
                 "queue_parent_constraint",
                 parent_key_columns=identifiers(c.name for c in queue.key_columns[:facts.parent_key_width]),
                 parent_table=sql.Identifier("public", queue.parent_table),
+                on_delete=sql.SQL("CASCADE" if queue.parent_on_delete_cascade else "NO ACTION"),
             )
         cur = await conn.execute(query("queue_insert"), _queue_params(queue))
         row = await cur.fetchone()
@@ -335,6 +336,7 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
         "disable_delivery": queue.disable_delivery,
         "message_retention": queue.message_retention_duration,
         "archive_duration": queue.archive_duration,
+        "parent_cascade": queue.parent_on_delete_cascade,
         "create_time": queue.create_time,
     }
 
@@ -342,13 +344,14 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
 def _queue_from_row(row: Sequence[Any]) -> QueueDef:
     (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
      max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery,
-     message_retention, archive_duration) = row
+     message_retention, archive_duration, parent_cascade) = row
     return QueueDef(
         name=name,
         key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
         payload_type=ColumnType(payload_type),
         key_generated=key_generated,
         parent_table=parent_table,
+        parent_on_delete_cascade=parent_cascade,
         lease_duration=lease_duration,
         initial_backoff=initial_backoff,
         max_backoff=max_backoff,

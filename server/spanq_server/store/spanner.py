@@ -1,12 +1,17 @@
 """The Spanner front-end's records: instances, databases, and how each queue's names
 were spelled (spanner/handlers/admin.py, spanner/query/names.py)."""
 
+from collections.abc import Callable
 from typing import Any
 
 from psycopg.types.json import Jsonb
 
 from ..sql.compose import query
 from .database import Database, _scalar, wrap_errors
+
+
+RoleGrants = dict[str, dict[str, list[str]]]
+"""Roles' privileges: role -> object ("queue:q") -> privileges."""
 
 
 class SpannerRecords(Database):
@@ -54,3 +59,33 @@ class SpannerRecords(Database):
     async def spanner_record_delete(self, kind: str, name: str) -> bool:
         async with self._transaction() as conn:
             return bool(await _scalar(conn, f"spanner_{kind}_delete", name=name))
+
+    # -- database roles (spanq.spanner_roles) --------------------------------------
+
+    async def spanner_role_put(self, database: str, name: str, spelled: str) -> bool:
+        """Creates a role; False when the database has one of the name."""
+        async with self._transaction() as conn:
+            with wrap_errors():
+                return bool(await _scalar(conn, "spanner_role_put", database=database, name=name, spelled=spelled))
+
+    async def spanner_role_delete(self, database: str, name: str) -> bool:
+        async with self._transaction() as conn:
+            return bool(await _scalar(conn, "spanner_role_delete", database=database, name=name))
+
+    async def spanner_roles_list(self, database: str) -> list[tuple[str, str, dict[str, list[str]]]]:
+        """(name, as written, privileges by object) of each role of a database, oldest first."""
+        async with self._read() as conn:
+            cur = await conn.execute(query("spanner_roles_list"), {"database": database})
+            return [(row[0], row[1], dict(row[2])) for row in await cur.fetchall()]
+
+    async def spanner_roles_change(self, database: str, names: list[str],
+                                   change: Callable[[RoleGrants], RoleGrants]) -> None:
+        """Replaces the privileges of roles ``names`` by ``change`` of them (role -> privileges by
+        object; a role missing from what it is given does not exist), in one transaction that
+        holds the roles' rows: all of the change or, when ``change`` raises, none."""
+        async with self._transaction() as conn:
+            cur = await conn.execute(query("spanner_roles_lock"), {"database": database, "names": names})
+            current = {row[0]: dict(row[1]) for row in await cur.fetchall()}
+            for name, grants in change(current).items():
+                await conn.execute(query("spanner_role_grants_set"),
+                                   {"database": database, "name": name, "grants": Jsonb(grants)})

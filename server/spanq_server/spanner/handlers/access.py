@@ -13,17 +13,19 @@ reading of the text by another parser or dialect. A text the parser refuses is
 refused with its error and runs nothing.
 """
 
+import contextvars
 from collections.abc import Iterable
 from typing import Any
 
 from ...edge.auth import EVERY_QUEUE, PRINCIPAL, After, Principal, Rule, any_token, require_parent
 from ...ground import errors
 from .. import DATABASE_ADMIN, INSTANCE_ADMIN, OPERATIONS, SPANNER
-from ..query import ast, parser
+from ..query import ast, grants, parser
 from ..query.lexing import fold
 
 STATEMENT_PRIVILEGE: dict[type, str] = {
     ast.CreateQueue: "admin",
+    ast.AlterQueue: "admin",
     ast.DropQueue: "admin",
     ast.Receive: "receive",
     ast.RenewLease: "receive",
@@ -34,19 +36,61 @@ STATEMENT_PRIVILEGE: dict[type, str] = {
 """The privilege each kind of statement needs on the queue it names. A statement of a kind
 not listed is refused (fail closed): a new statement comes with its privilege."""
 
+SESSION_ROLE: contextvars.ContextVar["grants.Role | None"] = contextvars.ContextVar("spanq_session_role",
+                                                                                    default=None)
+"""The database role of the call's session (its creator_role), set by the servicer once it has
+read the session's role and privileges; None for a session without one."""
+
+
 def authorize(statement: ast.Statement, where: str = "") -> None:
-    """Refuses a parsed statement the call's token may not run (PermissionDenied); the
-    executor calls it on each statement it parses, before it runs. Nothing to check when
-    the server has no token file."""
+    """Refuses a parsed statement the call's token may not run (PermissionDenied), and one the
+    session's role may not (the token first: a role narrows a token, never widens it); the
+    executor calls it on each statement it parses, before it runs. Nothing to check when the
+    server has no token file and the session no role."""
     principal = PRINCIPAL.get()
     if principal is not None:
         check(principal, statement, where)
+    role = SESSION_ROLE.get()
+    if role is not None and not isinstance(statement, ast.Ddl):  # DDL is the admin API's, no session's
+        needs = grants.statement_needs(statement, statement_needs)
+        if needs is None:
+            raise errors.PermissionDenied(f"{where}the server has no rule for a {ast.kind(statement)} statement "
+                                          f"under role {role.name}, so it refuses it", role=role.name)
+        for kinds, name, privilege in needs:
+            role.require(kinds, name, privilege, where)
+
+
+def role_commit(role: "grants.Role", request: Any, tables: set[str]) -> None:
+    """What a Commit's mutations need of the session's role: INSERT for a Send (and a table's
+    Insert), DELETE for an Ack or a Delete, and the table privileges of the Write mutations
+    (``tables``: which of the names its Deletes name are tables, the others queues)."""
+    for i, mutation in enumerate(request.mutations):
+        kind = mutation.WhichOneof("operation")
+        where = f"mutation {i}: "
+        for privilege, table in mutation_needs(mutation):
+            role.require(("table",), table, grants.SPANNER_PRIVILEGE[privilege], where)
+        if kind == "send":
+            role.require(("queue",), fold(mutation.send.queue), "insert", where)
+        elif kind == "ack":
+            role.require(("queue",), fold(mutation.ack.queue), "delete", where)
+        elif kind == "delete":
+            name = fold(mutation.delete.table)
+            role.require(("table",) if name in tables else ("queue",), name, "delete", where)
+
+
+def role_read(role: "grants.Role", request: Any, table: bool) -> None:
+    """A Read needs SELECT on its table (``table``) or queue."""
+    role.require(("table",) if table else ("queue",), fold(request.table), "select")
 
 
 def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     """What ``statement`` needs of ``p``: its kind's privilege on the queue it names, or
-    (the table subset, ``statement_needs``) each privilege on each table or queue."""
+    (the table subset, ``statement_needs``) each privilege on each table or queue; roles
+    and their privileges (``_access_ddl``) admin."""
     kind = ast.kind(statement)
+    if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant)):
+        _access_ddl(p, statement, kind, where)
+        return
     if not isinstance(statement, ast.QueueStatement):
         what = "the DDL statement" if isinstance(statement, ast.TableDdl) else "the statement"
         needs = statement_needs(statement)
@@ -56,17 +100,32 @@ def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
             if needed not in p.grants.get(table, p.everywhere):
                 raise p.denied(needed, table, f"{what} (on a table)", where)
         return
-    what = "the DDL statement" if isinstance(statement, (ast.CreateQueue, ast.DropQueue)) else "the statement"
+    ddl = isinstance(statement, (ast.CreateQueue, ast.AlterQueue, ast.DropQueue))
+    what = "the DDL statement" if ddl else "the statement"
     privilege = STATEMENT_PRIVILEGE.get(type(statement))
     if privilege is None:
         raise _no_rule(p, kind, where)
-    queue = statement.name if isinstance(statement, (ast.CreateQueue, ast.DropQueue)) else statement.queue
+    queue = statement.name if isinstance(statement, (ast.CreateQueue, ast.AlterQueue, ast.DropQueue)) \
+        else statement.queue
     privileges = [privilege] + (["select"] if isinstance(statement, ast.QueueInsert) and statement.returning else [])
     for one in privileges:  # THEN RETURN reads what it wrote: SELECT, as on a table
         if one not in p.grants.get(queue, p.everywhere):
             raise p.denied(one, queue, f"{what} ({kind})", where)
     if isinstance(statement, ast.CreateQueue):
         require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
+
+
+def _access_ddl(p: Principal, statement: "ast.CreateRole | ast.DropRole | ast.Grant", kind: str,
+                where: str) -> None:
+    """A role spans its database: CREATE and DROP ROLE need ``admin`` on every queue ("*"); a
+    GRANT or REVOKE needs ``admin`` on each queue or table it names (a table function: its queue)."""
+    if not isinstance(statement, ast.Grant):
+        if "admin" not in p.everywhere:
+            raise p.denied("admin", EVERY_QUEUE, f"the DDL statement ({kind}: a role spans the database)", where)
+        return
+    for name in statement.names:
+        target = name.split("_", 1)[1] if statement.on == "function" else name
+        p.require("admin", target, f"the DDL statement ({'REVOKE' if statement.revoke else 'GRANT'})", where)
 
 
 def _no_rule(p: Principal, kind: str, where: str) -> errors.PermissionDenied:

@@ -106,16 +106,28 @@ class SpannerService:
 
     # sessions
     async def CreateSession(self, request: Any, context: Any) -> Any:
-        return sessions.new_session(request.database, request.session if request.HasField("session") else None)
+        template = request.session if request.HasField("session") else None
+        return sessions.new_session(request.database, template, await self._creator_role(request.database, template))
 
     async def BatchCreateSessions(self, request: Any, context: Any) -> Any:
         count = request.session_count
         if not 1 <= count <= sessions.MAX_BATCH_SESSIONS:
             raise errors.InvalidArgument(f"session_count must be between 1 and {sessions.MAX_BATCH_SESSIONS}")
         template = request.session_template if request.HasField("session_template") else None
+        role = await self._creator_role(request.database, template)
         reply = pb.BatchCreateSessionsResponse.pb()()
-        reply.session.extend(sessions.new_session(request.database, template) for _ in range(count))
+        reply.session.extend(sessions.new_session(request.database, template, role) for _ in range(count))
         return reply
+
+    async def _creator_role(self, database: str, template: Any | None) -> str | None:
+        """A new session's creator_role, folded, once the database is found to have it
+        (PERMISSION_DENIED "Role not found: r", Spanner's words, when it has not)."""
+        if template is None or not template.creator_role:
+            return None
+        role = fold(template.creator_role)
+        sessions.check_database(database)
+        await self._executor.roles.role(database, role)
+        return role
 
     async def GetSession(self, request: Any, context: Any) -> Any:
         return sessions.existing_session(request.name)
@@ -156,6 +168,10 @@ class SpannerService:
 
         async def attempt() -> Answer[Any]:
             ns = await self._namespace(request.session)
+            role = access.SESSION_ROLE.get()
+            if role is not None:
+                deletes = {fold(m.delete.table) for m in request.mutations if m.WhichOneof("operation") == "delete"}
+                access.role_commit(role, request, {t for t in deletes if await self._executor.tables.is_table(ns, t)})
             given = [await self._mutation(m, i, ns) for i, m in enumerate(request.mutations)]
             mutations = [m for m in given if m is not None]
             try:
@@ -186,7 +202,13 @@ class SpannerService:
         return answer.reply
 
     async def _namespace(self, session: str) -> Scope:
-        return await self._admin.scope(sessions.database_of(session))
+        """The session's database's namespace; and the session's role, for what its call runs
+        (access.SESSION_ROLE)."""
+        database = sessions.database_of(session)
+        role = sessions.role_of(session)
+        if role is not None:
+            access.SESSION_ROLE.set(await self._executor.roles.role(database, role))
+        return await self._admin.scope(database)
 
     async def _mutation(self, mutation: Any, index: int, ns: Scope) -> Mutation | None:
         """The domain's mutation; None for one that changes nothing (a Delete of no keys)."""
@@ -339,6 +361,9 @@ class SpannerService:
     # reads
     async def Read(self, request: Any, context: Any) -> Any:
         ns = await self._namespace(request.session)
+        role = access.SESSION_ROLE.get()
+        if role is not None:
+            access.role_read(role, request, await self._executor.tables.is_table(ns, fold(request.table)))
         selector = request.transaction if request.HasField("transaction") else None
         async with self._transactions.use(request.session, selector) as use:
             return result_set_pb(await self._executor.read(request, use, ns), use.began)
@@ -506,8 +531,17 @@ class DatabaseAdminService:
         names, ns = self._executor.names, await self._admin.scope(request.database)
         tables = await self._executor.tables.ddl_of(request.database, ns)  # before the queues interleaved in them
         declared = await self._executor.tables.declared_names(request.database)
+        queues = {q.name.removeprefix(ns.prefix): (await names.of(q)).queue for q in found}
+
+        async def shown(kind: str, name: str) -> str:
+            if kind == "function":
+                function, _, queue = name.partition("_")
+                return f"{function.upper()}_{queues.get(queue, queue)}"
+            return queues.get(name, name) if kind == "queue" else declared.get(ns.prefix + name, name)
+
+        roles = await self._executor.roles.ddl_of(request.database, shown)  # after what they grant on
         return dba.GetDatabaseDdlResponse.pb()(
-            statements=tables + [queue_ddl(q, await names.of(q), ns.prefix, declared) for q in found])
+            statements=tables + [queue_ddl(q, await names.of(q), ns.prefix, declared) for q in found] + roles)
 
     # Backups, database operations and roles: spanq has none. The emulator answers these
     # lists empty, and Google's test fixtures call them in their teardown.
@@ -524,8 +558,11 @@ class DatabaseAdminService:
         return dba.ListDatabaseOperationsResponse.pb()()
 
     async def ListDatabaseRoles(self, request: Any, context: Any) -> Any:
+        """Spanner's system roles and the database's own, named databases/D/databaseRoles/R."""
         await self._admin.get_database(request.parent)
-        return dba.ListDatabaseRolesResponse.pb()()
+        return dba.ListDatabaseRolesResponse.pb()(database_roles=[
+            dba.DatabaseRole.pb()(name=f"{request.parent}/databaseRoles/{role}")
+            for role in await self._executor.roles.listed(request.parent)])
 
     async def GetBackup(self, request: Any, context: Any) -> Any:
         raise NotFound(f"Backup not found: {request.name} (spanq has no backups)")

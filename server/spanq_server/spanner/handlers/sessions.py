@@ -7,6 +7,12 @@ no CreateDatabase made reaches the default namespace). Sessions hold no state in
 are tracked by their own ids), so a session is just a name: any well-formed
 session name is accepted, which keeps clients working across server
 restarts and replicas. Multiplexed and regular sessions behave the same.
+
+A session made with a ``creator_role`` (the client's ``database_role``) carries it
+in its name (``.../sessions/<id>-role-<role>``), so every server knows it without a
+record; a name that carries no role is a session without one. Naming a role in a
+made-up session name gains nothing: a role only narrows what the call may do
+(grants.py), never widens it.
 """
 
 import re
@@ -48,12 +54,24 @@ def database_of(session: str) -> str:
     return session[: match.end("database")]
 
 
-def new_session(database: str, template: Any | None = None) -> Any:
+ROLE_MARK = "-role-"
+"""Between a session's id and the (folded) role it was made with."""
+
+
+def role_of(session: str) -> str | None:
+    """The database role a session was made with (None: none)."""
+    match = check(session, SESSION, "session")
+    _, mark, role = match["session"].rpartition(ROLE_MARK)
+    return role if mark and role else None
+
+
+def new_session(database: str, template: Any | None = None, role: str | None = None) -> Any:
+    """A session of ``database``; with ``role`` (folded, checked by the caller), one of that role."""
     check_database(database)
     session = SessionPb()
     if template is not None:
         session.CopyFrom(template)
-    session.name = f"{database}/sessions/{secrets.token_hex(16)}"
+    session.name = f"{database}/sessions/{secrets.token_hex(16)}" + (f"{ROLE_MARK}{role}" if role else "")
     session.create_time.FromDatetime(datetime.now(timezone.utc))
     session.approximate_last_use_time.CopyFrom(session.create_time)
     return session
@@ -61,4 +79,4 @@ def new_session(database: str, template: Any | None = None) -> Any:
 
 def existing_session(name: str) -> Any:
     database_of(name)
-    return SessionPb(name=name)
+    return SessionPb(name=name, creator_role=role_of(name) or "")

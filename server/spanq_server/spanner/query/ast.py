@@ -395,6 +395,27 @@ ALL_COLUMNS = "*"
 
 
 @dataclasses.dataclass(frozen=True)
+class QueueOptions:
+    """A queue's OPTIONS (...) of CREATE or ALTER QUEUE: each None where not given; in ALTER,
+    ``reset`` names those set to NULL (back to the default)."""
+
+    disable_send: bool | None = None
+    disable_delivery: bool | None = None
+    locality_group: str | None = None
+    receive_mode: bool = False
+    """receive_mode = 'PULL' was written (the only mode)."""
+    reset: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class RowDeletionPolicy:
+    """ROW DELETION POLICY (OLDER_THAN(column, INTERVAL days DAY)): ``column`` folded."""
+
+    column: str
+    days: int
+
+
+@dataclasses.dataclass(frozen=True)
 class CreateQueue:
     name: str
     columns: tuple[tuple[str, ColumnType], ...]
@@ -404,6 +425,56 @@ class CreateQueue:
     spelled: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
     """(folded, as written) for the queue and each column: results and GetDatabaseDdl show
     names as the DDL declared them."""
+    declared: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    """(folded column, its type as written: STRING(36)), for GetDatabaseDdl."""
+    hidden: tuple[str, ...] = ()
+    """Columns declared HIDDEN: left out of SELECT *."""
+    interleave_in: str | None = None
+    """INTERLEAVE IN t without PARENT (as written): locality only, no parent row needed."""
+    on_delete_cascade: bool = True
+    options: QueueOptions = QueueOptions()
+    row_deletion: RowDeletionPolicy | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AlterQueue:
+    """ALTER QUEUE q: one of SET OPTIONS, SET ON DELETE, SET INTERLEAVE IN [PARENT] t, and
+    ADD / DROP / REPLACE ROW DELETION POLICY."""
+
+    name: str
+    options: QueueOptions | None = None
+    on_delete_cascade: bool | None = None
+    interleave: tuple[str, bool] | None = None
+    """(the table as written, whether PARENT was written)."""
+    row_deletion: str | None = None
+    """"add", "drop" or "replace"."""
+    policy: RowDeletionPolicy | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CreateRole:
+    name: str
+    spelled: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DropRole:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Grant:
+    """GRANT (or, ``revoke``, REVOKE) privileges ON {QUEUE | TABLE | TABLE FUNCTION} names
+    TO / FROM ROLE roles. ``on`` is "queue", "table" or "function"; a function's name is
+    folded (``receive_q``), its queue's with it."""
+
+    privileges: tuple[str, ...]
+    on: str
+    names: tuple[str, ...]
+    roles: tuple[str, ...]
+    revoke: bool = False
+    spelled: tuple[tuple[str, str], ...] = dataclasses.field(default=(), compare=False)
+    """(folded, as written) of the objects."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,13 +529,15 @@ class QueueSelect:
     limit: Value | None = None
 
 
-QueueDdl = CreateQueue | DropQueue
+QueueDdl = CreateQueue | DropQueue | AlterQueue
+AccessDdl = CreateRole | DropRole | Grant
+"""Fine-grained access control: database roles and their privileges."""
 QueueQuery = Receive | RenewLease | QueueSelect
 QueueDml = QueueDelete | QueueInsert
 QueueStatement = QueueDdl | QueueQuery | QueueDml
 """A statement of the queue surface (both dialects)."""
 
-Ddl = QueueDdl | TableDdl
+Ddl = QueueDdl | TableDdl | AccessDdl
 Statement = QueueStatement | TableSubset
 
 

@@ -26,6 +26,7 @@ from ...ground.model import AckItem, ColumnType, KeyColumn, LeasedMessage, Outgo
 from ..port import TableStore
 from . import ast, dialects, parser
 from . import values
+from .grants import Roles
 from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
 from .parser import Dialect, Parsed
@@ -82,6 +83,8 @@ class Output:
     key: str
     name: str
     type: ColumnType
+    hidden: bool = False
+    """Declared HIDDEN: left out of ``*``, returned when named."""
 
 
 def project(available: list[Output], items: tuple[ast.Item, ...] | None,
@@ -89,7 +92,8 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
     """The positions and result columns a SELECT list picks (all for ``*``), named as
     declared or as the ``AS`` alias says."""
     if items is None:
-        return list(range(len(available))), [(c.name, c.type) for c in available]
+        shown = [i for i, c in enumerate(available) if not c.hidden]
+        return shown, [(available[i].name, available[i].type) for i in shown]
     by_key = {c.key: i for i, c in enumerate(available)}
     chosen: list[int] = []
     named: list[tuple[str, ColumnType]] = []
@@ -168,6 +172,8 @@ class Executor:
     def __init__(self, catalog: Catalog, mutator: Mutator, receiver: Receiver, operator: Operator, records: Records,
                  tables: TableStore, clock: Clock, exactly_once: ExactlyOnce, authorize: Authorize) -> None:
         self.names = Names(records, catalog)
+        self.roles = Roles(records)
+        """Database roles and their privileges (grants.py)."""
         self.tables = Tables(tables, catalog, self.names)
         """Spanner tables (tables.py): the statements parser.parse gives the table subset run there."""
         self._catalog = catalog
@@ -216,7 +222,7 @@ class Executor:
 
         return await parser.parse(text, Dialect.of(ns.pg), is_table, any_table)
 
-    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> "ast.QueueDdl | ast.TableDdl":
+    def parse_ddl(self, text: str, ns: Scope = DEFAULT_SCOPE, where: str = "") -> ast.Ddl:
         """A DDL statement: of queues, or (GoogleSQL) of tables and indexes; authorized as ``parse``'s."""
         statement = parser.parse_ddl(text, Dialect.of(ns.pg))
         self._authorize(statement, where)
@@ -603,12 +609,25 @@ class Executor:
 
     # -- DDL ------------------------------------------------------------------------
 
-    async def ddl(self, statement: "ast.QueueDdl | ast.TableDdl", database: str | None = None,
+    async def ddl(self, statement: ast.Ddl, database: str | None = None,
                   ns: Scope = DEFAULT_SCOPE) -> str | None:
         """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
         created, if any."""
+        if isinstance(statement, ast.AlterQueue):
+            await self._alter(statement, database, ns)
+            return None
+        if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant)):
+            async def exists(kind: str, name: str) -> bool:
+                if kind == "queue":
+                    return ns.owns(name) and await self._catalog.exists(ns.prefix + name)
+                return await self.tables.is_table(ns, name)
+
+            await self.roles.ddl(statement, database, exists)
+            return None
         if not isinstance(statement, (ast.CreateQueue, ast.DropQueue)):
             await self.tables.ddl(statement, database, ns)
+            if isinstance(statement, ast.DropTable):
+                await self.roles.forget(database, "table", statement.name)
             return None
         if isinstance(statement, ast.DropQueue):
             try:
@@ -617,8 +636,13 @@ class Executor:
             except errors.QueueNotFound:
                 if not statement.if_exists:
                     raise
+                return None
+            await self.roles.forget(database, "queue", statement.name)
             return None
         queue = queue_from_ddl(statement)
+        if statement.interleave_in and not await self._is_relation(ns, fold(statement.interleave_in)):
+            raise errors.QueueNotFound(f"CREATE QUEUE: INTERLEAVE IN {statement.interleave_in}: Table not found: "
+                                       f"{statement.interleave_in}")
         if not ns.owns(queue.name):
             raise errors.InvalidArgument(f"{queue.name!r} is not a name of this database: {RESERVED}")
         if ns.prefix:
@@ -641,6 +665,69 @@ class Executor:
             raise
         await self.names.record(queue.name, database, Spelling.of_ddl(statement, ns.pg))
         return queue.name
+
+    async def _is_relation(self, ns: Scope, name: str) -> bool:
+        """Whether a (folded) name is a table or a queue of the database."""
+        return await self.tables.is_table(ns, name) or ns.owns(name) and await self._catalog.exists(ns.prefix + name)
+
+    async def _alter(self, s: ast.AlterQueue, database: str | None, ns: Scope) -> None:
+        """ALTER QUEUE: the pauses and the retention are the queue's own settings (the domain's
+        UpdateQueue: every front-end sees them at once); the locality group, receive mode and
+        INTERLEAVE IN without PARENT are what GetDatabaseDdl lists (the spelling's record)."""
+        queue = await self.queue(ns, s.name, fresh=True)
+        spelling = await self.names.of(queue)
+        shown = f"ALTER QUEUE {spelling.queue}"
+        changes: dict[str, Any] = {}
+        ddl = dict(spelling.ddl)
+        if s.options is not None:
+            o = s.options
+            for name in ("disable_send", "disable_delivery"):
+                if getattr(o, name) is not None or name in o.reset:
+                    changes[name] = bool(getattr(o, name))
+            if o.locality_group is not None or "locality_group" in o.reset:
+                ddl["locality_group"] = o.locality_group
+            if o.receive_mode or "receive_mode" in o.reset:
+                ddl["receive_mode"] = "receive_mode" not in o.reset
+        elif s.on_delete_cascade is not None:
+            if not queue.parent_table:
+                raise errors.FailedPrecondition(f"{shown} SET ON DELETE: the queue is not INTERLEAVE IN PARENT a "
+                                                "table")
+            if s.on_delete_cascade != queue.parent_on_delete_cascade:
+                raise errors.FailedPrecondition(
+                    f"{shown} SET ON DELETE {'CASCADE' if s.on_delete_cascade else 'NO ACTION'}: spanq cannot change "
+                    "a live queue's ON DELETE (its table's foreign key); drop the queue and create it again")
+        elif s.interleave is not None:
+            table, in_parent = s.interleave
+            parent = queue.parent_table.removeprefix(ns.prefix) if queue.parent_table else None
+            if in_parent and parent != fold(table) or not in_parent and parent is not None:
+                raise errors.FailedPrecondition(
+                    f"{shown} SET INTERLEAVE IN{' PARENT' if in_parent else ''} {table}: spanq cannot change a live "
+                    "queue's parent (INTERLEAVE IN PARENT is a foreign key of its table); drop the queue and create "
+                    "it again")
+            if not in_parent:
+                if not await self._is_relation(ns, fold(table)):
+                    raise errors.QueueNotFound(f"{shown} SET INTERLEAVE IN {table}: Table not found: {table}")
+                ddl["interleave_in"] = table  # locality only: nothing to change but what is listed
+        else:
+            has = queue.message_retention_duration is not None
+            if s.row_deletion == "add" and has:
+                raise errors.FailedPrecondition(f"{shown}: the queue already has a row deletion policy; use REPLACE "
+                                                "ROW DELETION POLICY")
+            if s.row_deletion != "add" and not has:
+                raise errors.FailedPrecondition(f"{shown}: the queue has no row deletion policy; use ADD ROW "
+                                                "DELETION POLICY")
+            types = {c.name: c.type for c in queue.key_columns}
+            changes["message_retention_duration"] = (retention(s.policy, types, spelling.queue)
+                                                     if s.policy is not None else None)
+        if changes:
+            try:
+                await self._catalog.update(queue.name, changes)
+            except errors.QueueError as exc:
+                await self.names.shown_in(exc, queue)
+                raise
+        if ddl != spelling.ddl:
+            await self.names.record(queue.name, database,
+                                    dataclasses.replace(spelling, ddl={k: v for k, v in ddl.items() if v}))
 
     # -- values -----------------------------------------------------------------------
 
@@ -691,8 +778,8 @@ class Executor:
 
 def message_columns(queue: QueueDef, spelling: Spelling) -> list[Output]:
     """A queue's own columns: its key, Payload and DeliverTime."""
-    found = [Output(c.name, spelling.column(c.name), c.type) for c in queue.key_columns]
-    return found + [Output("payload", spelling.column("payload"), queue.payload_type),
+    found = [Output(c.name, spelling.column(c.name), c.type, spelling.hidden(c.name)) for c in queue.key_columns]
+    return found + [Output("payload", spelling.column("payload"), queue.payload_type, spelling.hidden("payload")),
                     Output("delivertime", spelling.column("delivertime"), ColumnType.TIMESTAMP)]
 
 
@@ -762,7 +849,33 @@ def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
         initial_backoff=queues.DEFAULT_INITIAL_BACKOFF,
         max_backoff=queues.DEFAULT_MAX_BACKOFF,
         parent_table=s.parent_table,
+        parent_on_delete_cascade=s.on_delete_cascade,
+        disable_send=bool(s.options.disable_send),
+        disable_delivery=bool(s.options.disable_delivery),
+        message_retention_duration=retention(s.row_deletion, types, s.name) if s.row_deletion else None,
     )
+
+
+MAX_RETENTION_DAYS = queues.MAX_RETENTION.days
+
+
+def retention(policy: ast.RowDeletionPolicy, types: dict[str, ColumnType], queue: str) -> timedelta:
+    """A queue's ROW DELETION POLICY as the domain's message_retention_duration: messages are
+    deleted ``days`` after they were sent. Its column must be the queue's DeliverTime (a
+    message's time, which spanq ages from its send: see docs/spanner-compat.md); a key
+    column holds the sender's value, which spanq's retention does not read."""
+    what = f"queue {queue}: ROW DELETION POLICY"
+    if policy.column not in ("delivertime", "deliver_time"):
+        if types.get(policy.column) is ColumnType.TIMESTAMP:
+            raise errors.InvalidArgument(
+                f"{what}: OLDER_THAN({policy.column}, ...) names a key column; spanq deletes a queue's unacknowledged "
+                "messages by the time they were sent only: name DeliverTime (deliver_time in PostgreSQL)")
+        raise errors.InvalidArgument(f"{what}: OLDER_THAN takes the queue's DeliverTime column (a TIMESTAMP), not "
+                                     f"{policy.column!r}")
+    if not 1 <= policy.days <= MAX_RETENTION_DAYS:
+        raise errors.InvalidArgument(f"{what}: INTERVAL {policy.days} DAY; spanq keeps messages 1 to "
+                                     f"{MAX_RETENTION_DAYS} days (message_retention_duration)")
+    return timedelta(days=policy.days)
 
 
 def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
@@ -779,13 +892,43 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
         return _pg_queue_ddl(queue, spelling, parent)
     spelled = {ColumnType.INT64: "INT64", ColumnType.STRING: "STRING(MAX)", ColumnType.BYTES: "BYTES(MAX)",
                ColumnType.TIMESTAMP: "TIMESTAMP", ColumnType.BOOL: "BOOL", ColumnType.JSON: "JSON"}
-    columns = [f"  {spelling.column(c.name)} {spelled[c.type]} NOT NULL" for c in queue.key_columns]
-    columns.append(f"  {spelling.column('payload')} {spelled[queue.payload_type]} NOT NULL")
+    declared = spelling.ddl.get("types", {})
+
+    def column(name: str, column_type: ColumnType) -> str:
+        line = f"  {spelling.column(name)} {declared.get(name) or spelled[column_type]} NOT NULL"
+        return line + (" HIDDEN" if spelling.hidden(name) else "")
+
+    columns = [column(c.name, c.type) for c in queue.key_columns] + [column("payload", queue.payload_type)]
     text = f"CREATE QUEUE {spelling.queue} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
     text += ", ".join(spelling.column(c.name) for c in queue.key_columns) + ")"
     if parent:
-        text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE CASCADE"
-    return text
+        text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE {_on_delete(queue)}"
+    elif spelling.ddl.get("interleave_in"):
+        text += f",\n  INTERLEAVE IN {spelling.ddl['interleave_in']}"
+    return text + _ga_clauses(queue, spelling)
+
+
+def _on_delete(queue: QueueDef) -> str:
+    return "CASCADE" if queue.parent_on_delete_cascade else "NO ACTION"
+
+
+def _ga_clauses(queue: QueueDef, spelling: Spelling) -> str:
+    """A GoogleSQL queue's ROW DELETION POLICY and OPTIONS as GetDatabaseDdl lists them: the
+    pauses and the retention as the catalog holds them now (UpdateQueue changes them too), the
+    others as declared. A retention of no whole number of days (set through spanq.v1) has no
+    Spanner form: it is left out."""
+    text = ""
+    retention = queue.message_retention_duration
+    if retention is not None and retention == timedelta(days=retention.days):
+        column = spelling.column("delivertime")
+        text += f",\n  ROW DELETION POLICY (OLDER_THAN({column}, INTERVAL {retention.days} DAY))"
+    options = []
+    if spelling.ddl.get("receive_mode"):
+        options.append("receive_mode = 'PULL'")
+    options += [f"{name} = true" for name in ("disable_send", "disable_delivery") if getattr(queue, name)]
+    if spelling.ddl.get("locality_group"):
+        options.append(f"locality_group = '{spelling.ddl['locality_group']}'")
+    return text + (f",\n  OPTIONS ({', '.join(options)})" if options else "")
 
 
 def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> str:
@@ -800,5 +943,5 @@ def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> st
     columns.append(f"  PRIMARY KEY({', '.join(name(spelling.column(c.name)) for c in queue.key_columns)})")
     text = f"CREATE QUEUE {name(spelling.queue)} (\n" + ",\n".join(columns) + "\n)"
     if parent:
-        text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE CASCADE"
+        text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE {_on_delete(queue)}"
     return text

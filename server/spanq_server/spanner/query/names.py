@@ -41,6 +41,13 @@ class Spelling:
     """Folded column name -> as declared."""
     pg: bool = False
     """Declared in Spanner's PostgreSQL dialect: its results name the system columns so."""
+    ddl: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """What else the DDL declared that GetDatabaseDdl lists and the catalog does not hold:
+    ``types`` (folded column -> its type as written), ``hidden`` (columns), ``interleave_in``
+    (a table, without PARENT), ``locality_group``, ``receive_mode`` (written)."""
+
+    def hidden(self, name: str) -> bool:
+        return name in self.ddl.get("hidden", ())
 
     def column(self, name: str) -> str:
         return self.columns.get(name) or (PG_STANDARD if self.pg else STANDARD).get(name, name)
@@ -59,10 +66,15 @@ class Spelling:
     def of_ddl(statement: ast.CreateQueue, pg: bool = False) -> "Spelling":
         spelled = dict(statement.spelled)
         columns = {name: spelled.get(name, name) for name, _ in statement.columns}
-        return Spelling(spelled.get(statement.name, statement.name), columns, pg)
+        ddl: dict[str, Any] = {"types": dict(statement.declared), "hidden": list(statement.hidden),
+                               "interleave_in": statement.interleave_in,
+                               "locality_group": statement.options.locality_group,
+                               "receive_mode": statement.options.receive_mode}
+        return Spelling(spelled.get(statement.name, statement.name), columns, pg,
+                        {k: v for k, v in ddl.items() if v})
 
     def as_json(self) -> dict[str, Any]:
-        return {"queue": self.queue, "columns": self.columns, "pg": self.pg}
+        return {"queue": self.queue, "columns": self.columns, "pg": self.pg, "ddl": self.ddl}
 
 
 class Names:
@@ -85,9 +97,9 @@ class Names:
         spelling = Spelling.folded(queue)
         if found:
             spelling = Spelling(str(found.get("queue") or queue.name), dict(found.get("columns") or {}),
-                                bool(found.get("pg")))
+                                bool(found.get("pg")), dict(found.get("ddl") or {}))
             if not queue.name.endswith(fold(spelling.queue)):  # never show another queue's name
-                spelling = Spelling(queue.name, spelling.columns, spelling.pg)
+                spelling = Spelling(queue.name, spelling.columns, spelling.pg, spelling.ddl)
         self._cache[queue.name] = (queue.create_time, spelling)
         return spelling
 

@@ -16,9 +16,13 @@ at something only the table subset has, is the table subset's; anything else the
 surface's, and a statement neither has is the table subset's if it names a table. What
 the chosen grammar refuses is its error.
 
-    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL, ..., Payload BYTES(MAX) NOT NULL)
-        PRIMARY KEY (k1, ...) [, INTERLEAVE IN PARENT p ON DELETE CASCADE] [, OPTIONS (...)]
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
+        PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
+        [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
+    ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
+        | {ADD | REPLACE} ROW DELETION POLICY (...) | DROP ROW DELETION POLICY }
     DROP QUEUE [IF EXISTS] q
+    CREATE ROLE, DROP ROLE, GRANT, REVOKE (``roles``)
     SELECT * | <items> FROM RECEIVE_q([max_duration => '20m'] [, max_batch_size => 20] [, priority => ...])
         [[AS] r] [WHERE c <op> <v> AND ...]
     SELECT * | <items> FROM RENEWLEASE_q(lease_tokens => ['t1', ...] | @tokens) [[AS] r]
@@ -67,11 +71,11 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from decimal import Decimal, InvalidOperation
-from typing import NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ...ground.errors import InvalidArgument
 from ...ground.model import ColumnType
-from . import ast, dialects, lexing
+from . import ast, dialects, lexing, roles
 from .ast import (ALL_COLUMNS, BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Aggregate, Arithmetic,
                   ArrayLiteral, Between, Column, ColumnDef, Compare, Condition, Count, CountStar, CreateIndex,
                   CreateQueue, CreateTable, Delete, Exists, InSelect,
@@ -192,17 +196,23 @@ async def _any(is_table: Callable[[str], Awaitable[bool]], names: Iterable[str])
     return False
 
 
-def parse_ddl(text: str, dialect: Dialect) -> ast.QueueDdl | ast.TableDdl:
-    """A DDL statement in ``dialect``: of queues, or (GoogleSQL) of tables and indexes, by its
-    first words."""
+def parse_ddl(text: str, dialect: Dialect) -> ast.Ddl:
+    """A DDL statement in ``dialect``: of queues, of roles and their privileges, or of tables
+    and indexes, by its first words."""
     if is_table_ddl(text, dialect):
         statement = parse_table(text, dialect)
         assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex, ast.AlterTable))
         return statement
+    if text and text.strip():
+        tokens = tokenize(text, dialect, Surface.QUEUE)
+        if roles.is_access_ddl(tokens):
+            return roles.statement(Parser(text, dialect, Surface.QUEUE, tokens))
+        if tokens[0].is_word("alter") and tokens[min(1, len(tokens) - 1)].is_word("queue"):
+            return Parser(text, dialect, Surface.QUEUE, tokens).alter_queue()
     queue = parse_queue(text, dialect)
     if not isinstance(queue, (ast.CreateQueue, ast.DropQueue)):
-        raise InvalidArgument(f"only CREATE QUEUE and DROP QUEUE (and, in GoogleSQL, CREATE/DROP TABLE and INDEX) are "
-                              f"DDL here, got {text.strip()[:80]!r}")
+        raise InvalidArgument(f"only CREATE QUEUE, ALTER QUEUE, DROP QUEUE, CREATE / DROP ROLE, GRANT and REVOKE (and, "
+                              f"in GoogleSQL, CREATE/DROP TABLE and INDEX) are DDL here, got {text.strip()[:80]!r}")
     return queue
 
 
@@ -537,6 +547,21 @@ _LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number":
 """The type of a literal token's value."""
 
 
+class _QueueColumn(NamedTuple):
+    """A column of CREATE QUEUE as declared."""
+
+    name: str
+    type: ColumnType
+    declared: str = ""
+    """Its type as written (STRING(36)); empty in PostgreSQL."""
+    hidden: bool = False
+
+
+_QUEUE_OPTIONS: dict[str, type] = {"receive_mode": str, "disable_send": bool, "disable_delivery": bool,
+                                   "locality_group": str}
+"""A queue's options (CREATE / ALTER QUEUE ... OPTIONS) and the type of each one's value."""
+
+
 class Parser(Cursor):
     """A recursive-descent parser of one statement, in ``dialect``, of ``surface``: the queue
     surface's rules (``queue_statement`` and the methods below it) or the table subset's
@@ -584,8 +609,8 @@ class Parser(Cursor):
         self.word("create")
         if not self.peek.is_word("queue"):
             raise InvalidArgument(
-                f"only CREATE QUEUE, CREATE TABLE and CREATE [UNIQUE] INDEX are supported among CREATE statements, "
-                f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)"
+                f"only CREATE QUEUE, CREATE TABLE, CREATE [UNIQUE] INDEX and CREATE ROLE are supported among CREATE "
+                f"statements, got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)"
             )
         self.word("queue")
         if_not_exists = False
@@ -597,13 +622,20 @@ class Parser(Cursor):
         spelled = [(name, spelled_name)]
         self.punct("(")
         columns: list[tuple[str, ColumnType]] = []
+        declared: list[tuple[str, str]] = []
+        hidden: list[str] = []
         key: list[str] = []
         while not self.accept_punct(")"):
             if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
                 key = self.primary_key()
             else:
                 spelled.append((self.peek.value, self.peek.spelled))
-                columns.append(self.queue_column())
+                column = self.queue_column()
+                columns.append((column.name, column.type))
+                if column.declared:
+                    declared.append((column.name, column.declared))
+                if column.hidden:
+                    hidden.append(column.name)
                 if self.pg and self.accept_word("primary"):
                     self.word("key")
                     key.append(columns[-1][0])
@@ -614,26 +646,70 @@ class Parser(Cursor):
             key = self.primary_key()
         elif not key:
             raise InvalidArgument(f"CREATE QUEUE {name}: a queue needs a PRIMARY KEY (...)")
-        parent = None
+        parent = interleave_in = None
+        cascade = True
+        options = ast.QueueOptions()
+        policy = None
         while self.accept_punct(",") or self.peek.is_word("interleave", "options", "with", "row"):
             if self.accept_word("interleave"):
-                self.word("in")
-                self.word("parent")
-                parent = self.loose_name("a parent table name")
-                if self.accept_word("on"):
-                    self.word("delete")
-                    if not self.accept_word("cascade"):
-                        raise InvalidArgument("a queue interleaved in a parent is deleted with it: use ON DELETE "
-                                              "CASCADE (spanq implements INTERLEAVE IN PARENT as a foreign key "
-                                              "with ON DELETE CASCADE)")
+                table, in_parent, on_delete = self.interleave()
+                if in_parent:
+                    parent, cascade = table, on_delete is not False
+                elif on_delete is not None:
+                    raise InvalidArgument(f"CREATE QUEUE {name}: ON DELETE goes with INTERLEAVE IN PARENT only "
+                                          "(INTERLEAVE IN without PARENT needs no parent row, so nothing is deleted "
+                                          "with one)")
+                else:
+                    interleave_in = table
             elif self.accept_word("options", "with"):
-                self.options()
+                options = self.queue_options(alter=False)
             elif self.accept_word("row"):
-                raise InvalidArgument("row deletion policies (TTL) are not supported on spanq queues")
+                policy = self.row_deletion_policy()
             else:
-                raise self.error("INTERLEAVE IN PARENT or OPTIONS")
+                raise self.error("INTERLEAVE IN [PARENT], ROW DELETION POLICY or OPTIONS")
         self.end()
-        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled))
+        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled), tuple(declared),
+                           tuple(hidden), interleave_in, cascade, options, policy)
+
+    def interleave(self) -> tuple[str, bool, bool | None]:
+        """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, folded after
+        PARENT, else as written; PARENT written; cascade: None when no ON DELETE was written)."""
+        self.word("in")
+        in_parent = self.accept_word("parent")
+        folded, table = self.loose_spelled("a parent table name")
+        if in_parent:
+            table = folded  # the catalog's parent; GetDatabaseDdl shows the table's declared name
+        on_delete = None
+        if self.accept_word("on"):
+            on_delete = self.on_delete()
+        return table, in_parent, on_delete
+
+    def on_delete(self) -> bool:
+        """After ON: DELETE CASCADE (True) | DELETE NO ACTION (False)."""
+        self.word("delete")
+        if self.accept_word("no"):
+            self.word("action")
+            return False
+        self.word("cascade")
+        return True
+
+    def row_deletion_policy(self) -> ast.RowDeletionPolicy:
+        """After ROW: DELETION POLICY (OLDER_THAN(column, INTERVAL n DAY))."""
+        self.word("deletion")
+        self.word("policy")
+        self.punct("(")
+        self.word("older_than")
+        self.punct("(")
+        column = self.loose_name("a TIMESTAMP column")
+        self.punct(",")
+        self.word("interval")
+        days = self.next()
+        if days.kind != "number":
+            raise InvalidArgument("ROW DELETION POLICY: OLDER_THAN takes INTERVAL n DAY, n a whole number of days")
+        self.word("day")
+        self.punct(")")
+        self.punct(")")
+        return ast.RowDeletionPolicy(column, int(days.value))
 
     def primary_key(self) -> list[str]:
         self.word("primary")
@@ -645,10 +721,10 @@ class Parser(Cursor):
         self.punct(")")
         return key
 
-    def queue_column(self) -> tuple[str, ColumnType]:
+    def queue_column(self) -> "_QueueColumn":
         name = self.loose_name("a column name")
         if self.pg:
-            return name, self.pg_type(name)
+            return _QueueColumn(name, self.pg_type(name))
         type_name = self.loose_name(f"the type of column {name!r}")
         length = None
         if self.accept_punct("("):
@@ -666,11 +742,25 @@ class Parser(Cursor):
         if (length is not None) != (column_type in (ColumnType.STRING, ColumnType.BYTES)):
             raise InvalidArgument(f"column {name!r}: {type_name.upper()} "
                                   + ("takes no length" if length is not None else "needs a length: (n) or (MAX)"))
+        declared = type_name.upper() + (f"({str(length.value).upper()})" if length is not None else "")
         if self.accept_word("not"):
             self.word("null")
+        if self.peek.is_word("as") and self.ahead().kind == "punct" and self.ahead().value == "(":
+            raise InvalidArgument(
+                f"column {name!r}: generated key columns (AS (expr) STORED) are not supported on spanq queues: a "
+                "send carries every key column's value, and spanq does not compute Spanner's expressions; declare "
+                "it a plain key column and send its value")
+        hidden = self.accept_word("hidden")
         if self.accept_word("options"):
-            self.options()
-        return name, column_type
+            self.column_options(name)
+        return _QueueColumn(name, column_type, declared, hidden)
+
+    def column_options(self, column: str) -> None:
+        """A queue column's OPTIONS (...): Spanner documents none for a queue's columns, so any is refused."""
+        found = self.option_list()
+        if found:
+            raise InvalidArgument(f"column {column!r}: unsupported column option(s) {sorted(found)}; a queue's "
+                                  "columns take none")
 
     def pg_type(self, name: str) -> ColumnType:
         """A column type of Spanner's PostgreSQL dialect, and its NOT NULL."""
@@ -724,7 +814,8 @@ class Parser(Cursor):
         self.accept_word("asc")
         return name
 
-    def options(self) -> dict[str, Value]:
+    def option_list(self) -> dict[str, Value]:
+        """( name = value, ... )."""
         self.punct("(")
         found = {}
         while True:
@@ -734,18 +825,74 @@ class Parser(Cursor):
             if not self.accept_punct(","):
                 break
         self.punct(")")
-        mode = found.pop("receive_mode", None)
-        if mode is not None and not (isinstance(mode, Literal) and str(mode.value).upper() == "PULL"):
-            raise InvalidArgument("receive_mode must be 'PULL', the only mode spanq has")
-        if found:
-            raise InvalidArgument(f"unsupported option(s) {sorted(found)}; spanq queues take receive_mode = 'PULL'")
+        return found
+
+    def queue_options(self, alter: bool) -> ast.QueueOptions:
+        """A queue's OPTIONS (receive_mode = 'PULL', disable_send = bool, disable_delivery = bool,
+        locality_group = 'name'); NULL resets one (ALTER QUEUE ... SET OPTIONS)."""
+        found = self.option_list()
+        values: dict[str, Any] = {}
+        reset = set()
+        for key, value in found.items():
+            is_null = isinstance(value, Literal) and value.value is None
+            if key not in _QUEUE_OPTIONS:
+                raise InvalidArgument(f"unsupported queue option {key!r}; a queue takes "
+                                      f"{', '.join(_QUEUE_OPTIONS)}")
+            if is_null:
+                if not alter:
+                    raise InvalidArgument(f"option {key} = NULL: NULL resets an option in ALTER QUEUE ... SET OPTIONS; "
+                                          "in CREATE QUEUE leave the option out")
+                reset.add(key)
+                continue
+            kind = _QUEUE_OPTIONS[key]
+            if not (isinstance(value, Literal) and isinstance(value.value, kind)):
+                raise InvalidArgument(f"option {key} takes " + ("TRUE or FALSE" if kind is bool else "a string"))
+            values[key] = value.value
+        mode = values.pop("receive_mode", None)
+        if mode is not None and str(mode).upper() != "PULL":
+            raise InvalidArgument("receive_mode must be 'PULL', the only mode Spanner queues have")
+        group = values.get("locality_group")
+        if group is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", str(group)):
+            raise InvalidArgument(f"locality_group {str(group)[:80]!r} is not a locality group name")
+        return ast.QueueOptions(values.get("disable_send"), values.get("disable_delivery"), group,
+                                mode is not None or "receive_mode" in reset, frozenset(reset))
+
+    def alter_queue(self) -> ast.AlterQueue:
+        """ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE {CASCADE | NO ACTION}
+        | SET INTERLEAVE IN [PARENT] t | {ADD | REPLACE} ROW DELETION POLICY (...) | DROP ROW DELETION POLICY }."""
+        self.word("alter")
+        self.word("queue")
+        name = self.loose_name("a queue name")
+        if self.accept_word("set"):
+            if self.accept_word("options"):
+                found = ast.AlterQueue(name, options=self.queue_options(alter=True))
+            elif self.accept_word("on"):
+                found = ast.AlterQueue(name, on_delete_cascade=self.on_delete())
+            elif self.accept_word("interleave"):
+                self.word("in")
+                in_parent = self.accept_word("parent")
+                found = ast.AlterQueue(name, interleave=(self.loose_spelled("a parent table name")[1], in_parent))
+            else:
+                raise self.error("OPTIONS, ON DELETE or INTERLEAVE IN after SET")
+        else:
+            action = self.word("add", "drop", "replace")
+            if action == "drop":
+                self.word("row")
+                self.word("deletion")
+                self.word("policy")
+                found = ast.AlterQueue(name, row_deletion="drop")
+            else:
+                self.word("row")
+                found = ast.AlterQueue(name, row_deletion=action, policy=self.row_deletion_policy())
+        self.end()
         return found
 
     def drop_queue(self) -> DropQueue:
         self.word("drop")
         if not self.peek.is_word("queue"):
-            raise InvalidArgument(f"only DROP QUEUE, DROP TABLE and DROP INDEX are supported among DROP statements, "
-                                  f"got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL databases only)")
+            raise InvalidArgument(f"only DROP QUEUE, DROP TABLE, DROP INDEX and DROP ROLE are supported among DROP "
+                                  f"statements, got {self.text.strip()[:80]!r} (tables and indexes in GoogleSQL "
+                                  "databases only)")
         self.word("queue")
         if_exists = False
         if self.accept_word("if"):

@@ -1,0 +1,66 @@
+"""The GA queue DDL and the access-control statements as the one grammar reads them (issue 25),
+in both dialects: what each statement becomes, and what is refused with why."""
+
+import pytest
+
+from spanq_server.ground.errors import InvalidArgument
+from spanq_server.spanner.query import ast
+from spanq_server.spanner.query.parser import Dialect, parse_ddl
+
+G, PG = Dialect.GOOGLESQL, Dialect.POSTGRESQL
+
+
+@pytest.mark.parametrize(("text", "dialect", "expected"), [
+    ("CREATE ROLE Producer", G, ast.CreateRole("producer", "Producer")),
+    ("DROP ROLE producer;", PG, ast.DropRole("producer")),
+    ("GRANT INSERT, SELECT ON QUEUE Orders, Jobs TO ROLE a, b", G,
+     ast.Grant(("insert", "select"), "queue", ("orders", "jobs"), ("a", "b"))),
+    ("GRANT EXECUTE ON TABLE FUNCTION RECEIVE_Orders TO ROLE c", G,
+     ast.Grant(("execute",), "function", ("receive_orders",), ("c",))),
+    ("REVOKE DELETE ON TABLE Users FROM ROLE c", G, ast.Grant(("delete",), "table", ("users",), ("c",), revoke=True)),
+    ("GRANT INSERT ON QUEUE orders TO producer", PG, ast.Grant(("insert",), "queue", ("orders",), ("producer",))),
+    ("GRANT EXECUTE ON FUNCTION spanner.renew_lease_orders TO c", PG,
+     ast.Grant(("execute",), "function", ("renewlease_orders",), ("c",))),
+    ("ALTER QUEUE Q SET OPTIONS (disable_send = NULL, disable_delivery = true)", G,
+     ast.AlterQueue("q", options=ast.QueueOptions(disable_delivery=True, reset=frozenset({"disable_send"})))),
+    ("ALTER QUEUE Q REPLACE ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL 3 DAY))", G,
+     ast.AlterQueue("q", row_deletion="replace", policy=ast.RowDeletionPolicy("delivertime", 3))),
+    ("ALTER QUEUE q DROP ROW DELETION POLICY", PG, ast.AlterQueue("q", row_deletion="drop")),
+    ("ALTER QUEUE Q SET INTERLEAVE IN PARENT Users", G, ast.AlterQueue("q", interleave=("Users", True))),
+])
+def test_statements_read_into_the_syntax_tree(text: str, dialect: Dialect, expected: object) -> None:
+    assert parse_ddl(text, dialect) == expected
+
+
+def test_create_queue_keeps_what_getdatabaseddl_lists() -> None:
+    s = parse_ddl("CREATE QUEUE Q (Id INT64 NOT NULL HIDDEN, M STRING(36) NOT NULL, Payload JSON NOT NULL) "
+                  "PRIMARY KEY (Id, M), INTERLEAVE IN Users, ROW DELETION POLICY (OLDER_THAN(DeliverTime, "
+                  "INTERVAL 7 DAY)), OPTIONS (receive_mode = 'PULL', disable_send = true, locality_group = 'hot')", G)
+    assert isinstance(s, ast.CreateQueue)
+    assert (s.hidden, s.declared, s.interleave_in, s.parent_table) == (("id",), (("id", "INT64"), ("m", "STRING(36)"),
+                                                                                ("payload", "JSON")), "Users", None)
+    assert s.row_deletion == ast.RowDeletionPolicy("delivertime", 7)
+    assert s.options == ast.QueueOptions(disable_send=True, locality_group="hot", receive_mode=True)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("GRANT UPDATE ON QUEUE q TO ROLE r", "UPDATE cannot be granted on a queue"),
+    ("GRANT SELECT(Id) ON TABLE t TO ROLE r", "column privileges"),
+    ("GRANT ROLE a TO ROLE b", "role inheritance"),
+    ("GRANT EXECUTE ON TABLE FUNCTION READ_q TO ROLE r", "is not one of a queue's"),
+    ("GRANT SELECT ON QUEUE q TO r", "expected ROLE"),
+    ("CREATE ROLE public", "system role"),
+    ("CREATE ROLE `9lives`", "is not a role name"),
+    ("CREATE QUEUE Q (Id INT64 NOT NULL, S INT64 AS (Id) STORED, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)",
+     "generated key columns"),
+    ("CREATE QUEUE Q (Id INT64 NOT NULL OPTIONS (x = 1), Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)",
+     "unsupported column option"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id), INTERLEAVE IN U ON DELETE CASCADE",
+     "ON DELETE goes with INTERLEAVE IN PARENT"),
+    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id), OPTIONS (locality_group = 'a b')",
+     "not a locality group name"),
+    ("ALTER QUEUE Q SET PAYLOAD", "expected OPTIONS, ON DELETE or INTERLEAVE IN"),
+])
+def test_what_is_refused_says_why(text: str, words: str) -> None:
+    with pytest.raises(InvalidArgument, match=words.replace("(", r"\(").replace(")", r"\)")):
+        parse_ddl(text, G)
