@@ -119,12 +119,23 @@ def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
         "disable_delivery": lambda: q.disable_delivery,
         "message_retention_duration": lambda: retention(q, "message_retention_duration"),
         "archive_duration": lambda: retention(q, "archive_duration"),
+        **{field: (lambda field=field: limits(q, (field,))[field]) for field in LIMITS},
     }
     changes: dict[str, Any] = {}
     for path in request.update_mask.paths:
         value = values.get(path)
         changes[path] = None if value is None else value()
     return changes
+
+
+LIMITS = ("max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
+"""The limit settings, alike in spanq.v1's Queue and QueueDef: 0 and "" are none."""
+
+
+def limits(q: queue_pb2.Queue, fields: tuple[str, ...]) -> dict[str, Any]:
+    """Those of the limit settings ``fields``, as QueueDef holds them (queues.check_limits
+    refuses what is out of range)."""
+    return {field: getattr(q, field) or None for field in fields}
 
 
 def retention(q: queue_pb2.Queue, field: str) -> timedelta | None:
