@@ -981,6 +981,16 @@ WHERE NOT EXISTS (SELECT FROM spanq.queues AS q WHERE q.name = %(queue_name)s AN
 ORDER BY m.deliver_time
 LIMIT 1
 
+-- message_next_delivery_rate_limited --
+-- A rate-limited queue's next delivery (message_next_delivery): no sooner
+-- than its bucket holds a whole token again (queue_receive_rate_gate), so a
+-- stream the limit held back sleeps until then rather than ask again at once.
+SELECT greatest(d.due, (1 - least(b.tokens + {rate_limit} * greatest(extract(epoch FROM
+           coalesce(%(now)s::timestamptz, statement_timestamp()) - b.refill_time), 0), {rate_limit_burst}))
+       / {rate_limit})::float8
+FROM ({next_delivery}) AS d(due)
+LEFT JOIN spanq.rate_buckets AS b ON b.queue = %(queue_name)s
+
 -- wakeup_notify --
 -- Wakes receivers on every server for a queue whose messages became deliverable without an INSERT (a nack).
 SELECT pg_notify('spanq_wakeup', %(queue)s::text)
