@@ -207,3 +207,121 @@ async def test_the_delivered_rate_stays_near_the_limit_with_4_receivers_on_2_ser
     elapsed = (starts[-1] - starts[0]).total_seconds()
     delivered_rate = (total - burst) / elapsed
     assert 0.7 * rate <= delivered_rate <= rate * 1.05, f"{delivered_rate:.1f} leases/s against a limit of {rate}"
+
+
+# -- set and changed: CreateQueue, UpdateQueue, GetQueueStats --------------------------------------
+
+
+async def test_update_queue_changes_the_limits_of_open_streams_live(stub, sql):
+    await create_queue(stub, "tasks", key_columns=KEYS, payload_type=queue_pb2.STRING, max_in_flight_per_key=1)
+    got = await stub.GetQueue(queue_pb2.GetQueueRequest(name="tasks"))
+    assert (got.max_in_flight_per_key, got.concurrency_key) == (1, "tenant")  # the first key column
+    await send(stub, "tasks", *[tenant_message("a", n) for n in range(4)])
+    async with open_stream(stub, "tasks") as stream:
+        assert plain((await stream.next()).key) == ["a", "0"]
+        await stream.quiet()
+        stats = await stub.GetQueueStats(queue_pb2.GetQueueStatsRequest(name="tasks"))
+        assert (stats.key_limited, stats.keys_at_limit) == (3, 1)
+        updated = await update(stub, "tasks", "max_in_flight_per_key", max_in_flight_per_key=3)
+        assert updated.max_in_flight_per_key == 3
+        two = [await stream.next(), await stream.next()]
+        assert sorted(plain(m.key)[1] for m in two) == ["1", "2"]
+        await stream.quiet()
+        # A rate limit set live: the bucket starts full (its burst, 1), then one lease a 100 s.
+        await update(stub, "tasks", "max_in_flight_per_key", "rate_limit", rate_limit=0.01)
+        assert plain((await stream.next()).key) == ["a", "3"]
+    await send(stub, "tasks", *[tenant_message("b", n) for n in range(2)])
+    assert psql_receive(sql, "tasks", 10) == []
+    stats = await stub.GetQueueStats(queue_pb2.GetQueueStatsRequest(name="tasks"))
+    assert stats.rate_limited == 2 and stats.rate_limit_tokens < 1
+    # Removed: the key limit took its column with it; the bucket is gone.
+    cleared = await update(stub, "tasks", "rate_limit")
+    assert (cleared.rate_limit, cleared.max_in_flight_per_key, cleared.concurrency_key) == (0, 0, "")
+    assert sql.execute("SELECT count(*) FROM spanq.rate_buckets").fetchone() == (0,)
+    assert sorted(psql_receive(sql, "tasks", 10)) == [("b", 0), ("b", 1)]
+    # Its index is gone (its function stays, unused, until the queue is dropped).
+    assert sql.execute("SELECT to_regclass('spanq_kc_tasks')").fetchone() == (None,)
+
+
+def catalog(sql) -> list[tuple]:
+    return sql.execute("SELECT name, max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst "
+                       "FROM spanq.queues ORDER BY name").fetchall()
+
+
+BAD_LIMITS = [
+    ({"max_in_flight_per_key": -1}, "max_in_flight_per_key must be between 1 and 100000"),
+    ({"max_in_flight_per_key": 100_001}, "max_in_flight_per_key must be between 1 and 100000"),
+    ({"max_in_flight_per_key": 2, "concurrency_key": "colour"}, "'colour' is not a key column"),
+    ({"max_in_flight_per_key": 0, "concurrency_key": "tenant"}, "concurrency_key needs max_in_flight_per_key"),
+    ({"rate_limit": -5.0}, "rate_limit must be between 0.001 and 1e+06"),
+    ({"rate_limit": 0.0001}, "rate_limit must be between 0.001 and 1e+06"),
+    ({"rate_limit": float("nan")}, "rate_limit must be between"),
+    ({"rate_limit": float("inf")}, "rate_limit must be between"),
+    ({"rate_limit": 0.0, "rate_limit_burst": 5}, "rate_limit_burst needs rate_limit"),
+    ({"rate_limit": 10.0, "rate_limit_burst": -1}, "rate_limit_burst must be between 1 and 1000000"),
+]
+
+
+@pytest.mark.parametrize("fields, words", BAD_LIMITS)
+async def test_bad_limits_are_refused_and_nothing_changes(stub, sql, fields, words):
+    await create_queue(stub, "tasks", key_columns=KEYS, payload_type=queue_pb2.STRING, max_in_flight_per_key=4,
+                       rate_limit=100.0)
+    before = catalog(sql)
+    code, message, _ = await error_of(create_queue(stub, "other", key_columns=KEYS, **fields))
+    assert (code, words) == (grpc.StatusCode.INVALID_ARGUMENT, words) and words in message
+    code, message, _ = await error_of(update(stub, "tasks", *fields, **fields))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and words in message
+    assert catalog(sql) == before
+    assert sql.execute("SELECT queue FROM spanq.rate_buckets").fetchall() == [("tasks",)]
+
+
+async def test_a_dropped_queue_leaves_no_limit_behind_and_its_name_starts_afresh(stub, sql):
+    await create_queue(stub, "tasks", key_columns=KEYS, payload_type=queue_pb2.STRING, max_in_flight_per_key=1,
+                       concurrency_key="n", rate_limit=5.0)
+    await stub.DropQueue(queue_pb2.DropQueueRequest(name="tasks"))
+    assert sql.execute("SELECT count(*) FROM spanq.rate_buckets").fetchone() == (0,)
+    assert sql.execute("SELECT to_regproc('spanq.keyslots_tasks')").fetchone() == (None,)
+    await create_queue(stub, "tasks", key_columns=KEYS, payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", *[tenant_message("a", n) for n in range(3)])
+    assert len(psql_receive(sql, "tasks", 10)) == 3
+
+
+async def test_migration_0014_leaves_existing_queues_unlimited(stub, sql, database_url):
+    await create_queue(stub, "tasks", key_columns=KEYS, payload_type=queue_pb2.STRING)
+    await send(stub, "tasks", tenant_message("a", 1), tenant_message("a", 2))
+    before = sql.execute("SELECT pg_get_functiondef('spanq.receive_tasks'::regproc)").fetchone()
+    # The catalog as before migration 0014.
+    sql.execute("DROP TABLE spanq.rate_buckets")
+    sql.execute("ALTER TABLE spanq.queues DROP COLUMN max_in_flight_per_key, DROP COLUMN concurrency_key, "
+                "DROP COLUMN rate_limit, DROP COLUMN rate_limit_burst")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 14")
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [14]
+        queue = await store.queue_get("tasks")
+        assert queue is not None
+        assert (queue.max_in_flight_per_key, queue.concurrency_key, queue.rate_limit) == (None, None, None)
+    assert sql.execute("SELECT pg_get_functiondef('spanq.receive_tasks'::regproc)").fetchone() == before
+    assert sorted(psql_receive(sql, "tasks", 10)) == [("a", 1), ("a", 2)]
+    # And a limit set after the migration works.
+    await update(stub, "tasks", "max_in_flight_per_key", max_in_flight_per_key=1)
+    await send(stub, "tasks", tenant_message("b", 1), tenant_message("b", 2))
+    assert psql_receive(sql, "tasks", 10) == [("b", 1)]
+
+
+async def test_an_unlimited_queues_receive_function_has_no_limit_in_it(stub, sql):
+    await create_queue(stub, "tasks", key_columns=KEYS, payload_type=queue_pb2.STRING)
+    [(text,)] = sql.execute("SELECT pg_get_functiondef('spanq.receive_tasks'::regproc)").fetchall()
+    assert "keyslots" not in text and "rate_buckets" not in text and "admitted" not in text
+
+
+@pytest.mark.parametrize("type_code, one", [
+    (queue_pb2.BOOL, True), (queue_pb2.INT64, "7"), (queue_pb2.STRING, "x.y~z,*"), (queue_pb2.BYTES, "AAE="),
+    (queue_pb2.TIMESTAMP, "2024-05-01T12:00:00Z"),
+])
+async def test_a_key_limit_counts_by_a_column_of_each_key_type(stub, sql, type_code, one):
+    await create_queue(stub, "tasks", payload_type=queue_pb2.STRING, max_in_flight_per_key=1, concurrency_key="k",
+                       key_columns=[queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64),
+                                    queue_pb2.KeyColumn(name="k", type=type_code)])
+    await send(stub, "tasks", *[queue_pb2.SendMessage(key=key(n, one), payload=value("p")) for n in range(3)])
+    assert len(sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall()) == 1
+    assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []

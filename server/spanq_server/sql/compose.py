@@ -196,14 +196,14 @@ class QueueStatements:
             query("queue_key_slots_index", key_concurrency_index=sql.Identifier(self.key_concurrency_index),
                   queue=self.table, concurrency_key=sql.Identifier(column.name)),
             query("queue_key_slots_function_create", key_slots_function=self.key_slots_function,
-                  key_type=sql.SQL(SQL_TYPES[column.type]), queue_name=sql.Literal(self.queue.name),
+                  queue_name=sql.Literal(self.queue.name),
                   value_form=query(f"lease_token_key_{TOKEN_FORMS[column.type]}", value=value),
                   max_in_flight_per_key=sql.Literal(self.queue.max_in_flight_per_key), queue=self.table,
                   concurrency_key=sql.Identifier(column.name)),
         ]
 
-    def key_slots_drop(self) -> sql.Composed:
-        return query("queue_key_slots_drop", key_slots_function=self.key_slots_function,
+    def key_slots_index_drop(self) -> sql.Composed:
+        return query("queue_key_slots_index_drop",
                      key_concurrency_index=sql.Identifier("public", self.key_concurrency_index))
 
     def archive_ddl(self) -> sql.Composed:

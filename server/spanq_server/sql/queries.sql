@@ -529,8 +529,11 @@ spent AS (
 -- The count is an index range (the queue's spanq_kc_ index on the column and
 -- the lease expiry). The parameters are spanq_-prefixed, as no key column can
 -- be. The key's token form (lease_token_key_*) is the lock's value: the same
--- in every session, whatever its time zone.
-CREATE OR REPLACE FUNCTION spanq.{key_slots_function}(spanq_value {key_type}, spanq_now timestamptz)
+-- in every session, whatever its time zone. The value is `anyelement`, so that
+-- one signature serves any column (CREATE OR REPLACE, never DROP, while the
+-- queue lives: a receive that began under the definition before an
+-- UpdateQueue still finds the function its body names).
+CREATE OR REPLACE FUNCTION spanq.{key_slots_function}(spanq_value anyelement, spanq_now timestamptz)
 RETURNS integer
 LANGUAGE plpgsql VOLATILE
 AS $slots$
@@ -548,9 +551,9 @@ $slots$
 -- What keyslots_<queue> counts by: a queue's leases per concurrency_key value.
 CREATE INDEX IF NOT EXISTS {key_concurrency_index} ON {queue} ({concurrency_key}, spanq_lease_expiration_timestamp)
 
--- queue_key_slots_drop --
--- A queue's key limit removed (UpdateQueue, DropQueue): its function and index.
-DROP FUNCTION IF EXISTS spanq.{key_slots_function};
+-- queue_key_slots_index_drop --
+-- A queue's key limit removed, or counting by another column (UpdateQueue):
+-- its index (the function stays until the queue is dropped, unused).
 DROP INDEX IF EXISTS {key_concurrency_index}
 
 -- rate_bucket_put --

@@ -306,12 +306,12 @@ def _milliseconds(seconds: float) -> str:
 async def _limits_ddl(conn: Connection, current: QueueDef | None, queue: QueueDef) -> None:
     """What the queue's limits need beside its receive function, from what ``current`` had
     (None: a new queue): the key slots' function and index, the rate limit's bucket. A
-    live queue's index is built under the update's bounded lock wait, blocking sends
-    while it builds (one pass over the table)."""
+    live queue's index is built (or dropped) under the update's bounded lock wait,
+    blocking sends while it builds (one pass over the table)."""
     names = QueueStatements(queue)
     if current is not None and current.max_in_flight_per_key is not None and (
             current.concurrency_key != queue.concurrency_key):  # another column, or none
-        await conn.execute(QueueStatements(current).key_slots_drop())
+        await conn.execute(QueueStatements(current).key_slots_index_drop())
     if queue.max_in_flight_per_key is not None:
         for statement in names.key_slots_ddl():
             await conn.execute(statement)
