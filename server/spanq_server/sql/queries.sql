@@ -1053,17 +1053,35 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true)
 -- `oldest` and the queue's earliest deliver_time (the index's first entry;
 -- a message is never deliverable before it was sent): exact while the queue
 -- holds fewer than `cap` messages, and never more than the true age beyond.
--- Last, the messages moved to its dead-letter queue so far (one row lookup).
+-- Then the messages moved to its dead-letter queue so far (one row lookup).
+-- Last, what its limits hold back: {rate_limited} and {key_limited}, 0 for a
+-- queue without them (metrics_rate_limited, metrics_key_limited).
 SELECT {queue_name}::text,
        (SELECT count(*) FROM (SELECT FROM {queue} AS m WHERE m.deliver_time <= clock.now
                               LIMIT %(cap)s) AS due),
        sample.stored,
        coalesce(greatest(extract(epoch FROM clock.now - least(sample.oldest,
            (SELECT min(m.deliver_time) FROM {queue} AS m)))::float8, 0), 0),
-       coalesce((SELECT c.total FROM spanq.dead_letter_counts AS c WHERE c.queue = {queue_name}), 0)
+       coalesce((SELECT c.total FROM spanq.dead_letter_counts AS c WHERE c.queue = {queue_name}), 0),
+       {rate_limited}, {key_limited}
 FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
       FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+
+-- metrics_rate_limited --
+-- A rate-limited queue's messages held back so far (its bucket's count).
+coalesce((SELECT b.held_back FROM spanq.rate_buckets AS b WHERE b.queue = {queue_name}), 0)
+
+-- metrics_key_limited --
+-- A key-limited queue's due messages whose key value is at the limit, up to
+-- `cap` along the deliver_time index, each by one range of its key slots'
+-- index (queue_key_slots_index).
+(SELECT count(*) FROM (SELECT FROM {queue} AS m
+                       WHERE m.deliver_time <= clock.now
+                         AND (SELECT count(*) FROM {queue} AS l
+                              WHERE l.{concurrency_key} = m.{concurrency_key}
+                                AND l.spanq_lease_expiration_timestamp > clock.now) >= {max_in_flight_per_key}
+                       LIMIT %(cap)s) AS held)
 
 -- queue_stats --
 -- One queue's figures for GetQueueStats, exact (one pass over the table). A

@@ -190,13 +190,25 @@ class OperatorQueries(Database):
             queues = await _fetch_queues(conn)
             if not queues:
                 return []
-            statement = sql.SQL("\nUNION ALL\n").join(
-                query("metrics_queue_gauges", queue=QueueStatements(q).table, queue_name=sql.Literal(q.name))
-                for q in queues
-            )
+            statement = sql.SQL("\nUNION ALL\n").join(_gauges_statement(q) for q in queues)
             cur = await conn.execute(statement, {"cap": cap, "now": now})
-            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead))
-                    for name, ready, stored, age, dead in await cur.fetchall()]
+            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead), int(rate), int(key))
+                    for name, ready, stored, age, dead, rate, key in await cur.fetchall()]
+
+
+def _gauges_statement(queue: QueueDef) -> sql.Composed:
+    """One queue's row of metrics_queue_gauges."""
+    names = QueueStatements(queue)
+    name = sql.Literal(queue.name)
+    rate: sql.Composable = sql.SQL("0::bigint")
+    key: sql.Composable = sql.SQL("0::bigint")
+    if queue.rate_limit is not None:
+        rate = query("metrics_rate_limited", queue_name=name)
+    if queue.max_in_flight_per_key is not None:
+        key = query("metrics_key_limited", queue=names.table,
+                    concurrency_key=sql.Identifier(names.concurrency_column().name),
+                    max_in_flight_per_key=sql.Literal(queue.max_in_flight_per_key))
+    return query("metrics_queue_gauges", queue=names.table, queue_name=name, rate_limited=rate, key_limited=key)
 
 
 def _key_values(queue: QueueDef, key: Key, params: dict[str, Any]) -> sql.Composable:
