@@ -325,3 +325,32 @@ async def test_a_key_limit_counts_by_a_column_of_each_key_type(stub, sql, type_c
     await send(stub, "tasks", *[queue_pb2.SendMessage(key=key(n, one), payload=value("p")) for n in range(3)])
     assert len(sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall()) == 1
     assert sql.execute("SELECT * FROM spanq.receive_tasks(10)").fetchall() == []
+
+
+# -- the SDK ---------------------------------------------------------------------------------------
+
+
+async def test_sdk_sets_and_shows_the_limits_sync_and_aio(server):
+    import spanq
+    import spanq.aio
+
+    async with spanq.aio.Client(server.target) as client:
+        made = await client.create_queue("tasks", key_columns=[("tenant", "STRING"), ("n", "INT64")],
+                                         payload_type="STRING", max_in_flight_per_key=1, rate_limit=0.01,
+                                         rate_limit_burst=2)
+        assert (made.max_in_flight_per_key, made.concurrency_key, made.rate_limit, made.rate_limit_burst) == (
+            1, "tenant", 0.01, 2)
+        await client.send_many("tasks", [spanq.OutgoingMessage("p", key=("a", n)) for n in range(3)])
+        assert len(await client.receive("tasks", 10)) == 1
+        stats = await client.stats("tasks")
+        assert (stats.key_limited, stats.keys_at_limit) == (2, 1) and stats.rate_limit_tokens < 2
+        with pytest.raises(spanq.InvalidArgument, match="not a key column"):
+            await client.update_queue("tasks", concurrency_key="colour")
+
+    def blocking() -> spanq.Queue:
+        with spanq.Client(server.target) as sync_client:
+            return sync_client.update_queue("tasks", max_in_flight_per_key=None, rate_limit=5)
+
+    back = await asyncio.to_thread(blocking)
+    assert (back.max_in_flight_per_key, back.concurrency_key, back.rate_limit, back.rate_limit_burst) == (
+        None, None, 5.0, 2)  # a new rate keeps its burst
