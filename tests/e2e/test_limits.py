@@ -354,3 +354,27 @@ async def test_sdk_sets_and_shows_the_limits_sync_and_aio(server):
     back = await asyncio.to_thread(blocking)
     assert (back.max_in_flight_per_key, back.concurrency_key, back.rate_limit, back.rate_limit_burst) == (
         None, None, 5.0, 2)  # a new rate keeps its burst
+
+
+async def test_cli_sets_changes_and_shows_the_limits(server):
+    import json
+
+    from ..tools.test_cli import one_line, spanq_cli
+
+    t = server.target
+    code, out, err = await spanq_cli(t, "queue", "create", "tasks", "--key", "tenant:STRING", "--key", "n:INT64",
+                                     "--max-in-flight-per-key", "2", "--rate-limit", "50")
+    assert code == 0, err
+    assert "2/tenant, 50/s" in out.split("\n")[1]
+    code, out, err = await spanq_cli(t, "queue", "update", "tasks", "--rate-limit-burst", "5",
+                                     "--max-in-flight-per-key", "0", "--json")
+    shown = json.loads(out)
+    assert code == 0 and (shown["max_in_flight_per_key"], shown["concurrency_key"], shown["rate_limit"],
+                          shown["rate_limit_burst"]) == (None, None, 50.0, 5), err
+    code, out, err = await spanq_cli(t, "stats", "tasks")
+    assert code == 0 and "0 by rate so far (5.0 tokens)" in out, out
+    code, _, err = await spanq_cli(t, "queue", "update", "tasks", "--max-in-flight-per-key", "1",
+                                   "--concurrency-key", "colour")
+    assert code == 2 and "not a key column" in one_line(err)
+    code, _, err = await spanq_cli(t, "queue", "update", "tasks", "--rate-limit", "-1")
+    assert code == 2 and "--rate-limit" in err
