@@ -160,7 +160,7 @@ class QueueStatements:
         q = self.queue
         if q.max_in_flight_per_key is None and q.rate_limit is None:
             return sql.SQL(""), sql.SQL(""), sql.SQL("ready")
-        empty = sql.SQL("")
+        empty: sql.Composable = sql.SQL("")
         key_admits = key_rank = key_admitted = rate_gate = rate_cap = rate_spend = empty
         name = sql.Literal(q.name)
         if q.max_in_flight_per_key is not None:
