@@ -41,6 +41,14 @@ class QueueStats:
     """Sends are paused (``update_queue(disable_send=...)``)."""
     disable_delivery: bool = False
     """Delivery is paused."""
+    rate_limited: int = 0
+    """Messages ready for a batch that the queue's ``rate_limit`` kept back, since it was set."""
+    rate_limit_tokens: float = 0.0
+    """Leases the rate limit's bucket would allow now."""
+    key_limited: int = 0
+    """Due messages whose key value is at ``max_in_flight_per_key`` now (waiting for a lease of their key to end)."""
+    keys_at_limit: int = 0
+    """Key values with ``max_in_flight_per_key`` unexpired leases now."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +120,8 @@ def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:
         oldest_ready_age=s.oldest_ready_age.ToTimedelta(), send_rate=s.send_rate, ack_rate=s.ack_rate,
         dead_letter_queue=s.dead_letter_queue or None,
         read_time=_codec.timestamp_to_datetime(s.read_time) if s.HasField("read_time") else None,
-        disable_send=s.disable_send, disable_delivery=s.disable_delivery,
+        disable_send=s.disable_send, disable_delivery=s.disable_delivery, rate_limited=s.rate_limited,
+        rate_limit_tokens=s.rate_limit_tokens, key_limited=s.key_limited, keys_at_limit=s.keys_at_limit,
     )
 
 

@@ -48,6 +48,10 @@ def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
         dead_letter_queue=queue.dead_letter_queue or "",
         disable_send=queue.disable_send,
         disable_delivery=queue.disable_delivery,
+        max_in_flight_per_key=queue.max_in_flight_per_key or 0,
+        concurrency_key=queue.concurrency_key or "",
+        rate_limit=queue.rate_limit or 0.0,
+        rate_limit_burst=queue.rate_limit_burst or 0,
     )
     for field in ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
                   "archive_duration"):
@@ -74,6 +78,10 @@ def queue_from_proto(q: queue_pb2.Queue) -> Queue:
         message_retention_duration=(q.message_retention_duration.ToTimedelta()
                                     if q.HasField("message_retention_duration") else None),
         archive_duration=q.archive_duration.ToTimedelta() if q.HasField("archive_duration") else None,
+        max_in_flight_per_key=q.max_in_flight_per_key or None,
+        concurrency_key=q.concurrency_key or None,
+        rate_limit=q.rate_limit or None,
+        rate_limit_burst=q.rate_limit_burst or None,
     )
 
 

@@ -105,6 +105,15 @@ class Queue:
     """Unacknowledged messages sent longer ago are deleted, within about a minute (None: kept until acked)."""
     archive_duration: timedelta | None = None
     """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
+    max_in_flight_per_key: int | None = None
+    """At most this many unexpired leases per value of ``concurrency_key``, across every server and
+    stream (None: no limit)."""
+    concurrency_key: str | None = None
+    """The key column ``max_in_flight_per_key`` counts by (None: the first key column)."""
+    rate_limit: float | None = None
+    """Leases per second across the queue, every server and stream together (None: no limit)."""
+    rate_limit_burst: int | None = None
+    """The rate limit's bucket: leases at once after a quiet spell (None: a second's worth)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))

@@ -213,6 +213,10 @@ class Client:
         disable_delivery: bool = False,
         message_retention_duration: timedelta | float | None = None,
         archive_duration: timedelta | float | None = None,
+        max_in_flight_per_key: int | None = None,
+        concurrency_key: str | None = None,
+        rate_limit: float | None = None,
+        rate_limit_burst: int | None = None,
         exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
@@ -222,7 +226,10 @@ class Client:
         too (a queue created paused, ``disable_delivery=True``; one that keeps acked messages for replay,
         ``archive_duration=86400``). Raises AlreadyExists if the name is taken, unless
         ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
-        a field left out, or None, matches anything).
+        a field left out, or None, matches anything). ``max_in_flight_per_key`` caps the unexpired leases of
+        each value of the key column ``concurrency_key`` (default: the first key column), and ``rate_limit``
+        the leases per second of the whole queue (a bucket of ``rate_limit_burst``), both across every
+        server and stream (docs/semantics.md, "Limits").
         """
         if isinstance(queue, str):
             queue = Queue(
@@ -239,6 +246,10 @@ class Client:
                 disable_delivery=disable_delivery,
                 message_retention_duration=_codec.as_timedelta(message_retention_duration),
                 archive_duration=_codec.as_timedelta(archive_duration),
+                max_in_flight_per_key=max_in_flight_per_key,
+                concurrency_key=concurrency_key,
+                rate_limit=rate_limit,
+                rate_limit_burst=rate_limit_burst,
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
         stub = self._stub()
@@ -286,6 +297,10 @@ class Client:
         disable_delivery: bool | EllipsisType = ...,
         message_retention_duration: timedelta | float | None | EllipsisType = ...,
         archive_duration: timedelta | float | None | EllipsisType = ...,
+        max_in_flight_per_key: int | None | EllipsisType = ...,
+        concurrency_key: str | None | EllipsisType = ...,
+        rate_limit: float | None | EllipsisType = ...,
+        rate_limit_burst: int | None | EllipsisType = ...,
     ) -> Queue:
         """Changes the settings given (and only those) on a live queue, and returns it as stored.
 
@@ -295,11 +310,15 @@ class Client:
         InvalidArgument with CreateQueue's checks (nothing changes then). Other servers see the change
         within 2 s (backoff, dead-lettering and the delivery pause at once). ``message_retention_duration``
         deletes unacknowledged messages sent longer ago (None: keep them until acked); ``archive_duration``
-        keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes)."""
+        keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes).
+        ``max_in_flight_per_key``, ``concurrency_key``, ``rate_limit`` and ``rate_limit_burst`` change the
+        limits live (as ``create_queue``'s); None removes a limit, and with it its key column or burst."""
         given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff, "max_backoff": max_backoff,
                  "max_delivery_attempts": max_delivery_attempts, "dead_letter_queue": dead_letter_queue,
                  "disable_send": disable_send, "disable_delivery": disable_delivery,
-                 "message_retention_duration": message_retention_duration, "archive_duration": archive_duration}
+                 "message_retention_duration": message_retention_duration, "archive_duration": archive_duration,
+                 "max_in_flight_per_key": max_in_flight_per_key, "concurrency_key": concurrency_key,
+                 "rate_limit": rate_limit, "rate_limit_burst": rate_limit_burst}
         changes = {field: value for field, value in given.items() if value is not ...}
         durations: dict[str, Any] = {field: _codec.as_timedelta(changes[field]) for field in
                      ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",

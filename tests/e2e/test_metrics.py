@@ -11,6 +11,7 @@ from datetime import timedelta
 import grpc
 import psycopg
 import pytest
+from google.protobuf import struct_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
@@ -396,3 +397,20 @@ async def test_a_scrape_storm_costs_one_render_per_interval(server_config, clock
     finally:
         await running.stop(0)
 
+
+
+async def test_the_limits_effect_is_in_the_metrics(server, stub, sql):
+    keys = [queue_pb2.KeyColumn(name="tenant", type=queue_pb2.STRING),
+            queue_pb2.KeyColumn(name="n", type=queue_pb2.INT64)]
+    await create_queue(stub, "keyed", key_columns=keys, payload_type=queue_pb2.STRING, max_in_flight_per_key=1)
+    await create_queue(stub, "paced", payload_type=queue_pb2.STRING, rate_limit=0.01, rate_limit_burst=2)
+    await send(stub, "keyed", *[queue_pb2.SendMessage(key=key("a", n), payload=struct_pb2.Value(string_value="p"))
+                                      for n in range(3)])
+    await send(stub, "paced", *[text_message(f"m{n}", "p") for n in range(5)])
+    assert len(sql.execute("SELECT * FROM spanq.receive_keyed(10)").fetchall()) == 1
+    assert len(sql.execute("SELECT * FROM spanq.receive_paced(10)").fetchall()) == 2  # the burst
+    samples = await scrape(server)
+    assert value(samples, "spanq_queue_key_limited_messages", queue="keyed") == 2
+    assert value(samples, "spanq_queue_key_limited_messages", queue="paced") == 0
+    assert value(samples, "spanq_queue_rate_limited_messages_total", queue="paced") == 3
+    assert value(samples, "spanq_queue_rate_limited_messages_total", queue="keyed") == 0

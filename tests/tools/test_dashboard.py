@@ -1001,3 +1001,31 @@ async def test_every_panel_works_by_keyboard_alone(ui, browser, sql):
         assert [r[0] for r in sql.execute("SELECT id FROM work ORDER BY id")] == [1, 7]
         await expect(page.locator("#action-result")).to_be_focused(timeout=LIVE)
     await context.close()
+async def test_the_limits_are_edited_from_the_page_and_shown_with_what_they_hold_back(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("work", key_columns=[("tenant", "STRING"), ("id", "INT64")], payload_type="STRING")
+        await client.send_many("work", [spanq.OutgoingMessage(f"m{i}", ("a", i)) for i in range(3)])
+    page = await open_page(browser, ui.ui_port, "#/queue/work")
+    await expect(page.locator("#limits")).to_have_text("none", timeout=LIVE)
+    await page.click("#settings-panel summary")
+    await page.fill("#setting-max_in_flight_per_key", "1")
+    await page.fill("#setting-rate_limit", "2.5")
+    await page.click("#settings-save")
+    await expect(page.locator("#settings-result")).to_have_text("Saved: max_in_flight_per_key, rate_limit.",
+                                                                timeout=LIVE)
+    assert sql.execute("SELECT max_in_flight_per_key, concurrency_key, rate_limit FROM spanq.queues "
+                       "WHERE name = 'work'").fetchone() == (1, "tenant", 2.5)
+    assert len(sql.execute("SELECT * FROM spanq.receive_work(10)").fetchall()) == 1
+    await expect(page.locator("#limits")).to_contain_text("1 in flight per tenant (2 due held, 1 keys at the limit)",
+                                                          timeout=LIVE)
+    await expect(page.locator("#limits")).to_contain_text("2.5/s, burst 3", timeout=LIVE)
+    # Bad values: UpdateQueue's own errors, and nothing changed.
+    for field, bad, error in (("concurrency_key", "colour", "not a key column"),
+                              ("rate_limit", "-1", "rate_limit must be between"),
+                              ("max_in_flight_per_key", "lots", "max_in_flight_per_key")):
+        await page.click("#settings-reset")
+        await page.fill(f"#setting-{field}", bad)
+        await page.click("#settings-save")
+        await expect(page.locator("#settings-result")).to_contain_text(error, timeout=LIVE)
+        assert sql.execute("SELECT max_in_flight_per_key, concurrency_key, rate_limit FROM spanq.queues "
+                           "WHERE name = 'work'").fetchone() == (1, "tenant", 2.5)

@@ -40,7 +40,7 @@ class KeyColumn(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TypeCode, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
+    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration", "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,10 @@ class Queue(_message.Message):
     DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_RETENTION_DURATION_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    MAX_IN_FLIGHT_PER_KEY_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_BURST_FIELD_NUMBER: _ClassVar[int]
     name: str
     key_columns: _containers.RepeatedCompositeFieldContainer[KeyColumn]
     payload_type: TypeCode
@@ -69,7 +73,11 @@ class Queue(_message.Message):
     disable_delivery: bool
     message_retention_duration: _duration_pb2.Duration
     archive_duration: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., message_retention_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., archive_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    max_in_flight_per_key: int
+    concurrency_key: str
+    rate_limit: float
+    rate_limit_burst: int
+    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., message_retention_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., archive_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_in_flight_per_key: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., rate_limit: _Optional[float] = ..., rate_limit_burst: _Optional[int] = ...) -> None: ...
 
 class UpdateQueueRequest(_message.Message):
     __slots__ = ("queue", "update_mask")
@@ -318,7 +326,7 @@ class GetQueueStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery")
+    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery", "rate_limited", "rate_limit_tokens", "key_limited", "keys_at_limit")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +339,10 @@ class QueueStats(_message.Message):
     READ_TIME_FIELD_NUMBER: _ClassVar[int]
     DISABLE_SEND_FIELD_NUMBER: _ClassVar[int]
     DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    KEY_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    KEYS_AT_LIMIT_FIELD_NUMBER: _ClassVar[int]
     name: str
     ready: int
     scheduled: int
@@ -343,7 +355,11 @@ class QueueStats(_message.Message):
     read_time: _timestamp_pb2.Timestamp
     disable_send: bool
     disable_delivery: bool
-    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ...) -> None: ...
+    rate_limited: int
+    rate_limit_tokens: float
+    key_limited: int
+    keys_at_limit: int
+    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., rate_limited: _Optional[int] = ..., rate_limit_tokens: _Optional[float] = ..., key_limited: _Optional[int] = ..., keys_at_limit: _Optional[int] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
     __slots__ = ("queue", "page_size", "page_token", "archived")

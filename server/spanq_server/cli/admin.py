@@ -299,10 +299,55 @@ def _queue_row(q: spanq.Queue) -> list[Any]:
     keys = ", ".join(f"{c.name} {c.type.value}" for c in q.key_columns)
     dead = f"{q.dead_letter_queue} after {q.max_delivery_attempts}" if q.dead_letter_queue else ""
     return [q.name, keys, q.payload_type.value, _seconds(q.lease_duration) if q.lease_duration else "", dead,
-            _paused(q), _shown_time(q.create_time)]
+            _limits(q), _paused(q), _shown_time(q.create_time)]
 
 
-QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "PAUSED", "CREATED"]
+QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "LIMITS", "PAUSED", "CREATED"]
+
+
+def _limits(q: spanq.Queue) -> str:
+    """``2/tenant, 50/s (burst 50)``: the queue's per-key concurrency and rate limit, or -."""
+    shown = []
+    if q.max_in_flight_per_key:
+        shown.append(f"{q.max_in_flight_per_key}/{q.concurrency_key}")
+    if q.rate_limit:
+        shown.append(f"{q.rate_limit:g}/s" + (f" (burst {q.rate_limit_burst})" if q.rate_limit_burst else ""))
+    return ", ".join(shown) or "-"
+
+
+def _held_back(s: spanq.QueueStats, q: spanq.Queue) -> str:
+    """What the queue's limits hold back now (``spanq stats``), or -."""
+    shown = []
+    if q.max_in_flight_per_key:
+        shown.append(f"{s.key_limited} by key ({s.keys_at_limit} at the limit)")
+    if q.rate_limit:
+        shown.append(f"{s.rate_limited} by rate so far ({s.rate_limit_tokens:.1f} tokens)")
+    return ", ".join(shown) or "-"
+
+
+def limit_options(f: Any) -> Any:
+    """The per-key concurrency and rate limit options of ``queue create`` and ``queue update``."""
+    for option in reversed([
+        click.option("--max-in-flight-per-key", type=click.IntRange(min=0), metavar="N",
+                     help="at most N unexpired leases per value of --concurrency-key, across every server and "
+                          "stream (0: no limit)"),
+        click.option("--concurrency-key", metavar="COLUMN",
+                     help="the key column --max-in-flight-per-key counts by (default: the first key column)"),
+        click.option("--rate-limit", type=click.FloatRange(min=0), metavar="PER_SECOND",
+                     help="at most this many leases per second across the queue, every server and stream "
+                          "together (0: no limit)"),
+        click.option("--rate-limit-burst", type=click.IntRange(min=0), metavar="N",
+                     help="leases at once after a quiet spell (default: a second's worth of --rate-limit)"),
+    ]):
+        f = option(f)
+    return f
+
+
+def _limit_changes(given: dict[str, Any]) -> dict[str, Any]:
+    """The limit options given, as create_queue/update_queue take them (0: none)."""
+    return {field: value or None for field, value in given.items()
+            if field in ("max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
+            and value is not None}
 
 
 def _paused(q: spanq.Queue | spanq.QueueStats) -> str:
@@ -365,6 +410,7 @@ def _key_column(text: str) -> tuple[str, str]:
                    "(default, or 0: an ack deletes)")
 @click.option("--disable-send", is_flag=True, help="create it with sending paused (queue resume --send)")
 @click.option("--disable-delivery", is_flag=True, help="create it with delivery paused (queue resume --delivery)")
+@limit_options
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
 @connection_options
 def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_duration: float | None,
@@ -382,7 +428,7 @@ def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_dura
                                         dead_letter_queue=dead_letter_queue, parent_table=parent_table,
                                         message_retention_duration=message_retention or None,
                                         archive_duration=archive or None, disable_send=disable_send,
-                                        disable_delivery=disable_delivery)
+                                        disable_delivery=disable_delivery, **_limit_changes(kwargs))
         except spanq.AlreadyExists:
             if not exist_ok:
                 raise
@@ -447,14 +493,15 @@ def queue_drop(name: str, yes: bool, **kwargs: Any) -> None:
               help="seconds: delete unacknowledged messages sent longer ago (0: keep them until acked)")
 @click.option("--archive", type=click.FloatRange(min=0),
               help="seconds: keep acked messages this long in the archive, for peek --archived (0: an ack deletes)")
+@limit_options
 @connection_options
 def queue_update(name: str, lease_duration: float | None, initial_backoff: float | None, max_backoff: float | None,
                  max_delivery_attempts: int | None, dead_letter_queue: str | None, no_dead_letter_queue: bool,
                  message_retention: float | None, archive: float | None, **kwargs: Any) -> None:
     """Change queue NAME's settings given here (the others stay), with create's checks.
 
-    Backoff and dead-lettering apply at once on every server; the default lease to streams
-    opened from then on (within 2 s on other servers)."""
+    Backoff, dead-lettering and the limits apply at once on every server; the default lease
+    to streams opened from then on (within 2 s on other servers). 0 removes a limit."""
     conn = _connection(kwargs)
     given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff,
                              "max_backoff": max_backoff, "max_delivery_attempts": max_delivery_attempts,
@@ -464,6 +511,7 @@ def queue_update(name: str, lease_duration: float | None, initial_backoff: float
         changes["message_retention_duration"] = message_retention or None
     if archive is not None:
         changes["archive_duration"] = archive or None
+    changes.update(_limit_changes(kwargs))
     if no_dead_letter_queue:
         if max_delivery_attempts is not None or dead_letter_queue is not None:
             raise click.UsageError("--no-dead-letter-queue goes without --dead-letter-queue and --max-delivery-attempts")
@@ -509,19 +557,23 @@ def queue_resume(name: str, send: bool, delivery: bool, **kwargs: Any) -> None:
 @click.argument("queue", required=False)
 @connection_options
 def stats(queue: str | None, **kwargs: Any) -> None:
-    """Message counts by state, oldest ready message's age and rates, for QUEUE or every queue."""
+    """Message counts by state, oldest ready message's age, rates, and what the queue's limits hold
+    back (messages due but at their key's limit, those the rate limit kept back so far), for QUEUE
+    or every queue."""
     conn = _connection(kwargs)
     with talking(conn) as client:
-        names = [queue] if queue else [q.name for q in client.list_queues()]
-        found = [client.stats(name) for name in names]
+        queues = [client.get_queue(queue)] if queue else client.list_queues()
+        found = [(client.stats(q.name), q) for q in queues]
     if conn.json:
-        _json([dataclasses.asdict(s) for s in found] if queue is None else dataclasses.asdict(found[0]))
+        _json([dataclasses.asdict(s) for s, _ in found] if queue is None else dataclasses.asdict(found[0][0]))
         return
-    _table(["QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD-LETTERED", "OLDEST READY", "SENT/S", "ACKED/S", "PAUSED"],
+    _table(["QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD-LETTERED", "OLDEST READY", "SENT/S", "ACKED/S",
+            "HELD BACK", "PAUSED"],
            [[s.name, s.ready, s.scheduled, s.leased,
              f"{s.dead_lettered} in {s.dead_letter_queue}" if s.dead_letter_queue else "-",
-             _seconds(s.oldest_ready_age) if s.ready else "-", f"{s.send_rate:.2f}", f"{s.ack_rate:.2f}", _paused(s)]
-            for s in found])
+             _seconds(s.oldest_ready_age) if s.ready else "-", f"{s.send_rate:.2f}", f"{s.ack_rate:.2f}",
+             _held_back(s, q), _paused(s)]
+            for s, q in found])
 
 
 @main.command("peek")

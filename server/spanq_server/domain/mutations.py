@@ -313,6 +313,8 @@ class Mutator:
                 acks = cast(list[AckResult], result)
                 metrics.acked(name, sum(1 for r in acks if r.acked) if mutation.ignore_not_found else len(acks))
                 self._holdings.acked(name, (i.lease_token for i, r in zip(mutation.items, acks) if r.acked))
+                if mutation.queue.max_in_flight_per_key is not None:
+                    self._wakeups.wake(name)  # its keys' messages held by the limit may go now
             else:
                 renewals = cast(list[RenewResult], result)
                 self._holdings.renewed(name, ((r.old_lease_token, r.new_lease_token, r.lease_expiration_time)

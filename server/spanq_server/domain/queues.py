@@ -4,6 +4,7 @@ import base64
 import binascii
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -36,8 +37,14 @@ CACHE_SECONDS = 2.0
 """How long a queue definition is trusted before it is read again (another
 server may drop and re-create a queue, or update it: the bound of UpdateQueue
 for what servers read from their cache)."""
+MAX_IN_FLIGHT_PER_KEY = 100_000
+MIN_RATE_LIMIT = 0.001
+"""Leases per second: the slowest rate (one a quarter of an hour), below which a limit is a pause."""
+MAX_RATE_LIMIT = 1_000_000.0
+MAX_RATE_LIMIT_BURST = 1_000_000
 UPDATABLE = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
-             "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
+             "disable_send", "disable_delivery", "message_retention_duration", "archive_duration",
+             "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
 """The settings UpdateQueue may change (QueueDef's fields; spanq.v1 Queue's alike)."""
 FIXED = ("name", "key_columns", "payload_type", "parent_table", "parent_on_delete_cascade", "create_time")
 """What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
@@ -91,6 +98,50 @@ def validate(queue: QueueDef) -> QueueDef:
         check_name(queue.dead_letter_queue, "dead_letter_queue", MAX_QUEUE_NAME)
         if queue.dead_letter_queue == queue.name:
             raise errors.InvalidArgument("a queue cannot be its own dead-letter queue")
+    return check_limits(queue)
+
+
+def check_limits(queue: QueueDef) -> QueueDef:
+    """The per-key concurrency and rate limit settings, with their defaults filled in: a
+    max_in_flight_per_key without a concurrency_key counts by the first key column."""
+    limit = queue.max_in_flight_per_key
+    if limit is not None and not 1 <= limit <= MAX_IN_FLIGHT_PER_KEY:
+        raise errors.InvalidArgument(
+            f"max_in_flight_per_key must be between 1 and {MAX_IN_FLIGHT_PER_KEY} (0: no limit), got {limit}")
+    if queue.concurrency_key is not None:
+        if limit is None:
+            raise errors.InvalidArgument("concurrency_key needs max_in_flight_per_key: set both, or neither")
+        names = [c.name for c in queue.key_columns]
+        if queue.concurrency_key not in names:
+            raise errors.InvalidArgument(
+                f"concurrency_key {queue.concurrency_key!r} is not a key column of queue {queue.name!r}; "
+                f"name one of {', '.join(names)}")
+    elif limit is not None:
+        queue = dataclasses.replace(queue, concurrency_key=queue.key_columns[0].name)
+    rate = queue.rate_limit
+    if rate is not None and not (math.isfinite(rate) and MIN_RATE_LIMIT <= rate <= MAX_RATE_LIMIT):
+        raise errors.InvalidArgument(
+            f"rate_limit must be between {MIN_RATE_LIMIT:g} and {MAX_RATE_LIMIT:g} messages per second "
+            f"(0: no limit), got {rate:g}")
+    burst = queue.rate_limit_burst
+    if burst is not None:
+        if rate is None:
+            raise errors.InvalidArgument("rate_limit_burst needs rate_limit: set both, or leave the burst unset")
+        if not 1 <= burst <= MAX_RATE_LIMIT_BURST:
+            raise errors.InvalidArgument(
+                f"rate_limit_burst must be between 1 and {MAX_RATE_LIMIT_BURST} (0: a second's worth of "
+                f"rate_limit), got {burst}")
+    return queue
+
+
+def with_changes(current: QueueDef, changes: dict[str, Any]) -> QueueDef:
+    """``current`` with UpdateQueue's ``changes``: a limit removed takes its companion
+    setting with it unless the update names that too (which check_limits then refuses)."""
+    queue = dataclasses.replace(current, **changes)
+    if queue.max_in_flight_per_key is None and "concurrency_key" not in changes:
+        queue = dataclasses.replace(queue, concurrency_key=None)
+    if queue.rate_limit is None and "rate_limit_burst" not in changes:
+        queue = dataclasses.replace(queue, rate_limit_burst=None)
     return queue
 
 
@@ -220,7 +271,7 @@ class Catalog:
             check_dead_letter_queue(queue, target)
 
         updated = await self._store.queue_update(
-            name, lambda current: dataclasses.replace(current, **changes), check,
+            name, lambda current: check_limits(with_changes(current, changes)), check,
             dead_letter_queue=changes.get("dead_letter_queue"), lock_timeout=self._ddl_lock_timeout)
         self._cache[name] = (time.monotonic(), updated)
         logger.info("updated queue %s: %s", name, ", ".join(f"{k}={v}" for k, v in changes.items()))

@@ -4,6 +4,7 @@ own shape). One decoding, so a bad field gets the same error from either, and on
 through exactly_once.py, so a request_id sent twice commits once."""
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, cast
@@ -119,12 +120,27 @@ def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
         "disable_delivery": lambda: q.disable_delivery,
         "message_retention_duration": lambda: retention(q, "message_retention_duration"),
         "archive_duration": lambda: retention(q, "archive_duration"),
+        **{field: functools.partial(limit, q, field) for field in LIMITS},
     }
     changes: dict[str, Any] = {}
     for path in request.update_mask.paths:
         value = values.get(path)
         changes[path] = None if value is None else value()
     return changes
+
+
+LIMITS = ("max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
+"""The limit settings, alike in spanq.v1's Queue and QueueDef: 0 and "" are none."""
+
+
+def limits(q: queue_pb2.Queue, fields: tuple[str, ...]) -> dict[str, Any]:
+    """Those of the limit settings ``fields``, as QueueDef holds them (queues.check_limits
+    refuses what is out of range)."""
+    return {field: limit(q, field) for field in fields}
+
+
+def limit(q: queue_pb2.Queue, field: str) -> Any:
+    return getattr(q, field) or None
 
 
 def retention(q: queue_pb2.Queue, field: str) -> timedelta | None:

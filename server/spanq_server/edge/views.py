@@ -17,6 +17,8 @@ def stats_response(stats: QueueStats) -> queue_pb2.QueueStats:
         name=stats.queue.name, ready=c.ready, scheduled=c.scheduled, leased=c.leased, dead_lettered=c.dead_lettered,
         send_rate=stats.send_rate, ack_rate=stats.ack_rate, dead_letter_queue=stats.queue.dead_letter_queue or "",
         disable_send=stats.queue.disable_send, disable_delivery=stats.queue.disable_delivery,
+        rate_limited=c.rate_limited, rate_limit_tokens=c.rate_limit_tokens, key_limited=c.key_limited,
+        keys_at_limit=c.keys_at_limit,
     )
     out.oldest_ready_age.FromTimedelta(timedelta(seconds=c.oldest_ready_age))
     codec.set_timestamp(out.read_time, c.read_time)
@@ -72,6 +74,10 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
         dead_letter_queue=q.dead_letter_queue or "",
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
+        max_in_flight_per_key=q.max_in_flight_per_key or 0,
+        concurrency_key=q.concurrency_key or "",
+        rate_limit=q.rate_limit or 0.0,
+        rate_limit_burst=q.rate_limit_burst or 0,
     )
     if q.message_retention_duration is not None:
         out.message_retention_duration.CopyFrom(codec.duration(q.message_retention_duration))

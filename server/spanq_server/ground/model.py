@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import enum
+import math
 from datetime import datetime, timedelta
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -59,6 +60,19 @@ class QueueDef:
     """Unacknowledged messages sent longer ago are deleted in the background (None: kept)."""
     archive_duration: timedelta | None = None
     """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
+    max_in_flight_per_key: int | None = None
+    """At most this many unexpired leases per value of concurrency_key, across every
+    server and stream (None: no limit)."""
+    concurrency_key: str | None = None
+    """The key column whose values max_in_flight_per_key counts by (set with it)."""
+    rate_limit: float | None = None
+    """Leases per second across the queue, a token bucket in PostgreSQL (None: no limit)."""
+    rate_limit_burst: int | None = None
+    """The bucket's size: leases one moment may take after a quiet spell (None: burst())."""
+
+    def burst(self) -> int:
+        """The rate limit's bucket size: rate_limit_burst, else a second's worth (at least 1)."""
+        return self.rate_limit_burst or max(1, math.ceil(self.rate_limit or 0))
 
 
 class OutgoingMessage(NamedTuple):
@@ -117,6 +131,10 @@ class QueueGauges:
     dead_lettered: int = 0
     """Messages moved from this queue to its dead-letter queue since it was created
     (spanq.dead_letter_counts, by any mover)."""
+    rate_limited: int = 0
+    """Messages ready for a batch that the queue's rate limit kept back, since the limit was set."""
+    key_limited: int = 0
+    """Due messages whose key is at max_in_flight_per_key now, counted up to the cap."""
 
 
 # The per-message values of the receive and ack paths are NamedTuples: immutable
@@ -179,6 +197,14 @@ class QueueCounts:
     oldest_ready_age: float
     """Seconds since the oldest ready message was sent; 0 when none is ready."""
     read_time: datetime
+    rate_limited: int = 0
+    """Messages ready for a batch that the rate limit kept back, since it was set."""
+    rate_limit_tokens: float = 0.0
+    """Leases the rate limit's bucket would allow now."""
+    key_limited: int = 0
+    """Due messages whose key value is at max_in_flight_per_key now."""
+    keys_at_limit: int = 0
+    """Key values with max_in_flight_per_key unexpired leases now."""
 
 
 class PeekedMessage(NamedTuple):

@@ -213,12 +213,22 @@ def _queue_families(queues: list[QueueGauges]) -> Iterable[Metric]:
     dead = CounterMetricFamily("spanq_queue_messages_dead_lettered", "Messages moved from this queue to its "
                                "dead-letter queue since the queue was created (by any server or SQL client: "
                                "the database's count, the same on every server).", labels=["queue"])
+    # The limits' effect (Queue.rate_limit, max_in_flight_per_key), also the database's figures.
+    rate_limited = CounterMetricFamily("spanq_queue_rate_limited_messages", "Messages ready for a batch that the "
+                                       "queue's rate limit kept back, since the limit was set (by any server or "
+                                       "SQL client: the database's count, the same on every server).",
+                                       labels=["queue"])
+    key_limited = GaugeMetricFamily("spanq_queue_key_limited_messages", "Due messages whose key value is at the "
+                                    f"queue's max_in_flight_per_key (they wait for a lease of their key to end), "
+                                    f"counted up to {COUNT_CAP}.", labels=["queue"])
     for q in queues:
         ready.add_metric([q.queue], q.ready)
         stored.add_metric([q.queue], q.stored)
         oldest.add_metric([q.queue], q.oldest_age)
         dead.add_metric([q.queue], q.dead_lettered)
-    yield from (ready, stored, oldest, dead)
+        rate_limited.add_metric([q.queue], q.rate_limited)
+        key_limited.add_metric([q.queue], q.key_limited)
+    yield from (ready, stored, oldest, dead, rate_limited, key_limited)
 
 
 STREAMS_HELP = "Receive streams open on this server."

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import sql
 from psycopg.adapt import PyFormat
 
-from ..ground.model import ColumnType, Key, QueueDef
+from ..ground.model import ColumnType, Key, KeyColumn, QueueDef
 from . import QUERIES
 
 SQL_TYPES = {
@@ -50,6 +50,9 @@ class QueueStatements:
         self.deliver_time_index = f"spanq_dt_{queue.name}"
         self.lease_token_index = f"spanq_lt_{queue.name}"
         self.priority_index = f"spanq_pr_{queue.name}"
+        self.key_concurrency_index = f"spanq_kc_{queue.name}"
+        self.key_slots_function = sql.Identifier(f"keyslots_{queue.name}")
+        """A queue with max_in_flight_per_key: its leases left per key value (queue_key_slots_function_create)."""
         self.archive = sql.Identifier("spanq", f"archive_{queue.name}")
         """Acked messages kept for the queue's archive_duration (queue_archive_create)."""
         self.keys = identifiers(c.name for c in queue.key_columns)
@@ -127,6 +130,7 @@ class QueueStatements:
                 max_backoff=sql.Literal(q.max_backoff),
             )
             live = sql.SQL(" AND ready.spanq_attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
+        key_admits, limit_steps, admitted = self.receive_limits(live)
         return query(
             "queue_receive_function_create",
             receive_function=self.receive_function,
@@ -137,6 +141,9 @@ class QueueStatements:
             queue=self.table,
             dead_letter_steps=steps,
             delivery_paused=sql.SQL(" AND false" if q.disable_delivery else ""),
+            key_admits=key_admits,
+            limit_steps=limit_steps,
+            admitted=admitted,
             max_backoff=sql.Literal(q.max_backoff),
             initial_backoff=sql.Literal(q.initial_backoff),
             m_key_columns=self.qualified_keys("m"),
@@ -146,6 +153,58 @@ class QueueStatements:
             new_token=self.new_token(sql.SQL("$3"), sql.SQL("(extract(epoch FROM clock.now + $2) * 1000000)::bigint"),
                                      "m"),
         )
+
+    def receive_limits(self, live: sql.Composable) -> tuple[sql.Composable, sql.Composable, sql.Composable]:
+        """A receive function's ``{key_admits}``, ``{limit_steps}`` and ``{admitted}``: for an
+        unlimited queue nothing, and its function leases ``ready`` as it is."""
+        q = self.queue
+        if q.max_in_flight_per_key is None and q.rate_limit is None:
+            return sql.SQL(""), sql.SQL(""), sql.SQL("ready")
+        empty: sql.Composable = sql.SQL("")
+        key_admits = key_rank = key_admitted = rate_gate = rate_cap = rate_spend = empty
+        name = sql.Literal(q.name)
+        if q.max_in_flight_per_key is not None:
+            keyed = dict(key_slots_function=self.key_slots_function,
+                         concurrency_key=sql.Identifier(self.concurrency_column().name))
+            # Each spliced after other text (queries.sql's blocks lose their leading blanks).
+            key_admits = sql.SQL(" {}").format(query("queue_receive_key_admits", **keyed))
+            key_rank = sql.SQL(", {}").format(query("queue_receive_key_rank", **keyed))
+            key_admitted = sql.SQL(" {}").format(query("queue_receive_key_admitted"))
+        if q.rate_limit is not None:
+            rate_gate = sql.SQL(", {}").format(query("queue_receive_rate_gate", rate_limit=sql.Literal(q.rate_limit),
+                                                     rate_limit_burst=sql.Literal(q.burst()), queue_name=name))
+            rate_cap = sql.SQL("\n    {}").format(query("queue_receive_rate_cap"))
+            rate_spend = sql.SQL(", {}").format(query("queue_receive_rate_spend", key_admitted=key_admitted,
+                                                      queue_name=name))
+        steps = query("queue_receive_limit_steps", rate_gate=rate_gate, key_rank=key_rank, key_admitted=key_admitted,
+                      rate_cap=rate_cap, rate_spend=rate_spend, queue=self.table,
+                      m_key_columns=self.qualified_keys("m"),
+                      ready_qualified_key_columns=self.qualified_keys("ready"), live_condition=live,
+                      ranked_key_columns=self.qualified_keys("ranked"))
+        return key_admits, steps, sql.SQL("admitted AS ready")
+
+    def concurrency_column(self) -> KeyColumn:
+        """The key column whose values max_in_flight_per_key counts by."""
+        return next(c for c in self.queue.key_columns if c.name == self.queue.concurrency_key)
+
+    def key_slots_ddl(self) -> list[sql.Composed]:
+        """What a queue with max_in_flight_per_key needs before its receive function: the
+        index its key slots are counted by and the function that counts them."""
+        column = self.concurrency_column()
+        value = sql.SQL("spanq_value")
+        return [
+            query("queue_key_slots_index", key_concurrency_index=sql.Identifier(self.key_concurrency_index),
+                  queue=self.table, concurrency_key=sql.Identifier(column.name)),
+            query("queue_key_slots_function_create", key_slots_function=self.key_slots_function,
+                  queue_name=sql.Literal(self.queue.name),
+                  value_form=query(f"lease_token_key_{TOKEN_FORMS[column.type]}", value=value),
+                  max_in_flight_per_key=sql.Literal(self.queue.max_in_flight_per_key), queue=self.table,
+                  concurrency_key=sql.Identifier(column.name)),
+        ]
+
+    def key_slots_index_drop(self) -> sql.Composed:
+        return query("queue_key_slots_index_drop",
+                     key_concurrency_index=sql.Identifier("public", self.key_concurrency_index))
 
     def archive_ddl(self) -> sql.Composed:
         return query("queue_archive_create", archive=self.archive, key_column_definitions=self.key_definitions,

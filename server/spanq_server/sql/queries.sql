@@ -32,7 +32,8 @@ SELECT count(*) FROM spanq.queues
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade
+       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade,
+       max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst
 FROM spanq.queues
 WHERE name = %(name)s
 
@@ -40,7 +41,8 @@ WHERE name = %(name)s
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade
+       disable_send, disable_delivery, message_retention, archive_duration, parent_cascade,
+       max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -51,11 +53,13 @@ LIMIT %(limit)s
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
                           max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
-                          message_retention, archive_duration, parent_cascade)
+                          message_retention, archive_duration, parent_cascade, max_in_flight_per_key,
+                          concurrency_key, rate_limit, rate_limit_burst)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
         %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
-        %(message_retention)s, %(archive_duration)s, %(parent_cascade)s)
+        %(message_retention)s, %(archive_duration)s, %(parent_cascade)s, %(max_in_flight_per_key)s,
+        %(concurrency_key)s, %(rate_limit)s, %(rate_limit_burst)s)
 RETURNING create_time
 
 -- queue_update --
@@ -67,7 +71,9 @@ UPDATE spanq.queues SET lease_duration = %(lease_duration)s, initial_backoff = %
        max_backoff = %(max_backoff)s, max_delivery_attempts = %(max_delivery_attempts)s,
        dead_letter_queue = %(dead_letter_queue)s, disable_send = %(disable_send)s,
        disable_delivery = %(disable_delivery)s, message_retention = %(message_retention)s,
-       archive_duration = %(archive_duration)s
+       archive_duration = %(archive_duration)s, max_in_flight_per_key = %(max_in_flight_per_key)s,
+       concurrency_key = %(concurrency_key)s, rate_limit = %(rate_limit)s,
+       rate_limit_burst = %(rate_limit_burst)s
 WHERE name = %(name)s AND create_time = %(create_time)s
 RETURNING create_time, CASE WHEN NOT disable_delivery THEN pg_notify('spanq_wakeup', name) END
 
@@ -335,6 +341,10 @@ CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_
 -- CREATE OR REPLACE: a migration re-creates existing queues' functions with it,
 -- and UpdateQueue with the new settings; while delivery is paused
 -- (disable_delivery) {delivery_paused} is `AND false`: it leases nothing.
+-- A limited queue's function has {key_admits} (queue_receive_key_admits) and
+-- {limit_steps} (queue_receive_limit_steps), and leases what the steps
+-- admitted ({admitted} is `admitted AS ready`); an unlimited queue's has
+-- neither, and leases `ready`.
 CREATE OR REPLACE FUNCTION spanq.{receive_function}(
     max_batch_size integer DEFAULT 1,
     lease_duration interval DEFAULT {lease_duration},
@@ -370,7 +380,7 @@ WITH clock AS (
                    FROM {queue} AS m
                    WHERE m.spanq_priority > 0
                      AND (m.spanq_priority, m.deliver_time) >= (p.priority, '-infinity')
-                     AND (m.spanq_priority, m.deliver_time) <= (p.priority, clock.now){delivery_paused}
+                     AND (m.spanq_priority, m.deliver_time) <= (p.priority, clock.now){delivery_paused}{key_admits}
                    ORDER BY m.spanq_priority, m.deliver_time
                    LIMIT greatest($1, 1)
                    FOR UPDATE OF m SKIP LOCKED) AS r)
@@ -379,19 +389,19 @@ WITH clock AS (
     FROM clock,
          LATERAL (SELECT {ready_key_columns}, m.deliver_time, m.spanq_delivery_attempt + 1
                   FROM {queue} AS m
-                  WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0{delivery_paused}
+                  WHERE m.deliver_time <= clock.now AND m.spanq_priority = 0{delivery_paused}{key_admits}
                   ORDER BY m.deliver_time
                   LIMIT greatest($1, 1)
                   FOR UPDATE OF m SKIP LOCKED) AS low
     LIMIT greatest($1, 1)
-){dead_letter_steps}, leased AS (
+){dead_letter_steps}{limit_steps}, leased AS (
     UPDATE {queue} AS m SET
         spanq_lease_token = {new_token},
         spanq_lease_expiration_timestamp = clock.now + $2,
         deliver_time = clock.now + $2
             + least({max_backoff}, {initial_backoff} * power(2, least(ready.spanq_attempt - 1, 40))),
         spanq_delivery_attempt = ready.spanq_attempt
-    FROM ready, clock
+    FROM {admitted}, clock
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}){live_condition}
     RETURNING {m_key_columns}, m.payload, ready.deliver_time, m.spanq_lease_token,
               m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
@@ -440,6 +450,121 @@ $receive$
     SELECT {queue_name}, count(*) FROM dead HAVING count(*) > 0
     ON CONFLICT (queue) DO UPDATE SET total = c.total + excluded.total
 )
+
+-- queue_receive_key_admits --
+-- Spliced into both scans of a receive function whose queue has
+-- max_in_flight_per_key: a due message is passed over while its key value has
+-- no lease left to give (queue_key_slots_function_create), so the scan goes
+-- on to other keys' messages rather than stop at a batch of one busy key's.
+AND spanq.{key_slots_function}(m.{concurrency_key}, clock.now) > 0
+
+-- queue_receive_limit_steps --
+-- Spliced into a limited queue's receive function after `ready` (and the
+-- dead-letter steps): which of the rows `ready` locked are leased. {key_rank}
+-- and {key_admitted}: per key value, no more of this batch than the key has
+-- leases left (a batch may hold several messages of one key). {rate_gate},
+-- {rate_cap} and {rate_spend}: no more than the queue's token bucket holds
+-- (queue_receive_rate_gate). What is not admitted stays as it was: locked
+-- until the statement commits, then due again.
+{rate_gate}, ranked AS (
+    SELECT ready.*, m.spanq_priority AS spanq_rank_priority{key_rank}
+    FROM ready, {queue} AS m, clock
+    WHERE ({m_key_columns}) = ({ready_qualified_key_columns}){live_condition}
+), admitted AS (
+    SELECT {ranked_key_columns}, ranked.deliver_time, ranked.spanq_attempt
+    FROM ranked{key_admitted}
+    ORDER BY ranked.spanq_rank_priority DESC, ranked.deliver_time{rate_cap}
+){rate_spend}
+
+-- queue_receive_key_rank --
+-- Each ready message's place among its key's in the batch, and the leases
+-- its key has left (queue_key_slots_function_create, which locks the key).
+row_number() OVER (PARTITION BY ready.{concurrency_key}
+                   ORDER BY m.spanq_priority DESC, ready.deliver_time) AS spanq_key_rank,
+       spanq.{key_slots_function}(ready.{concurrency_key}, clock.now) AS spanq_slots
+
+-- queue_receive_key_admitted --
+WHERE ranked.spanq_key_rank <= ranked.spanq_slots
+
+-- queue_receive_rate_gate --
+-- The queue's token bucket, locked for the statement (FOR UPDATE reads its
+-- latest committed tokens, whatever the statement's snapshot): so the leases
+-- of all servers and psql sessions take turns on it, and together never take
+-- more than the bucket holds. Refilled by the time since it was last taken
+-- (never backwards: a statement that started earlier but waited for the lock
+-- adds nothing), up to the burst. No bucket row: no tokens.
+gate AS (
+    SELECT least(b.tokens + {rate_limit} * greatest(extract(epoch FROM clock.now - b.refill_time), 0),
+                 {rate_limit_burst}) AS available
+    FROM spanq.rate_buckets AS b, clock
+    WHERE b.queue = {queue_name}
+    FOR UPDATE OF b
+)
+
+-- queue_receive_rate_cap --
+LIMIT coalesce((SELECT floor(gate.available)::bigint FROM gate), 0)
+
+-- queue_receive_rate_spend --
+-- Takes a token per message admitted, and counts the messages admitted by
+-- the key limit (if any) that the tokens left out.
+spent AS (
+    UPDATE spanq.rate_buckets AS b SET
+        tokens = gate.available - (SELECT count(*) FROM admitted),
+        refill_time = greatest(b.refill_time, clock.now),
+        held_back = b.held_back + (SELECT count(*) FROM ranked{key_admitted}) - (SELECT count(*) FROM admitted)
+    FROM gate, clock
+    WHERE b.queue = {queue_name}
+)
+
+-- queue_key_slots_function_create --
+-- spanq.keyslots_<queue>(value, now): how many more leases the value of the
+-- queue's concurrency_key may get now (max_in_flight_per_key minus its
+-- unexpired leases), or 0 while another transaction holds the value's lock.
+-- First it takes that lock, a transaction-level advisory lock on the queue
+-- and the value (try: a value another receiver is leasing is skipped, as SKIP
+-- LOCKED skips its rows), held until the lease commits; then it counts, in a
+-- statement of its own: a VOLATILE function's statement takes a fresh
+-- snapshot, which sees every lease committed before the lock was granted. So
+-- two receivers never both count a value's leases before either committed.
+-- The count is an index range (the queue's spanq_kc_ index on the column and
+-- the lease expiry). The parameters are spanq_-prefixed, as no key column can
+-- be. The key's token form (lease_token_key_*) is the lock's value: the same
+-- in every session, whatever its time zone. The value is `anyelement`, so that
+-- one signature serves any column (CREATE OR REPLACE, never DROP, while the
+-- queue lives: a receive that began under the definition before an
+-- UpdateQueue still finds the function its body names).
+CREATE OR REPLACE FUNCTION spanq.{key_slots_function}(spanq_value anyelement, spanq_now timestamptz)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE
+AS $slots$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext({queue_name}), coalesce(hashtext({value_form}), 0)) THEN
+        RETURN 0;
+    END IF;
+    RETURN {max_in_flight_per_key} - (SELECT count(*) FROM {queue} AS m
+                                      WHERE m.{concurrency_key} = spanq_value
+                                        AND m.spanq_lease_expiration_timestamp > spanq_now);
+END
+$slots$
+
+-- queue_key_slots_index --
+-- What keyslots_<queue> counts by: a queue's leases per concurrency_key value.
+CREATE INDEX IF NOT EXISTS {key_concurrency_index} ON {queue} ({concurrency_key}, spanq_lease_expiration_timestamp)
+
+-- queue_key_slots_index_drop --
+-- A queue's key limit removed, or counting by another column (UpdateQueue):
+-- its index (the function stays until the queue is dropped, unused).
+DROP INDEX IF EXISTS {key_concurrency_index}
+
+-- rate_bucket_put --
+-- A rate-limited queue's token bucket (CreateQueue, UpdateQueue): a new one
+-- starts full; a kept one keeps its tokens, at most the new burst.
+INSERT INTO spanq.rate_buckets AS b (queue, tokens, refill_time)
+VALUES (%(queue)s, %(burst)s, statement_timestamp())
+ON CONFLICT (queue) DO UPDATE SET tokens = least(b.tokens, excluded.tokens)
+
+-- rate_bucket_delete --
+DELETE FROM spanq.rate_buckets WHERE queue = %(queue)s
 
 -- queue_renew_function_create --
 -- spanq.renewlease_<queue>(lease_tokens): Spanner's RENEWLEASE. A held,
@@ -520,6 +645,7 @@ GRANT EXECUTE ON FUNCTION spanq.{function} TO {grantee}
 -- Drops a queue's functions and table (its messages with it), and its archive.
 DROP FUNCTION IF EXISTS spanq.{receive_function};
 DROP FUNCTION IF EXISTS spanq.{renew_function};
+DROP FUNCTION IF EXISTS spanq.{key_slots_function};
 DROP TABLE IF EXISTS {queue};
 DROP TABLE IF EXISTS {archive}
 
@@ -858,6 +984,16 @@ WHERE NOT EXISTS (SELECT FROM spanq.queues AS q WHERE q.name = %(queue_name)s AN
 ORDER BY m.deliver_time
 LIMIT 1
 
+-- message_next_delivery_rate_limited --
+-- A rate-limited queue's next delivery (message_next_delivery): no sooner
+-- than its bucket holds a whole token again (queue_receive_rate_gate), so a
+-- stream the limit held back sleeps until then rather than ask again at once.
+SELECT greatest(d.due, (1 - least(b.tokens + {rate_limit} * greatest(extract(epoch FROM
+           coalesce(%(now)s::timestamptz, statement_timestamp()) - b.refill_time), 0), {rate_limit_burst}))
+       / {rate_limit})::float8
+FROM ({next_delivery}) AS d(due)
+LEFT JOIN spanq.rate_buckets AS b ON b.queue = %(queue_name)s
+
 -- wakeup_notify --
 -- Wakes receivers on every server for a queue whose messages became deliverable without an INSERT (a nack).
 SELECT pg_notify('spanq_wakeup', %(queue)s::text)
@@ -952,17 +1088,35 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true)
 -- `oldest` and the queue's earliest deliver_time (the index's first entry;
 -- a message is never deliverable before it was sent): exact while the queue
 -- holds fewer than `cap` messages, and never more than the true age beyond.
--- Last, the messages moved to its dead-letter queue so far (one row lookup).
+-- Then the messages moved to its dead-letter queue so far (one row lookup).
+-- Last, what its limits hold back: {rate_limited} and {key_limited}, 0 for a
+-- queue without them (metrics_rate_limited, metrics_key_limited).
 SELECT {queue_name}::text,
        (SELECT count(*) FROM (SELECT FROM {queue} AS m WHERE m.deliver_time <= clock.now
                               LIMIT %(cap)s) AS due),
        sample.stored,
        coalesce(greatest(extract(epoch FROM clock.now - least(sample.oldest,
            (SELECT min(m.deliver_time) FROM {queue} AS m)))::float8, 0), 0),
-       coalesce((SELECT c.total FROM spanq.dead_letter_counts AS c WHERE c.queue = {queue_name}), 0)
+       coalesce((SELECT c.total FROM spanq.dead_letter_counts AS c WHERE c.queue = {queue_name}), 0),
+       {rate_limited}, {key_limited}
 FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
       FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+
+-- metrics_rate_limited --
+-- A rate-limited queue's messages held back so far (its bucket's count).
+coalesce((SELECT b.held_back FROM spanq.rate_buckets AS b WHERE b.queue = {queue_name}), 0)
+
+-- metrics_key_limited --
+-- A key-limited queue's due messages whose key value is at the limit, up to
+-- `cap` along the deliver_time index, each by one range of its key slots'
+-- index (queue_key_slots_index).
+(SELECT count(*) FROM (SELECT FROM {queue} AS m
+                       WHERE m.deliver_time <= clock.now
+                         AND (SELECT count(*) FROM {queue} AS l
+                              WHERE l.{concurrency_key} = m.{concurrency_key}
+                                AND l.spanq_lease_expiration_timestamp > clock.now) >= {max_in_flight_per_key}
+                       LIMIT %(cap)s) AS held)
 
 -- queue_stats --
 -- One queue's figures for GetQueueStats, exact (one pass over the table). A
@@ -981,6 +1135,34 @@ SELECT count(*) FILTER (WHERE m.deliver_time <= clock.now),
 FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 LEFT JOIN {queue} AS m ON TRUE
 GROUP BY clock.now
+
+-- queue_stats_key_limit --
+-- A queue with max_in_flight_per_key, for GetQueueStats: its due messages
+-- whose key value is at the limit (they wait for a lease of their key to
+-- end), and those key values; exact (one pass over the leases and the due).
+WITH clock AS (
+    SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
+), busy AS (
+    SELECT m.{concurrency_key} AS value
+    FROM {queue} AS m, clock
+    WHERE m.spanq_lease_expiration_timestamp > clock.now
+    GROUP BY m.{concurrency_key}
+    HAVING count(*) >= %(max_in_flight_per_key)s
+)
+SELECT (SELECT count(*) FROM {queue} AS m, clock
+        WHERE m.deliver_time <= clock.now AND m.{concurrency_key} IN (SELECT busy.value FROM busy)),
+       (SELECT count(*) FROM busy)
+
+-- queue_stats_rate_limit --
+-- A rate-limited queue's bucket, for GetQueueStats: the messages the limit
+-- kept back, and the tokens it holds now (as queue_receive_rate_gate
+-- refills them). No row without a bucket.
+SELECT b.held_back,
+       least(b.tokens + %(rate_limit)s * greatest(extract(epoch FROM
+                 coalesce(%(now)s::timestamptz, statement_timestamp()) - b.refill_time), 0),
+             %(burst)s)::float8
+FROM spanq.rate_buckets AS b
+WHERE b.queue = %(queue)s
 
 -- queue_message_count --
 -- How many messages a queue holds (a dead-letter queue's, for GetQueueStats).

@@ -131,7 +131,7 @@ class CatalogTables(Database):
             name_taken=bool(await _scalar(conn, "relation_exists", name=queue.name)),
             index_name_taken=await _scalar(conn, "relations_taken",
                                            names=[names.deliver_time_index, names.lease_token_index,
-                                                  names.priority_index]),
+                                                  names.priority_index, names.key_concurrency_index]),
             parent_key_width=(await _scalar(conn, "parent_key_width", name=queue.parent_table)
                               if queue.parent_table else None),
             dead_letter_queue=(await _fetch_queue(conn, queue.dead_letter_queue)
@@ -173,6 +173,7 @@ class CatalogTables(Database):
         await conn.execute(names.token_index_ddl())
         await conn.execute(names.history_columns_ddl())
         await conn.execute(names.archive_ddl())
+        await _limits_ddl(conn, None, queue)
         await conn.execute(names.receive_function_ddl())
         await conn.execute(names.renew_function_ddl())
         return dataclasses.replace(queue, create_time=row[0])
@@ -200,6 +201,7 @@ class CatalogTables(Database):
                 if await cur.fetchone() is None:
                     raise errors.QueueNotFound(f"queue {name!r} was dropped meanwhile")
                 names = QueueStatements(queue)
+                await _limits_ddl(conn, current, queue)
                 await conn.execute(names.receive_function_ddl())
                 await conn.execute(names.renew_function_ddl())
                 return queue
@@ -235,6 +237,7 @@ class CatalogTables(Database):
                             queue=names.table,
                             receive_function=names.receive_function,
                             renew_function=names.renew_function,
+                            key_slots_function=names.key_slots_function,
                             archive=names.archive,
                         )
                     )
@@ -301,6 +304,24 @@ def _milliseconds(seconds: float) -> str:
     return f"{max(1, int(seconds * 1000))}ms"
 
 
+async def _limits_ddl(conn: Connection, current: QueueDef | None, queue: QueueDef) -> None:
+    """What the queue's limits need beside its receive function, from what ``current`` had
+    (None: a new queue): the key slots' function and index, the rate limit's bucket. A
+    live queue's index is built (or dropped) under the update's bounded lock wait,
+    blocking sends while it builds (one pass over the table)."""
+    names = QueueStatements(queue)
+    if current is not None and current.max_in_flight_per_key is not None and (
+            current.concurrency_key != queue.concurrency_key):  # another column, or none
+        await conn.execute(QueueStatements(current).key_slots_index_drop())
+    if queue.max_in_flight_per_key is not None:
+        for statement in names.key_slots_ddl():
+            await conn.execute(statement)
+    if queue.rate_limit is not None:
+        await conn.execute(query("rate_bucket_put"), {"queue": queue.name, "burst": queue.burst()})
+    elif current is not None and current.rate_limit is not None:
+        await conn.execute(query("rate_bucket_delete"), {"queue": queue.name})
+
+
 async def _dependents(conn: Connection, name: str) -> QueueDependents:
     cur = await conn.execute(query("queue_dependents"), {"name": name})
     rows = await cur.fetchall()
@@ -337,6 +358,10 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
         "message_retention": queue.message_retention_duration,
         "archive_duration": queue.archive_duration,
         "parent_cascade": queue.parent_on_delete_cascade,
+        "max_in_flight_per_key": queue.max_in_flight_per_key,
+        "concurrency_key": queue.concurrency_key,
+        "rate_limit": queue.rate_limit,
+        "rate_limit_burst": queue.rate_limit_burst,
         "create_time": queue.create_time,
     }
 
@@ -344,7 +369,8 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
 def _queue_from_row(row: Sequence[Any]) -> QueueDef:
     (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
      max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery,
-     message_retention, archive_duration, parent_cascade) = row
+     message_retention, archive_duration, parent_cascade, max_in_flight_per_key, concurrency_key, rate_limit,
+     rate_limit_burst) = row
     return QueueDef(
         name=name,
         key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
@@ -362,4 +388,8 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         disable_delivery=disable_delivery,
         message_retention_duration=message_retention,
         archive_duration=archive_duration,
+        max_in_flight_per_key=max_in_flight_per_key,
+        concurrency_key=concurrency_key,
+        rate_limit=rate_limit,
+        rate_limit_burst=rate_limit_burst,
     )

@@ -274,8 +274,8 @@ class MessageTables(Database):
             return {token: end for token, end in await cur.fetchall()}
 
     async def next_delivery_in(self, queue: QueueDef, now: datetime | None) -> float | None:
-        """Seconds until the queue's earliest deliver_time; None when the queue is empty or
-        its delivery is paused."""
+        """Seconds until the queue's earliest deliver_time (for a rate-limited queue, no
+        sooner than its next token); None when the queue is empty or its delivery is paused."""
         async with self._read(queue.name) as conn:
             cur = await conn.execute(_queue_sql(queue).next_delivery, {"now": now, "queue_name": queue.name})
             row = await cur.fetchone()
@@ -374,7 +374,12 @@ class _QueueSql:
         self.insert = query("message_insert", **inserts).as_bytes(None)
         self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
-        self.next_delivery = query("message_next_delivery", queue=names.table).as_bytes(None)
+        next_delivery = query("message_next_delivery", queue=names.table)
+        if queue.rate_limit is not None:
+            next_delivery = query("message_next_delivery_rate_limited", next_delivery=next_delivery,
+                                  rate_limit=sql.Literal(queue.rate_limit),
+                                  rate_limit_burst=sql.Literal(queue.burst()))
+        self.next_delivery = next_delivery.as_bytes(None)
         self.held = names.by_token("lease_held").as_bytes(None)
         self.lapsed = names.by_token("lease_lapsed").as_bytes(None)
         acked = names.qualified_keys("acked")

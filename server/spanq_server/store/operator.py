@@ -9,7 +9,7 @@ from psycopg import sql
 from ..ground.model import Key, PeekedMessage, QueueCounts, QueueDef, QueueGauges, ReplayBatch, ReplayWindow
 from ..sql.compose import SQL_TYPES, QueueStatements, query
 from .catalog import _fetch_queues
-from .database import Database, Handle, connection_of
+from .database import Connection, Database, Handle, connection_of
 from .messages import _history, _normal_key, _normal_value
 
 RedriveSource = str | tuple[str, ...] | None
@@ -45,7 +45,27 @@ class OperatorQueries(Database):
             if dead_letter_queue is not None:
                 cur = await conn.execute(query("queue_message_count", queue=QueueStatements(dead_letter_queue).table))
                 dead = (await cur.fetchone() or (0,))[0]
-        return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time)
+            held = await self._limit_stats(conn, queue, now)
+        return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time, **held)
+
+    @staticmethod
+    async def _limit_stats(conn: Connection, queue: QueueDef, now: datetime | None) -> dict[str, Any]:
+        """What the queue's limits hold back, as QueueCounts' fields (none without limits)."""
+        held: dict[str, Any] = {}
+        if queue.max_in_flight_per_key is not None:
+            names = QueueStatements(queue)
+            cur = await conn.execute(
+                query("queue_stats_key_limit", queue=names.table,
+                      concurrency_key=sql.Identifier(names.concurrency_column().name)),
+                {"now": now, "max_in_flight_per_key": queue.max_in_flight_per_key})
+            held["key_limited"], held["keys_at_limit"] = map(int, await cur.fetchone() or (0, 0))
+        if queue.rate_limit is not None:
+            cur = await conn.execute(query("queue_stats_rate_limit"), {
+                "queue": queue.name, "now": now, "rate_limit": queue.rate_limit, "burst": queue.burst()})
+            row = await cur.fetchone()
+            if row is not None:
+                held["rate_limited"], held["rate_limit_tokens"] = int(row[0]), float(row[1])
+        return held
 
     async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
                             now: datetime | None, where: PeekFilter = PeekFilter(), *,
@@ -207,13 +227,25 @@ class OperatorQueries(Database):
             queues = await _fetch_queues(conn)
             if not queues:
                 return []
-            statement = sql.SQL("\nUNION ALL\n").join(
-                query("metrics_queue_gauges", queue=QueueStatements(q).table, queue_name=sql.Literal(q.name))
-                for q in queues
-            )
+            statement = sql.SQL("\nUNION ALL\n").join(_gauges_statement(q) for q in queues)
             cur = await conn.execute(statement, {"cap": cap, "now": now})
-            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead))
-                    for name, ready, stored, age, dead in await cur.fetchall()]
+            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead), int(rate), int(key))
+                    for name, ready, stored, age, dead, rate, key in await cur.fetchall()]
+
+
+def _gauges_statement(queue: QueueDef) -> sql.Composed:
+    """One queue's row of metrics_queue_gauges."""
+    names = QueueStatements(queue)
+    name = sql.Literal(queue.name)
+    rate: sql.Composable = sql.SQL("0::bigint")
+    key: sql.Composable = sql.SQL("0::bigint")
+    if queue.rate_limit is not None:
+        rate = query("metrics_rate_limited", queue_name=name)
+    if queue.max_in_flight_per_key is not None:
+        key = query("metrics_key_limited", queue=names.table,
+                    concurrency_key=sql.Identifier(names.concurrency_column().name),
+                    max_in_flight_per_key=sql.Literal(queue.max_in_flight_per_key))
+    return query("metrics_queue_gauges", queue=names.table, queue_name=name, rate_limited=rate, key_limited=key)
 
 
 def _key_values(queue: QueueDef, key: Key, params: dict[str, Any]) -> sql.Composable:

@@ -19,8 +19,8 @@ from ..domain.operator import Operator
 from ..domain.queues import Catalog
 from ..domain.receive.stream import MAX_STREAM_DURATION, Encoded, Receiver, ReceiveOptions
 from ..edge import codec
-from ..edge.requests import (SEND, Reply, Response, commit, queue_changes, retention, send_op, send_response,
-                             setting)
+from ..edge.requests import (LIMITS, SEND, Reply, Response, commit, limits, queue_changes, retention, send_op,
+                             send_response, setting)
 from ..edge.peers import peer_of
 from ..edge.status import translate_errors, translate_stream_errors
 from ..edge.views import peek_response, queue_to_proto, stats_response, write_dead_letter
@@ -393,6 +393,7 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         disable_delivery=q.disable_delivery,
         message_retention_duration=retention(q, "message_retention_duration"),
         archive_duration=retention(q, "archive_duration"),
+        **limits(q, LIMITS),
     )
 
 

@@ -228,6 +228,7 @@ async function queuePage(page, name, state) {
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
     ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
+    ["Limits", el("span", {id: "limits"}, limitsOf(q, s))],
     ["Paused", el("span", {id: "paused"}, [q.disable_send && "send", q.disable_delivery && "delivery"].filter(Boolean).join(", ") || "no")]];
   // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
   // where it failed, after how many attempts, and why.
@@ -418,18 +419,35 @@ async function send(name, info, box) {
   refresh();
 }
 
+// The queue's per-key concurrency and rate limit, with what they hold back now (GetQueueStats).
+function limitsOf(q, s) {
+  const shown = [];
+  if (q.max_in_flight_per_key) shown.push(`${q.max_in_flight_per_key} in flight per ${q.concurrency_key} `
+    + `(${s.key_limited} due held, ${s.keys_at_limit} keys at the limit)`);
+  if (q.rate_limit) shown.push(`${q.rate_limit}/s, burst ${q.rate_limit_burst || Math.max(1, Math.ceil(q.rate_limit))} `
+    + `(${s.rate_limited} held back so far, ${Number(s.rate_limit_tokens).toFixed(1)} tokens)`);
+  return shown.join("; ") || "none";
+}
+
 // The queue's settings as the form shows them (seconds for durations; 0: none).
 function settingsOf(q) {
   return {lease_duration: seconds(q.lease_duration), initial_backoff: seconds(q.initial_backoff),
     max_backoff: seconds(q.max_backoff), max_delivery_attempts: q.max_delivery_attempts || 0,
     dead_letter_queue: q.dead_letter_queue || "", message_retention_duration: seconds(q.message_retention_duration),
-    archive_duration: seconds(q.archive_duration)};
+    archive_duration: seconds(q.archive_duration), max_in_flight_per_key: q.max_in_flight_per_key || 0,
+    concurrency_key: q.concurrency_key || "", rate_limit: q.rate_limit || 0, rate_limit_burst: q.rate_limit_burst || 0};
 }
 
 const SETTINGS = [["lease_duration", "Lease (seconds)"], ["initial_backoff", "Initial backoff (seconds)"],
   ["max_backoff", "Max backoff (seconds)"], ["max_delivery_attempts", "Max delivery attempts (0: unlimited)"],
   ["dead_letter_queue", "Dead-letter queue (empty: none)"], ["message_retention_duration", "Retention (seconds, 0: until acked)"],
-  ["archive_duration", "Archive acked for (seconds, 0: an ack deletes)"]];
+  ["archive_duration", "Archive acked for (seconds, 0: an ack deletes)"],
+  ["max_in_flight_per_key", "Max in flight per key (0: no limit)"],
+  ["concurrency_key", "Concurrency key column (empty: the first)"],
+  ["rate_limit", "Rate limit (per second, 0: none)"], ["rate_limit_burst", "Rate limit burst (0: a second's worth)"]];
+// The fields that are not durations: as typed (text), or numbers when they read as one.
+const TEXT_SETTINGS = ["dead_letter_queue", "concurrency_key"];
+const NUMBER_SETTINGS = ["max_delivery_attempts", "max_in_flight_per_key", "rate_limit", "rate_limit_burst"];
 
 // An UpdateQueue of the fields changed (the dead-letter pair goes together).
 function settingsForm(name, info, state) {
@@ -441,7 +459,8 @@ function settingsForm(name, info, state) {
       event.preventDefault();
       saveSettings(name, current, box);
     }},
-    SETTINGS.map(([k, label]) => field(box, k, label, {id: "setting-" + k, type: "text", size: k === "dead_letter_queue" ? 20 : 8})),
+    SETTINGS.map(([k, label]) => field(box, k, label, {id: "setting-" + k, type: "text",
+      size: TEXT_SETTINGS.includes(k) ? 20 : 8})),
     el("p", {},
       el("button", {type: "submit", id: "settings-save", disabled: !info.may_pause,
         title: info.may_pause ? null : "this token may not update the queue (admin)"}, "Save"),
@@ -463,7 +482,7 @@ async function saveSettings(name, current, box) {
   if (!Object.keys(changed).length) { box.result = {text: "Nothing changed."}; refresh(); return; }
   // spanq.v1 Queue's JSON form: a duration "30s", a count a number; text that is neither goes as typed, for the server to refuse.
   const body = Object.fromEntries(Object.entries(changed).map(([k, v]) =>
-    [k, k === "dead_letter_queue" ? v : k === "max_delivery_attempts" ? (/^\d+$/.test(v) ? Number(v) : v)
+    [k, TEXT_SETTINGS.includes(k) ? v : NUMBER_SETTINGS.includes(k) ? (/^-?\d+(\.\d+)?$/.test(v) ? Number(v) : v)
       : (/^\d+(\.\d+)?$/.test(v) ? v + "s" : v)]));
   try {
     await api(`/api/queues/${encodeURIComponent(name)}/settings`, {method: "POST", body: JSON.stringify(body)});

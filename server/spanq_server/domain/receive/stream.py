@@ -67,6 +67,10 @@ MAX_OUTSTANDING = 100_000
 MAX_STREAM_DURATION = timedelta(hours=1)
 MIN_WAIT = 0.005
 """Seconds: the shortest sleep, for due messages that another receiver holds locked for a moment."""
+KEY_HELD_WAIT = 0.1
+"""Seconds: how long a stream of a queue with max_in_flight_per_key waits, when messages are
+due but it leased fewer than it asked, before it looks again: they may be held by their
+keys' limit, which an ack through another server (no wake-up here) or a lease's end lifts."""
 IDLE_POLLS = 10
 """A stream that does not keep its queue's timers looks on its own every this many poll intervals."""
 WRITE_BOUND = 0.5
@@ -428,6 +432,7 @@ class Receiver:
                     _honour_cancellation()
                     full_since = time.monotonic()
             held = len(holding)
+            short = False
             if held < options.max_outstanding:
                 if not drained:
                     if watch.suspect:
@@ -435,6 +440,7 @@ class Receiver:
                     asked = min(options.max_batch_size, options.max_outstanding - held)
                     batch = await self._lease(queue, history, max_batch_size=asked, lease_duration=lease,
                                               lease_prefix=prefix)
+                    short = len(batch) < asked
                     if batch:
                         watch.delivered(batch)
                         holding.leased(batch)
@@ -450,6 +456,7 @@ class Receiver:
                         drained = drained or turn_over
                         yield batch
                         continue
+                short = short or drained  # the last lease got fewer than it asked for
                 drained = False
                 # One waiting stream per queue keeps the timers (poll, next deliver_time) and
                 # wakes the others through full batches, as a send does; the others look on
@@ -461,6 +468,8 @@ class Receiver:
                     if keeper:
                         due = await self._store.next_delivery_in(queue, self._clock.now())
                         _honour_cancellation()
+                        if due is not None and due <= 0 and short and queue.max_in_flight_per_key is not None:
+                            due = KEY_HELD_WAIT  # due, yet not leased: held by their keys' limit, or locked
                         waits.append(None if due is None else max(due, MIN_WAIT))
                     stream_waiting.emit(queue.name, prefix, False)
                     await _wait_any([ready, self._closing], min(w for w in waits if w is not None))
