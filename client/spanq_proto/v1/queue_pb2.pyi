@@ -114,7 +114,7 @@ class DropQueueRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SendMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "delay", "headers", "priority")
+    __slots__ = ("key", "payload", "deliver_time", "delay", "headers", "priority", "ordering_key")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -128,13 +128,15 @@ class SendMessage(_message.Message):
     DELAY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
     delay: _duration_pb2.Duration
     headers: _containers.ScalarMap[str, str]
     priority: int
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
+    ordering_key: str
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ordering_key: _Optional[str] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("queue", "messages", "request_id")
@@ -169,7 +171,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_outstanding: _Optional[int] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter", "headers", "priority")
+    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter", "headers", "priority", "ordering_key")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +190,7 @@ class ReceivedMessage(_message.Message):
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -199,7 +202,8 @@ class ReceivedMessage(_message.Message):
     dead_letter: DeadLetter
     headers: _containers.ScalarMap[str, str]
     priority: int
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
+    ordering_key: str
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ordering_key: _Optional[str] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("messages",)
@@ -318,7 +322,7 @@ class GetQueueStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery")
+    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery", "held")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
@@ -331,6 +335,7 @@ class QueueStats(_message.Message):
     READ_TIME_FIELD_NUMBER: _ClassVar[int]
     DISABLE_SEND_FIELD_NUMBER: _ClassVar[int]
     DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     name: str
     ready: int
     scheduled: int
@@ -343,7 +348,8 @@ class QueueStats(_message.Message):
     read_time: _timestamp_pb2.Timestamp
     disable_send: bool
     disable_delivery: bool
-    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ...) -> None: ...
+    held: int
+    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., held: _Optional[int] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
     __slots__ = ("queue", "page_size", "page_token", "archived")
@@ -358,7 +364,7 @@ class PeekRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class PeekedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter", "headers", "priority", "ack_time", "ack_request_id")
+    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter", "headers", "priority", "ack_time", "ack_request_id", "ordering_key")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[PeekedMessage.State]
@@ -366,11 +372,13 @@ class PeekedMessage(_message.Message):
         SCHEDULED: _ClassVar[PeekedMessage.State]
         LEASED: _ClassVar[PeekedMessage.State]
         ACKED: _ClassVar[PeekedMessage.State]
+        HELD: _ClassVar[PeekedMessage.State]
     STATE_UNSPECIFIED: PeekedMessage.State
     READY: PeekedMessage.State
     SCHEDULED: PeekedMessage.State
     LEASED: PeekedMessage.State
     ACKED: PeekedMessage.State
+    HELD: PeekedMessage.State
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -390,6 +398,7 @@ class PeekedMessage(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     ACK_TIME_FIELD_NUMBER: _ClassVar[int]
     ACK_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -402,7 +411,8 @@ class PeekedMessage(_message.Message):
     priority: int
     ack_time: _timestamp_pb2.Timestamp
     ack_request_id: str
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ack_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ack_request_id: _Optional[str] = ...) -> None: ...
+    ordering_key: str
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ack_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ack_request_id: _Optional[str] = ..., ordering_key: _Optional[str] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
     __slots__ = ("source_queue", "delivery_attempts", "dead_letter_time", "last_failure")

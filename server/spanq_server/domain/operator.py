@@ -35,7 +35,7 @@ DEFAULT_REDRIVE_BATCH = 100
 MAX_REDRIVE_BATCH = 1000
 MAX_REDRIVE_RATE = 1_000_000
 """The highest rate (messages a second) a redrive may ask for, far above what one reaches; 0: no limit."""
-PEEK_STATES = ("READY", "SCHEDULED", "LEASED")
+PEEK_STATES = ("READY", "SCHEDULED", "LEASED", "HELD")
 MAX_ATTEMPT_FILTER = 2**31 - 1
 MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
@@ -325,10 +325,16 @@ class Expiry:
                 logger.exception("message expiry failed; will retry")
 
 
+HELD_PLACE = "infinity"
+"""A peek token's time after a held message: the deliver_time such messages are stored with."""
+
+
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
     key = [_token_value(c.type, v) for c, v in zip(queue.key_columns, last.key)]
     at = last.ack_time or last.deliver_time  # an archive's page goes in ack order
-    data = json.dumps({"t": at.isoformat(), "k": key}, separators=(",", ":"))
+    # A held message's place in delivery order is its stored deliver_time, 'infinity'
+    # (the one shown is the time it was sent for), which no datetime holds.
+    data = json.dumps({"t": HELD_PLACE if last.held else at.isoformat(), "k": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(data.encode()).decode()
 
 
@@ -370,12 +376,13 @@ def _aware(when: datetime) -> datetime:
     return when
 
 
-def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | None:
+def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime | str, Key] | None:
     if not token:
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return _aware(datetime.fromisoformat(data["t"])), _token_key(queue, data["k"])
+        at = HELD_PLACE if data["t"] == HELD_PLACE else _aware(datetime.fromisoformat(data["t"]))
+        return at, _token_key(queue, data["k"])
     except (binascii.Error, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested deeper than the decoder goes
         raise errors.InvalidArgument(
             "page_token is not one this server returned for this queue; start again with an empty token") from None

@@ -84,6 +84,7 @@ async def send_op(catalog: Catalog, request: queue_pb2.SendRequest) -> SendOp:
                 ) if m.HasField("delay") else None,
                 headers=dict(m.headers) or None,
                 priority=m.priority,
+                ordering_key=m.ordering_key or None,
             )
         )
     return SendOp(queue=queue, messages=messages)

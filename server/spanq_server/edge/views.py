@@ -17,6 +17,7 @@ def stats_response(stats: QueueStats) -> queue_pb2.QueueStats:
         name=stats.queue.name, ready=c.ready, scheduled=c.scheduled, leased=c.leased, dead_lettered=c.dead_lettered,
         send_rate=stats.send_rate, ack_rate=stats.ack_rate, dead_letter_queue=stats.queue.dead_letter_queue or "",
         disable_send=stats.queue.disable_send, disable_delivery=stats.queue.disable_delivery,
+        held=c.held,
     )
     out.oldest_ready_age.FromTimedelta(timedelta(seconds=c.oldest_ready_age))
     codec.set_timestamp(out.read_time, c.read_time)
@@ -28,6 +29,8 @@ def peeked_state(m: PeekedMessage) -> "queue_pb2.PeekedMessage.State":
         return queue_pb2.PeekedMessage.ACKED
     if m.leased:
         return queue_pb2.PeekedMessage.LEASED
+    if m.held:
+        return queue_pb2.PeekedMessage.HELD
     return queue_pb2.PeekedMessage.READY if m.ready else queue_pb2.PeekedMessage.SCHEDULED
 
 
@@ -37,7 +40,7 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
     out = queue_pb2.PeekResponse(next_page_token=token)
     for m in found:
         r = out.messages.add(delivery_attempt=m.delivery_attempt, state=peeked_state(m), priority=m.priority,
-                             headers=m.headers)
+                             headers=m.headers, ordering_key=m.ordering_key or "")
         write_key(r.key, m.key)
         write_payload(r.payload, m.payload)
         codec.set_timestamp(r.deliver_time, m.deliver_time)

@@ -68,6 +68,8 @@ class OutgoingMessage(NamedTuple):
     headers: "dict[str, str] | None" = None
     """None or a non-empty map (an empty one is stored as none)."""
     priority: int = 0
+    ordering_key: str | None = None
+    """None: unordered; else delivered after the earlier messages of its key (1 to 1024 bytes)."""
 
     def payload_size(self) -> int:
         """Bytes the payload takes on the wire, for the size limit."""
@@ -142,6 +144,7 @@ class LeasedMessage(NamedTuple):
     dead_letter: "DeadLetterHistory | None" = None
     headers: "dict[str, str] | None" = None
     priority: int = 0
+    ordering_key: str | None = None
 
 
 class AckItem(NamedTuple):
@@ -176,6 +179,8 @@ class QueueCounts:
     oldest_ready_age: float
     """Seconds since the oldest ready message was sent; 0 when none is ready."""
     read_time: datetime
+    held: int = 0
+    """Messages waiting behind an earlier message of their ordering key."""
 
 
 class PeekedMessage(NamedTuple):
@@ -195,6 +200,9 @@ class PeekedMessage(NamedTuple):
     ack_time: datetime | None = None
     """Set on an archived message (a Peek of the archive), with the request that acked it."""
     ack_request_id: str | None = None
+    ordering_key: str | None = None
+    held: bool = False
+    """Waiting behind an earlier message of its ordering key (deliver_time: the one it was sent with)."""
 
 
 class DeadLetterHistory(NamedTuple):

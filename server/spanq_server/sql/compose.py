@@ -50,6 +50,11 @@ class QueueStatements:
         self.deliver_time_index = f"spanq_dt_{queue.name}"
         self.lease_token_index = f"spanq_lt_{queue.name}"
         self.priority_index = f"spanq_pr_{queue.name}"
+        self.ordering_index = f"spanq_ok_{queue.name}"
+        # The ordering key's trigger functions (queue_ordering_create): per queue, so that
+        # their statements are planned once per session, not built per row.
+        self.ordering_functions = {kind: sql.Identifier(f"keyed_{kind}_{queue.name}")
+                                   for kind in ("send", "gone", "fixed")}
         self.archive = sql.Identifier("spanq", f"archive_{queue.name}")
         """Acked messages kept for the queue's archive_duration (queue_archive_create)."""
         self.keys = identifiers(c.name for c in queue.key_columns)
@@ -164,8 +169,18 @@ class QueueStatements:
         return sql.SQL("") if self.queue.archive_duration is None else query("message_ack_archive_returning")
 
     def history_columns_ddl(self) -> sql.Composed:
-        return query("queue_history_columns_add", queue=self.table,
-                     priority_index=sql.Identifier(self.priority_index))
+        """The columns, indexes and triggers beside queue_table_create's (each queue's, and
+        what migrations add to existing queues), ordering keys' last."""
+        columns = query("queue_history_columns_add", queue=self.table,
+                        priority_index=sql.Identifier(self.priority_index))
+        ordering = query("queue_ordering_create", queue=self.table, queue_name=sql.Literal(self.queue.name),
+                         ordering_index=sql.Identifier(self.ordering_index),
+                         m_key_columns=self.qualified_keys("m"), n_key_columns=self.qualified_keys("n"),
+                         **self.ordering_function_fragments())
+        return sql.SQL(";\n").join([columns, ordering])
+
+    def ordering_function_fragments(self) -> dict[str, sql.Composable]:
+        return {f"{kind}_function": name for kind, name in self.ordering_functions.items()}
 
     def renew_function_ddl(self) -> sql.Composed:
         q = self.queue

@@ -131,7 +131,7 @@ class CatalogTables(Database):
             name_taken=bool(await _scalar(conn, "relation_exists", name=queue.name)),
             index_name_taken=await _scalar(conn, "relations_taken",
                                            names=[names.deliver_time_index, names.lease_token_index,
-                                                  names.priority_index]),
+                                                  names.priority_index, names.ordering_index]),
             parent_key_width=(await _scalar(conn, "parent_key_width", name=queue.parent_table)
                               if queue.parent_table else None),
             dead_letter_queue=(await _fetch_queue(conn, queue.dead_letter_queue)
@@ -235,6 +235,8 @@ class CatalogTables(Database):
                             receive_function=names.receive_function,
                             renew_function=names.renew_function,
                             archive=names.archive,
+                            queue_name=sql.Literal(queue.name),
+                            **names.ordering_function_fragments(),
                         )
                     )
                 except pg_errors.DependentObjectsStillExist as exc:  # a table of the application's references it
