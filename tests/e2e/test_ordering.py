@@ -1,0 +1,282 @@
+"""Ordering keys end to end, against real servers and PostgreSQL: one key's messages are
+delivered one at a time in the order sent, across streams and servers, while other keys
+flow; a nack or a lapsed lease holds the key back, a dead-lettered head lets it go on;
+psql's INSERT, DELETE and receive function keep the same rules; bad keys are refused on
+every write path with nothing stored; existing queues get ordering keys by migration."""
+
+import asyncio
+import collections
+import threading
+from datetime import datetime, timedelta, timezone
+
+import grpc
+import psycopg
+import pytest
+
+from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
+from spanq_server.server import start
+from spanq_server.store import Store
+
+from ..helpers import ack, create_queue, duration, error_of, renew, send, text_message
+
+STRING = queue_pb2.STRING
+
+
+@pytest.fixture
+async def jobs(stub):
+    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, initial_backoff=duration(0), max_backoff=duration(60))
+    return "jobs"
+
+
+def keyed(k: str, ordering_key: str = "", **fields) -> queue_pb2.SendMessage:
+    return text_message(k, k, ordering_key=ordering_key, **fields)
+
+
+def receive(sql: psycopg.Connection, n: int = 10, now: datetime | None = None) -> list[tuple[str, str | None]]:
+    rows = sql.execute("SELECT id, spanq_ordering_key FROM spanq.receive_jobs(%s, '30s', 'sql', %s)",
+                       [n, now]).fetchall()
+    return rows
+
+
+def later(seconds: float) -> datetime:
+    return datetime.now(timezone.utc) + timedelta(seconds=seconds)
+
+
+async def test_a_key_delivers_one_message_at_a_time_in_order_while_others_flow(stub, sql, jobs):
+    await send(stub, "jobs", keyed("a1", "a"), keyed("b1", "b"), keyed("a2", "a"), keyed("free1"))
+    await send(stub, "jobs", keyed("a3", "a"), keyed("b2", "b"), keyed("free2"))
+    assert sorted(receive(sql)) == [("a1", "a"), ("b1", "b"), ("free1", None), ("free2", None)]
+    assert receive(sql) == []  # a2 and b2 wait for a1 and b1
+    sql.execute("DELETE FROM jobs WHERE id = 'b1'")  # psql's ack
+    assert receive(sql) == [("b2", "b")]
+    sql.execute("DELETE FROM jobs WHERE id = 'a1'")
+    assert receive(sql) == [("a2", "a")]
+    sql.execute("DELETE FROM jobs WHERE id IN ('a2', 'b2')")
+    assert receive(sql) == [("a3", "a")]
+    sql.execute("DELETE FROM jobs WHERE id = 'a3'")
+    assert sql.execute("SELECT count(*) FROM jobs").fetchone() == (2,)  # free1, free2, leased
+    assert sql.execute("SELECT count(*) FROM spanq.ordering_keys WHERE queue = 'jobs'").fetchone() == (0,)
+
+
+async def test_a_nack_or_a_lapsed_lease_holds_the_key_and_the_head_comes_back_first(stub, sql, jobs):
+    await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a"), keyed("b1", "b"))
+    leased = {r.key.values[0].string_value: r for r in await _leases(stub, 2)}
+    assert sorted(leased) == ["a1", "b1"]
+    assert leased["a1"].ordering_key == "a"
+    await renew(stub, "jobs", leased["a1"].lease_token, seconds=0)  # a nack: redelivered after backoff 0
+    await ack(stub, "jobs", leased["b1"])
+    assert receive(sql) == [("a1", "a")]  # the head again, not a2
+    # That lease lapses (the function's clock an hour on): the head once more, a2 still held.
+    assert receive(sql, now=later(3600)) == [("a1", "a")]
+    assert sql.execute("SELECT spanq_delivery_attempt FROM jobs WHERE id = 'a1'").fetchone() == (3,)
+    sql.execute("DELETE FROM jobs WHERE id = 'a1'")
+    assert receive(sql) == [("a2", "a")]
+
+
+async def _leases(stub, want: int) -> list[queue_pb2.ReceivedMessage]:
+    call = stub.Receive(queue_pb2.ReceiveRequest(queue="jobs", max_batch_size=10, lease_duration=duration(30)))
+    got: list[queue_pb2.ReceivedMessage] = []
+    async for response in call:
+        got.extend(response.messages)
+        if len(got) >= want:
+            break
+    call.cancel()
+    return got
+
+
+async def test_a_dead_lettered_head_lets_its_key_go_on_and_keeps_its_key_there(stub, sql):
+    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING)
+    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
+                       dead_letter_queue="graveyard")
+    await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a"), keyed("a3", "a"))
+    assert receive(sql) == [("a1", "a")]
+    # Its one attempt lapsed: the next receive moves it and leases the key's next message
+    # on the receive after (a2 was held while that statement looked).
+    assert receive(sql, now=later(3600)) == []
+    assert receive(sql, now=later(3600)) == [("a2", "a")]
+    assert sql.execute("SELECT id, spanq_ordering_key, spanq_dead_letter_source FROM graveyard").fetchall() == [
+        ("a1", "a", "jobs")]
+    assert sql.execute("SELECT id, deliver_time = 'infinity' FROM jobs ORDER BY id").fetchall() == [
+        ("a2", False), ("a3", True)]
+
+
+async def test_peek_and_stats_show_held_messages(stub, sql, jobs):
+    await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a", delay=duration(5)), keyed("free"))
+    page = await stub.Peek(queue_pb2.PeekRequest(queue="jobs"))
+    shown = [(m.key.values[0].string_value, m.ordering_key, queue_pb2.PeekedMessage.State.Name(m.state))
+             for m in page.messages]
+    assert shown == [("a1", "a", "READY"), ("free", "", "READY"), ("a2", "a", "HELD")]
+    held = page.messages[2]
+    assert held.deliver_time.ToDatetime(timezone.utc) > datetime.now(timezone.utc)  # as sent: 5 s on
+    # Pages resume among held messages too.
+    token = (await stub.Peek(queue_pb2.PeekRequest(queue="jobs", page_size=2))).next_page_token
+    rest = await stub.Peek(queue_pb2.PeekRequest(queue="jobs", page_size=2, page_token=token))
+    assert [m.key.values[0].string_value for m in rest.messages] == ["a2"] and not rest.next_page_token
+    stats = await stub.GetQueueStats(queue_pb2.GetQueueStatsRequest(name="jobs"))
+    assert (stats.ready, stats.scheduled, stats.held) == (2, 0, 1)
+
+
+@pytest.mark.parametrize("bad", ["x" * 1025, "\0", "é" * 513])
+async def test_bad_ordering_keys_are_refused_and_nothing_is_stored(stub, sql, jobs, bad):
+    code, message, _ = await error_of(send(stub, "jobs", keyed("ok", "a"), keyed("bad", bad)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "message 1: ordering_key must be 1 to 1024 bytes" in message
+    assert sql.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+    await send(stub, "jobs", keyed("max", "x" * 1024))  # the limit itself is fine
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 1025])
+def test_psql_insert_refuses_a_bad_ordering_key(sql, jobs, bad):
+    with pytest.raises(psycopg.errors.CheckViolation, match="an ordering key is 1 to 1024 bytes"):
+        sql.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('k', 'x', %s)", [bad])
+    sql.rollback()
+    assert sql.execute("SELECT count(*) FROM jobs").fetchone() == (0,)
+
+
+async def test_psql_insert_delete_and_receive_keep_the_order_and_the_key_is_fixed(stub, sql, jobs):
+    sql.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('p1', 'x', 'k'), ('p2', 'x', 'k')")
+    await send(stub, "jobs", keyed("p3", "k"))
+    assert sql.execute("SELECT id, spanq_ordering_seq, deliver_time = 'infinity' FROM jobs ORDER BY id").fetchall() == [
+        ("p1", 1, False), ("p2", 2, True), ("p3", 3, True)]
+    with pytest.raises(psycopg.errors.CheckViolation, match="set when it is sent"):
+        sql.execute("UPDATE jobs SET spanq_ordering_key = 'other' WHERE id = 'p2'")
+    sql.rollback()
+    sql.execute("DELETE FROM jobs WHERE id = 'p2'")  # a held one leaves: nothing moves
+    assert receive(sql) == [("p1", "k")]
+    sql.execute("DELETE FROM jobs WHERE id = 'p1'")
+    assert receive(sql) == [("p3", "k")]
+
+
+def test_one_keys_concurrent_sends_take_turns_in_commit_order(sql, jobs, database_url):
+    first = psycopg.connect(sql.info.dsn)
+    second = psycopg.connect(sql.info.dsn)
+    try:
+        first.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('t1', 'x', 'k')")
+        done = threading.Event()
+
+        def insert() -> None:
+            second.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('t2', 'x', 'k')")
+            second.commit()
+            done.set()
+
+        worker = threading.Thread(target=insert)
+        worker.start()
+        assert not done.wait(0.5)  # waits for the key's row while t1's send is open
+        first.commit()
+        worker.join(10)
+        assert done.is_set()
+    finally:
+        first.close()
+        second.close()
+    assert sql.execute("SELECT id, spanq_ordering_seq, deliver_time = 'infinity' FROM jobs ORDER BY id").fetchall() == [
+        ("t1", 1, False), ("t2", 2, True)]
+
+
+def test_a_send_racing_the_heads_ack_is_never_stranded(sql, jobs):
+    sql.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('h', 'x', 'k')")
+    sql.commit()
+    acker = psycopg.connect(sql.info.dsn)
+    sender = psycopg.connect(sql.info.dsn)
+    try:
+        acker.execute("DELETE FROM jobs WHERE id = 'h'")  # open: its trigger holds the key
+        done = threading.Event()
+
+        def insert() -> None:
+            sender.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('n', 'x', 'k')")
+            sender.commit()
+            done.set()
+
+        worker = threading.Thread(target=insert)
+        worker.start()
+        assert not done.wait(0.5)
+        acker.commit()
+        worker.join(10)
+        assert done.is_set()
+    finally:
+        acker.close()
+        sender.close()
+    assert receive(sql) == [("n", "k")]  # the new head, not held behind a message that is gone
+
+
+async def test_migration_0013_gives_existing_queues_ordering_keys(server, stub, sql, jobs, database_url):
+    # As before migration 0013: no columns, triggers, functions, index or key table, and a
+    # receive function of the old shape.
+    await send(stub, "jobs", keyed("old"))
+    sql.execute("DROP TRIGGER spanq_ordering_send ON jobs; DROP TRIGGER spanq_ordering_gone ON jobs; "
+                "DROP TRIGGER spanq_ordering_fixed ON jobs")
+    sql.execute('DROP FUNCTION spanq."keyed_send_jobs", spanq."keyed_gone_jobs", spanq."keyed_fixed_jobs"')
+    sql.execute("ALTER TABLE jobs DROP COLUMN spanq_ordering_key, DROP COLUMN spanq_ordering_seq, "
+                "DROP COLUMN spanq_held_deliver_time")
+    sql.execute("ALTER TABLE spanq.archive_jobs DROP COLUMN spanq_ordering_key")
+    sql.execute("DROP TABLE spanq.ordering_keys")
+    sql.execute("DROP FUNCTION spanq.receive_jobs")
+    sql.execute("""CREATE FUNCTION spanq.receive_jobs(max_batch_size integer DEFAULT 1,
+                       lease_duration interval DEFAULT '10s', lease_prefix text DEFAULT 'sql',
+                       now timestamptz DEFAULT NULL)
+                   RETURNS TABLE (id text, payload text, spanq_last_batch_message boolean)
+                   LANGUAGE sql AS 'SELECT NULL::text, NULL::text, true'""")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 13")
+
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [13]
+
+    await send(stub, "jobs", keyed("n1", "k"), keyed("n2", "k"))
+    assert sorted(receive(sql)) == [("n1", "k"), ("old", None)]
+    sql.execute("DELETE FROM jobs WHERE id = 'n1'")
+    assert receive(sql) == [("n2", "k")]
+    assert sql.execute("SELECT count(*) FROM spanq.archive_jobs WHERE spanq_ordering_key IS NULL").fetchone() == (0,)
+
+
+# -- one hot key across streams and servers -------------------------------------------
+
+
+async def test_every_keys_sequence_is_exact_across_streams_and_two_servers(stub, server_config, jobs):
+    hot, others, per_key = 150, 12, 15
+    other = await start(server_config)
+    try:
+        async with grpc.aio.insecure_channel(other.target) as channel:
+            stubs = [stub, queue_pb2_grpc.QueueServiceStub(channel)]
+            expected = {"hot": hot, **{f"k{i}": per_key for i in range(others)}}
+            total = sum(expected.values())
+            outstanding: dict[str, str] = {}
+            seen: dict[str, list[int]] = collections.defaultdict(list)
+            overlaps: list[str] = []
+            all_in = asyncio.Event()
+
+            async def consume(s: queue_pb2_grpc.QueueServiceStub) -> None:
+                call = s.Receive(queue_pb2.ReceiveRequest(queue="jobs", max_batch_size=5,
+                                                          lease_duration=duration(30)))
+                async for response in call:
+                    for m in response.messages:
+                        k = m.ordering_key
+                        if k in outstanding:
+                            overlaps.append(f"{m.payload.string_value} while {outstanding[k]} was out")
+                        outstanding[k] = m.payload.string_value
+                        seen[k].append(int(m.payload.string_value.split(":")[1]))
+                    for m in response.messages:
+                        del outstanding[m.ordering_key]  # before the ack: its commit frees the next
+                        await ack(s, "jobs", m)
+                    if sum(len(v) for v in seen.values()) >= total:
+                        all_in.set()
+
+            async def publish(s: queue_pb2_grpc.QueueServiceStub, k: str, n: int) -> None:
+                for start_at in range(0, n, 7):  # several Sends, each of several messages
+                    batch = [text_message(f"{k}-{i}", f"{k}:{i}", ordering_key=k) for i in range(start_at, min(n, start_at + 7))]
+                    await s.Send(queue_pb2.SendRequest(queue="jobs", messages=batch))
+
+            consumers = [asyncio.create_task(consume(stubs[i % 2])) for i in range(6)]
+            # Each key's sends alternate between the two servers, awaited in turn: their order is
+            # commit order. Keys are sent concurrently.
+            await asyncio.gather(publish(stubs[0], "hot", hot),
+                                 *[publish(stubs[i % 2], f"k{i}", per_key) for i in range(others)])
+            await asyncio.wait_for(all_in.wait(), 60)
+            for task in consumers:
+                task.cancel()
+            await asyncio.gather(*consumers, return_exceptions=True)
+    finally:
+        await other.stop(0)
+    assert overlaps == []
+    assert {k: v for k, v in seen.items()} == {k: list(range(n)) for k, n in expected.items()}
