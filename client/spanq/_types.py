@@ -118,7 +118,8 @@ class OutgoingMessage:
     ``key`` may be omitted only on a queue created without key columns (the server makes a UUID). Set at most
     one of ``deliver_time`` (a timezone-aware datetime) and ``delay``; neither means deliverable now.
     ``headers`` (a small str-to-str map) travel with the message; ``priority`` (0 to 9, higher first) orders
-    it among deliverable messages (docs/semantics.md has both's limits).
+    it among deliverable messages; messages of one ``ordering_key`` (1 to 1024 bytes; None or "": none) are
+    delivered one at a time in the order sent (docs/semantics.md has their limits).
     """
 
     payload: Any
@@ -127,6 +128,7 @@ class OutgoingMessage:
     delay: timedelta | None = None
     headers: Mapping[str, str] | None = None
     priority: int = 0
+    ordering_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -337,7 +339,7 @@ class Message:
 
     __slots__ = (
         "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size", "dead_letter",
-        "headers", "priority",
+        "headers", "priority", "ordering_key",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
         "_wire_key",
     )
@@ -362,6 +364,8 @@ class Message:
     """The headers it was sent with (trace context among them); empty when none."""
     priority: int
     """0 to 9, as sent."""
+    ordering_key: str | None
+    """As sent (None: none). The key's next message is delivered once this one is acked or dead-lettered."""
 
     def __init__(
         self,
@@ -379,6 +383,7 @@ class Message:
         dead_letter: DeadLetter | None = None,
         headers: dict[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> None:
         self.queue = queue
         self.key = key
@@ -390,6 +395,7 @@ class Message:
         self.dead_letter = dead_letter
         self.headers = headers if headers is not None else {}
         self.priority = priority
+        self.ordering_key = ordering_key
         self._lease_token = lease_token
         self._lease_expiration_time = lease_expiration_time
         self._settler = settler

@@ -352,17 +352,20 @@ class Client:
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> Key:
         """Sends one message and returns its key (the server makes a UUID key when the queue has no key
         columns and ``key`` is omitted).
 
         ``payload`` is bytes, str or JSON data to match the queue's payload type; ``key`` a tuple (or a lone
         value for a one-column key). ``deliver_time`` (timezone-aware) or ``delay`` schedules it; ``headers``
-        travel with it and ``priority`` (0 to 9) orders it before lower ones. Raises AlreadyExists if a
+        travel with it and ``priority`` (0 to 9) orders it before lower ones; messages of one ``ordering_key``
+        are delivered one at a time in the order sent (docs/semantics.md). Raises AlreadyExists if a
         message with that key is in the queue. With OpenTelemetry installed the send is a PRODUCER span and
         its trace context goes into the headers.
         """
-        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)
+        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority,
+                                  ordering_key)
         [sent] = await self.send_many(queue, [message], request_id=request_id)
         return sent
 
@@ -391,6 +394,7 @@ class Client:
         delay: timedelta | float | None = None,
         headers: Mapping[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> Future[Key]:
         """Publishes one message through the batching publisher and returns its Future (the key) at once;
         ``await`` the Future for the key, or an error for this message alone.
@@ -401,11 +405,22 @@ class Client:
         stored in the order published. This call awaits only when ``publish_flow_control`` is at its limit
         (or raises ResourceExhausted, per its ``limit_exceeded``); a payload that does not match the queue
         raises InvalidArgument here. ``flush()`` sends at once; ``aclose()`` flushes.
+
+        With an ``ordering_key``, a message that fails pauses its key (Pub/Sub's rule): that key's later
+        messages, queued or published after, fail with OrderingKeyPaused and are not sent, until
+        ``resume_publish(queue, ordering_key)``. Other keys go on.
         """
         [future] = await self.publish_many(
-            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)]
+            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority,
+                                    ordering_key)]
         )
         return future
+
+    def resume_publish(self, queue: str, ordering_key: str) -> None:
+        """Lets the publisher send ``ordering_key``'s messages to ``queue`` again after a failure paused
+        the key (see ``publish``); a no-op for a key not paused."""
+        if self._publisher is not None:
+            self._publisher.resume(queue, ordering_key)
 
     async def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
         """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that).

@@ -13,6 +13,9 @@ import grpc
 import psycopg
 import pytest
 
+import spanq
+import spanq.aio
+import spanq.sql
 from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 from spanq_server.store import Store
@@ -280,3 +283,66 @@ async def test_every_keys_sequence_is_exact_across_streams_and_two_servers(stub,
         await other.stop(0)
     assert overlaps == []
     assert {k: v for k, v in seen.items()} == {k: list(range(n)) for k, n in expected.items()}
+
+
+# -- the SDK --------------------------------------------------------------------------
+
+
+async def test_a_failed_publish_pauses_its_key_until_resumed_while_other_keys_go_on(server, sql, jobs):
+    sql.execute("INSERT INTO jobs (id, payload) VALUES ('taken', 'x')")
+    sql.commit()
+    settings = spanq.BatchSettings(max_latency=30, max_messages=100)  # batches leave when flushed
+    async with spanq.aio.Client(server.target, batch_settings=settings) as client:
+        first = await client.publish("jobs", "x", key="taken", ordering_key="k")  # AlreadyExists
+        queued = await client.publish("jobs", "x", key="k2", ordering_key="k")
+        other = await client.publish("jobs", "x", key="j1", ordering_key="j")
+        await client.flush()
+        with pytest.raises(spanq.AlreadyExists):
+            await first
+        with pytest.raises(spanq.OrderingKeyPaused, match="resume_publish") as paused:
+            await queued
+        assert (paused.value.queue, paused.value.ordering_key) == ("jobs", "k")
+        assert await other == ("j1",)
+        later_one = await client.publish("jobs", "x", key="k3", ordering_key="k")  # published after
+        await client.flush()
+        with pytest.raises(spanq.OrderingKeyPaused):
+            await later_one
+        client.resume_publish("jobs", "k")
+        assert await (await client.publish("jobs", "x", key="k4", ordering_key="k")) == ("k4",)
+    assert sql.execute("SELECT id FROM jobs ORDER BY id").fetchall() == [("j1",), ("k4",), ("taken",)]
+
+
+async def test_the_sync_publisher_keeps_one_keys_order_and_resumes(server, sql, jobs):
+    def publish() -> list[spanq.Key]:
+        with spanq.Client(server.target, batch_settings=spanq.BatchSettings(max_messages=7)) as client:
+            futures = [client.publish("jobs", str(i), key=f"m{i:03}", ordering_key="k") for i in range(40)]
+            client.resume_publish("jobs", "not paused")  # a no-op
+            return [f.result(10) for f in futures]
+
+    assert await asyncio.to_thread(publish) == [(f"m{i:03}",) for i in range(40)]
+    assert [r[0] for r in sql.execute("SELECT id FROM jobs ORDER BY spanq_ordering_seq")] == [
+        f"m{i:03}" for i in range(40)]
+
+
+async def test_send_transaction_sql_and_subscribe_carry_the_key(server, sql, jobs):
+    got: list[spanq.Message] = []
+    done = asyncio.Event()
+    async with spanq.aio.Client(server.target) as client:
+        await client.send("jobs", "1", key="s1", ordering_key="k")
+        await client.commit(spanq.Transaction().send("jobs", "2", key="s2", ordering_key="k"))
+        spanq.sql.send(sql, "jobs", "s3", "3", ordering_key="k")
+        sql.commit()
+        with pytest.raises(spanq.InvalidArgument, match="ordering_key"):
+            await client.send("jobs", "x", key="bad", ordering_key="x" * 1025)
+        assert [(m.key, m.state, m.ordering_key) for m in (await client.peek("jobs")).messages] == [
+            (("s1",), "READY", "k"), (("s2",), "HELD", "k"), (("s3",), "HELD", "k")]
+        assert (await client.stats("jobs")).held == 2
+
+        async def handle(message: spanq.Message) -> None:
+            got.append(message)
+            if len(got) == 3:
+                done.set()
+
+        async with client.subscribe("jobs", handle):
+            await asyncio.wait_for(done.wait(), 20)
+    assert [(m.key, m.ordering_key) for m in got] == [(("s1",), "k"), (("s2",), "k"), (("s3",), "k")]
