@@ -6,6 +6,7 @@ every write path with nothing stored; existing queues get ordering keys by migra
 
 import asyncio
 import collections
+import json
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -346,3 +347,32 @@ async def test_send_transaction_sql_and_subscribe_carry_the_key(server, sql, job
         async with client.subscribe("jobs", handle):
             await asyncio.wait_for(done.wait(), 20)
     assert [(m.key, m.ordering_key) for m in got] == [(("s1",), "k"), (("s2",), "k"), (("s3",), "k")]
+
+
+async def test_the_cli_sends_with_an_ordering_key_and_shows_it(server, stub, jobs):
+    from ..tools.test_cli import spanq_cli
+
+    t = server.target
+    for k in ("c1", "c2"):
+        code, out, err = await spanq_cli(t, "send", "jobs", "hi", "--key", k, "--ordering-key", "k")
+        assert code == 0, err
+    code, out, err = await spanq_cli(t, "send", "jobs", "hi", "--key", "c3")
+    assert code == 0, err
+    code, out, err = await spanq_cli(t, "peek", "jobs")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["KEY", "STATE", "ATTEMPTS", "ORDERING", "KEY"], out
+    assert [line.split()[:4] for line in lines[1:]] == [
+        ["c1", "READY", "0", "k"], ["c3", "READY", "0", "-"], ["c2", "HELD", "0", "k"]], out
+    code, out, err = await spanq_cli(t, "peek", "jobs", "--json")
+    assert [(m["key"], m["state"], m["ordering_key"]) for m in json.loads(out)] == [
+        (["c1"], "READY", "k"), (["c3"], "READY", None), (["c2"], "HELD", "k")]
+    code, out, err = await spanq_cli(t, "stats", "jobs")
+    assert code == 0 and out.splitlines()[0].split()[:4] == ["QUEUE", "READY", "SCHEDULED", "HELD"], out
+    assert out.splitlines()[1].split()[:4] == ["jobs", "2", "0", "1"], out
+    code, out, err = await spanq_cli(t, "tail", "jobs", "--max", "3", "--ack")
+    assert code == 0, err
+    assert sorted(out.splitlines()) == ["c1\tattempt 1\tacked\tordering key k\thi",
+                                        "c2\tattempt 1\tacked\tordering key k\thi", "c3\tattempt 1\tacked\thi"]
+    code, out, err = await spanq_cli(t, "send", "jobs", "hi", "--key", "c4", "--ordering-key", "x" * 1025)
+    assert code != 0 and "ordering_key must be" in err, err

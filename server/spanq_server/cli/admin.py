@@ -504,8 +504,11 @@ def stats(queue: str | None, **kwargs: Any) -> None:
     if conn.json:
         _json([dataclasses.asdict(s) for s in found] if queue is None else dataclasses.asdict(found[0]))
         return
-    _table(["QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD-LETTERED", "OLDEST READY", "SENT/S", "ACKED/S", "PAUSED"],
-           [[s.name, s.ready, s.scheduled, s.leased,
+    # HELD (behind an earlier message of their ordering key) only when a queue shown has some.
+    held = any(s.held for s in found)
+    _table(["QUEUE", "READY", "SCHEDULED", *(["HELD"] if held else []), "LEASED", "DEAD-LETTERED", "OLDEST READY",
+            "SENT/S", "ACKED/S", "PAUSED"],
+           [[s.name, s.ready, s.scheduled, *([s.held] if held else []), s.leased,
              f"{s.dead_lettered} in {s.dead_letter_queue}" if s.dead_letter_queue else "-",
              _seconds(s.oldest_ready_age) if s.ready else "-", f"{s.send_rate:.2f}", f"{s.ack_rate:.2f}", _paused(s)]
             for s in found])
@@ -537,12 +540,13 @@ def peek(queue: str, limit: int, archived: bool, **kwargs: Any) -> None:
                [[_shown_key(m.key), _shown_time(m.ack_time), m.ack_request_id or "-", m.delivery_attempt,
                  _shown_time(m.enqueue_time), _shown_payload(m.payload)] for m in found])
         return
-    # PRIORITY and HEADERS only when a message shown has them.
+    # PRIORITY and HEADERS only when a message shown has them, ORDERING KEY likewise.
     tagged = any(m.priority or m.headers for m in found)
-    _table(["KEY", "STATE", "ATTEMPTS", *(["PRIORITY"] if tagged else []), "DELIVER TIME", "SENT",
-            *(["HEADERS"] if tagged else []), "PAYLOAD"],
-           [[_shown_key(m.key), m.state, m.delivery_attempt, *([m.priority] if tagged else []),
-             _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
+    ordered = any(m.ordering_key for m in found)
+    _table(["KEY", "STATE", "ATTEMPTS", *(["ORDERING KEY"] if ordered else []), *(["PRIORITY"] if tagged else []),
+            "DELIVER TIME", "SENT", *(["HEADERS"] if tagged else []), "PAYLOAD"],
+           [[_shown_key(m.key), m.state, m.delivery_attempt, *([m.ordering_key or "-"] if ordered else []),
+             *([m.priority] if tagged else []), _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
              *([_shown_headers(m.headers)] if tagged else []), _shown_payload(m.payload)] for m in found])
 
 
@@ -621,12 +625,16 @@ def _generated_key(queue: spanq.Queue) -> bool:
                    "and -_.:/, values of at most 1024 bytes)")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True,
               help="each message's priority: among deliverable messages, higher ones are delivered first")
+@click.option("--ordering-key", default=None, metavar="KEY",
+              help="each message's ordering key: messages of one key are delivered one at a time, in the order "
+                   "sent (1 to 1024 bytes)")
 @click.option("--skip-existing", is_flag=True,
               help="skip messages whose key the queue already holds (and say how many): a rerun of an "
                    "interrupted send resumes where it stopped")
 @connection_options
 def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None,
-         headers: tuple[str, ...], priority: int, skip_existing: bool, **kwargs: Any) -> None:
+         headers: tuple[str, ...], priority: int, ordering_key: str | None, skip_existing: bool,
+         **kwargs: Any) -> None:
     """Send PAYLOAD to QUEUE; without PAYLOAD (or with -), one message per line of stdin.
 
     On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines are sent as
@@ -635,10 +643,12 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
     says how many were sent; on a keyed queue, run it again with --skip-existing to send the rest.
     A Ctrl-C while a batch is in flight waits for its answer, so the count is exact; a second one
     stops at once and says which lines may or may not be stored.
-    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}. --header and --priority
-    apply to every message sent (as Pub/Sub attributes and River priorities do per message)."""
+    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}. --header, --priority and
+    --ordering-key apply to every message sent (as Pub/Sub attributes and River priorities do per
+    message); with --ordering-key the lines are delivered one at a time in the order sent."""
     conn = _connection(kwargs)
-    sent_with: dict[str, Any] = {"headers": dict(_header(h) for h in headers) or None, "priority": priority}
+    sent_with: dict[str, Any] = {"headers": dict(_header(h) for h in headers) or None, "priority": priority,
+                                 "ordering_key": ordering_key or None}
     with talking(conn) as client:
         schema = client.get_queue(queue)
         if skip_existing and _generated_key(schema):
@@ -824,15 +834,17 @@ def _progress(show: bool) -> Progress:
 def _message_json(m: spanq.Message) -> dict[str, Any]:
     return {"key": list(m.key), "payload": m.payload, "delivery_attempt": m.delivery_attempt,
             "deliver_time": m.deliver_time, "enqueue_time": m.enqueue_time, "priority": m.priority,
-            "headers": m.headers}
+            "headers": m.headers, "ordering_key": m.ordering_key}
 
 
 def _print_message(conn: Connection, m: spanq.Message, acked: bool) -> None:
     if conn.json:
         _json({**_message_json(m), "acked": acked})
     else:
-        # Priority and headers only when the message has them: the columns stay as they were for the rest.
-        extra = (f"priority {m.priority}\t" if m.priority else "") + (
+        # Ordering key, priority and headers only when the message has them: the columns stay as they were
+        # for the rest.
+        extra = (f"ordering key {_escaped(m.ordering_key)}\t" if m.ordering_key else "") + (
+            f"priority {m.priority}\t" if m.priority else "") + (
             f"{_escaped(_shown_headers(m.headers))}\t" if m.headers else "")
         click.echo(f"{_escaped(_shown_key(m.key))}\tattempt {m.delivery_attempt}\t"
                    f"{'acked' if acked else 'released'}\t{extra}{_escaped(_shown_payload(m.payload))}")
@@ -947,9 +959,9 @@ def purge(queue: str, sent_before: datetime | None, yes: bool, **kwargs: Any) ->
     with talking(conn) as client:
         if not yes:  # the prompt says how many it would delete (of how many, with --sent-before)
             found = client.stats(queue)
-            held = found.ready + found.scheduled + found.leased
-            counts = (f"{held} message{'s' if held != 1 else ''}: {found.ready} ready, {found.scheduled} scheduled, "
-                      f"{found.leased} leased")
+            stored = found.ready + found.scheduled + found.held + found.leased
+            counts = (f"{stored} message{'s' if stored != 1 else ''}: {found.ready} ready, {found.scheduled} "
+                      f"scheduled, {f'{found.held} held, ' if found.held else ''}{found.leased} leased")
             _confirm(yes, f"delete the messages of {queue!r} sent before {_shown_time(before)} (of {counts})"
                           if before else f"delete every message of {queue!r} ({counts})")
         purged = client.purge(queue, sent_before=before)
