@@ -735,3 +735,5 @@ from .budget import cell_budget  # noqa: E402  (the same)
 CELLS["budget"] = cell_budget
 from .tagged import cell_tagged  # noqa: E402  (the same)
 CELLS["tagged"] = cell_tagged
+from .ordered import cell_ordered  # noqa: E402  (the same)
+CELLS["ordered"] = cell_ordered

@@ -234,12 +234,15 @@ async function queuePage(page, name, state) {
   const dead = peek.messages.some(m => m.dead_letter);
   // Priority and headers get columns when a message on the page has them.
   const tagged = peek.messages.some(m => m.priority || Object.keys(m.headers).length);
+  // So does the ordering key (a HELD message waits for an earlier one of its key).
+  const ordered = peek.messages.some(m => m.ordering_key);
   const messages = peek.messages.map(m => {
     const id = JSON.stringify(m.key);
     return el("tr", {class: "message", "data-key": id},
       el("td", {class: "text key"}, id),
       el("td", {class: "text"}, payloadCell(payloadText(m.payload, peek.payload_type), id, state)),
       el("td", {class: "state"}, m.state), el("td", {class: "attempts"}, m.delivery_attempt),
+      ordered ? el("td", {class: "text ordering-key"}, m.ordering_key || el("span", {class: "muted"}, "none")) : null,
       dead ? [el("td", {class: "text source"}, m.dead_letter ? m.dead_letter.source_queue : ""),
         el("td", {class: "source-attempts"}, m.dead_letter ? m.dead_letter.delivery_attempts : ""),
         el("td", {class: "text failure"}, m.dead_letter ? m.dead_letter.last_failure || el("span", {class: "muted"}, "none given") : ""),
@@ -264,13 +267,14 @@ async function queuePage(page, name, state) {
       onclick: () => redrive(name, info.dead_letter_sources[0])}, `Redrive to ${info.dead_letter_sources[0]}`) : null,
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
     el("span", {id: "action-result"}, state.result || ""));
-  const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts",
+  const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts", ...(ordered ? ["Ordering key"] : []),
     ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []),
     ...(tagged ? ["Priority", "Headers"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
   page.replaceChildren(
     el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name), " ", marks(s)),
     el("dl", {class: "def"}, definition.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
-    el("p", {id: "queue-counts"}, `ready ${s.ready} · scheduled ${s.scheduled} · in flight ${s.leased} · ` +
+    el("p", {id: "queue-counts"}, `ready ${s.ready} · scheduled ${s.scheduled} · ` +
+      (s.held ? `held ${s.held} · ` : "") + `in flight ${s.leased} · ` +
       `dead-lettered ${s.dead_lettered} · oldest ready ${age(seconds(s.oldest_ready_age))}`),
     s.marks.length ? el("ul", {id: "queue-marks"}, s.marks.map(m => el("li", {}, el("span", {class: "mark " + m.kind}, m.kind), ": ", m.text))) : null,
     charts(s, info.rate_step, q.dead_letter_queue, state),
