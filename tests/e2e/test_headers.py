@@ -22,7 +22,9 @@ import spanq.sql
 from spanq_proto.v1 import queue_pb2
 from spanq_server.store import Store
 
-from ..helpers import create_queue, error_of, receive_some, send, text_message, until
+from ..helpers import (
+    create_queue, error_of, receive_function_of_an_older_shape, receive_some, send, text_message, until,
+)
 
 STRING = queue_pb2.STRING
 
@@ -113,12 +115,7 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
     await send(stub, "tasks", text_message("old", "x"))
     sql.execute("DROP TRIGGER spanq_headers_limits ON tasks")
     sql.execute("ALTER TABLE tasks DROP COLUMN spanq_headers, DROP COLUMN spanq_priority")
-    sql.execute("DROP FUNCTION spanq.receive_tasks")
-    sql.execute("""CREATE FUNCTION spanq.receive_tasks(max_batch_size integer DEFAULT 1,
-                       lease_duration interval DEFAULT '10s', lease_prefix text DEFAULT 'sql',
-                       now timestamptz DEFAULT NULL)
-                   RETURNS TABLE (id text, payload text, spanq_last_batch_message boolean)
-                   LANGUAGE sql AS 'SELECT NULL::text, NULL::text, true'""")
+    receive_function_of_an_older_shape(sql, "tasks")
     sql.execute("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'spanq_worker') THEN "
                 "CREATE ROLE spanq_worker; END IF; END$$")
     sql.execute("REVOKE EXECUTE ON FUNCTION spanq.receive_tasks FROM PUBLIC")

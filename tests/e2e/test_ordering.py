@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 import grpc
 import psycopg
+import psycopg.sql
 import pytest
 
 import spanq
@@ -21,7 +22,10 @@ from spanq_proto.v1 import queue_pb2, queue_pb2_grpc
 from spanq_server.server import start
 from spanq_server.store import Store
 
-from ..helpers import ack, create_queue, duration, error_of, renew, send, text_message
+from ..helpers import (
+    ack, create_queue, duration, error_of, receive_function_of_an_older_shape, renew, send, text_message, until_sync,
+)
+from ..spanner.test_spanner_client import database, spanner_env  # noqa: F401  (fixtures)
 
 STRING = queue_pb2.STRING
 
@@ -154,27 +158,32 @@ async def test_psql_insert_delete_and_receive_keep_the_order_and_the_key_is_fixe
     assert receive(sql) == [("p3", "k")]
 
 
-def test_one_keys_concurrent_sends_take_turns_in_commit_order(sql, jobs, database_url):
+def _second_waits_for_first(sql: psycopg.Connection, first_statement: str, second_statement: str) -> None:
+    """Runs ``first_statement`` in a transaction left open, then ``second_statement`` and its commit on
+    another connection, which must wait on a lock (seen in pg_stat_activity) until the first commits."""
     first = psycopg.connect(sql.info.dsn)
     second = psycopg.connect(sql.info.dsn)
     try:
-        first.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('t1', 'x', 'k')")
-        done = threading.Event()
-
-        def insert() -> None:
-            second.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('t2', 'x', 'k')")
-            second.commit()
-            done.set()
-
-        worker = threading.Thread(target=insert)
+        first.execute(first_statement)
+        pid = second.info.backend_pid
+        worker = threading.Thread(target=lambda: (second.execute(second_statement), second.commit()))
         worker.start()
-        assert not done.wait(0.5)  # waits for the key's row while t1's send is open
+        with psycopg.connect(sql.info.dsn, autocommit=True) as watcher:  # a fresh view of each poll
+            until_sync(lambda: watcher.execute("SELECT wait_event_type = 'Lock' FROM pg_stat_activity "
+                                               "WHERE pid = %s", [pid]).fetchone()[0],
+                       "the second statement to wait on a lock")
+        assert worker.is_alive()
         first.commit()
         worker.join(10)
-        assert done.is_set()
+        assert not worker.is_alive()
     finally:
         first.close()
         second.close()
+
+
+def test_one_keys_concurrent_sends_take_turns_in_commit_order(sql, jobs):
+    _second_waits_for_first(sql, "INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('t1', 'x', 'k')",
+                            "INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('t2', 'x', 'k')")
     assert sql.execute("SELECT id, spanq_ordering_seq, deliver_time = 'infinity' FROM jobs ORDER BY id").fetchall() == [
         ("t1", 1, False), ("t2", 2, True)]
 
@@ -182,27 +191,21 @@ def test_one_keys_concurrent_sends_take_turns_in_commit_order(sql, jobs, databas
 def test_a_send_racing_the_heads_ack_is_never_stranded(sql, jobs):
     sql.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('h', 'x', 'k')")
     sql.commit()
-    acker = psycopg.connect(sql.info.dsn)
-    sender = psycopg.connect(sql.info.dsn)
-    try:
-        acker.execute("DELETE FROM jobs WHERE id = 'h'")  # open: its trigger holds the key
-        done = threading.Event()
-
-        def insert() -> None:
-            sender.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('n', 'x', 'k')")
-            sender.commit()
-            done.set()
-
-        worker = threading.Thread(target=insert)
-        worker.start()
-        assert not done.wait(0.5)
-        acker.commit()
-        worker.join(10)
-        assert done.is_set()
-    finally:
-        acker.close()
-        sender.close()
+    # The DELETE's trigger holds the key until it commits: the send then finds the head gone.
+    _second_waits_for_first(sql, "DELETE FROM jobs WHERE id = 'h'",
+                            "INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('n', 'x', 'k')")
     assert receive(sql) == [("n", "k")]  # the new head, not held behind a message that is gone
+
+
+def test_other_keys_never_wait(sql, jobs):
+    holder = psycopg.connect(sql.info.dsn)
+    try:
+        holder.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('a1', 'x', 'a')")
+        sql.execute("SET lock_timeout = '2s'")
+        sql.execute("INSERT INTO jobs (id, payload, spanq_ordering_key) VALUES ('b1', 'x', 'b')")  # no wait
+        sql.commit()
+    finally:
+        holder.close()
 
 
 async def test_migration_0013_gives_existing_queues_ordering_keys(server, stub, sql, jobs, database_url):
@@ -216,12 +219,7 @@ async def test_migration_0013_gives_existing_queues_ordering_keys(server, stub, 
                 "DROP COLUMN spanq_held_deliver_time")
     sql.execute("ALTER TABLE spanq.archive_jobs DROP COLUMN spanq_ordering_key")
     sql.execute("DROP TABLE spanq.ordering_keys")
-    sql.execute("DROP FUNCTION spanq.receive_jobs")
-    sql.execute("""CREATE FUNCTION spanq.receive_jobs(max_batch_size integer DEFAULT 1,
-                       lease_duration interval DEFAULT '10s', lease_prefix text DEFAULT 'sql',
-                       now timestamptz DEFAULT NULL)
-                   RETURNS TABLE (id text, payload text, spanq_last_batch_message boolean)
-                   LANGUAGE sql AS 'SELECT NULL::text, NULL::text, true'""")
+    receive_function_of_an_older_shape(sql, "jobs")
     sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 13")
 
     async with Store(database_url, min_size=1, max_size=1) as store:
@@ -376,3 +374,29 @@ async def test_the_cli_sends_with_an_ordering_key_and_shows_it(server, stub, job
                                         "c2\tattempt 1\tacked\tordering key k\thi", "c3\tattempt 1\tacked\thi"]
     code, out, err = await spanq_cli(t, "send", "jobs", "hi", "--key", "c4", "--ordering-key", "x" * 1025)
     assert code != 0 and "ordering_key must be" in err, err
+
+
+async def test_the_spanner_front_end_receives_one_keys_messages_in_order(database, sql):
+    """A Spanner client cannot set an ordering key (Send mutations have no field for one); set by SQL,
+    RECEIVE honours it, and a plain SELECT of the queue shows held messages too."""
+    [(table,)] = sql.execute("SELECT name FROM spanq.queues").fetchall()
+    sql.execute(psycopg.sql.SQL("INSERT INTO {} (userid, messageid, payload, spanq_ordering_key) "
+                                "VALUES (1, 'm1', 'x', 'k'), (2, 'm2', 'x', 'k'), (3, 'm3', 'x', NULL)").format(
+        psycopg.sql.Identifier(table)))
+    sql.commit()
+
+    def receive() -> list[int]:
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql("SELECT UserId FROM RECEIVE_UserTasks(max_duration => '500ms', "
+                                        "max_batch_size => 10)")
+            return sorted(row[0] for row in rows)
+
+    def select() -> list[int]:
+        with database.snapshot() as snapshot:
+            return sorted(row[0] for row in snapshot.execute_sql("SELECT UserId FROM UserTasks"))
+
+    assert await asyncio.to_thread(receive) == [1, 3]
+    assert await asyncio.to_thread(select) == [1, 2, 3]
+    sql.execute(psycopg.sql.SQL("DELETE FROM {} WHERE userid = 1").format(psycopg.sql.Identifier(table)))
+    sql.commit()
+    assert await asyncio.to_thread(receive) == [2]

@@ -731,8 +731,11 @@ WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_to
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
 -- deliver_time of the matching messages, without leasing them. The
--- conditions compare key columns or deliver_time with bound parameters.
-SELECT {key_columns}, m.payload, m.deliver_time
+-- conditions compare key columns or deliver_time with bound parameters. A
+-- message held behind an earlier one of its ordering key shows the
+-- deliver_time it was sent with, as Peek shows it (its own is 'infinity',
+-- which no client reads).
+SELECT {key_columns}, m.payload, coalesce(m.spanq_held_deliver_time, m.deliver_time)
 FROM {queue} AS m
 WHERE {conditions}
 ORDER BY {order}
