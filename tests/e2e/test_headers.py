@@ -78,7 +78,7 @@ async def test_sql_writes_are_held_to_the_limits_too(server, sql, tasks, databas
     with pytest.raises(psycopg.errors.CheckViolation):
         sql.execute("INSERT INTO tasks (id, payload, spanq_headers) VALUES ('a', 'x', '[1]')")
     with psycopg.connect(database_url) as conn:
-        with pytest.raises(spanq.InvalidArgument, match="headers or priority outside the limits"):
+        with pytest.raises(spanq.InvalidArgument, match="headers, priority or ordering key outside the limits"):
             spanq.sql.send(conn, "tasks", "a", "x", headers={"bad key": "v"})
         conn.rollback()
         spanq.sql.send(conn, "tasks", "b", "x", headers={"tenant": "acme"}, priority=3)
