@@ -48,6 +48,7 @@ def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
         dead_letter_queue=queue.dead_letter_queue or "",
         disable_send=queue.disable_send,
         disable_delivery=queue.disable_delivery,
+        enable_message_ordering=queue.enable_message_ordering,
     )
     for field in ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
                   "archive_duration"):
@@ -74,6 +75,7 @@ def queue_from_proto(q: queue_pb2.Queue) -> Queue:
         message_retention_duration=(q.message_retention_duration.ToTimedelta()
                                     if q.HasField("message_retention_duration") else None),
         archive_duration=q.archive_duration.ToTimedelta() if q.HasField("archive_duration") else None,
+        enable_message_ordering=q.enable_message_ordering,
     )
 
 

@@ -105,6 +105,9 @@ class Queue:
     """Unacknowledged messages sent longer ago are deleted, within about a minute (None: kept until acked)."""
     archive_duration: timedelta | None = None
     """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
+    enable_message_ordering: bool = False
+    """Messages may carry an ``ordering_key``, each key's delivered one at a time in the order sent; without
+    it a keyed send raises FailedPrecondition (``update_queue(name, enable_message_ordering=True)``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))

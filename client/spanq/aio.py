@@ -186,12 +186,15 @@ class Client:
         parent_table: str | None = None,
         max_delivery_attempts: int | None = None,
         dead_letter_queue: str | None = None,
+        enable_message_ordering: bool = False,
         exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
 
         Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
-        payload_type="JSON", lease_duration=30)``. Raises AlreadyExists if the name is taken, unless
+        payload_type="JSON", lease_duration=30)``. ``enable_message_ordering=True`` lets its messages carry an
+        ``ordering_key`` (each key's delivered one at a time, in order); without it a keyed send raises
+        FailedPrecondition. Raises AlreadyExists if the name is taken, unless
         ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
         a field left out, or None, matches anything).
         """
@@ -206,6 +209,7 @@ class Client:
                 parent_table=parent_table,
                 max_delivery_attempts=max_delivery_attempts,
                 dead_letter_queue=dead_letter_queue,
+                enable_message_ordering=enable_message_ordering,
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
         stub = self._stub()
@@ -253,6 +257,7 @@ class Client:
         disable_delivery: bool | EllipsisType = ...,
         message_retention_duration: timedelta | float | None | EllipsisType = ...,
         archive_duration: timedelta | float | None | EllipsisType = ...,
+        enable_message_ordering: bool | EllipsisType = ...,
     ) -> Queue:
         """Changes the settings given (and only those) on a live queue, and returns it as stored.
 
@@ -262,11 +267,15 @@ class Client:
         InvalidArgument with CreateQueue's checks (nothing changes then). Other servers see the change
         within 2 s (backoff, dead-lettering and the delivery pause at once). ``message_retention_duration``
         deletes unacknowledged messages sent longer ago (None: keep them until acked); ``archive_duration``
-        keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes)."""
+        keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes).
+        ``enable_message_ordering=True`` lets sends carry an ``ordering_key``; ``False`` turns it off, and
+        raises FailedPrecondition while the queue holds a message behind an earlier one of its key (keyed
+        sends are then refused, and messages already sent with a key are delivered as any other)."""
         given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff, "max_backoff": max_backoff,
                  "max_delivery_attempts": max_delivery_attempts, "dead_letter_queue": dead_letter_queue,
                  "disable_send": disable_send, "disable_delivery": disable_delivery,
-                 "message_retention_duration": message_retention_duration, "archive_duration": archive_duration}
+                 "message_retention_duration": message_retention_duration, "archive_duration": archive_duration,
+                 "enable_message_ordering": enable_message_ordering}
         changes = {field: value for field, value in given.items() if value is not ...}
         durations: dict[str, Any] = {field: _codec.as_timedelta(changes[field]) for field in
                      ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",

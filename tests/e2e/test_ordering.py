@@ -2,7 +2,9 @@
 delivered one at a time in the order sent, across streams and servers, while other keys
 flow; a nack or a lapsed lease holds the key back, a dead-lettered head lets it go on;
 psql's INSERT, DELETE and receive function keep the same rules; bad keys are refused on
-every write path with nothing stored; existing queues get ordering keys by migration."""
+every write path with nothing stored; ordering is a queue's setting (enable_message_ordering):
+a queue without it refuses a keyed message and has no ordering trigger, UpdateQueue turns it
+on and off; existing queues get it, off, by migration."""
 
 import asyncio
 import collections
@@ -33,7 +35,8 @@ STRING = queue_pb2.STRING
 @pytest.fixture
 async def jobs(stub):
     await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING, initial_backoff=duration(0), max_backoff=duration(60))
+                       payload_type=STRING, initial_backoff=duration(0), max_backoff=duration(60),
+                       enable_message_ordering=True)
     return "jobs"
 
 
@@ -95,10 +98,10 @@ async def _leases(stub, want: int) -> list[queue_pb2.ReceivedMessage]:
 
 async def test_a_dead_lettered_head_lets_its_key_go_on_and_keeps_its_key_there(stub, sql):
     await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING)
+                       payload_type=STRING, enable_message_ordering=True)
     await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
                        payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
-                       dead_letter_queue="graveyard")
+                       dead_letter_queue="graveyard", enable_message_ordering=True)
     await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a"), keyed("a3", "a"))
     assert receive(sql) == [("a1", "a")]
     # Its one attempt lapsed: the next receive moves it and leases the key's next message
@@ -208,28 +211,124 @@ def test_other_keys_never_wait(sql, jobs):
         holder.close()
 
 
-async def test_migration_0013_gives_existing_queues_ordering_keys(server, stub, sql, jobs, database_url):
-    # As before migration 0013: no columns, triggers, functions, index or key table, and a
-    # receive function of the old shape.
+async def test_migration_0013_gives_existing_queues_ordering_keys_disabled(server, stub, sql, jobs, database_url):
+    # As before migration 0013: no columns, triggers, functions, index, setting or key table,
+    # and a receive function of the old shape.
     await send(stub, "jobs", keyed("old"))
     sql.execute("DROP TRIGGER spanq_ordering_send ON jobs; DROP TRIGGER spanq_ordering_gone ON jobs; "
                 "DROP TRIGGER spanq_ordering_fixed ON jobs")
     sql.execute('DROP FUNCTION spanq."keyed_send_jobs", spanq."keyed_gone_jobs", spanq."keyed_fixed_jobs"')
+    sql.execute("DROP INDEX spanq_ok_jobs")
     sql.execute("ALTER TABLE jobs DROP COLUMN spanq_ordering_key, DROP COLUMN spanq_ordering_seq, "
                 "DROP COLUMN spanq_held_deliver_time")
     sql.execute("ALTER TABLE spanq.archive_jobs DROP COLUMN spanq_ordering_key")
     sql.execute("DROP TABLE spanq.ordering_keys")
+    sql.execute("DROP FUNCTION spanq.ordering_off")
+    sql.execute("ALTER TABLE spanq.queues DROP COLUMN enable_message_ordering")
     receive_function_of_an_older_shape(sql, "jobs")
     sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 13")
 
     async with Store(database_url, min_size=1, max_size=1) as store:
         assert await store.migrate() == [13]
+    assert triggers(sql, "jobs") == ["spanq_ordering_off"]
+    assert sql.execute("SELECT to_regclass('spanq_ok_jobs')").fetchone() == (None,)
 
+    assert sql.execute("SELECT enable_message_ordering FROM spanq.queues WHERE name = 'jobs'").fetchone() == (False,)
+    # The server's cached definition still says on: the table's trigger refuses the send.
+    code, message, _ = await error_of(send(stub, "jobs", keyed("n0", "k")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "spanq queue update jobs --ordering" in message, message
+    await update_ordering(stub, True)
     await send(stub, "jobs", keyed("n1", "k"), keyed("n2", "k"))
     assert sorted(receive(sql)) == [("n1", "k"), ("old", None)]
     sql.execute("DELETE FROM jobs WHERE id = 'n1'")
     assert receive(sql) == [("n2", "k")]
     assert sql.execute("SELECT count(*) FROM spanq.archive_jobs WHERE spanq_ordering_key IS NULL").fetchone() == (0,)
+
+
+# -- ordering as a queue's setting ------------------------------------------------------
+
+ORDERING_TRIGGERS = ["spanq_ordering_fixed", "spanq_ordering_gone", "spanq_ordering_send"]
+
+
+def triggers(sql: psycopg.Connection, table: str) -> list[str]:
+    """The queue table's ordering triggers (pg_trigger)."""
+    return [name for (name,) in sql.execute(
+        "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND tgname LIKE 'spanq_ordering%%' "
+        "ORDER BY tgname", [f"public.{table}"]).fetchall()]
+
+
+async def update_ordering(stub, on: bool, name: str = "jobs") -> queue_pb2.Queue:
+    request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=name, enable_message_ordering=on))
+    request.update_mask.paths.append("enable_message_ordering")
+    return await stub.UpdateQueue(request)
+
+
+@pytest.fixture
+async def plain(stub):
+    await create_queue(stub, "plain", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING)
+    return "plain"
+
+
+async def test_a_queue_without_ordering_refuses_a_keyed_send_and_has_no_ordering_trigger(stub, sql, plain):
+    assert triggers(sql, "plain") == ["spanq_ordering_off"]
+    assert sql.execute("SELECT count(*) FROM pg_proc WHERE proname LIKE 'keyed_%%_plain'").fetchone() == (0,)
+    assert not (await stub.GetQueue(queue_pb2.GetQueueRequest(name="plain"))).enable_message_ordering
+    code, message, _ = await error_of(send(stub, "plain", keyed("p1"), keyed("p2", "k")))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "message 1: queue 'plain' does not have message ordering enabled" in message
+    assert "enable_message_ordering" in message and "--ordering" in message
+    with pytest.raises(psycopg.errors.CheckViolation) as psql_error:
+        sql.execute("INSERT INTO plain (id, payload, spanq_ordering_key) VALUES ('p3', 'x', 'k')")
+    assert "spanq queue update plain --ordering" in (psql_error.value.diag.message_hint or "")
+    sql.rollback()
+    sql.execute("INSERT INTO plain (id, payload) VALUES ('p4', 'x')")
+    with pytest.raises(psycopg.errors.CheckViolation):  # nor set by an UPDATE
+        sql.execute("UPDATE plain SET spanq_ordering_key = 'k' WHERE id = 'p4'")
+    sql.rollback()
+    await send(stub, "plain", keyed("p5"))  # unkeyed sends go on
+    assert sql.execute("SELECT id, spanq_ordering_key FROM plain ORDER BY id").fetchall() == [
+        ("p4", None), ("p5", None)]  # nothing of the refused ones stored
+
+
+async def test_ordering_is_enabled_and_disabled_by_update_queue(stub, sql, plain):
+    updated = await update_ordering(stub, True, "plain")
+    assert updated.enable_message_ordering
+    assert (await stub.GetQueue(queue_pb2.GetQueueRequest(name="plain"))).enable_message_ordering
+    assert [q.enable_message_ordering for q in (await stub.ListQueues(queue_pb2.ListQueuesRequest())).queues
+            if q.name == "plain"] == [True]
+    assert triggers(sql, "plain") == ORDERING_TRIGGERS
+    await send(stub, "plain", keyed("a1", "a"), keyed("a2", "a"))
+    assert sql.execute("SELECT id, deliver_time = 'infinity' FROM plain ORDER BY id").fetchall() == [
+        ("a1", False), ("a2", True)]
+    # Off while a2 is held behind a1: refused, nothing changed.
+    code, message, _ = await error_of(update_ordering(stub, False, "plain"))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "holds messages" in message
+    assert triggers(sql, "plain") == ORDERING_TRIGGERS
+    assert (await stub.GetQueue(queue_pb2.GetQueueRequest(name="plain"))).enable_message_ordering
+    sql.execute("DELETE FROM plain WHERE id = 'a1'")  # a2 is the head now: nothing held
+    sql.commit()
+    assert not (await update_ordering(stub, False, "plain")).enable_message_ordering
+    assert triggers(sql, "plain") == ["spanq_ordering_off"]
+    assert sql.execute("SELECT count(*) FROM spanq.ordering_keys WHERE queue = 'plain'").fetchone() == (0,)
+    assert sql.execute("SELECT to_regclass('spanq_ok_plain')").fetchone() == (None,)
+    assert (await error_of(send(stub, "plain", keyed("a3", "a"))))[0] == grpc.StatusCode.FAILED_PRECONDITION
+    sql.execute("DELETE FROM plain WHERE id = 'a2'")  # a keyed message left behind is a plain one now
+    sql.commit()
+    assert sql.execute("SELECT count(*) FROM plain").fetchone() == (0,)
+
+
+async def test_a_dead_letter_queue_without_ordering_takes_the_message_without_its_key(stub, sql):
+    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING)
+    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
+                       dead_letter_queue="graveyard", enable_message_ordering=True)
+    await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a"))
+    assert receive(sql) == [("a1", "a")]
+    assert receive(sql, now=later(3600)) == []  # a1 moves
+    assert receive(sql, now=later(3600)) == [("a2", "a")]
+    assert sql.execute("SELECT id, spanq_ordering_key FROM graveyard").fetchall() == [("a1", None)]
 
 
 # -- one hot key across streams and servers -------------------------------------------
@@ -376,10 +475,12 @@ async def test_the_cli_sends_with_an_ordering_key_and_shows_it(server, stub, job
     assert code != 0 and "ordering_key must be" in err, err
 
 
-async def test_the_spanner_front_end_receives_one_keys_messages_in_order(database, sql):
+async def test_the_spanner_front_end_receives_one_keys_messages_in_order(database, stub, sql):
     """A Spanner client cannot set an ordering key (Send mutations have no field for one); set by SQL,
     RECEIVE honours it, and a plain SELECT of the queue shows held messages too."""
     [(table,)] = sql.execute("SELECT name FROM spanq.queues").fetchall()
+    sql.commit()
+    await update_ordering(stub, True, table)
     sql.execute(psycopg.sql.SQL("INSERT INTO {} (userid, messageid, payload, spanq_ordering_key) "
                                 "VALUES (1, 'm1', 'x', 'k'), (2, 'm2', 'x', 'k'), (3, 'm3', 'x', NULL)").format(
         psycopg.sql.Identifier(table)))

@@ -40,7 +40,7 @@ class KeyColumn(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TypeCode, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
+    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration", "enable_message_ordering")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class Queue(_message.Message):
     DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_RETENTION_DURATION_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_MESSAGE_ORDERING_FIELD_NUMBER: _ClassVar[int]
     name: str
     key_columns: _containers.RepeatedCompositeFieldContainer[KeyColumn]
     payload_type: TypeCode
@@ -69,7 +70,8 @@ class Queue(_message.Message):
     disable_delivery: bool
     message_retention_duration: _duration_pb2.Duration
     archive_duration: _duration_pb2.Duration
-    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., message_retention_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., archive_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    enable_message_ordering: bool
+    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., message_retention_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., archive_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., enable_message_ordering: _Optional[bool] = ...) -> None: ...
 
 class UpdateQueueRequest(_message.Message):
     __slots__ = ("queue", "update_mask")

@@ -297,10 +297,10 @@ def _queue_row(q: spanq.Queue) -> list[Any]:
     keys = ", ".join(f"{c.name} {c.type.value}" for c in q.key_columns)
     dead = f"{q.dead_letter_queue} after {q.max_delivery_attempts}" if q.dead_letter_queue else ""
     return [q.name, keys, q.payload_type.value, _seconds(q.lease_duration) if q.lease_duration else "", dead,
-            _paused(q), _shown_time(q.create_time)]
+            _paused(q), "on" if q.enable_message_ordering else "-", _shown_time(q.create_time)]
 
 
-QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "PAUSED", "CREATED"]
+QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "PAUSED", "ORDERING", "CREATED"]
 
 
 def _paused(q: spanq.Queue | spanq.QueueStats) -> str:
@@ -356,11 +356,14 @@ def _key_column(text: str) -> tuple[str, str]:
 @click.option("--max-delivery-attempts", type=click.IntRange(min=1), help="with --dead-letter-queue")
 @click.option("--dead-letter-queue", help="where messages go after --max-delivery-attempts")
 @click.option("--parent-table", help="a table whose rows own this queue's messages")
+@click.option("--ordering", is_flag=True,
+              help="enable message ordering: sends may give --ordering-key, each key's messages delivered one at "
+                   "a time in order (without it a keyed send is refused)")
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
 @connection_options
 def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_duration: float | None,
                  initial_backoff: float | None, max_backoff: float | None, max_delivery_attempts: int | None, dead_letter_queue: str | None, parent_table: str | None,
-                 exist_ok: bool, **kwargs: Any) -> None:
+                 ordering: bool, exist_ok: bool, **kwargs: Any) -> None:
     """Create queue NAME."""
     conn = _connection(kwargs)
     columns = [_key_column(k) for k in keys]
@@ -369,7 +372,8 @@ def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_dura
             queue = client.create_queue(name, key_columns=columns, payload_type=payload_type.upper(),
                                         lease_duration=lease_duration, initial_backoff=initial_backoff,
                                         max_backoff=max_backoff, max_delivery_attempts=max_delivery_attempts,
-                                        dead_letter_queue=dead_letter_queue, parent_table=parent_table)
+                                        dead_letter_queue=dead_letter_queue, parent_table=parent_table,
+                                        enable_message_ordering=ordering)
         except spanq.AlreadyExists:
             if not exist_ok:
                 raise
@@ -434,10 +438,14 @@ def queue_drop(name: str, yes: bool, **kwargs: Any) -> None:
               help="seconds: delete unacknowledged messages sent longer ago (0: keep them until acked)")
 @click.option("--archive", type=click.FloatRange(min=0),
               help="seconds: keep acked messages this long in the archive, for peek --archived (0: an ack deletes)")
+@click.option("--ordering/--no-ordering", default=None,
+              help="enable or disable message ordering (ordering keys); disabling is refused while a message is "
+                   "held behind an earlier one of its key. Either locks the queue's table briefly")
 @connection_options
 def queue_update(name: str, lease_duration: float | None, initial_backoff: float | None, max_backoff: float | None,
                  max_delivery_attempts: int | None, dead_letter_queue: str | None, no_dead_letter_queue: bool,
-                 message_retention: float | None, archive: float | None, **kwargs: Any) -> None:
+                 message_retention: float | None, archive: float | None, ordering: bool | None,
+                 **kwargs: Any) -> None:
     """Change queue NAME's settings given here (the others stay), with create's checks.
 
     Backoff and dead-lettering apply at once on every server; the default lease to streams
@@ -451,6 +459,8 @@ def queue_update(name: str, lease_duration: float | None, initial_backoff: float
         changes["message_retention_duration"] = message_retention or None
     if archive is not None:
         changes["archive_duration"] = archive or None
+    if ordering is not None:
+        changes["enable_message_ordering"] = ordering
     if no_dead_letter_queue:
         if max_delivery_attempts is not None or dead_letter_queue is not None:
             raise click.UsageError("--no-dead-letter-queue goes without --dead-letter-queue and --max-delivery-attempts")

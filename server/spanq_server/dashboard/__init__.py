@@ -52,7 +52,7 @@ RATE_STEP = 10
 MESSAGE_ACTIONS = ("delete", "release", "redrive")
 """POST /api/queues/NAME/messages/ACTION {"key": [...], "to": QUEUE}: one message's action."""
 SETTINGS = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
-            "message_retention_duration", "archive_duration")
+            "message_retention_duration", "archive_duration", "enable_message_ordering")
 """POST /api/queues/NAME/settings {FIELD: VALUE, ...}: UpdateQueue of those (spanq.v1 Queue's JSON form:
 durations as "30s"); the pauses have their own action."""
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")

@@ -113,6 +113,13 @@ def ack_results(queue: QueueDef, items: Sequence[AckItem], found: Sequence[AckFo
     return [AckResult(item.key, state is AckFound.ACKED) for item, state in zip(items, found)]
 
 
+def ordering_disabled(queue: str, i: int) -> str:
+    """Why a keyed message is refused by a queue without ordering, and how to enable it."""
+    return (f"message {i}: queue {queue!r} does not have message ordering enabled, so a message cannot have an "
+            "ordering key there; enable it with UpdateQueue (enable_message_ordering: true; `spanq queue update "
+            f"{queue} --ordering`, the SDK's update_queue(..., enable_message_ordering=True)), or send without one")
+
+
 def _check_ordering_key(key: str, i: int) -> None:
     """1 to MAX_ORDERING_KEY_BYTES bytes of text PostgreSQL holds (the limit queue_ordering_create
     holds an INSERT from psql to, checked first here for a message that says which)."""
@@ -213,6 +220,8 @@ class Mutator:
                                              f"got {message.priority}")
             if message.ordering_key is not None:
                 _check_ordering_key(message.ordering_key, i)
+                if not op.queue.enable_message_ordering:
+                    raise errors.FailedPrecondition(ordering_disabled(op.queue.name, i), queue=op.queue.name)
             # A string of n characters takes at most 4n bytes: most need no encoding to be measured.
             size = headers + (len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit - headers
                               else message.payload_size())

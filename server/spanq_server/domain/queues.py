@@ -37,7 +37,8 @@ CACHE_SECONDS = 2.0
 server may drop and re-create a queue, or update it: the bound of UpdateQueue
 for what servers read from their cache)."""
 UPDATABLE = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
-             "disable_send", "disable_delivery", "message_retention_duration", "archive_duration")
+             "disable_send", "disable_delivery", "message_retention_duration", "archive_duration",
+             "enable_message_ordering")
 """The settings UpdateQueue may change (QueueDef's fields; spanq.v1 Queue's alike)."""
 FIXED = ("name", "key_columns", "payload_type", "parent_table", "create_time")
 """What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
@@ -221,7 +222,8 @@ class Catalog:
 
         updated = await self._store.queue_update(
             name, lambda current: dataclasses.replace(current, **changes), check,
-            dead_letter_queue=changes.get("dead_letter_queue"), lock_timeout=self._ddl_lock_timeout)
+            dead_letter_queue=changes.get("dead_letter_queue"), ordering="enable_message_ordering" in changes,
+            lock_timeout=self._ddl_lock_timeout)
         self._cache[name] = (time.monotonic(), updated)
         logger.info("updated queue %s: %s", name, ", ".join(f"{k}={v}" for k, v in changes.items()))
         self._gone(name, self._on_changed)

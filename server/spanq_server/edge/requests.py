@@ -120,6 +120,7 @@ def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
         "disable_delivery": lambda: q.disable_delivery,
         "message_retention_duration": lambda: retention(q, "message_retention_duration"),
         "archive_duration": lambda: retention(q, "archive_duration"),
+        "enable_message_ordering": lambda: q.enable_message_ordering,
     }
     changes: dict[str, Any] = {}
     for path in request.update_mask.paths:

@@ -75,6 +75,7 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
         dead_letter_queue=q.dead_letter_queue or "",
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
+        enable_message_ordering=q.enable_message_ordering,
     )
     if q.message_retention_duration is not None:
         out.message_retention_duration.CopyFrom(codec.duration(q.message_retention_duration))

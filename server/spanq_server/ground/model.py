@@ -56,6 +56,9 @@ class QueueDef:
     """Unacknowledged messages sent longer ago are deleted in the background (None: kept)."""
     archive_duration: timedelta | None = None
     """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
+    enable_message_ordering: bool = False
+    """Messages may carry an ordering key, delivered one at a time in order per key (else a
+    keyed send is refused, FAILED_PRECONDITION, and the queue has no ordering triggers)."""
 
 
 class OutgoingMessage(NamedTuple):

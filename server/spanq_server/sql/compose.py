@@ -130,6 +130,10 @@ class QueueStatements:
                 key_columns=self.keys,
                 queue_name=sql.Literal(q.name),
                 max_backoff=sql.Literal(q.max_backoff),
+                # Read as it moves, so that the dead-letter queue's setting changes apply at once.
+                dead_letter_ordered=sql.SQL(
+                    "(SELECT q.enable_message_ordering FROM spanq.queues AS q WHERE q.name = {})"
+                ).format(sql.Literal(q.dead_letter_queue)),
             )
             live = sql.SQL(" AND ready.spanq_attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
         return query(
@@ -173,11 +177,17 @@ class QueueStatements:
         what migrations add to existing queues), ordering keys' last."""
         columns = query("queue_history_columns_add", queue=self.table,
                         priority_index=sql.Identifier(self.priority_index))
-        ordering = query("queue_ordering_create", queue=self.table, queue_name=sql.Literal(self.queue.name),
-                         ordering_index=sql.Identifier(self.ordering_index),
-                         m_key_columns=self.qualified_keys("m"), n_key_columns=self.qualified_keys("n"),
-                         **self.ordering_function_fragments())
-        return sql.SQL(";\n").join([columns, ordering])
+        return sql.SQL(";\n").join([columns, self.ordering_ddl()])
+
+    def ordering_ddl(self) -> sql.Composed:
+        """The queue's ordering triggers, functions and index when it has
+        enable_message_ordering (queue_ordering_create), else their removal and the trigger
+        that refuses a keyed message (queue_ordering_drop)."""
+        return query("queue_ordering_create" if self.queue.enable_message_ordering else "queue_ordering_drop",
+                     queue=self.table, queue_name=sql.Literal(self.queue.name),
+                     ordering_index=sql.Identifier(self.ordering_index),
+                     m_key_columns=self.qualified_keys("m"), n_key_columns=self.qualified_keys("n"),
+                     **self.ordering_function_fragments())
 
     def ordering_function_fragments(self) -> dict[str, sql.Composable]:
         return {f"{kind}_function": name for kind, name in self.ordering_functions.items()}

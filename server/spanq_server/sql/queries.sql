@@ -32,7 +32,7 @@ SELECT count(*) FROM spanq.queues
 -- One queue's catalog row.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration
+       disable_send, disable_delivery, message_retention, archive_duration, enable_message_ordering
 FROM spanq.queues
 WHERE name = %(name)s
 
@@ -40,7 +40,7 @@ WHERE name = %(name)s
 -- A page of queues in name order, after the page token's name.
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
-       disable_send, disable_delivery, message_retention, archive_duration
+       disable_send, disable_delivery, message_retention, archive_duration, enable_message_ordering
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -51,11 +51,11 @@ LIMIT %(limit)s
 INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent_table,
                           lease_duration, initial_backoff, max_backoff,
                           max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
-                          message_retention, archive_duration)
+                          message_retention, archive_duration, enable_message_ordering)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
         %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
-        %(message_retention)s, %(archive_duration)s)
+        %(message_retention)s, %(archive_duration)s, %(enable_message_ordering)s)
 RETURNING create_time
 
 -- queue_update --
@@ -67,7 +67,7 @@ UPDATE spanq.queues SET lease_duration = %(lease_duration)s, initial_backoff = %
        max_backoff = %(max_backoff)s, max_delivery_attempts = %(max_delivery_attempts)s,
        dead_letter_queue = %(dead_letter_queue)s, disable_send = %(disable_send)s,
        disable_delivery = %(disable_delivery)s, message_retention = %(message_retention)s,
-       archive_duration = %(archive_duration)s
+       archive_duration = %(archive_duration)s, enable_message_ordering = %(enable_message_ordering)s
 WHERE name = %(name)s AND create_time = %(create_time)s
 RETURNING create_time, CASE WHEN NOT disable_delivery THEN pg_notify('spanq_wakeup', name) END
 
@@ -307,6 +307,9 @@ CREATE OR REPLACE TRIGGER spanq_headers_limits BEFORE INSERT OR UPDATE OF spanq_
 CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_time) WHERE spanq_priority > 0
 
 -- queue_ordering_create --
+-- A queue with enable_message_ordering (CreateQueue, or UpdateQueue under
+-- the table's lock, queue_ordering_drop undoes it); a queue without it has
+-- none of this, so its sends and acks pay nothing for ordering keys.
 -- Ordering keys (docs/semantics.md, Ordering keys): of a key's messages only
 -- the first (its head, the lowest spanq_ordering_seq) is deliverable; each
 -- later one is held, its deliver_time 'infinity' (past the end of every
@@ -409,7 +412,31 @@ CREATE OR REPLACE TRIGGER spanq_ordering_gone AFTER DELETE ON {queue}
 CREATE OR REPLACE TRIGGER spanq_ordering_fixed BEFORE UPDATE OF spanq_ordering_key, spanq_ordering_seq ON {queue}
     FOR EACH ROW WHEN (OLD.spanq_ordering_key IS DISTINCT FROM NEW.spanq_ordering_key
                        OR OLD.spanq_ordering_seq IS DISTINCT FROM NEW.spanq_ordering_seq)
-    EXECUTE FUNCTION spanq.{fixed_function}()
+    EXECUTE FUNCTION spanq.{fixed_function}();
+DROP TRIGGER IF EXISTS spanq_ordering_off ON {queue}
+
+-- queue_ordering_drop --
+-- A queue without enable_message_ordering (CreateQueue's default, what
+-- migration 0013 gives existing queues, an UpdateQueue that turns it off
+-- once no message is held): no ordering triggers, functions, index or key
+-- rows; one row trigger refuses a message with a key (spanq.ordering_off,
+-- its WHEN evaluated only on INSERT and on an UPDATE that sets the key, not
+-- on leases), so a key is never stored where nothing would order it.
+DROP TRIGGER IF EXISTS spanq_ordering_send ON {queue};
+DROP TRIGGER IF EXISTS spanq_ordering_gone ON {queue};
+DROP TRIGGER IF EXISTS spanq_ordering_fixed ON {queue};
+DROP FUNCTION IF EXISTS spanq.{send_function}();
+DROP FUNCTION IF EXISTS spanq.{gone_function}();
+DROP FUNCTION IF EXISTS spanq.{fixed_function}();
+DROP INDEX IF EXISTS public.{ordering_index};
+DELETE FROM spanq.ordering_keys WHERE queue = {queue_name};
+CREATE OR REPLACE TRIGGER spanq_ordering_off BEFORE INSERT OR UPDATE OF spanq_ordering_key ON {queue}
+    FOR EACH ROW WHEN (NEW.spanq_ordering_key IS NOT NULL) EXECUTE FUNCTION spanq.ordering_off()
+
+-- queue_held_exists --
+-- Whether a queue holds a message behind an earlier one of its ordering key
+-- (deliver_time 'infinity': the deliver_time index finds it at once).
+SELECT EXISTS (SELECT FROM {queue} WHERE deliver_time = 'infinity')
 
 -- queue_parent_constraint --
 -- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE: the queue's
@@ -535,13 +562,14 @@ $receive$
 -- lost, the next receive parks it). Each move is counted in
 -- spanq.dead_letter_counts (the metric spanq_queue_messages_dead_lettered).
 -- A message moves with its ordering key (in order among its key's other dead
--- letters there), and its key's next message here becomes deliverable.
+-- letters there) when the dead-letter queue has enable_message_ordering (else
+-- without it), and its key's next message here becomes deliverable.
 , dead AS (
     DELETE FROM {queue} AS m USING ready
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
     RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
-              m.spanq_ordering_key, m.spanq_delivery_attempt,
+              CASE WHEN {dead_letter_ordered} THEN m.spanq_ordering_key END, m.spanq_delivery_attempt,
               CASE WHEN m.spanq_lease_token IS NOT NULL THEN 'lease expired'
                    ELSE coalesce(m.spanq_last_failure, 'nacked') END
 ), buried AS (
@@ -1184,7 +1212,7 @@ LIMIT %(limit)s
 -- violation), and the whole batch stays where it was. {source} is TRUE, or
 -- picks the messages of one recorded source queue (or of none recorded).
 -- A message goes back with its ordering key, behind the messages of its key
--- the target holds.
+-- the target holds, when the target has enable_message_ordering (else without it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), moving AS (
@@ -1200,7 +1228,8 @@ WITH clock AS (
     DELETE FROM {dead_letter_queue} AS d USING moving
     WHERE ({d_key_columns}) = ({moving_key_columns})
     RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time, d.spanq_headers, d.spanq_priority,
-              d.spanq_ordering_key
+              CASE WHEN (SELECT q.enable_message_ordering FROM spanq.queues AS q WHERE q.name = {target_name})
+                   THEN d.spanq_ordering_key END
 )
 INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
                       spanq_ordering_key)

@@ -197,7 +197,7 @@ def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef,
     d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
     return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
                  t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
-                 target_key_columns=t.keys,
+                 target_key_columns=t.keys, target_name=sql.Literal(target.name),
                  source=source if isinstance(source, sql.Composable) else _source_condition(source))
 
 

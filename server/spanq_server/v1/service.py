@@ -375,6 +375,7 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         disable_delivery=q.disable_delivery,
         message_retention_duration=retention(q, "message_retention_duration"),
         archive_duration=retention(q, "archive_duration"),
+        enable_message_ordering=q.enable_message_ordering,
     )
 
 

@@ -227,7 +227,8 @@ async function queuePage(page, name, state) {
     ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
-    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
+    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"],
+    ["Message ordering", el("span", {id: "ordering"}, q.enable_message_ordering ? "on (ordering keys)" : "off")], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
     ["Paused", el("span", {id: "paused"}, [q.disable_send && "send", q.disable_delivery && "delivery"].filter(Boolean).join(", ") || "no")]];
   // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
   // where it failed, after how many attempts, and why.
@@ -367,13 +368,14 @@ function settingsOf(q) {
   return {lease_duration: seconds(q.lease_duration), initial_backoff: seconds(q.initial_backoff),
     max_backoff: seconds(q.max_backoff), max_delivery_attempts: q.max_delivery_attempts || 0,
     dead_letter_queue: q.dead_letter_queue || "", message_retention_duration: seconds(q.message_retention_duration),
-    archive_duration: seconds(q.archive_duration)};
+    archive_duration: seconds(q.archive_duration), enable_message_ordering: q.enable_message_ordering ? "on" : "off"};
 }
 
 const SETTINGS = [["lease_duration", "Lease (seconds)"], ["initial_backoff", "Initial backoff (seconds)"],
   ["max_backoff", "Max backoff (seconds)"], ["max_delivery_attempts", "Max delivery attempts (0: unlimited)"],
   ["dead_letter_queue", "Dead-letter queue (empty: none)"], ["message_retention_duration", "Retention (seconds, 0: until acked)"],
-  ["archive_duration", "Archive acked for (seconds, 0: an ack deletes)"]];
+  ["archive_duration", "Archive acked for (seconds, 0: an ack deletes)"],
+  ["enable_message_ordering", "Message ordering (ordering keys)"]];
 
 // An UpdateQueue of the fields changed (the dead-letter pair goes together).
 function settingsForm(name, info, state) {
@@ -385,7 +387,9 @@ function settingsForm(name, info, state) {
       event.preventDefault();
       saveSettings(name, current, box);
     }},
-    SETTINGS.map(([k, label]) => field(box, k, label, {id: "setting-" + k, type: "text", size: k === "dead_letter_queue" ? 20 : 8})),
+    SETTINGS.map(([k, label]) => field(box, k, label, k === "enable_message_ordering"
+      ? {id: "setting-" + k, tag: "select", options: ["off", "on"]}
+      : {id: "setting-" + k, type: "text", size: k === "dead_letter_queue" ? 20 : 8})),
     el("p", {},
       el("button", {type: "submit", id: "settings-save", disabled: !info.may_pause,
         title: info.may_pause ? null : "this token may not update the queue (admin)"}, "Save"),
@@ -407,7 +411,7 @@ async function saveSettings(name, current, box) {
   if (!Object.keys(changed).length) { box.result = {text: "Nothing changed."}; refresh(); return; }
   // spanq.v1 Queue's JSON form: a duration "30s", a count a number; text that is neither goes as typed, for the server to refuse.
   const body = Object.fromEntries(Object.entries(changed).map(([k, v]) =>
-    [k, k === "dead_letter_queue" ? v : k === "max_delivery_attempts" ? (/^\d+$/.test(v) ? Number(v) : v)
+    [k, k === "dead_letter_queue" ? v : k === "enable_message_ordering" ? v === "on" : k === "max_delivery_attempts" ? (/^\d+$/.test(v) ? Number(v) : v)
       : (/^\d+(\.\d+)?$/.test(v) ? v + "s" : v)]));
   try {
     await api(`/api/queues/${encodeURIComponent(name)}/settings`, {method: "POST", body: JSON.stringify(body)});
