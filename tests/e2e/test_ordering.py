@@ -501,3 +501,46 @@ async def test_the_spanner_front_end_receives_one_keys_messages_in_order(databas
     sql.execute(psycopg.sql.SQL("DELETE FROM {} WHERE userid = 1").format(psycopg.sql.Identifier(table)))
     sql.commit()
     assert await asyncio.to_thread(receive) == [2]
+
+
+async def test_the_cli_creates_updates_and_lists_the_ordering_setting(server, sql):
+    from ..tools.test_cli import spanq_cli
+
+    t = server.target
+    code, out, err = await spanq_cli(t, "queue", "create", "ord", "--ordering")
+    assert code == 0, err
+    code, out, err = await spanq_cli(t, "queue", "create", "unord")
+    assert code == 0, err
+    code, out, err = await spanq_cli(t, "queues")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    at = header.split().index("ORDERING") - 1  # "DEAD LETTERS" is two words; these queues have none
+    assert {row.split()[0]: row.split()[at] for row in rows} == {"ord": "on", "unord": "-"}, out
+    code, out, err = await spanq_cli(t, "send", "unord", "hi", "--ordering-key", "k")
+    assert code != 0 and "spanq queue update unord --ordering" in err, err
+    code, out, err = await spanq_cli(t, "queue", "update", "unord", "--ordering", "--json")
+    assert code == 0 and json.loads(out)["enable_message_ordering"] is True, err
+    assert triggers(sql, "unord") == ORDERING_TRIGGERS
+    code, out, err = await spanq_cli(t, "queue", "update", "ord", "--no-ordering", "--json")
+    assert code == 0 and json.loads(out)["enable_message_ordering"] is False, err
+    assert triggers(sql, "ord") == ["spanq_ordering_off"]
+
+
+async def test_the_sdk_creates_and_updates_the_ordering_setting_sync_and_aio(server):
+    async with spanq.aio.Client(server.target) as client:
+        assert (await client.create_queue("ord", enable_message_ordering=True)).enable_message_ordering
+        created = await client.create_queue("unord")
+        assert not created.enable_message_ordering
+        with pytest.raises(spanq.FailedPrecondition, match="update_queue"):
+            await client.send("unord", b"x", ordering_key="k")
+        assert (await client.update_queue("unord", enable_message_ordering=True)).enable_message_ordering
+        await client.send("unord", b"x", ordering_key="k")
+
+    def sync() -> None:
+        with spanq.Client(server.target) as client:
+            assert not client.update_queue("ord", enable_message_ordering=False).enable_message_ordering
+            assert {q.name: q.enable_message_ordering for q in client.list_queues()} == {"ord": False, "unord": True}
+            with pytest.raises(spanq.FailedPrecondition):
+                client.send("ord", b"x", ordering_key="k")
+
+    await asyncio.to_thread(sync)

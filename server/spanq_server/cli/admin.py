@@ -297,10 +297,10 @@ def _queue_row(q: spanq.Queue) -> list[Any]:
     keys = ", ".join(f"{c.name} {c.type.value}" for c in q.key_columns)
     dead = f"{q.dead_letter_queue} after {q.max_delivery_attempts}" if q.dead_letter_queue else ""
     return [q.name, keys, q.payload_type.value, _seconds(q.lease_duration) if q.lease_duration else "", dead,
-            _paused(q), "on" if q.enable_message_ordering else "-", _shown_time(q.create_time)]
+            "on" if q.enable_message_ordering else "-", _paused(q), _shown_time(q.create_time)]
 
 
-QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "PAUSED", "ORDERING", "CREATED"]
+QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "ORDERING", "PAUSED", "CREATED"]
 
 
 def _paused(q: spanq.Queue | spanq.QueueStats) -> str:
