@@ -26,6 +26,7 @@ async def cell_ordered(ctx: Context) -> list[Row]:
 
     s = ctx.sizes
     spanq, sql = await _setup(ctx, "ordered")
+    await spanq.enable_ordering()  # both columns on it: what keys cost a queue that orders
     rows = []
     try:
         drains = {keys: Figure() for keys in (0, KEYS, 1)}

@@ -72,6 +72,12 @@ class SpanqQueue:
         await self.stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
             name=self.name, payload_type=queue_pb2.STRING, lease_duration=duration(LEASE_SECONDS))))
 
+    async def enable_ordering(self) -> None:
+        """UpdateQueue enable_message_ordering: ordering keys need it (and its triggers)."""
+        request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=self.name, enable_message_ordering=True))
+        request.update_mask.paths.append("enable_message_ordering")
+        await self.stub.UpdateQueue(request)
+
     async def drop(self) -> None:
         await self.stub.DropQueue(queue_pb2.DropQueueRequest(name=self.name))
 
