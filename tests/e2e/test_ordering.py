@@ -331,6 +331,22 @@ async def test_a_dead_letter_queue_without_ordering_takes_the_message_without_it
     assert sql.execute("SELECT id, spanq_ordering_key FROM graveyard").fetchall() == [("a1", None)]
 
 
+async def test_a_redrive_into_a_queue_without_ordering_takes_the_messages_without_their_keys(stub, sql):
+    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, enable_message_ordering=True)
+    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
+                       dead_letter_queue="graveyard", enable_message_ordering=True)
+    await send(stub, "jobs", keyed("a1", "a"))
+    assert receive(sql) == [("a1", "a")]
+    assert receive(sql, now=later(3600)) == []  # a1 moves, with its key
+    assert sql.execute("SELECT id, spanq_ordering_key FROM graveyard").fetchall() == [("a1", "a")]
+    await update_ordering(stub, False)
+    done = [p async for p in stub.Redrive(queue_pb2.RedriveRequest(queue="graveyard", to="jobs"))]
+    assert done[-1].done and done[-1].moved == 1
+    assert sql.execute("SELECT id, spanq_ordering_key FROM jobs").fetchall() == [("a1", None)]
+
+
 # -- one hot key across streams and servers -------------------------------------------
 
 

@@ -34,7 +34,8 @@ def test_parse_queries_rejects_duplicates_and_empty_blocks():
 def test_every_statement_the_store_uses_is_defined():
     for name in ("message_insert", "message_insert_claimed", "message_lease_batch", "message_ack", "lease_renew", "ledger_claim",
                  "ledger_record", "ledger_lookup", "ledger_prune", "queue_table_create",
-                 "queue_receive_function_create", "queue_renew_function_create", "queue_ordering_create",
+                 "queue_receive_function_create", "queue_renew_function_create", "queue_ordering_create", "queue_ordering_drop",
+                 "queue_held_exists",
                  "wakeup_listen"):
         assert name in QUERIES
     versions = [m.version for m in MIGRATIONS]
