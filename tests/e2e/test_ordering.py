@@ -40,6 +40,15 @@ async def jobs(stub):
     return "jobs"
 
 
+async def dead_lettering(stub, *, graveyard_ordered: bool) -> None:
+    """Queue jobs (ordering on) dead-letters after one attempt into graveyard."""
+    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, enable_message_ordering=graveyard_ordered)
+    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
+                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
+                       dead_letter_queue="graveyard", enable_message_ordering=True)
+
+
 def keyed(k: str, ordering_key: str = "", **fields) -> queue_pb2.SendMessage:
     return text_message(k, k, ordering_key=ordering_key, **fields)
 
@@ -97,11 +106,7 @@ async def _leases(stub, want: int) -> list[queue_pb2.ReceivedMessage]:
 
 
 async def test_a_dead_lettered_head_lets_its_key_go_on_and_keeps_its_key_there(stub, sql):
-    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING, enable_message_ordering=True)
-    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
-                       dead_letter_queue="graveyard", enable_message_ordering=True)
+    await dead_lettering(stub, graveyard_ordered=True)
     await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a"), keyed("a3", "a"))
     assert receive(sql) == [("a1", "a")]
     # Its one attempt lapsed: the next receive moves it and leases the key's next message
@@ -319,11 +324,7 @@ async def test_ordering_is_enabled_and_disabled_by_update_queue(stub, sql, plain
 
 
 async def test_a_dead_letter_queue_without_ordering_takes_the_message_without_its_key(stub, sql):
-    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING)
-    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
-                       dead_letter_queue="graveyard", enable_message_ordering=True)
+    await dead_lettering(stub, graveyard_ordered=False)
     await send(stub, "jobs", keyed("a1", "a"), keyed("a2", "a"))
     assert receive(sql) == [("a1", "a")]
     assert receive(sql, now=later(3600)) == []  # a1 moves
@@ -332,11 +333,7 @@ async def test_a_dead_letter_queue_without_ordering_takes_the_message_without_it
 
 
 async def test_a_redrive_into_a_queue_without_ordering_takes_the_messages_without_their_keys(stub, sql):
-    await create_queue(stub, "graveyard", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING, enable_message_ordering=True)
-    await create_queue(stub, "jobs", key_columns=[queue_pb2.KeyColumn(name="id", type=STRING)],
-                       payload_type=STRING, initial_backoff=duration(0), max_delivery_attempts=1,
-                       dead_letter_queue="graveyard", enable_message_ordering=True)
+    await dead_lettering(stub, graveyard_ordered=True)
     await send(stub, "jobs", keyed("a1", "a"))
     assert receive(sql) == [("a1", "a")]
     assert receive(sql, now=later(3600)) == []  # a1 moves, with its key
