@@ -737,3 +737,5 @@ from .tagged import cell_tagged  # noqa: E402  (the same)
 CELLS["tagged"] = cell_tagged
 from .limits import cell_limits  # noqa: E402  (the same)
 CELLS["limits"] = cell_limits
+from .ordered import cell_ordered  # noqa: E402  (the same)
+CELLS["ordered"] = cell_ordered

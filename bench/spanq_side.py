@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta, timezone, datetime
 from typing import Any
 
@@ -72,6 +72,12 @@ class SpanqQueue:
         await self.stub.CreateQueue(queue_pb2.CreateQueueRequest(queue=queue_pb2.Queue(
             name=self.name, payload_type=queue_pb2.STRING, lease_duration=duration(LEASE_SECONDS))))
 
+    async def enable_ordering(self) -> None:
+        """UpdateQueue enable_message_ordering: ordering keys need it (and its triggers)."""
+        request = queue_pb2.UpdateQueueRequest(queue=queue_pb2.Queue(name=self.name, enable_message_ordering=True))
+        request.update_mask.paths.append("enable_message_ordering")
+        await self.stub.UpdateQueue(request)
+
     async def drop(self) -> None:
         await self.stub.DropQueue(queue_pb2.DropQueueRequest(name=self.name))
 
@@ -83,14 +89,19 @@ class SpanqQueue:
         await self.sql(sql.SQL("ALTER TABLE {t} {verb} TRIGGER spanq_notify_send").format(t=self.table, verb=verb))
 
     async def preload(self, n: int, chunk: int = 200_000, headers: dict[str, str] | None = None,
-                      priorities: bool = False) -> None:
+                      priorities: bool = False, ordering_keys: int = 0) -> None:
         """n deliverable messages with distinct, past deliver_times, oldest first (as sends leave them);
-        each with ``headers``, and with priorities 0 to 9 spread evenly over them when ``priorities``."""
+        each with ``headers``, and with priorities 0 to 9 spread evenly over them when ``priorities``;
+        with ``ordering_keys``, message g has key g mod that many (each key's first one deliverable, the
+        rest held behind it by the queue's trigger)."""
         # Without headers or priorities the columns are left to their defaults: an older
         # server's table (bench.drain_cpu --against) has neither.
         tagged = bool(headers) or priorities
         extra = sql.SQL(", spanq_headers, spanq_priority" if tagged else "")
         values = sql.SQL(", %(headers)s, CASE WHEN %(priorities)s THEN (g * 7) %% 10 ELSE 0 END" if tagged else "")
+        if ordering_keys:
+            extra = sql.SQL("{}, spanq_ordering_key").format(extra)
+            values = sql.SQL("{}, 'k' || (g %% %(keys)s)").format(values)
         done = 0
         while done < n:
             size = min(chunk, n - done)
@@ -100,7 +111,7 @@ class SpanqQueue:
                        now() - (%(size)s - g) * interval '1 microsecond', now(){values}
                 FROM generate_series(1, %(size)s) AS g""").format(t=self.table, extra=extra, values=values),
                 {"payload": PAYLOAD, "size": size, "headers": Jsonb(headers) if headers else None,
-                 "priorities": priorities})
+                 "priorities": priorities, "keys": ordering_keys})
             done += size
 
     async def count(self) -> int:
@@ -131,16 +142,21 @@ class SpanqQueue:
 
     # -- workloads ----------------------------------------------------------------
 
-    def _send_request(self, per_call: int) -> queue_pb2.SendRequest:
+    def _send_request(self, per_call: int, ordering_keys: Sequence[str] = ()) -> queue_pb2.SendRequest:
         return queue_pb2.SendRequest(
-            queue=self.name, messages=[queue_pb2.SendMessage(payload=text(PAYLOAD)) for _ in range(per_call)])
+            queue=self.name, messages=[queue_pb2.SendMessage(payload=text(PAYLOAD),
+                                                             ordering_key=ordering_keys[i] if ordering_keys else "")
+                                       for i in range(per_call)])
 
-    async def send_throughput(self, clients: int, per_call: int, seconds: float) -> float:
-        """Messages/s: ``clients`` channels, each calling Send with ``per_call`` messages, one call at a time."""
+    async def send_throughput(self, clients: int, per_call: int, seconds: float, ordering_keys: int = 0) -> float:
+        """Messages/s: ``clients`` channels, each calling Send with ``per_call`` messages, one call at a time;
+        with ``ordering_keys``, message i of client c has key (c * per_call + i) mod that many."""
         channels = [channel(self.target) for _ in range(clients)]
         try:
             stubs = [queue_pb2_grpc.QueueServiceStub(c) for c in channels]
-            requests = [self._send_request(per_call) for _ in stubs]
+            requests = [self._send_request(per_call, [f"k{(c * per_call + i) % ordering_keys}" for i in range(per_call)]
+                                           if ordering_keys else ())
+                        for c in range(len(stubs))]
             for stub, request in zip(stubs, requests):  # warm-up: connections, server pool
                 request.request_id = str(uuid.uuid4())
                 await stub.Send(request)

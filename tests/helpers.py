@@ -266,3 +266,13 @@ def stamp(ts: Any) -> Any:
 
     return ts.ToDatetime(tzinfo=timezone.utc)
 
+
+def receive_function_of_an_older_shape(sql: Any, queue: str) -> None:
+    """Replaces ``queue``'s receive function (a queue with one STRING key column ``id`` and STRING
+    payloads) with one of fewer result columns, as before a migration that adds some."""
+    sql.execute(f'DROP FUNCTION spanq."receive_{queue}"')  # test-owned names, no user input
+    sql.execute(f"""CREATE FUNCTION spanq."receive_{queue}"(max_batch_size integer DEFAULT 1,
+                        lease_duration interval DEFAULT '10s', lease_prefix text DEFAULT 'sql',
+                        now timestamptz DEFAULT NULL)
+                    RETURNS TABLE (id text, payload text, spanq_last_batch_message boolean)
+                    LANGUAGE sql AS 'SELECT NULL::text, NULL::text, true'""")

@@ -40,6 +40,8 @@ class QueueStats:
     disable_send: bool = False
     """Sends are paused (``update_queue(disable_send=...)``)."""
     disable_delivery: bool = False
+    held: int = 0
+    """Messages waiting behind an earlier message of their ordering key."""
     """Delivery is paused."""
     rate_limited: int = 0
     """Messages ready for a batch that the queue's ``rate_limit`` kept back, since it was set."""
@@ -66,6 +68,8 @@ class PeekedMessage:
     """Set on a message of a dead-letter queue."""
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     priority: int = 0
+    ordering_key: str | None = None
+    """As sent; a message of state HELD waits for an earlier one of its key."""
     ack_time: datetime | None = None
     """Set on an archived message (``peek(archived=True)``; state ACKED): when it was acked."""
     ack_request_id: str | None = None
@@ -120,7 +124,7 @@ def stats_from_proto(s: queue_pb2.QueueStats) -> QueueStats:
         oldest_ready_age=s.oldest_ready_age.ToTimedelta(), send_rate=s.send_rate, ack_rate=s.ack_rate,
         dead_letter_queue=s.dead_letter_queue or None,
         read_time=_codec.timestamp_to_datetime(s.read_time) if s.HasField("read_time") else None,
-        disable_send=s.disable_send, disable_delivery=s.disable_delivery, rate_limited=s.rate_limited,
+        disable_send=s.disable_send, disable_delivery=s.disable_delivery, held=s.held, rate_limited=s.rate_limited,
         rate_limit_tokens=s.rate_limit_tokens, key_limited=s.key_limited, keys_at_limit=s.keys_at_limit,
     )
 
@@ -139,6 +143,7 @@ def peek_page_from_proto(schema: Queue, page: queue_pb2.PeekResponse) -> PeekPag
             dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
             headers=dict(m.headers),
             priority=m.priority,
+            ordering_key=m.ordering_key or None,
             ack_time=_codec.timestamp_to_datetime(m.ack_time) if m.HasField("ack_time") else None,
             ack_request_id=m.ack_request_id or None,
         )

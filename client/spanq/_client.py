@@ -310,6 +310,7 @@ class Client:
         delay: timedelta | float | None = None,
         headers: Mapping[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> Future[Key]:
         """Publishes one message through the batching publisher and returns its Future at once
         (``future.result()`` is the key, or raises this message's own error).
@@ -317,10 +318,14 @@ class Client:
         As ``spanq.aio.Client.publish``, except that at the flow-control limit it blocks the calling thread
         (or raises ResourceExhausted, per ``publish_flow_control.limit_exceeded``). Thread-safe: messages of
         one thread to one queue are stored in the order published. ``flush()`` sends at once; ``close()``
-        flushes.
+        flushes. A failed message of an ``ordering_key`` pauses that key until ``resume_publish``.
         """
-        message = OutgoingMessage(payload, key, deliver_time, as_timedelta(delay), headers, priority)
+        message = OutgoingMessage(payload, key, deliver_time, as_timedelta(delay), headers, priority, ordering_key)
         return self.publish_many(queue, [message])[0]
+
+    def resume_publish(self, queue: str, ordering_key: str) -> None:
+        """As ``spanq.aio.Client.resume_publish``. Thread-safe."""
+        self._aio.resume_publish(queue, ordering_key)
 
     def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
         """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that)."""

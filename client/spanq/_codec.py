@@ -52,6 +52,7 @@ def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
         concurrency_key=queue.concurrency_key or "",
         rate_limit=queue.rate_limit or 0.0,
         rate_limit_burst=queue.rate_limit_burst or 0,
+        enable_message_ordering=queue.enable_message_ordering,
     )
     for field in ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
                   "archive_duration"):
@@ -82,6 +83,7 @@ def queue_from_proto(q: queue_pb2.Queue) -> Queue:
         concurrency_key=q.concurrency_key or None,
         rate_limit=q.rate_limit or None,
         rate_limit_burst=q.rate_limit_burst or None,
+        enable_message_ordering=q.enable_message_ordering,
     )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "MessageGone",
     "FailedPrecondition",
     "LeaseLost",
+    "OrderingKeyPaused",
     "Aborted",
     "InvalidArgument",
     "ResourceExhausted",
@@ -94,6 +95,21 @@ class FailedPrecondition(SpanqError):
 class LeaseLost(FailedPrecondition):
     """The lease token is no longer current: the lease was renewed, released, or expired and granted to
     another receiver."""
+
+
+class OrderingKeyPaused(FailedPrecondition):
+    """The publisher holds back this ordering key: an earlier publish of it failed, so sending later ones
+    would store them out of order. Nothing was sent. Call ``resume_publish(queue, ordering_key)`` once the
+    failure is dealt with (Pub/Sub's rule), then publish again."""
+
+    queue: str
+    ordering_key: str
+
+    def __init__(self, message: str | None = None, *, queue: str = "", ordering_key: str = "",
+                 **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.queue = queue
+        self.ordering_key = ordering_key
 
 
 class Aborted(SpanqError):

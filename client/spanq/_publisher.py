@@ -13,6 +13,10 @@ into one Send by count, bytes and a short wait, as Pub/Sub's publisher does.
   payload over the limit) committed nothing: it is split in halves, each sent
   again with a fresh request id, until the culprit is alone and fails only its
   own future. The halves go in order too.
+- A message with an ordering key that fails pauses its key, as Pub/Sub's
+  publisher does: the key's later messages, queued or published after, fail
+  with OrderingKeyPaused and are not sent (sending them would store them
+  ahead of the failed one, out of order) until ``resume``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import grpc
 from spanq_proto.v1 import queue_pb2
 
 from . import _codec, _requests, _tracing
-from ._errors import Closed, CommitOutcomeUnknown, ResourceExhausted, SpanqError
+from ._errors import Closed, CommitOutcomeUnknown, OrderingKeyPaused, ResourceExhausted, SpanqError
 from ._loop import call_soon, on_loop_thread
 from ._types import BatchSettings, Future, Key, OutgoingMessage, PublishFlowControl, Queue
 
@@ -57,6 +61,7 @@ class _Item(NamedTuple):
     wire: queue_pb2.SendMessage
     size: int
     future: Future[Key]
+    ordering_key: str  # "": none
 
 
 class _Gate:
@@ -232,7 +237,17 @@ class _Batcher:
 
     async def _send(self, items: list[_Item]) -> None:
         """Sends ``items`` as one Send; on one message's fault, its halves in order, until the culprit is
-        alone. Each attempt has its own request id: a refused Send committed nothing."""
+        alone. Each attempt has its own request id: a refused Send committed nothing. Messages of a paused
+        ordering key fail first, unsent (an earlier half may have paused it)."""
+        paused = self._publisher.paused_among(self.queue.name, items)
+        if paused:
+            dropped = [item for item in items if item.ordering_key in paused]
+            for item in dropped:
+                item.future._set_exception(paused[item.ordering_key])
+            self._answered(dropped)
+            items = [item for item in items if item.ordering_key not in paused]
+            if not items:
+                return
         request = queue_pb2.SendRequest(queue=self.queue.name, messages=[item.wire for item in items])
         try:
             response = await self._publisher.client._call_mutation("Send", request, queue=self.queue.name,
@@ -243,6 +258,7 @@ class _Batcher:
                 await self._send(items[:half])
                 await self._send(items[half:])
             else:
+                self._publisher.pause(self.queue.name, items, exc)
                 self._fail(items, exc)
             return
         keys = [_codec.key_from_proto(self.queue, k) for k in response.keys]
@@ -297,6 +313,8 @@ class Publisher:
         self.lock = threading.Lock()
         self._batchers: dict[str, _Batcher] = {}
         self._closed = False
+        self._paused: dict[tuple[str, str], BaseException] = {}
+        """(queue, ordering key) -> the failure that paused it (with the lock held)."""
 
     @staticmethod
     def encode(queue: Queue, messages: Iterable[OutgoingMessage | Any]) -> list[_Item]:
@@ -313,7 +331,7 @@ class Publisher:
                     wire = _requests.send_message(queue, message, trace_context)
             else:
                 wire = _requests.send_message(queue, message, caller_context)
-            items.append(_Item(wire, wire.ByteSize(), Future()))
+            items.append(_Item(wire, wire.ByteSize(), Future(), wire.ordering_key))
         return items
 
     def publish_blocking(self, queue: Queue, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
@@ -327,6 +345,34 @@ class Publisher:
         items = self.encode(queue, messages)
         await self.gate.take(len(items), sum(i.size for i in items))
         return self._enqueue(queue, items)
+
+    def pause(self, queue: str, items: Sequence[_Item], error: BaseException) -> None:
+        """Pauses the ordering keys of ``items``, which failed with ``error`` (on the loop)."""
+        with self.lock:
+            for item in items:
+                if item.ordering_key:
+                    self._paused.setdefault((queue, item.ordering_key), error)
+
+    def resume(self, queue: str, ordering_key: str) -> None:
+        """Lets publishes of ``ordering_key`` to ``queue`` go out again (a no-op for a key not paused)."""
+        with self.lock:
+            self._paused.pop((queue, ordering_key), None)
+
+    def paused_among(self, queue: str, items: Sequence[_Item]) -> dict[str, OrderingKeyPaused]:
+        """The error for each paused ordering key among ``items`` (on the loop)."""
+        if not self._paused:  # read without the lock: only the loop pauses a key
+            return {}
+        with self.lock:
+            causes = {item.ordering_key: self._paused[(queue, item.ordering_key)] for item in items
+                      if item.ordering_key and (queue, item.ordering_key) in self._paused}
+        errors = {}
+        for key, cause in causes.items():
+            errors[key] = error = OrderingKeyPaused(
+                f"publishing to {queue} with ordering key {key!r} is paused: an earlier message of that key "
+                f"failed ({cause}); nothing was sent. Call resume_publish({queue!r}, {key!r}) once that is dealt "
+                "with, then publish again", queue=queue, ordering_key=key)
+            error.__cause__ = cause
+        return errors
 
     def _enqueue(self, queue: Queue, items: list[_Item]) -> list[Future[Key]]:
         with self.lock:

@@ -78,6 +78,18 @@ def send_message(queue: Queue, message: OutgoingMessage | Any,
     return out
 
 
+MAX_ORDERING_KEY_BYTES = 1024
+"""The server's limit (docs/semantics.md, Ordering keys)."""
+
+
+def check_ordering_key(key: object) -> str:
+    """A message's ordering key as the server takes it, or InvalidArgument before anything is sent."""
+    if not isinstance(key, str) or "\0" in key or len(key.encode()) > MAX_ORDERING_KEY_BYTES:
+        raise InvalidArgument(f"ordering_key must be a str of 1 to {MAX_ORDERING_KEY_BYTES} bytes of UTF-8 "
+                              f"without NUL (None or '': none), not {key!r:.60}")
+    return key
+
+
 def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage,
                   trace_context: Mapping[str, str] | None = None) -> None:
     if m.key is not None:
@@ -90,6 +102,8 @@ def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage,
         if isinstance(m.priority, bool) or not isinstance(m.priority, int) or not 0 <= m.priority <= 9:
             raise InvalidArgument(f"priority must be an int between 0 and 9, not {m.priority!r}")
         out.priority = m.priority
+    if m.ordering_key:
+        out.ordering_key = check_ordering_key(m.ordering_key)
     if m.deliver_time is not None and m.delay is not None:
         raise InvalidArgument("set at most one of deliver_time and delay")
     if m.deliver_time is not None:
@@ -181,6 +195,7 @@ def received_message(queue: Queue, m: queue_pb2.ReceivedMessage) -> Message:
         dead_letter=_codec.dead_letter(m.dead_letter) if m.HasField("dead_letter") else None,
         headers=dict(m.headers),
         priority=m.priority,
+        ordering_key=m.ordering_key or None,
     )
     # A copy, not a reference: that would keep the whole response (every payload in it) alive.
     message._wire_key = struct_pb2.ListValue()

@@ -62,9 +62,11 @@ class Transaction:
         delay: timedelta | float | None = None,
         headers: Mapping[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> Transaction:
         """Adds a send of one message (see ``Client.send``)."""
-        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)
+        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority,
+                                  ordering_key)
         return self.send_many(queue, [message])
 
     def send_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> Transaction:

@@ -114,6 +114,9 @@ class Queue:
     """Leases per second across the queue, every server and stream together (None: no limit)."""
     rate_limit_burst: int | None = None
     """The rate limit's bucket: leases at once after a quiet spell (None: a second's worth)."""
+    enable_message_ordering: bool = False
+    """Messages may carry an ``ordering_key``, each key's delivered one at a time in the order sent; without
+    it a keyed send raises FailedPrecondition (``update_queue(name, enable_message_ordering=True)``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_columns", tuple(self.key_columns))
@@ -127,7 +130,8 @@ class OutgoingMessage:
     ``key`` may be omitted only on a queue created without key columns (the server makes a UUID). Set at most
     one of ``deliver_time`` (a timezone-aware datetime) and ``delay``; neither means deliverable now.
     ``headers`` (a small str-to-str map) travel with the message; ``priority`` (0 to 9, higher first) orders
-    it among deliverable messages (docs/semantics.md has both's limits).
+    it among deliverable messages; messages of one ``ordering_key`` (1 to 1024 bytes; None or "": none) are
+    delivered one at a time in the order sent (docs/semantics.md has their limits).
     """
 
     payload: Any
@@ -136,6 +140,7 @@ class OutgoingMessage:
     delay: timedelta | None = None
     headers: Mapping[str, str] | None = None
     priority: int = 0
+    ordering_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -346,7 +351,7 @@ class Message:
 
     __slots__ = (
         "queue", "key", "payload", "deliver_time", "enqueue_time", "delivery_attempt", "size", "dead_letter",
-        "headers", "priority",
+        "headers", "priority", "ordering_key",
         "_lease_token", "_lease_expiration_time", "_settler", "_owner", "_lock", "_settled", "_sql_acked",
         "_wire_key",
     )
@@ -371,6 +376,8 @@ class Message:
     """The headers it was sent with (trace context among them); empty when none."""
     priority: int
     """0 to 9, as sent."""
+    ordering_key: str | None
+    """As sent (None: none). The key's next message is delivered once this one is acked or dead-lettered."""
 
     def __init__(
         self,
@@ -388,6 +395,7 @@ class Message:
         dead_letter: DeadLetter | None = None,
         headers: dict[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> None:
         self.queue = queue
         self.key = key
@@ -399,6 +407,7 @@ class Message:
         self.dead_letter = dead_letter
         self.headers = headers if headers is not None else {}
         self.priority = priority
+        self.ordering_key = ordering_key
         self._lease_token = lease_token
         self._lease_expiration_time = lease_expiration_time
         self._settler = settler

@@ -217,6 +217,7 @@ class Client:
         concurrency_key: str | None = None,
         rate_limit: float | None = None,
         rate_limit_burst: int | None = None,
+        enable_message_ordering: bool = False,
         exist_ok: bool = False,
     ) -> Queue:
         """Creates a queue (a table plus its SQL functions) and returns it as stored.
@@ -224,7 +225,9 @@ class Client:
         Give a Queue, or a name and its fields: ``create_queue("tasks", key_columns=[("id", "INT64")],
         payload_type="JSON", lease_duration=30)``; every setting ``update_queue`` changes can be given here
         too (a queue created paused, ``disable_delivery=True``; one that keeps acked messages for replay,
-        ``archive_duration=86400``). Raises AlreadyExists if the name is taken, unless
+        ``archive_duration=86400``). ``enable_message_ordering=True`` lets its messages carry an
+        ``ordering_key`` (each key's delivered one at a time, in order); without it a keyed send raises
+        FailedPrecondition. Raises AlreadyExists if the name is taken, unless
         ``exist_ok`` and the queue there has every field given here (then it returns that queue, unchanged;
         a field left out, or None, matches anything). ``max_in_flight_per_key`` caps the unexpired leases of
         each value of the key column ``concurrency_key`` (default: the first key column), and ``rate_limit``
@@ -250,6 +253,7 @@ class Client:
                 concurrency_key=concurrency_key,
                 rate_limit=rate_limit,
                 rate_limit_burst=rate_limit_burst,
+                enable_message_ordering=enable_message_ordering,
             )
         request = queue_pb2.CreateQueueRequest(queue=_codec.queue_to_proto(queue))
         stub = self._stub()
@@ -301,6 +305,7 @@ class Client:
         concurrency_key: str | None | EllipsisType = ...,
         rate_limit: float | None | EllipsisType = ...,
         rate_limit_burst: int | None | EllipsisType = ...,
+        enable_message_ordering: bool | EllipsisType = ...,
     ) -> Queue:
         """Changes the settings given (and only those) on a live queue, and returns it as stored.
 
@@ -312,13 +317,17 @@ class Client:
         deletes unacknowledged messages sent longer ago (None: keep them until acked); ``archive_duration``
         keeps acked messages that long in the queue's archive (``peek(archived=True)``; None: an ack deletes).
         ``max_in_flight_per_key``, ``concurrency_key``, ``rate_limit`` and ``rate_limit_burst`` change the
-        limits live (as ``create_queue``'s); None removes a limit, and with it its key column or burst."""
+        limits live (as ``create_queue``'s); None removes a limit, and with it its key column or burst.
+        ``enable_message_ordering=True`` lets sends carry an ``ordering_key``; ``False`` turns it off, and
+        raises FailedPrecondition while the queue holds a message behind an earlier one of its key (keyed
+        sends are then refused, and messages already sent with a key are delivered as any other)."""
         given: dict[str, Any] = {"lease_duration": lease_duration, "initial_backoff": initial_backoff, "max_backoff": max_backoff,
                  "max_delivery_attempts": max_delivery_attempts, "dead_letter_queue": dead_letter_queue,
                  "disable_send": disable_send, "disable_delivery": disable_delivery,
                  "message_retention_duration": message_retention_duration, "archive_duration": archive_duration,
                  "max_in_flight_per_key": max_in_flight_per_key, "concurrency_key": concurrency_key,
-                 "rate_limit": rate_limit, "rate_limit_burst": rate_limit_burst}
+                 "rate_limit": rate_limit, "rate_limit_burst": rate_limit_burst,
+                 "enable_message_ordering": enable_message_ordering}
         changes = {field: value for field, value in given.items() if value is not ...}
         durations: dict[str, Any] = {field: _codec.as_timedelta(changes[field]) for field in
                      ("lease_duration", "initial_backoff", "max_backoff", "message_retention_duration",
@@ -404,17 +413,20 @@ class Client:
         request_id: str | None = None,
         headers: Mapping[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> Key:
         """Sends one message and returns its key (the server makes a UUID key when the queue has no key
         columns and ``key`` is omitted).
 
         ``payload`` is bytes, str or JSON data to match the queue's payload type; ``key`` a tuple (or a lone
         value for a one-column key). ``deliver_time`` (timezone-aware) or ``delay`` schedules it; ``headers``
-        travel with it and ``priority`` (0 to 9) orders it before lower ones. Raises AlreadyExists if a
+        travel with it and ``priority`` (0 to 9) orders it before lower ones; messages of one ``ordering_key``
+        are delivered one at a time in the order sent (docs/semantics.md). Raises AlreadyExists if a
         message with that key is in the queue. With OpenTelemetry installed the send is a PRODUCER span and
         its trace context goes into the headers.
         """
-        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)
+        message = OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority,
+                                  ordering_key)
         [sent] = await self.send_many(queue, [message], request_id=request_id)
         return sent
 
@@ -443,6 +455,7 @@ class Client:
         delay: timedelta | float | None = None,
         headers: Mapping[str, str] | None = None,
         priority: int = 0,
+        ordering_key: str | None = None,
     ) -> Future[Key]:
         """Publishes one message through the batching publisher and returns its Future (the key) at once;
         ``await`` the Future for the key, or an error for this message alone.
@@ -453,11 +466,22 @@ class Client:
         stored in the order published. This call awaits only when ``publish_flow_control`` is at its limit
         (or raises ResourceExhausted, per its ``limit_exceeded``); a payload that does not match the queue
         raises InvalidArgument here. ``flush()`` sends at once; ``aclose()`` flushes.
+
+        With an ``ordering_key``, a message that fails pauses its key (Pub/Sub's rule): that key's later
+        messages, queued or published after, fail with OrderingKeyPaused and are not sent, until
+        ``resume_publish(queue, ordering_key)``. Other keys go on.
         """
         [future] = await self.publish_many(
-            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority)]
+            queue, [OutgoingMessage(payload, key, deliver_time, _codec.as_timedelta(delay), headers, priority,
+                                    ordering_key)]
         )
         return future
+
+    def resume_publish(self, queue: str, ordering_key: str) -> None:
+        """Lets the publisher send ``ordering_key``'s messages to ``queue`` again after a failure paused
+        the key (see ``publish``); a no-op for a key not paused."""
+        if self._publisher is not None:
+            self._publisher.resume(queue, ordering_key)
 
     async def publish_many(self, queue: str, messages: Iterable[OutgoingMessage | Any]) -> list[Future[Key]]:
         """``publish`` for several messages, one Future each (not atomic: see ``send_many`` for that).

@@ -40,6 +40,7 @@ from psycopg import sql as pgsql
 from psycopg.types.json import Jsonb
 
 from . import _tracing
+from ._requests import check_ordering_key
 from ._errors import AlreadyExists, InvalidArgument, LeaseLost, MessageGone, NotFound, SpanqError
 from ._types import Key, KeyValue, Message
 
@@ -81,39 +82,43 @@ Steps = Generator[Union[_Statement, _Fail], list[tuple[Any, ...]], Any]
 @overload
 def send(conn: psycopg.Connection[Any], queue: str, key: KeyArg, payload: Any, *,
          deliver_time: datetime | None = None, delay: timedelta | None = None,
-         headers: Mapping[str, str] | None = None, priority: int = 0) -> Key: ...
+         headers: Mapping[str, str] | None = None, priority: int = 0, ordering_key: str | None = None) -> Key: ...
 @overload
 def send(conn: psycopg.AsyncConnection[Any], queue: str, key: KeyArg, payload: Any, *,
          deliver_time: datetime | None = None, delay: timedelta | None = None,
-         headers: Mapping[str, str] | None = None, priority: int = 0) -> Coroutine[Any, Any, Key]: ...
+         headers: Mapping[str, str] | None = None, priority: int = 0,
+         ordering_key: str | None = None) -> Coroutine[Any, Any, Key]: ...
 
 
 def send(conn: Any, queue: str, key: KeyArg, payload: Any, *,
          deliver_time: datetime | None = None, delay: timedelta | None = None,
-         headers: Mapping[str, str] | None = None, priority: int = 0) -> Any:
+         headers: Mapping[str, str] | None = None, priority: int = 0, ordering_key: str | None = None) -> Any:
     """Inserts a message into ``queue`` on the caller's connection, in its current transaction; returns the
     key. It becomes deliverable when that transaction commits (and not before ``deliver_time``, or ``delay``
     after the transaction began). ``key`` None on a queue without key columns makes a UUID key.
 
-    ``payload`` is bytes (BYTES queue), str (STRING) or JSON data (JSON). ``headers`` and ``priority`` as
-    for ``Client.send`` (the table's trigger and CHECK hold them to their limits: InvalidArgument); with
+    ``payload`` is bytes (BYTES queue), str (STRING) or JSON data (JSON). ``headers``, ``priority`` and
+    ``ordering_key`` as for ``Client.send`` (the table's triggers and CHECK hold them to their limits:
+    InvalidArgument); a message of an ordering key waits, until this transaction ends, for another open
+    transaction that sent or acked a message of that key (so the key's order is commit order); with
     OpenTelemetry installed the insert is a PRODUCER span whose context goes into the headers. Raises
     AlreadyExists if the key is taken, NotFound if there is no such queue (either aborts the transaction,
     as any SQL error does).
     """
     if isinstance(conn, psycopg.AsyncConnection):
-        return _send_async(conn, queue, key, payload, deliver_time, delay, headers, priority)
+        return _send_async(conn, queue, key, payload, deliver_time, delay, headers, priority, ordering_key)
     with _tracing.producing(queue, "send") as trace_context:
         return _drive(conn, _send_steps(queue, key, payload, deliver_time, delay,
-                                        _tracing.with_context(headers, trace_context), priority))
+                                        _tracing.with_context(headers, trace_context), priority, ordering_key))
 
 
 async def _send_async(conn: psycopg.AsyncConnection[Any], queue: str, key: KeyArg, payload: Any,
                       deliver_time: datetime | None, delay: timedelta | None, headers: Mapping[str, str] | None,
-                      priority: int) -> Key:
+                      priority: int, ordering_key: str | None) -> Key:
     with _tracing.producing(queue, "send") as trace_context:
         sent: Key = await _drive_async(conn, _send_steps(queue, key, payload, deliver_time, delay,
-                                                         _tracing.with_context(headers, trace_context), priority),
+                                                         _tracing.with_context(headers, trace_context), priority,
+                                                         ordering_key),
                                        None)
         return sent
 
@@ -146,7 +151,9 @@ def ack(conn: Any, queue: str, key: KeyArg, *, lease_token: str | None = None,
 
 
 def _send_steps(queue: str, key: KeyArg, payload: Any, deliver_time: datetime | None,
-                delay: timedelta | None, headers: Mapping[str, str] | None, priority: int) -> Steps:
+                delay: timedelta | None, headers: Mapping[str, str] | None, priority: int,
+                ordering_key: str | None = None) -> Steps:
+    ordering_key = check_ordering_key(ordering_key) if ordering_key else None
     if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
         raise InvalidArgument(f"priority must be an int between 0 and 9, not {priority!r}")
     if headers is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
@@ -168,15 +175,16 @@ def _send_steps(queue: str, key: KeyArg, payload: Any, deliver_time: datetime | 
     elif payload_type == "STRING" and not isinstance(payload, str):
         raise InvalidArgument(f"queue {queue!r} has STRING payloads: send str, not {type(payload).__name__}")
     query = pgsql.SQL(
-        "INSERT INTO {table} ({columns}, payload, deliver_time, spanq_headers, spanq_priority) VALUES ({values}, %s, "
-        "greatest(coalesce(%s::timestamptz, now() + coalesce(%s::interval, interval '0')), now()), %s, %s)"
+        "INSERT INTO {table} ({columns}, payload, deliver_time, spanq_headers, spanq_priority, spanq_ordering_key) "
+        "VALUES ({values}, %s, greatest(coalesce(%s::timestamptz, now() + coalesce(%s::interval, interval '0')), "
+        "now()), %s, %s, %s)"
     ).format(
         table=pgsql.Identifier("public", queue),
         columns=pgsql.SQL(", ").join(pgsql.Identifier(n) for n in names),
         values=pgsql.SQL(", ").join(pgsql.Placeholder() for _ in names),
     )
     yield _Statement(query, (*values, payload, deliver_time, delay, Jsonb(dict(headers)) if headers else None,
-                             priority))
+                             priority, ordering_key))
     return tuple(values)
 
 
@@ -333,8 +341,9 @@ class _mapped_errors:
         if isinstance(exc, pg_errors.UndefinedColumn):
             raise InvalidArgument(f"not a key column of the queue: {exc.diag.message_primary}") from exc
         if isinstance(exc, pg_errors.CheckViolation):
-            raise InvalidArgument("headers or priority outside the limits (at most 32 headers, keys of 1 to 128 "
-                                  "letters, digits and '-_.:/', values of at most 1024 bytes; priority 0 to 9): "
+            raise InvalidArgument("headers, priority or ordering key outside the limits (at most 32 headers, keys of "
+                                  "1 to 128 letters, digits and '-_.:/', values of at most 1024 bytes; priority 0 "
+                                  "to 9; an ordering key of 1 to 1024 bytes): "
                                   f"{exc.diag.message_primary}") from exc
         if isinstance(exc, pg_errors.ForeignKeyViolation):
             raise NotFound(f"the parent row does not exist: {exc.diag.message_detail}") from exc

@@ -23,7 +23,9 @@ import spanq.sql
 from spanq_proto.v1 import queue_pb2
 from spanq_server.store import Store
 
-from ..helpers import create_queue, error_of, receive_some, send, text_message, until
+from ..helpers import (
+    create_queue, error_of, receive_function_of_an_older_shape, receive_some, send, text_message, until,
+)
 
 STRING = queue_pb2.STRING
 
@@ -77,7 +79,7 @@ async def test_sql_writes_are_held_to_the_limits_too(server, sql, tasks, databas
     with pytest.raises(psycopg.errors.CheckViolation):
         sql.execute("INSERT INTO tasks (id, payload, spanq_headers) VALUES ('a', 'x', '[1]')")
     with psycopg.connect(database_url) as conn:
-        with pytest.raises(spanq.InvalidArgument, match="headers or priority outside the limits"):
+        with pytest.raises(spanq.InvalidArgument, match="headers, priority or ordering key outside the limits"):
             spanq.sql.send(conn, "tasks", "a", "x", headers={"bad key": "v"})
         conn.rollback()
         spanq.sql.send(conn, "tasks", "b", "x", headers={"tenant": "acme"}, priority=3)
@@ -114,12 +116,7 @@ async def test_migration_0012_gives_existing_queues_headers_and_priorities(serve
     await send(stub, "tasks", text_message("old", "x"))
     sql.execute("DROP TRIGGER spanq_headers_limits ON tasks")
     sql.execute("ALTER TABLE tasks DROP COLUMN spanq_headers, DROP COLUMN spanq_priority")
-    sql.execute("DROP FUNCTION spanq.receive_tasks")
-    sql.execute("""CREATE FUNCTION spanq.receive_tasks(max_batch_size integer DEFAULT 1,
-                       lease_duration interval DEFAULT '10s', lease_prefix text DEFAULT 'sql',
-                       now timestamptz DEFAULT NULL)
-                   RETURNS TABLE (id text, payload text, spanq_last_batch_message boolean)
-                   LANGUAGE sql AS 'SELECT NULL::text, NULL::text, true'""")
+    receive_function_of_an_older_shape(sql, "tasks")
     # A role is the cluster's, not the test database's: its own name, dropped at the end.
     worker = f"spanq_worker_{uuid.uuid4().hex[:12]}"
     sql.execute(f"CREATE ROLE {worker}")

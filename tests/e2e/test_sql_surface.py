@@ -18,7 +18,7 @@ from ..readme_session import replay
 
 RECEIVE_COLUMNS = ["id", "payload", "deliver_time", "spanq_lease_token", "spanq_lease_expiration_timestamp",
                    "spanq_delivery_attempt", "spanq_enqueue_time", "spanq_last_batch_message", "spanq_headers",
-                   "spanq_priority"]
+                   "spanq_priority", "spanq_ordering_key"]
 RENEW_COLUMNS = ["spanq_old_lease_token", "spanq_new_lease_token", "spanq_lease_expiration_timestamp"]
 
 

@@ -48,8 +48,8 @@ async def test_queue_commands_print_tables_json_and_say_what_failed(server):
     code, out, err = await spanq_cli(t, "queue", "create", "orders", "--key", "shop:INT64", "--key", "id:STRING",
                                      "--payload-type", "json")
     assert code == 0, err
-    assert out.split("\n")[0].split() == ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD", "LETTERS", "LIMITS", "PAUSED",
-                                          "CREATED"]
+    assert out.split("\n")[0].split() == ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD", "LETTERS", "ORDERING", "LIMITS",
+                                          "PAUSED", "CREATED"]
     assert "orders  shop INT64, id STRING  JSON" in out
     code, _, err = await spanq_cli(t, "queue", "create", "orders")
     assert code == 4 and "already" in one_line(err)

@@ -269,6 +269,43 @@ async def test_the_queue_page_shows_priorities_and_headers_as_text(ui, browser):
         await expect(page.locator("#messages thead")).to_contain_text("Headers")
 
 
+async def test_the_queue_page_shows_ordering_keys_and_held_messages(ui, browser):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "INT64")], payload_type="STRING",
+                                  enable_message_ordering=True)
+        await client.send("jobs", "x", key=1, ordering_key="<i>cart-7</i>")
+        await client.send("jobs", "y", key=2, ordering_key="<i>cart-7</i>")
+        await client.send("jobs", "z", key=3)
+        page = await open_page(browser, ui.ui_port, "#/queue/jobs")
+        head = page.locator('#messages tr.message[data-key="[\\"1\\"]"]')
+        held = page.locator('#messages tr.message[data-key="[\\"2\\"]"]')
+        await expect(head.locator("td.ordering-key")).to_have_text("<i>cart-7</i>", timeout=LIVE)
+        await expect(held.locator("td.state")).to_have_text("HELD")
+        await expect(page.locator('#messages tr.message[data-key="[\\"3\\"]"] td.ordering-key')).to_have_text("none")
+        await expect(page.locator("#messages thead")).to_contain_text("Ordering key")
+        await expect(page.locator("#queue-counts")).to_contain_text("held 1")
+        await expect(page.locator("#ordering")).to_have_text("on (ordering keys)")
+
+
+async def test_message_ordering_is_turned_on_and_off_from_the_settings_panel(ui, browser, sql):
+    async with spanq.aio.Client(ui.target) as client:
+        await client.create_queue("jobs", key_columns=[("id", "INT64")], payload_type="STRING")
+        page = await open_page(browser, ui.ui_port, "#/queue/jobs")
+        await expect(page.locator("#ordering")).to_have_text("off", timeout=LIVE)
+        await page.click("#settings-panel summary")
+        await page.select_option("#setting-enable_message_ordering", "on")
+        await page.click("#settings-save")
+        await expect(page.locator("#settings-result")).to_have_text("Saved: enable_message_ordering.", timeout=LIVE)
+        await expect(page.locator("#ordering")).to_have_text("on (ordering keys)", timeout=LIVE)
+        assert sql.execute("SELECT enable_message_ordering FROM spanq.queues WHERE name = 'jobs'").fetchone() == (True,)
+        await client.send("jobs", "x", key=1, ordering_key="k")
+        await client.send("jobs", "y", key=2, ordering_key="k")  # held behind 1: off is refused
+        await page.select_option("#setting-enable_message_ordering", "off")
+        await page.click("#settings-save")
+        await expect(page.locator("#settings-result")).to_contain_text("holds messages", timeout=LIVE)
+        assert sql.execute("SELECT enable_message_ordering FROM spanq.queues WHERE name = 'jobs'").fetchone() == (True,)
+
+
 async def test_a_large_payload_is_folded_and_a_narrow_screen_scrolls_no_page(ui, browser):
     async with spanq.aio.Client(ui.target) as client:
         await client.create_queue("docs", key_columns=[("id", "INT64")], payload_type="JSON")

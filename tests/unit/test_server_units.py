@@ -34,14 +34,15 @@ def test_parse_queries_rejects_duplicates_and_empty_blocks():
 def test_every_statement_the_store_uses_is_defined():
     for name in ("message_insert", "message_insert_claimed", "message_lease_batch", "message_ack", "lease_renew", "ledger_claim",
                  "ledger_record", "ledger_lookup", "ledger_prune", "queue_table_create",
-                 "queue_receive_function_create", "queue_renew_function_create", "wakeup_listen",
+                 "queue_receive_function_create", "queue_renew_function_create", "queue_ordering_create",
+                 "queue_ordering_drop", "queue_held_exists", "wakeup_listen",
                  "roster_publish", "roster_withdraw", "roster_streams", "roster_counts"):
         assert name in QUERIES
     versions = [m.version for m in MIGRATIONS]
     assert versions == sorted(set(versions)) and versions[0] == 1
     # Only a migration that says so re-creates the queues' functions (the store does it).
-    assert [m.version for m in MIGRATIONS if m.recreates_queue_functions] == [4, 5, 6, 8, 10, 12]
-    assert [m.version for m in MIGRATIONS if m.adds_history_columns] == [8, 12]
+    assert [m.version for m in MIGRATIONS if m.recreates_queue_functions] == [4, 5, 6, 8, 10, 12, 13]
+    assert [m.version for m in MIGRATIONS if m.adds_history_columns] == [8, 12, 13]
 
 
 def test_fault_spec_parsing():

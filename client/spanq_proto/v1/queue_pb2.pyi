@@ -40,7 +40,7 @@ class KeyColumn(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TypeCode, str]] = ...) -> None: ...
 
 class Queue(_message.Message):
-    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration", "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
+    __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration", "enable_message_ordering", "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KEY_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -55,6 +55,7 @@ class Queue(_message.Message):
     DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_RETENTION_DURATION_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_DURATION_FIELD_NUMBER: _ClassVar[int]
+    ENABLE_MESSAGE_ORDERING_FIELD_NUMBER: _ClassVar[int]
     MAX_IN_FLIGHT_PER_KEY_FIELD_NUMBER: _ClassVar[int]
     CONCURRENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -73,11 +74,12 @@ class Queue(_message.Message):
     disable_delivery: bool
     message_retention_duration: _duration_pb2.Duration
     archive_duration: _duration_pb2.Duration
+    enable_message_ordering: bool
     max_in_flight_per_key: int
     concurrency_key: str
     rate_limit: float
     rate_limit_burst: int
-    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., message_retention_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., archive_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_in_flight_per_key: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., rate_limit: _Optional[float] = ..., rate_limit_burst: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., key_columns: _Optional[_Iterable[_Union[KeyColumn, _Mapping]]] = ..., payload_type: _Optional[_Union[TypeCode, str]] = ..., parent_table: _Optional[str] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_delivery_attempts: _Optional[int] = ..., dead_letter_queue: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., message_retention_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., archive_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., enable_message_ordering: _Optional[bool] = ..., max_in_flight_per_key: _Optional[int] = ..., concurrency_key: _Optional[str] = ..., rate_limit: _Optional[float] = ..., rate_limit_burst: _Optional[int] = ...) -> None: ...
 
 class UpdateQueueRequest(_message.Message):
     __slots__ = ("queue", "update_mask")
@@ -122,7 +124,7 @@ class DropQueueRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class SendMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "delay", "headers", "priority")
+    __slots__ = ("key", "payload", "deliver_time", "delay", "headers", "priority", "ordering_key")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -136,13 +138,15 @@ class SendMessage(_message.Message):
     DELAY_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
     delay: _duration_pb2.Duration
     headers: _containers.ScalarMap[str, str]
     priority: int
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
+    ordering_key: str
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ordering_key: _Optional[str] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("queue", "messages", "request_id")
@@ -177,7 +181,7 @@ class ReceiveRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., max_batch_size: _Optional[int] = ..., max_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., lease_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_outstanding: _Optional[int] = ...) -> None: ...
 
 class ReceivedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter", "headers", "priority")
+    __slots__ = ("key", "payload", "deliver_time", "lease_token", "lease_expiration_time", "delivery_attempt", "enqueue_time", "last_batch_message", "dead_letter", "headers", "priority", "ordering_key")
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +200,7 @@ class ReceivedMessage(_message.Message):
     DEAD_LETTER_FIELD_NUMBER: _ClassVar[int]
     HEADERS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -207,7 +212,8 @@ class ReceivedMessage(_message.Message):
     dead_letter: DeadLetter
     headers: _containers.ScalarMap[str, str]
     priority: int
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ...) -> None: ...
+    ordering_key: str
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_token: _Optional[str] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., last_batch_message: _Optional[bool] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ordering_key: _Optional[str] = ...) -> None: ...
 
 class ReceiveResponse(_message.Message):
     __slots__ = ("messages",)
@@ -326,7 +332,7 @@ class GetQueueStatsRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class QueueStats(_message.Message):
-    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery", "rate_limited", "rate_limit_tokens", "key_limited", "keys_at_limit")
+    __slots__ = ("name", "ready", "scheduled", "leased", "dead_lettered", "oldest_ready_age", "send_rate", "ack_rate", "dead_letter_queue", "read_time", "disable_send", "disable_delivery", "held", "rate_limited", "rate_limit_tokens", "key_limited", "keys_at_limit")
     NAME_FIELD_NUMBER: _ClassVar[int]
     READY_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FIELD_NUMBER: _ClassVar[int]
@@ -339,6 +345,7 @@ class QueueStats(_message.Message):
     READ_TIME_FIELD_NUMBER: _ClassVar[int]
     DISABLE_SEND_FIELD_NUMBER: _ClassVar[int]
     DISABLE_DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
     RATE_LIMIT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     KEY_LIMITED_FIELD_NUMBER: _ClassVar[int]
@@ -355,11 +362,12 @@ class QueueStats(_message.Message):
     read_time: _timestamp_pb2.Timestamp
     disable_send: bool
     disable_delivery: bool
+    held: int
     rate_limited: int
     rate_limit_tokens: float
     key_limited: int
     keys_at_limit: int
-    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., rate_limited: _Optional[int] = ..., rate_limit_tokens: _Optional[float] = ..., key_limited: _Optional[int] = ..., keys_at_limit: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., ready: _Optional[int] = ..., scheduled: _Optional[int] = ..., leased: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., oldest_ready_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., send_rate: _Optional[float] = ..., ack_rate: _Optional[float] = ..., dead_letter_queue: _Optional[str] = ..., read_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disable_send: _Optional[bool] = ..., disable_delivery: _Optional[bool] = ..., held: _Optional[int] = ..., rate_limited: _Optional[int] = ..., rate_limit_tokens: _Optional[float] = ..., key_limited: _Optional[int] = ..., keys_at_limit: _Optional[int] = ...) -> None: ...
 
 class PeekRequest(_message.Message):
     __slots__ = ("queue", "page_size", "page_token", "archived")
@@ -374,7 +382,7 @@ class PeekRequest(_message.Message):
     def __init__(self, queue: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., archived: _Optional[bool] = ...) -> None: ...
 
 class PeekedMessage(_message.Message):
-    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter", "headers", "priority", "ack_time", "ack_request_id")
+    __slots__ = ("key", "payload", "deliver_time", "lease_expiration_time", "delivery_attempt", "enqueue_time", "state", "dead_letter", "headers", "priority", "ack_time", "ack_request_id", "ordering_key")
     class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATE_UNSPECIFIED: _ClassVar[PeekedMessage.State]
@@ -382,11 +390,13 @@ class PeekedMessage(_message.Message):
         SCHEDULED: _ClassVar[PeekedMessage.State]
         LEASED: _ClassVar[PeekedMessage.State]
         ACKED: _ClassVar[PeekedMessage.State]
+        HELD: _ClassVar[PeekedMessage.State]
     STATE_UNSPECIFIED: PeekedMessage.State
     READY: PeekedMessage.State
     SCHEDULED: PeekedMessage.State
     LEASED: PeekedMessage.State
     ACKED: PeekedMessage.State
+    HELD: PeekedMessage.State
     class HeadersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -406,6 +416,7 @@ class PeekedMessage(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     ACK_TIME_FIELD_NUMBER: _ClassVar[int]
     ACK_REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ORDERING_KEY_FIELD_NUMBER: _ClassVar[int]
     key: _struct_pb2.ListValue
     payload: _struct_pb2.Value
     deliver_time: _timestamp_pb2.Timestamp
@@ -418,7 +429,8 @@ class PeekedMessage(_message.Message):
     priority: int
     ack_time: _timestamp_pb2.Timestamp
     ack_request_id: str
-    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ack_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ack_request_id: _Optional[str] = ...) -> None: ...
+    ordering_key: str
+    def __init__(self, key: _Optional[_Union[_struct_pb2.ListValue, _Mapping]] = ..., payload: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., deliver_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lease_expiration_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delivery_attempt: _Optional[int] = ..., enqueue_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., state: _Optional[_Union[PeekedMessage.State, str]] = ..., dead_letter: _Optional[_Union[DeadLetter, _Mapping]] = ..., headers: _Optional[_Mapping[str, str]] = ..., priority: _Optional[int] = ..., ack_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ack_request_id: _Optional[str] = ..., ordering_key: _Optional[str] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
     __slots__ = ("source_queue", "delivery_attempts", "dead_letter_time", "last_failure")

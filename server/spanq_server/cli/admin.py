@@ -299,10 +299,10 @@ def _queue_row(q: spanq.Queue) -> list[Any]:
     keys = ", ".join(f"{c.name} {c.type.value}" for c in q.key_columns)
     dead = f"{q.dead_letter_queue} after {q.max_delivery_attempts}" if q.dead_letter_queue else ""
     return [q.name, keys, q.payload_type.value, _seconds(q.lease_duration) if q.lease_duration else "", dead,
-            _limits(q), _paused(q), _shown_time(q.create_time)]
+            "on" if q.enable_message_ordering else "-", _limits(q), _paused(q), _shown_time(q.create_time)]
 
 
-QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "LIMITS", "PAUSED", "CREATED"]
+QUEUE_COLUMNS = ["NAME", "KEY", "PAYLOAD", "LEASE", "DEAD LETTERS", "ORDERING", "LIMITS", "PAUSED", "CREATED"]
 
 
 def _limits(q: spanq.Queue) -> str:
@@ -411,12 +411,15 @@ def _key_column(text: str) -> tuple[str, str]:
 @click.option("--disable-send", is_flag=True, help="create it with sending paused (queue resume --send)")
 @click.option("--disable-delivery", is_flag=True, help="create it with delivery paused (queue resume --delivery)")
 @limit_options
+@click.option("--ordering", is_flag=True,
+              help="enable message ordering: sends may give --ordering-key, each key's messages delivered one at "
+                   "a time in order (without it a keyed send is refused)")
 @click.option("--exist-ok", is_flag=True, help="succeed if a queue of that name exists")
 @connection_options
 def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_duration: float | None,
                  initial_backoff: float | None, max_backoff: float | None, max_delivery_attempts: int | None, dead_letter_queue: str | None, parent_table: str | None,
                  message_retention: float | None, archive: float | None, disable_send: bool, disable_delivery: bool,
-                 exist_ok: bool, **kwargs: Any) -> None:
+                 ordering: bool, exist_ok: bool, **kwargs: Any) -> None:
     """Create queue NAME, with any of the settings queue update changes."""
     conn = _connection(kwargs)
     columns = [_key_column(k) for k in keys]
@@ -428,7 +431,8 @@ def queue_create(name: str, keys: tuple[str, ...], payload_type: str, lease_dura
                                         dead_letter_queue=dead_letter_queue, parent_table=parent_table,
                                         message_retention_duration=message_retention or None,
                                         archive_duration=archive or None, disable_send=disable_send,
-                                        disable_delivery=disable_delivery, **_limit_changes(kwargs))
+                                        disable_delivery=disable_delivery, enable_message_ordering=ordering,
+                                        **_limit_changes(kwargs))
         except spanq.AlreadyExists:
             if not exist_ok:
                 raise
@@ -494,10 +498,14 @@ def queue_drop(name: str, yes: bool, **kwargs: Any) -> None:
 @click.option("--archive", type=click.FloatRange(min=0),
               help="seconds: keep acked messages this long in the archive, for peek --archived (0: an ack deletes)")
 @limit_options
+@click.option("--ordering/--no-ordering", default=None,
+              help="enable or disable message ordering (ordering keys); disabling is refused while a message is "
+                   "held behind an earlier one of its key. Either locks the queue's table briefly")
 @connection_options
 def queue_update(name: str, lease_duration: float | None, initial_backoff: float | None, max_backoff: float | None,
                  max_delivery_attempts: int | None, dead_letter_queue: str | None, no_dead_letter_queue: bool,
-                 message_retention: float | None, archive: float | None, **kwargs: Any) -> None:
+                 message_retention: float | None, archive: float | None, ordering: bool | None,
+                 **kwargs: Any) -> None:
     """Change queue NAME's settings given here (the others stay), with create's checks.
 
     Backoff, dead-lettering and the limits apply at once on every server; the default lease
@@ -512,6 +520,8 @@ def queue_update(name: str, lease_duration: float | None, initial_backoff: float
     if archive is not None:
         changes["archive_duration"] = archive or None
     changes.update(_limit_changes(kwargs))
+    if ordering is not None:
+        changes["enable_message_ordering"] = ordering
     if no_dead_letter_queue:
         if max_delivery_attempts is not None or dead_letter_queue is not None:
             raise click.UsageError("--no-dead-letter-queue goes without --dead-letter-queue and --max-delivery-attempts")
@@ -567,9 +577,11 @@ def stats(queue: str | None, **kwargs: Any) -> None:
     if conn.json:
         _json([dataclasses.asdict(s) for s, _ in found] if queue is None else dataclasses.asdict(found[0][0]))
         return
-    _table(["QUEUE", "READY", "SCHEDULED", "LEASED", "DEAD-LETTERED", "OLDEST READY", "SENT/S", "ACKED/S",
-            "HELD BACK", "PAUSED"],
-           [[s.name, s.ready, s.scheduled, s.leased,
+    # HELD (behind an earlier message of their ordering key) only when a queue shown has some.
+    held = any(s.held for s, _ in found)
+    _table(["QUEUE", "READY", "SCHEDULED", *(["HELD"] if held else []), "LEASED", "DEAD-LETTERED", "OLDEST READY",
+            "SENT/S", "ACKED/S", "HELD BACK", "PAUSED"],
+           [[s.name, s.ready, s.scheduled, *([s.held] if held else []), s.leased,
              f"{s.dead_lettered} in {s.dead_letter_queue}" if s.dead_letter_queue else "-",
              _seconds(s.oldest_ready_age) if s.ready else "-", f"{s.send_rate:.2f}", f"{s.ack_rate:.2f}",
              _held_back(s, q), _paused(s)]
@@ -602,12 +614,13 @@ def peek(queue: str, limit: int, archived: bool, **kwargs: Any) -> None:
                [[_shown_key(m.key), _shown_time(m.ack_time), m.ack_request_id or "-", m.delivery_attempt,
                  _shown_time(m.enqueue_time), _shown_payload(m.payload)] for m in found])
         return
-    # PRIORITY and HEADERS only when a message shown has them.
+    # PRIORITY and HEADERS only when a message shown has them, ORDERING KEY likewise.
     tagged = any(m.priority or m.headers for m in found)
-    _table(["KEY", "STATE", "ATTEMPTS", *(["PRIORITY"] if tagged else []), "DELIVER TIME", "SENT",
-            *(["HEADERS"] if tagged else []), "PAYLOAD"],
-           [[_shown_key(m.key), m.state, m.delivery_attempt, *([m.priority] if tagged else []),
-             _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
+    ordered = any(m.ordering_key for m in found)
+    _table(["KEY", "STATE", "ATTEMPTS", *(["ORDERING KEY"] if ordered else []), *(["PRIORITY"] if tagged else []),
+            "DELIVER TIME", "SENT", *(["HEADERS"] if tagged else []), "PAYLOAD"],
+           [[_shown_key(m.key), m.state, m.delivery_attempt, *([m.ordering_key or "-"] if ordered else []),
+             *([m.priority] if tagged else []), _shown_time(m.deliver_time), _shown_time(m.enqueue_time),
              *([_shown_headers(m.headers)] if tagged else []), _shown_payload(m.payload)] for m in found])
 
 
@@ -686,12 +699,16 @@ def _generated_key(queue: spanq.Queue) -> bool:
                    "and -_.:/, values of at most 1024 bytes)")
 @click.option("--priority", type=click.IntRange(0, 9), default=0, show_default=True,
               help="each message's priority: among deliverable messages, higher ones are delivered first")
+@click.option("--ordering-key", default=None, metavar="KEY",
+              help="each message's ordering key: messages of one key are delivered one at a time, in the order "
+                   "sent (1 to 1024 bytes)")
 @click.option("--skip-existing", is_flag=True,
               help="skip messages whose key the queue already holds (and say how many): a rerun of an "
                    "interrupted send resumes where it stopped")
 @connection_options
 def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: float | None,
-         headers: tuple[str, ...], priority: int, skip_existing: bool, **kwargs: Any) -> None:
+         headers: tuple[str, ...], priority: int, ordering_key: str | None, skip_existing: bool,
+         **kwargs: Any) -> None:
     """Send PAYLOAD to QUEUE; without PAYLOAD (or with -), one message per line of stdin.
 
     On a queue with key columns each stdin line is {"key": [...], "payload": ...}. Lines are sent as
@@ -700,10 +717,12 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
     says how many were sent; on a keyed queue, run it again with --skip-existing to send the rest.
     A Ctrl-C while a batch is in flight waits for its answer, so the count is exact; a second one
     stops at once and says which lines may or may not be stored.
-    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}. --header and --priority
-    apply to every message sent (as Pub/Sub attributes and River priorities do per message)."""
+    --json prints one document: {"sent": N, "skipped": N, "keys": [...]}. --header, --priority and
+    --ordering-key apply to every message sent (as Pub/Sub attributes and River priorities do per
+    message); with --ordering-key the lines are delivered one at a time in the order sent."""
     conn = _connection(kwargs)
-    sent_with: dict[str, Any] = {"headers": dict(_header(h) for h in headers) or None, "priority": priority}
+    sent_with: dict[str, Any] = {"headers": dict(_header(h) for h in headers) or None, "priority": priority,
+                                 "ordering_key": ordering_key or None}
     with talking(conn) as client:
         schema = client.get_queue(queue)
         if skip_existing and _generated_key(schema):
@@ -889,15 +908,17 @@ def _progress(show: bool) -> Progress:
 def _message_json(m: spanq.Message) -> dict[str, Any]:
     return {"key": list(m.key), "payload": m.payload, "delivery_attempt": m.delivery_attempt,
             "deliver_time": m.deliver_time, "enqueue_time": m.enqueue_time, "priority": m.priority,
-            "headers": m.headers}
+            "headers": m.headers, "ordering_key": m.ordering_key}
 
 
 def _print_message(conn: Connection, m: spanq.Message, acked: bool) -> None:
     if conn.json:
         _json({**_message_json(m), "acked": acked})
     else:
-        # Priority and headers only when the message has them: the columns stay as they were for the rest.
-        extra = (f"priority {m.priority}\t" if m.priority else "") + (
+        # Ordering key, priority and headers only when the message has them: the columns stay as they were
+        # for the rest.
+        extra = (f"ordering key {_escaped(m.ordering_key)}\t" if m.ordering_key else "") + (
+            f"priority {m.priority}\t" if m.priority else "") + (
             f"{_escaped(_shown_headers(m.headers))}\t" if m.headers else "")
         click.echo(f"{_escaped(_shown_key(m.key))}\tattempt {m.delivery_attempt}\t"
                    f"{'acked' if acked else 'released'}\t{extra}{_escaped(_shown_payload(m.payload))}")
@@ -1016,9 +1037,9 @@ def purge(queue: str, sent_before: datetime | None, yes: bool, **kwargs: Any) ->
     with talking(conn) as client:
         if not yes:  # the prompt says how many it would delete (of how many, with --sent-before)
             found = client.stats(queue)
-            held = found.ready + found.scheduled + found.leased
-            counts = (f"{held} message{'s' if held != 1 else ''}: {found.ready} ready, {found.scheduled} scheduled, "
-                      f"{found.leased} leased")
+            stored = found.ready + found.scheduled + found.held + found.leased
+            counts = (f"{stored} message{'s' if stored != 1 else ''}: {found.ready} ready, {found.scheduled} "
+                      f"scheduled, {f'{found.held} held, ' if found.held else ''}{found.leased} leased")
             _confirm(yes, f"delete the messages of {queue!r} sent before {_shown_time(before)} (of {counts})"
                           if before else f"delete every message of {queue!r} ({counts})")
         purged = client.purge(queue, sent_before=before)

@@ -59,7 +59,7 @@ MESSAGE_ACTIONS = ("delete", "release", "redrive")
 """POST /api/queues/NAME/messages/ACTION {"key": [...], "to": QUEUE}: one message's action."""
 SETTINGS = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
             "message_retention_duration", "archive_duration", "max_in_flight_per_key", "concurrency_key",
-            "rate_limit", "rate_limit_burst")
+            "rate_limit", "rate_limit_burst", "enable_message_ordering")
 """POST /api/queues/NAME/settings {FIELD: VALUE, ...}: UpdateQueue of those (spanq.v1 Queue's JSON form:
 durations as "30s"); the pauses have their own action."""
 ONE_MICROSECOND = timedelta(microseconds=1)

@@ -36,6 +36,8 @@ MAX_HEADER_VALUE_BYTES = 1024
 HEADER_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}")
 """A header's key; the same limits as spanq.headers_ok, which holds SQL's INSERTs to them."""
 MAX_PRIORITY = 9
+MAX_ORDERING_KEY_BYTES = 1024
+"""Pub/Sub's limit for an ordering key (SQS allows 128 characters for a MessageGroupId)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +111,22 @@ def ack_results(queue: QueueDef, items: Sequence[AckItem], found: Sequence[AckFo
                 key=json.dumps(list(item.key), default=str),
             )
     return [AckResult(item.key, state is AckFound.ACKED) for item, state in zip(items, found)]
+
+
+def ordering_disabled(queue: str, i: int) -> str:
+    """Why a keyed message is refused by a queue without ordering, and how to enable it."""
+    return (f"message {i}: queue {queue!r} does not have message ordering enabled, so a message cannot have an "
+            "ordering key there; enable it with UpdateQueue (enable_message_ordering: true; `spanq queue update "
+            f"{queue} --ordering`, the SDK's update_queue(..., enable_message_ordering=True)), or send without one")
+
+
+def _check_ordering_key(key: str, i: int) -> None:
+    """1 to MAX_ORDERING_KEY_BYTES bytes of text PostgreSQL holds (the limit queue_ordering_create
+    holds an INSERT from psql to, checked first here for a message that says which)."""
+    if not key or "\0" in key or len(key.encode()) > MAX_ORDERING_KEY_BYTES:
+        raise errors.InvalidArgument(
+            f"message {i}: ordering_key must be 1 to {MAX_ORDERING_KEY_BYTES} bytes of UTF-8 without NUL "
+            f"(empty: none), got {len(key.encode())} bytes")
 
 
 def _headers_size(headers: dict[str, str], i: int) -> int:
@@ -200,6 +218,10 @@ class Mutator:
             if not 0 <= message.priority <= MAX_PRIORITY:
                 raise errors.InvalidArgument(f"message {i}: priority must be between 0 and {MAX_PRIORITY}, "
                                              f"got {message.priority}")
+            if message.ordering_key is not None:
+                _check_ordering_key(message.ordering_key, i)
+                if not op.queue.enable_message_ordering:
+                    raise errors.FailedPrecondition(ordering_disabled(op.queue.name, i), queue=op.queue.name)
             # A string of n characters takes at most 4n bytes: most need no encoding to be measured.
             size = headers + (len(payload) if isinstance(payload, str) and 4 * len(payload) <= limit - headers
                               else message.payload_size())

@@ -33,7 +33,7 @@ from .replay import ReplayProgress, Replayer
 
 logger = logging.getLogger(__name__)
 
-PEEK_STATES = ("READY", "SCHEDULED", "LEASED")
+PEEK_STATES = ("READY", "SCHEDULED", "LEASED", "HELD")
 MAX_ATTEMPT_FILTER = 2**31 - 1
 MAX_FILTER_TEXT = 1000
 REDRIVE_CONFLICT_RETRIES = 5
@@ -324,19 +324,26 @@ class Expiry:
                 logger.exception("message expiry failed; will retry")
 
 
+HELD_PLACE = "infinity"
+"""A peek token's time after a held message: the deliver_time such messages are stored with."""
+
+
 def _encode_peek_token(queue: QueueDef, last: PeekedMessage) -> str:
     key = key_to_plain_json(queue, last.key)
     at = last.ack_time or last.deliver_time  # an archive's page goes in ack order
-    data = json.dumps({"t": at.isoformat(), "k": key}, separators=(",", ":"))
+    # A held message's place in delivery order is its stored deliver_time, 'infinity'
+    # (the one shown is the time it was sent for), which no datetime holds.
+    data = json.dumps({"t": HELD_PLACE if last.held else at.isoformat(), "k": key}, separators=(",", ":"))
     return base64.urlsafe_b64encode(data.encode()).decode()
 
 
-def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime, Key] | None:
+def _decode_peek_token(queue: QueueDef, token: str) -> tuple[datetime | str, Key] | None:
     if not token:
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(token.encode()))
-        return aware(datetime.fromisoformat(data["t"])), key_from_plain_json(queue, data["k"])
+        at = HELD_PLACE if data["t"] == HELD_PLACE else aware(datetime.fromisoformat(data["t"]))
+        return at, key_from_plain_json(queue, data["k"])
     except (binascii.Error, ValueError, KeyError, TypeError, RecursionError):  # RecursionError: JSON nested deeper than the decoder goes
         raise errors.InvalidArgument(
             "page_token is not one this server returned for this queue; start again with an empty token") from None

@@ -44,7 +44,7 @@ MAX_RATE_LIMIT = 1_000_000.0
 MAX_RATE_LIMIT_BURST = 1_000_000
 UPDATABLE = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
              "disable_send", "disable_delivery", "message_retention_duration", "archive_duration",
-             "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")
+             "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst", "enable_message_ordering")
 """The settings UpdateQueue may change (QueueDef's fields; spanq.v1 Queue's alike)."""
 FIXED = ("name", "key_columns", "payload_type", "parent_table", "parent_on_delete_cascade", "create_time")
 """What UpdateQueue cannot change: the table's shape (drop and re-create the queue)."""
@@ -272,7 +272,8 @@ class Catalog:
 
         updated = await self._store.queue_update(
             name, lambda current: check_limits(with_changes(current, changes)), check,
-            dead_letter_queue=changes.get("dead_letter_queue"), lock_timeout=self._ddl_lock_timeout)
+            dead_letter_queue=changes.get("dead_letter_queue"), ordering="enable_message_ordering" in changes,
+            lock_timeout=self._ddl_lock_timeout)
         self._cache[name] = (time.monotonic(), updated)
         logger.info("updated queue %s: %s", name, ", ".join(f"{k}={v}" for k, v in changes.items()))
         self._gone(name, self._on_changed)

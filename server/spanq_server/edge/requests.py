@@ -85,6 +85,7 @@ async def send_op(catalog: Catalog, request: queue_pb2.SendRequest) -> SendOp:
                 ) if m.HasField("delay") else None,
                 headers=dict(m.headers) or None,
                 priority=m.priority,
+                ordering_key=m.ordering_key or None,
             )
         )
     return SendOp(queue=queue, messages=messages)
@@ -120,6 +121,7 @@ def queue_changes(request: queue_pb2.UpdateQueueRequest) -> dict[str, Any]:
         "disable_delivery": lambda: q.disable_delivery,
         "message_retention_duration": lambda: retention(q, "message_retention_duration"),
         "archive_duration": lambda: retention(q, "archive_duration"),
+        "enable_message_ordering": lambda: q.enable_message_ordering,
         **{field: functools.partial(limit, q, field) for field in LIMITS},
     }
     changes: dict[str, Any] = {}

@@ -17,6 +17,7 @@ def stats_response(stats: QueueStats) -> queue_pb2.QueueStats:
         name=stats.queue.name, ready=c.ready, scheduled=c.scheduled, leased=c.leased, dead_lettered=c.dead_lettered,
         send_rate=stats.send_rate, ack_rate=stats.ack_rate, dead_letter_queue=stats.queue.dead_letter_queue or "",
         disable_send=stats.queue.disable_send, disable_delivery=stats.queue.disable_delivery,
+        held=c.held,
         rate_limited=c.rate_limited, rate_limit_tokens=c.rate_limit_tokens, key_limited=c.key_limited,
         keys_at_limit=c.keys_at_limit,
     )
@@ -30,6 +31,8 @@ def peeked_state(m: PeekedMessage) -> "queue_pb2.PeekedMessage.State":
         return queue_pb2.PeekedMessage.ACKED
     if m.leased:
         return queue_pb2.PeekedMessage.LEASED
+    if m.held:
+        return queue_pb2.PeekedMessage.HELD
     return queue_pb2.PeekedMessage.READY if m.ready else queue_pb2.PeekedMessage.SCHEDULED
 
 
@@ -39,7 +42,7 @@ def peek_response(queue: QueueDef, found: list[PeekedMessage], token: str) -> qu
     out = queue_pb2.PeekResponse(next_page_token=token)
     for m in found:
         r = out.messages.add(delivery_attempt=m.delivery_attempt, state=peeked_state(m), priority=m.priority,
-                             headers=m.headers)
+                             headers=m.headers, ordering_key=m.ordering_key or "")
         write_key(r.key, m.key)
         write_payload(r.payload, m.payload)
         codec.set_timestamp(r.deliver_time, m.deliver_time)
@@ -74,6 +77,7 @@ def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
         dead_letter_queue=q.dead_letter_queue or "",
         disable_send=q.disable_send,
         disable_delivery=q.disable_delivery,
+        enable_message_ordering=q.enable_message_ordering,
         max_in_flight_per_key=q.max_in_flight_per_key or 0,
         concurrency_key=q.concurrency_key or "",
         rate_limit=q.rate_limit or 0.0,

@@ -60,6 +60,9 @@ class QueueDef:
     """Unacknowledged messages sent longer ago are deleted in the background (None: kept)."""
     archive_duration: timedelta | None = None
     """Acked messages are kept this long in the queue's archive (None: an ack deletes)."""
+    enable_message_ordering: bool = False
+    """Messages may carry an ordering key, delivered one at a time in order per key (else a
+    keyed send is refused, FAILED_PRECONDITION, and the queue has no ordering triggers)."""
     max_in_flight_per_key: int | None = None
     """At most this many unexpired leases per value of concurrency_key, across every
     server and stream (None: no limit)."""
@@ -85,6 +88,8 @@ class OutgoingMessage(NamedTuple):
     headers: "dict[str, str] | None" = None
     """None or a non-empty map (an empty one is stored as none)."""
     priority: int = 0
+    ordering_key: str | None = None
+    """None: unordered; else delivered after the earlier messages of its key (1 to 1024 bytes)."""
 
     def payload_size(self) -> int:
         """Bytes the payload takes on the wire, for the size limit."""
@@ -163,6 +168,7 @@ class LeasedMessage(NamedTuple):
     dead_letter: "DeadLetterHistory | None" = None
     headers: "dict[str, str] | None" = None
     priority: int = 0
+    ordering_key: str | None = None
 
 
 class AckItem(NamedTuple):
@@ -197,6 +203,8 @@ class QueueCounts:
     oldest_ready_age: float
     """Seconds since the oldest ready message was sent; 0 when none is ready."""
     read_time: datetime
+    held: int = 0
+    """Messages waiting behind an earlier message of their ordering key."""
     rate_limited: int = 0
     """Messages ready for a batch that the rate limit kept back, since it was set."""
     rate_limit_tokens: float = 0.0
@@ -224,6 +232,9 @@ class PeekedMessage(NamedTuple):
     ack_time: datetime | None = None
     """Set on an archived message (a Peek of the archive), with the request that acked it."""
     ack_request_id: str | None = None
+    ordering_key: str | None = None
+    held: bool = False
+    """Waiting behind an earlier message of its ordering key (deliver_time: the one it was sent with)."""
 
 
 class ReplayWindow(NamedTuple):

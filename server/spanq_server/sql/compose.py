@@ -53,6 +53,11 @@ class QueueStatements:
         self.key_concurrency_index = f"spanq_kc_{queue.name}"
         self.key_slots_function = sql.Identifier(f"keyslots_{queue.name}")
         """A queue with max_in_flight_per_key: its leases left per key value (queue_key_slots_function_create)."""
+        self.ordering_index = f"spanq_ok_{queue.name}"
+        # The ordering key's trigger functions (queue_ordering_create): per queue, so that
+        # their statements are planned once per session, not built per row.
+        self.ordering_functions = {kind: sql.Identifier(f"keyed_{kind}_{queue.name}")
+                                   for kind in ("send", "gone", "fixed")}
         self.archive = sql.Identifier("spanq", f"archive_{queue.name}")
         """Acked messages kept for the queue's archive_duration (queue_archive_create)."""
         self.keys = identifiers(c.name for c in queue.key_columns)
@@ -128,6 +133,10 @@ class QueueStatements:
                 key_columns=self.keys,
                 queue_name=sql.Literal(q.name),
                 max_backoff=sql.Literal(q.max_backoff),
+                # Read as it moves, so that the dead-letter queue's setting changes apply at once.
+                dead_letter_ordered=sql.SQL(
+                    "(SELECT q.enable_message_ordering FROM spanq.queues AS q WHERE q.name = {})"
+                ).format(sql.Literal(q.dead_letter_queue)),
             )
             live = sql.SQL(" AND ready.spanq_attempt <= {}").format(sql.Literal(q.max_delivery_attempts))
         key_admits, limit_steps, admitted = self.receive_limits(live)
@@ -223,8 +232,24 @@ class QueueStatements:
         return sql.SQL("") if self.queue.archive_duration is None else query("message_ack_archive_returning")
 
     def history_columns_ddl(self) -> sql.Composed:
-        return query("queue_history_columns_add", queue=self.table,
-                     priority_index=sql.Identifier(self.priority_index))
+        """The columns, indexes and triggers beside queue_table_create's (each queue's, and
+        what migrations add to existing queues), ordering keys' last."""
+        columns = query("queue_history_columns_add", queue=self.table,
+                        priority_index=sql.Identifier(self.priority_index))
+        return sql.SQL(";\n").join([columns, self.ordering_ddl()])
+
+    def ordering_ddl(self) -> sql.Composed:
+        """The queue's ordering triggers, functions and index when it has
+        enable_message_ordering (queue_ordering_create), else their removal and the trigger
+        that refuses a keyed message (queue_ordering_drop)."""
+        return query("queue_ordering_create" if self.queue.enable_message_ordering else "queue_ordering_drop",
+                     queue=self.table, queue_name=sql.Literal(self.queue.name),
+                     ordering_index=sql.Identifier(self.ordering_index),
+                     m_key_columns=self.qualified_keys("m"), n_key_columns=self.qualified_keys("n"),
+                     **self.ordering_function_fragments())
+
+    def ordering_function_fragments(self) -> dict[str, sql.Composable]:
+        return {f"{kind}_function": name for kind, name in self.ordering_functions.items()}
 
     def renew_function_ddl(self) -> sql.Composed:
         q = self.queue

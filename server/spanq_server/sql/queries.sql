@@ -33,7 +33,7 @@ SELECT count(*) FROM spanq.queues
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
        disable_send, disable_delivery, message_retention, archive_duration, parent_cascade,
-       max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst
+       max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst, enable_message_ordering
 FROM spanq.queues
 WHERE name = %(name)s
 
@@ -42,7 +42,7 @@ WHERE name = %(name)s
 SELECT name, key_columns, payload_type, key_generated, parent_table, lease_duration,
        initial_backoff, max_backoff, max_delivery_attempts, dead_letter_queue, create_time,
        disable_send, disable_delivery, message_retention, archive_duration, parent_cascade,
-       max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst
+       max_in_flight_per_key, concurrency_key, rate_limit, rate_limit_burst, enable_message_ordering
 FROM spanq.queues
 WHERE name > %(after)s
 ORDER BY name
@@ -54,12 +54,12 @@ INSERT INTO spanq.queues (name, key_columns, payload_type, key_generated, parent
                           lease_duration, initial_backoff, max_backoff,
                           max_delivery_attempts, dead_letter_queue, disable_send, disable_delivery,
                           message_retention, archive_duration, parent_cascade, max_in_flight_per_key,
-                          concurrency_key, rate_limit, rate_limit_burst)
+                          concurrency_key, rate_limit, rate_limit_burst, enable_message_ordering)
 VALUES (%(name)s, %(key_columns)s, %(payload_type)s, %(key_generated)s, %(parent_table)s,
         %(lease_duration)s, %(initial_backoff)s, %(max_backoff)s,
         %(max_delivery_attempts)s, %(dead_letter_queue)s, %(disable_send)s, %(disable_delivery)s,
         %(message_retention)s, %(archive_duration)s, %(parent_cascade)s, %(max_in_flight_per_key)s,
-        %(concurrency_key)s, %(rate_limit)s, %(rate_limit_burst)s)
+        %(concurrency_key)s, %(rate_limit)s, %(rate_limit_burst)s, %(enable_message_ordering)s)
 RETURNING create_time
 
 -- queue_update --
@@ -73,7 +73,7 @@ UPDATE spanq.queues SET lease_duration = %(lease_duration)s, initial_backoff = %
        disable_delivery = %(disable_delivery)s, message_retention = %(message_retention)s,
        archive_duration = %(archive_duration)s, max_in_flight_per_key = %(max_in_flight_per_key)s,
        concurrency_key = %(concurrency_key)s, rate_limit = %(rate_limit)s,
-       rate_limit_burst = %(rate_limit_burst)s
+       rate_limit_burst = %(rate_limit_burst)s, enable_message_ordering = %(enable_message_ordering)s
 WHERE name = %(name)s AND create_time = %(create_time)s
 RETURNING create_time, CASE WHEN NOT disable_delivery THEN pg_notify('spanq_wakeup', name) END
 
@@ -266,8 +266,11 @@ CREATE TABLE IF NOT EXISTS {archive} (
     spanq_ack_time         timestamptz NOT NULL,
     spanq_ack_request_id   text,
     spanq_headers          jsonb,
-    spanq_priority         smallint NOT NULL DEFAULT 0
+    spanq_priority         smallint NOT NULL DEFAULT 0,
+    spanq_ordering_key     text
 );
+-- Archives made before migration 0013 get the ordering key's column.
+ALTER TABLE {archive} ADD COLUMN IF NOT EXISTS spanq_ordering_key text;
 CREATE INDEX IF NOT EXISTS {archive_index} ON {archive} (spanq_ack_time)
 
 -- queue_history_columns_add --
@@ -282,13 +285,19 @@ CREATE INDEX IF NOT EXISTS {archive_index} ON {archive} (spanq_ack_time)
 -- priority index: only of messages above priority 0 (a queue that never uses
 -- priorities writes no entry to it), one range per priority in deliver_time
 -- order, which the receive function reads one priority at a time.
+-- Then (migration 0013) the message's ordering key (NULL: none), its place
+-- among its key's messages and, while a message waits behind an earlier one
+-- of its key, the deliver_time it was sent with (queue_ordering_create).
 ALTER TABLE {queue}
     ADD COLUMN IF NOT EXISTS spanq_last_failure         text,
     ADD COLUMN IF NOT EXISTS spanq_dead_letter_source   text,
     ADD COLUMN IF NOT EXISTS spanq_dead_letter_attempts integer,
     ADD COLUMN IF NOT EXISTS spanq_dead_letter_time     timestamptz,
     ADD COLUMN IF NOT EXISTS spanq_headers              jsonb,
-    ADD COLUMN IF NOT EXISTS spanq_priority             smallint NOT NULL DEFAULT 0;
+    ADD COLUMN IF NOT EXISTS spanq_priority             smallint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS spanq_ordering_key         text COLLATE "C",
+    ADD COLUMN IF NOT EXISTS spanq_ordering_seq         bigint,
+    ADD COLUMN IF NOT EXISTS spanq_held_deliver_time    timestamptz;
 -- NOT VALID: the rows there are (0) are not read again, under the table's
 -- lock, to check them (8 s for 1M rows). The headers' limits are a trigger
 -- on the writes that set them, not a CHECK: a CHECK runs on every write of a
@@ -302,6 +311,138 @@ $checks$;
 CREATE OR REPLACE TRIGGER spanq_headers_limits BEFORE INSERT OR UPDATE OF spanq_headers ON {queue}
     FOR EACH ROW WHEN (NEW.spanq_headers IS NOT NULL) EXECUTE FUNCTION spanq.headers_check();
 CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_time) WHERE spanq_priority > 0
+
+-- queue_ordering_create --
+-- A queue with enable_message_ordering (CreateQueue, or UpdateQueue under
+-- the table's lock, queue_ordering_drop undoes it); a queue without it has
+-- none of this, so its sends and acks pay nothing for ordering keys.
+-- Ordering keys (docs/semantics.md, Ordering keys): of a key's messages only
+-- the first (its head, the lowest spanq_ordering_seq) is deliverable; each
+-- later one is held, its deliver_time 'infinity' (past the end of every
+-- index range the receive function reads, so leasing is unchanged and stays
+-- O(log n)) and the deliver_time it was sent with in spanq_held_deliver_time.
+-- When a head leaves the queue (an ack's DELETE from any surface, psql's
+-- too, the move to the dead-letter queue, retention expiry, purge, a parent's
+-- cascade), the statement trigger promotes the key's next message. A lease
+-- that lapses or a nack leaves the head in place: the key waits for it.
+--
+-- One key's sends, and the statements that remove its messages, take turns
+-- on the key's row of spanq.ordering_keys (locked to commit; a row lock, not
+-- an advisory lock, so a batch of many keys never fills the shared lock
+-- table): a send sees every committed message of its key, so its place
+-- (one more than the key's last) is commit order, and a removal sees every
+-- committed send. Keys are locked in key order (the column's collation is
+-- "C": bytewise, the same everywhere) by the server's
+-- sends (message_insert) and by removals, so two such statements cannot
+-- deadlock; an application's own statements that lock keys in another order
+-- may (PostgreSQL then fails one). The row holds nothing else: a removal that
+-- leaves its key no message deletes it.
+CREATE INDEX IF NOT EXISTS {ordering_index} ON {queue} (spanq_ordering_key, spanq_ordering_seq)
+    WHERE spanq_ordering_key IS NOT NULL;
+CREATE OR REPLACE FUNCTION spanq.{send_function}() RETURNS trigger
+LANGUAGE plpgsql AS $send$
+DECLARE
+    last_seq bigint;
+BEGIN
+    IF NEW.spanq_ordering_key = '' OR octet_length(NEW.spanq_ordering_key) > 1024 THEN
+        RAISE EXCEPTION 'an ordering key is 1 to 1024 bytes (NULL: none), not % bytes',
+                        octet_length(NEW.spanq_ordering_key)
+            USING ERRCODE = 'check_violation', TABLE = TG_TABLE_NAME, COLUMN = 'spanq_ordering_key';
+    END IF;
+    INSERT INTO spanq.ordering_keys AS k (queue, ordering_key) VALUES ({queue_name}, NEW.spanq_ordering_key)
+    ON CONFLICT (queue, ordering_key) DO UPDATE SET queue = k.queue WHERE false;  -- locks it, writes nothing
+    SELECT m.spanq_ordering_seq INTO last_seq FROM {queue} AS m
+    WHERE m.spanq_ordering_key = NEW.spanq_ordering_key
+    ORDER BY m.spanq_ordering_key DESC, m.spanq_ordering_seq DESC
+    LIMIT 1;
+    NEW.spanq_ordering_seq := coalesce(last_seq, 0) + 1;
+    IF last_seq IS NULL THEN
+        NEW.spanq_held_deliver_time := NULL;
+    ELSE
+        NEW.spanq_held_deliver_time := NEW.deliver_time;
+        NEW.deliver_time := 'infinity';
+    END IF;
+    RETURN NEW;
+END
+$send$;
+CREATE OR REPLACE FUNCTION spanq.{gone_function}() RETURNS trigger
+LANGUAGE plpgsql AS $gone$
+DECLARE
+    promoted bigint;
+BEGIN
+    IF NOT EXISTS (SELECT FROM spanq_gone AS g WHERE g.spanq_ordering_key IS NOT NULL) THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO spanq.ordering_keys AS k (queue, ordering_key)
+    SELECT DISTINCT {queue_name}, g.spanq_ordering_key FROM spanq_gone AS g
+    WHERE g.spanq_ordering_key IS NOT NULL
+    ORDER BY 2
+    ON CONFLICT (queue, ordering_key) DO UPDATE SET queue = k.queue WHERE false;
+    -- Each key's first message left, if held, becomes its head: deliverable
+    -- from the time it was sent for (already past, most often).
+    WITH promoted AS (
+        UPDATE {queue} AS m SET deliver_time = m.spanq_held_deliver_time, spanq_held_deliver_time = NULL
+        FROM (SELECT DISTINCT g.spanq_ordering_key FROM spanq_gone AS g
+              WHERE g.spanq_ordering_key IS NOT NULL) AS d,
+             LATERAL (SELECT {n_key_columns}, n.spanq_held_deliver_time FROM {queue} AS n
+                      WHERE n.spanq_ordering_key = d.spanq_ordering_key
+                      ORDER BY n.spanq_ordering_key, n.spanq_ordering_seq
+                      LIMIT 1) AS n
+        WHERE ({m_key_columns}) = ({n_key_columns}) AND n.spanq_held_deliver_time IS NOT NULL
+        RETURNING 1
+    )
+    SELECT count(*) INTO promoted FROM promoted;
+    IF promoted > 0 THEN
+        PERFORM pg_notify('spanq_wakeup', {queue_name});  -- deliverable without an INSERT
+    END IF;
+    DELETE FROM spanq.ordering_keys AS k
+    USING (SELECT DISTINCT g.spanq_ordering_key FROM spanq_gone AS g WHERE g.spanq_ordering_key IS NOT NULL) AS d
+    WHERE k.queue = {queue_name} AND k.ordering_key = d.spanq_ordering_key
+      AND NOT EXISTS (SELECT FROM {queue} AS n WHERE n.spanq_ordering_key = d.spanq_ordering_key);
+    RETURN NULL;
+END
+$gone$;
+-- A message's key and place are its send's: an UPDATE may not move them.
+CREATE OR REPLACE FUNCTION spanq.{fixed_function}() RETURNS trigger
+LANGUAGE plpgsql AS $fixed$
+BEGIN
+    RAISE EXCEPTION 'a message''s ordering key and its place among its key''s messages are set when it is sent'
+        USING ERRCODE = 'check_violation', TABLE = TG_TABLE_NAME, COLUMN = 'spanq_ordering_key',
+              HINT = 'delete the message and send it again with the key wanted';
+END
+$fixed$;
+CREATE OR REPLACE TRIGGER spanq_ordering_send BEFORE INSERT ON {queue}
+    FOR EACH ROW WHEN (NEW.spanq_ordering_key IS NOT NULL) EXECUTE FUNCTION spanq.{send_function}();
+CREATE OR REPLACE TRIGGER spanq_ordering_gone AFTER DELETE ON {queue}
+    REFERENCING OLD TABLE AS spanq_gone FOR EACH STATEMENT EXECUTE FUNCTION spanq.{gone_function}();
+CREATE OR REPLACE TRIGGER spanq_ordering_fixed BEFORE UPDATE OF spanq_ordering_key, spanq_ordering_seq ON {queue}
+    FOR EACH ROW WHEN (OLD.spanq_ordering_key IS DISTINCT FROM NEW.spanq_ordering_key
+                       OR OLD.spanq_ordering_seq IS DISTINCT FROM NEW.spanq_ordering_seq)
+    EXECUTE FUNCTION spanq.{fixed_function}();
+DROP TRIGGER IF EXISTS spanq_ordering_off ON {queue}
+
+-- queue_ordering_drop --
+-- A queue without enable_message_ordering (CreateQueue's default, what
+-- migration 0013 gives existing queues, an UpdateQueue that turns it off
+-- once no message is held): no ordering triggers, functions, index or key
+-- rows; one row trigger refuses a message with a key (spanq.ordering_off,
+-- its WHEN evaluated only on INSERT and on an UPDATE that sets the key, not
+-- on leases), so a key is never stored where nothing would order it.
+DROP TRIGGER IF EXISTS spanq_ordering_send ON {queue};
+DROP TRIGGER IF EXISTS spanq_ordering_gone ON {queue};
+DROP TRIGGER IF EXISTS spanq_ordering_fixed ON {queue};
+DROP FUNCTION IF EXISTS spanq.{send_function}();
+DROP FUNCTION IF EXISTS spanq.{gone_function}();
+DROP FUNCTION IF EXISTS spanq.{fixed_function}();
+DROP INDEX IF EXISTS public.{ordering_index};
+DELETE FROM spanq.ordering_keys WHERE queue = {queue_name};
+CREATE OR REPLACE TRIGGER spanq_ordering_off BEFORE INSERT OR UPDATE OF spanq_ordering_key ON {queue}
+    FOR EACH ROW WHEN (NEW.spanq_ordering_key IS NOT NULL) EXECUTE FUNCTION spanq.ordering_off()
+
+-- queue_held_exists --
+-- Whether a queue holds a message behind an earlier one of its ordering key
+-- (deliver_time 'infinity': the deliver_time index finds it at once).
+SELECT EXISTS (SELECT FROM {queue} WHERE deliver_time = 'infinity')
 
 -- queue_parent_constraint --
 -- The analogue of INTERLEAVE IN PARENT ... ON DELETE CASCADE (or NO ACTION):
@@ -335,6 +476,8 @@ CREATE INDEX IF NOT EXISTS {priority_index} ON {queue} (spanq_priority, deliver_
 -- A lease token (lease_token_new) carries the stream's prefix, the lease's
 -- end and the message's key, so that renewals, acks and counts find its row
 -- by primary key.
+-- A message held behind an earlier one of its ordering key has deliver_time
+-- 'infinity' (queue_ordering_create): no probe reaches it.
 -- The columns these functions add beside the key columns (spanq_attempt,
 -- spanq_old_token) are spanq_-prefixed, as no key column can be: a key column
 -- named `attempt` made a reference ambiguous (migration 0006).
@@ -360,7 +503,8 @@ RETURNS TABLE (
     spanq_enqueue_time               timestamptz,
     spanq_last_batch_message         boolean,
     spanq_headers                    jsonb,
-    spanq_priority                   smallint)
+    spanq_priority                   smallint,
+    spanq_ordering_key               text)
 LANGUAGE sql VOLATILE
 -- A SQL function's statements are planned without its arguments: the planner
 -- guesses `ready` at a tenth of the due rows and joins it to the queue by
@@ -405,12 +549,12 @@ WITH clock AS (
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}){live_condition}
     RETURNING {m_key_columns}, m.payload, ready.deliver_time, m.spanq_lease_token,
               m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
-              m.spanq_headers, m.spanq_priority
+              m.spanq_headers, m.spanq_priority, m.spanq_ordering_key
 )
 SELECT {leased_key_columns}, leased.payload, leased.deliver_time, leased.spanq_lease_token,
        leased.spanq_lease_expiration_timestamp, leased.spanq_delivery_attempt, leased.spanq_enqueue_time,
        row_number() OVER (ORDER BY leased.spanq_priority DESC, leased.deliver_time) = count(*) OVER (),
-       leased.spanq_headers, leased.spanq_priority
+       leased.spanq_headers, leased.spanq_priority, leased.spanq_ordering_key
 FROM leased
 ORDER BY leased.spanq_priority DESC, leased.deliver_time
 $receive$
@@ -427,17 +571,20 @@ $receive$
 -- there between the check and the insert fails the statement: nothing is
 -- lost, the next receive parks it). Each move is counted in
 -- spanq.dead_letter_counts (the metric spanq_queue_messages_dead_lettered).
+-- A message moves with its ordering key (in order among its key's other dead
+-- letters there) when the dead-letter queue has enable_message_ordering (else
+-- without it), and its key's next message here becomes deliverable.
 , dead AS (
     DELETE FROM {queue} AS m USING ready
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
     RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
-              m.spanq_delivery_attempt,
+              CASE WHEN {dead_letter_ordered} THEN m.spanq_ordering_key END, m.spanq_delivery_attempt,
               CASE WHEN m.spanq_lease_token IS NOT NULL THEN 'lease expired'
                    ELSE coalesce(m.spanq_last_failure, 'nacked') END
 ), buried AS (
     INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
-                                     spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
+                                     spanq_ordering_key, spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
                                      spanq_dead_letter_time)
     SELECT dead.*, {queue_name}, clock.now FROM dead, clock
 ), parked AS (
@@ -642,11 +789,16 @@ REVOKE EXECUTE ON FUNCTION spanq.{function} FROM PUBLIC
 GRANT EXECUTE ON FUNCTION spanq.{function} TO {grantee}
 
 -- queue_drop --
--- Drops a queue's functions and table (its messages with it), and its archive.
+-- Drops a queue's functions and table (its messages with it), and its archive,
+-- and the rows its ordering keys had (queue_ordering_create).
 DROP FUNCTION IF EXISTS spanq.{receive_function};
 DROP FUNCTION IF EXISTS spanq.{renew_function};
 DROP FUNCTION IF EXISTS spanq.{key_slots_function};
 DROP TABLE IF EXISTS {queue};
+DROP FUNCTION IF EXISTS spanq.{send_function};
+DROP FUNCTION IF EXISTS spanq.{gone_function};
+DROP FUNCTION IF EXISTS spanq.{fixed_function};
+DELETE FROM spanq.ordering_keys WHERE queue = {queue_name};
 DROP TABLE IF EXISTS {archive}
 
 -- message_insert --
@@ -656,16 +808,22 @@ DROP TABLE IF EXISTS {archive}
 -- deliver_time are a microsecond apart in the order sent (now, now + 1 us, ...):
 -- receive takes them by deliver_time, so one Send's messages are delivered in
 -- the order sent; with a shared deliver_time their order would be the plan's.
-INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority)
+-- Rows go in ordering-key order, then in the order sent (the key's order):
+-- each keyed row's trigger locks its key (queue_ordering_create), so keys
+-- are locked in the order removals lock them.
+INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority,
+                     spanq_ordering_key)
 SELECT {s_key_columns}, s.spanq_payload,
        greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')
                                                + (s.spanq_ordinal - 1) * interval '1 microsecond'), clock.now),
-       clock.now, s.spanq_headers, coalesce(s.spanq_priority, 0)
+       clock.now, s.spanq_headers, coalesce(s.spanq_priority, 0), s.spanq_ordering_key
 FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
-            %(delays)b::interval[], %(headers)b::jsonb[], %(priorities)b::smallint[]) WITH ORDINALITY
+            %(delays)b::interval[], %(headers)b::jsonb[], %(priorities)b::smallint[],
+            %(ordering_keys)b::text[]) WITH ORDINALITY
          AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_headers, spanq_priority,
-              spanq_ordinal),
+              spanq_ordering_key, spanq_ordinal),
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
+ORDER BY s.spanq_ordering_key COLLATE "C", s.spanq_ordinal
 
 -- message_insert_claimed --
 -- A commit group's sends to one queue, in one statement: claims each
@@ -686,18 +844,20 @@ WITH claimed AS (
     ON CONFLICT (request_id) DO NOTHING
     RETURNING request_id
 ), stored AS (
-    INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority)
+    INSERT INTO {queue} ({key_columns}, payload, deliver_time, spanq_enqueue_time, spanq_headers, spanq_priority,
+                         spanq_ordering_key)
     SELECT {s_key_columns}, s.spanq_payload,
            greatest(coalesce(s.spanq_deliver_time, clock.now + coalesce(s.spanq_delay, interval '0')
                                                    + (s.spanq_ordinal - 1) * interval '1 microsecond'), clock.now),
-           clock.now, s.spanq_headers, coalesce(s.spanq_priority, 0)
+           clock.now, s.spanq_headers, coalesce(s.spanq_priority, 0), s.spanq_ordering_key
     FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::timestamptz[],
                 %(delays)b::interval[], %(owners)b::text[], %(headers)b::jsonb[],
-                %(priorities)b::smallint[]) WITH ORDINALITY
+                %(priorities)b::smallint[], %(ordering_keys)b::text[]) WITH ORDINALITY
              AS s({key_columns}, spanq_payload, spanq_deliver_time, spanq_delay, spanq_owner, spanq_headers,
-                  spanq_priority, spanq_ordinal),
+                  spanq_priority, spanq_ordering_key, spanq_ordinal),
          (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
     WHERE s.spanq_owner IN (SELECT request_id FROM claimed)
+    ORDER BY s.spanq_ordering_key COLLATE "C", s.spanq_ordinal  -- as message_insert
 )
 SELECT request_id FROM claimed
 
@@ -725,8 +885,11 @@ WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_to
 -- message_select --
 -- A plain SELECT over a queue (Spanner's front-end): keys, payload and
 -- deliver_time of the matching messages, without leasing them. The
--- conditions compare key columns or deliver_time with bound parameters.
-SELECT {key_columns}, m.payload, m.deliver_time
+-- conditions compare key columns or deliver_time with bound parameters. A
+-- message held behind an earlier one of its ordering key shows the
+-- deliver_time it was sent with, as Peek shows it (its own is 'infinity',
+-- which no client reads).
+SELECT {key_columns}, m.payload, coalesce(m.spanq_held_deliver_time, m.deliver_time)
 FROM {queue} AS m
 WHERE {conditions}
 ORDER BY {order}
@@ -754,7 +917,8 @@ SELECT {acked_key_columns} FROM acked
 
 -- message_ack_archive_returning --
 -- What an ack's DELETE returns beside the keys when the queue keeps an archive.
-, m.payload AS spanq_payload, m.spanq_enqueue_time, m.spanq_delivery_attempt, m.spanq_headers, m.spanq_priority
+, m.payload AS spanq_payload, m.spanq_enqueue_time, m.spanq_delivery_attempt, m.spanq_headers, m.spanq_priority,
+  m.spanq_ordering_key
 
 -- message_ack_archive --
 -- An ack statement's step for a queue with an archive_duration: what its
@@ -763,10 +927,10 @@ SELECT {acked_key_columns} FROM acked
 -- Archive, for what it costs).
 , archived AS (
     INSERT INTO {archive} ({key_columns}, payload, spanq_enqueue_time, spanq_delivery_attempt, spanq_ack_time,
-                           spanq_ack_request_id, spanq_headers, spanq_priority)
+                           spanq_ack_request_id, spanq_headers, spanq_priority, spanq_ordering_key)
     SELECT {acked_key_columns}, acked.spanq_payload, acked.spanq_enqueue_time, acked.spanq_delivery_attempt,
            coalesce(%(now)s::timestamptz, statement_timestamp()), {request_id}, acked.spanq_headers,
-           acked.spanq_priority
+           acked.spanq_priority, acked.spanq_ordering_key
     FROM acked
 )
 
@@ -906,10 +1070,10 @@ WITH clock AS (
     WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
     RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
-              m.spanq_delivery_attempt
+              m.spanq_ordering_key, m.spanq_delivery_attempt
 ), buried AS (
     INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
-                                     spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
+                                     spanq_ordering_key, spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
                                      spanq_dead_letter_time)
     SELECT dead.*, %(reason)s, %(queue_name)s, clock.now FROM dead, clock
 ), parked AS (
@@ -978,9 +1142,12 @@ WHERE m.spanq_lease_token >= %(lease_prefix)s || '.' AND m.spanq_lease_token < %
 -- message_next_delivery --
 -- Seconds until the earliest deliver_time (negative when one is due); no row
 -- when empty, or while delivery is paused (nothing becomes deliverable).
+-- Messages held behind an earlier one of their ordering key ('infinity')
+-- have no time: the removal of that one wakes receivers.
 SELECT extract(epoch FROM m.deliver_time - coalesce(%(now)s::timestamptz, statement_timestamp()))::float8
 FROM {queue} AS m
-WHERE NOT EXISTS (SELECT FROM spanq.queues AS q WHERE q.name = %(queue_name)s AND q.disable_delivery)
+WHERE m.deliver_time < 'infinity'
+  AND NOT EXISTS (SELECT FROM spanq.queues AS q WHERE q.name = %(queue_name)s AND q.disable_delivery)
 ORDER BY m.deliver_time
 LIMIT 1
 
@@ -1124,14 +1291,16 @@ coalesce((SELECT b.held_back FROM spanq.rate_buckets AS b WHERE b.queue = {queue
 -- deliver_time past its end), leased while its lease has not run out, and
 -- scheduled otherwise (a later deliver_time, or a backoff after a failed or
 -- expired attempt). The oldest ready message's age is from its enqueue time.
+-- Held: waiting behind an earlier message of its ordering key (last).
 SELECT count(*) FILTER (WHERE m.deliver_time <= clock.now),
-       count(*) FILTER (WHERE m.deliver_time > clock.now
+       count(*) FILTER (WHERE m.deliver_time > clock.now AND m.deliver_time < 'infinity'
                           AND NOT coalesce(m.spanq_lease_expiration_timestamp > clock.now, false)),
        count(*) FILTER (WHERE m.deliver_time > clock.now
                           AND coalesce(m.spanq_lease_expiration_timestamp > clock.now, false)),
        coalesce(extract(epoch FROM clock.now - min(m.spanq_enqueue_time)
                         FILTER (WHERE m.deliver_time <= clock.now))::float8, 0),
-       clock.now
+       clock.now,
+       count(*) FILTER (WHERE m.deliver_time = 'infinity')
 FROM (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 LEFT JOIN {queue} AS m ON TRUE
 GROUP BY clock.now
@@ -1179,18 +1348,22 @@ SELECT name FROM spanq.queues WHERE dead_letter_queue = %(name)s ORDER BY name
 -- the dashboard's filters (each NULL: not filtered) keep messages whose first
 -- key column's text starts with key_prefix, in one state, delivered at least
 -- min_attempt times, whose payload's text holds text (case folded). A filter
--- reads on in delivery order until it fills the page.
-SELECT {key_columns}, m.payload, m.deliver_time,
+-- reads on in delivery order until it fills the page. A message held behind
+-- an earlier one of its ordering key (deliver_time 'infinity', so last, in
+-- its key's order) shows the deliver_time it was sent with, and held.
+SELECT {key_columns}, m.payload, coalesce(m.spanq_held_deliver_time, m.deliver_time),
        coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) AS leased,
        m.spanq_lease_expiration_timestamp, m.spanq_delivery_attempt, m.spanq_enqueue_time,
        m.deliver_time <= clock.now AS ready, m.spanq_dead_letter_source, m.spanq_dead_letter_attempts,
-       m.spanq_dead_letter_time, m.spanq_last_failure, m.spanq_headers, m.spanq_priority
+       m.spanq_dead_letter_time, m.spanq_last_failure, m.spanq_headers, m.spanq_priority,
+       m.spanq_ordering_key, m.spanq_held_deliver_time IS NOT NULL AS held
 FROM {queue} AS m, (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 WHERE {after}
   AND (%(key_prefix)s::text IS NULL OR starts_with({first_key_column}::text, %(key_prefix)s::text))
   AND (%(state)s::text IS NULL OR %(state)s::text = CASE
          WHEN coalesce(m.spanq_lease_expiration_timestamp > clock.now, false) THEN 'LEASED'
-         WHEN m.deliver_time <= clock.now THEN 'READY' ELSE 'SCHEDULED' END)
+         WHEN m.deliver_time <= clock.now THEN 'READY'
+         WHEN m.spanq_held_deliver_time IS NOT NULL THEN 'HELD' ELSE 'SCHEDULED' END)
   AND (%(min_attempt)s::bigint IS NULL OR m.spanq_delivery_attempt >= %(min_attempt)s::bigint)
   AND (%(text)s::text IS NULL OR strpos(lower(m.payload::text), lower(%(text)s::text)) > 0)
 ORDER BY m.deliver_time, {key_columns}
@@ -1235,7 +1408,7 @@ WHERE ctid = ANY (ARRAY(
 -- state matches ACKED only.
 SELECT {key_columns}, m.payload, m.deliver_time, false, NULL::timestamptz, m.spanq_delivery_attempt,
        m.spanq_enqueue_time, false, NULL::text, NULL::integer, NULL::timestamptz, NULL::text,
-       m.spanq_ack_time, m.spanq_ack_request_id, m.spanq_headers, m.spanq_priority
+       m.spanq_ack_time, m.spanq_ack_request_id, m.spanq_headers, m.spanq_priority, m.spanq_ordering_key
 FROM (SELECT *, spanq_ack_time AS deliver_time FROM {queue}) AS m
 WHERE {after}
   AND (%(key_prefix)s::text IS NULL OR starts_with({first_key_column}::text, %(key_prefix)s::text))
@@ -1322,6 +1495,8 @@ RETURNING l.fingerprint, l.response, l.commit_time
 -- target between the check and the insert fails the statement (a unique
 -- violation), and the whole batch stays where it was. {source} is TRUE, or
 -- picks the messages of one recorded source queue (or of none recorded).
+-- A message goes back with its ordering key, behind the messages of its key
+-- the target holds, when the target has enable_message_ordering (else without it).
 WITH clock AS (
     SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now
 ), moving AS (
@@ -1336,9 +1511,12 @@ WITH clock AS (
 ), moved AS (
     DELETE FROM {dead_letter_queue} AS d USING moving
     WHERE ({d_key_columns}) = ({moving_key_columns})
-    RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time, d.spanq_headers, d.spanq_priority
+    RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time, d.spanq_headers, d.spanq_priority,
+              CASE WHEN (SELECT q.enable_message_ordering FROM spanq.queues AS q WHERE q.name = {target_name})
+                   THEN d.spanq_ordering_key END
 )
-INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority)
+INSERT INTO {target} ({target_key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
+                      spanq_ordering_key)
 SELECT * FROM moved
 
 -- message_delete_one --

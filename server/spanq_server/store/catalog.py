@@ -131,7 +131,8 @@ class CatalogTables(Database):
             name_taken=bool(await _scalar(conn, "relation_exists", name=queue.name)),
             index_name_taken=await _scalar(conn, "relations_taken",
                                            names=[names.deliver_time_index, names.lease_token_index,
-                                                  names.priority_index, names.key_concurrency_index]),
+                                                  names.priority_index, names.key_concurrency_index,
+                                                  names.ordering_index]),
             parent_key_width=(await _scalar(conn, "parent_key_width", name=queue.parent_table)
                               if queue.parent_table else None),
             dead_letter_queue=(await _fetch_queue(conn, queue.dead_letter_queue)
@@ -180,17 +181,22 @@ class CatalogTables(Database):
 
     async def queue_update(self, name: str, change: Callable[[QueueDef], QueueDef],
                            check: Callable[[QueueDef, QueueDef | None], None], *, dead_letter_queue: str | None,
-                           lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> QueueDef:
+                           ordering: bool = False, lock_timeout: timedelta = DDL_LOCK_TIMEOUT) -> QueueDef:
         """Changes a queue's settings: reads its definition under the catalog lock (so that two
         updates of different fields both hold), applies ``change``, lets ``check`` (the domain's
         rules) see the result with its dead-letter queue, then writes the row and re-creates the
         queue's functions, in one transaction. The queue's table is not locked: sends, receives
-        and acks go on; each receive runs the functions as they were when it started."""
+        and acks go on; each receive runs the functions as they were when it started. With
+        ``ordering`` (the change names enable_message_ordering) it is, ACCESS EXCLUSIVE, for
+        its ordering triggers to be created or dropped (queue_ordering_create/_drop) with the
+        setting; turning it off is refused while a message is held behind its key's head."""
         what = f"UpdateQueue of {name!r}"
         async with self._transaction(name) as conn:
             with _bounded_ddl(what, lock_timeout):
                 # The receive function reads a new dead-letter queue: it must not be dropped meanwhile.
                 tables = [(dead_letter_queue, "ACCESS SHARE")] if dead_letter_queue else []
+                if ordering:  # CREATE and DROP TRIGGER, DROP INDEX: no send or ack runs meanwhile
+                    tables.append((name, "ACCESS EXCLUSIVE"))
                 await self._ddl_locks(conn, what, tables, lock_timeout)
                 current = await _fetch_queue(conn, name)
                 if current is None:
@@ -202,6 +208,14 @@ class CatalogTables(Database):
                     raise errors.QueueNotFound(f"queue {name!r} was dropped meanwhile")
                 names = QueueStatements(queue)
                 await _limits_ddl(conn, current, queue)
+                if queue.enable_message_ordering != current.enable_message_ordering:
+                    held = await conn.execute(query("queue_held_exists", queue=names.table))
+                    if not queue.enable_message_ordering and (await held.fetchone() or (False,))[0]:
+                        raise errors.FailedPrecondition(
+                            f"queue {name!r} holds messages behind earlier ones of their ordering keys; message "
+                            "ordering cannot be turned off until they are delivered (its stats' held count is 0), "
+                            "or purge the queue first", queue=name)
+                    await conn.execute(names.ordering_ddl())
                 await conn.execute(names.receive_function_ddl())
                 await conn.execute(names.renew_function_ddl())
                 return queue
@@ -239,6 +253,8 @@ class CatalogTables(Database):
                             renew_function=names.renew_function,
                             key_slots_function=names.key_slots_function,
                             archive=names.archive,
+                            queue_name=sql.Literal(queue.name),
+                            **names.ordering_function_fragments(),
                         )
                     )
                 except pg_errors.DependentObjectsStillExist as exc:  # a table of the application's references it
@@ -362,6 +378,7 @@ def _queue_params(queue: QueueDef) -> dict[str, Any]:
         "concurrency_key": queue.concurrency_key,
         "rate_limit": queue.rate_limit,
         "rate_limit_burst": queue.rate_limit_burst,
+        "enable_message_ordering": queue.enable_message_ordering,
         "create_time": queue.create_time,
     }
 
@@ -370,7 +387,7 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
     (name, key_columns, payload_type, key_generated, parent_table, lease_duration, initial_backoff,
      max_backoff, max_delivery_attempts, dead_letter_queue, create_time, disable_send, disable_delivery,
      message_retention, archive_duration, parent_cascade, max_in_flight_per_key, concurrency_key, rate_limit,
-     rate_limit_burst) = row
+     rate_limit_burst, enable_message_ordering) = row
     return QueueDef(
         name=name,
         key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
@@ -392,4 +409,5 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         concurrency_key=concurrency_key,
         rate_limit=rate_limit,
         rate_limit_burst=rate_limit_burst,
+        enable_message_ordering=enable_message_ordering,
     )

@@ -73,6 +73,14 @@ def wrap_errors(queue: str | None = None) -> Iterator[None]:
             f"the parent row for a message of queue {queue!r} does not exist ({exc.diag.message_detail}); "
             "insert the parent row first"
         ) from exc
+    except pg_errors.CheckViolation as exc:
+        if exc.diag.constraint_name != "spanq_ordering_enabled":
+            raise
+        # spanq.ordering_off: a keyed message to a queue without ordering
+        raise errors.FailedPrecondition(
+            f"{exc.diag.message_primary}; {exc.diag.message_hint or ''}; nothing of this request was stored",
+            queue=queue or "",
+        ) from exc
     except (pg_errors.UndefinedTable, pg_errors.UndefinedFunction) as exc:
         raise errors.QueueNotFound(f"queue {queue!r} does not exist (it was dropped)") from exc
     except (pg_errors.InvalidTextRepresentation, pg_errors.DatetimeFieldOverflow,

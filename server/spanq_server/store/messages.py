@@ -349,14 +349,14 @@ async def _fetch_leased(cur: psycopg.AsyncCursor[Any]) -> list[Any]:
 
 def _leased(queue: QueueDef, rows: Sequence[Any]) -> list[LeasedMessage]:
     # The row is the key columns, then LeasedMessage's other fields in order but
-    # dead_letter (leased_history adds it): headers and priority come last.
+    # dead_letter (leased_history adds it): headers, priority and ordering key come last.
     width = len(queue.key_columns)
     if width == 1:
         return [LeasedMessage((row[0],), row[1], row[2], row[3], row[4], row[5], row[6], row[7], None, row[8],
-                              row[9]) for row in rows]
+                              row[9], row[10]) for row in rows]
     w = width
     return [LeasedMessage(tuple(row[:w]), row[w], row[w + 1], row[w + 2], row[w + 3], row[w + 4], row[w + 5],
-                          row[w + 6], None, row[w + 7], row[w + 8]) for row in rows]
+                          row[w + 6], None, row[w + 7], row[w + 8], row[w + 9]) for row in rows]
 
 
 def _connection_or_none(handle: Handle | None) -> Connection | None:
@@ -455,6 +455,7 @@ def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: da
     delays = [m.delay for m in messages]
     headers = [Jsonb(m.headers) if m.headers else None for m in messages]
     priorities = [m.priority for m in messages]
+    ordering_keys = [m.ordering_key for m in messages]
     params.update(
         payloads=array_literal([_payload_param(queue.payload_type, m.payload) for m in messages]),
         # NULL rather than an array of NULLs when no message is scheduled: multi-argument
@@ -463,6 +464,7 @@ def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: da
         delays=delays if any(d is not None for d in delays) else None,
         headers=headers if any(h is not None for h in headers) else None,
         priorities=priorities if any(priorities) else None,
+        ordering_keys=ordering_keys if any(k is not None for k in ordering_keys) else None,
         now=now,
     )
     return params

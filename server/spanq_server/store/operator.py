@@ -40,13 +40,14 @@ class OperatorQueries(Database):
             cur = await conn.execute(query("queue_stats", queue=QueueStatements(queue).table), {"now": now})
             row = await cur.fetchone()
             assert row is not None  # the clock row is always there, joined to no message or some
-            ready, scheduled, leased, age, read_time = row
+            ready, scheduled, leased, age, read_time, held = row
             dead = 0
             if dead_letter_queue is not None:
                 cur = await conn.execute(query("queue_message_count", queue=QueueStatements(dead_letter_queue).table))
                 dead = (await cur.fetchone() or (0,))[0]
-            held = await self._limit_stats(conn, queue, now)
-        return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time, **held)
+            limited = await self._limit_stats(conn, queue, now)
+        return QueueCounts(int(ready), int(scheduled), int(leased), int(dead), float(age), read_time, int(held),
+                           **limited)
 
     @staticmethod
     async def _limit_stats(conn: Connection, queue: QueueDef, now: datetime | None) -> dict[str, Any]:
@@ -67,12 +68,13 @@ class OperatorQueries(Database):
                 held["rate_limited"], held["rate_limit_tokens"] = int(row[0]), float(row[1])
         return held
 
-    async def messages_peek(self, queue: QueueDef, after: tuple[datetime, Key] | None, limit: int,
+    async def messages_peek(self, queue: QueueDef, after: tuple[datetime | str, Key] | None, limit: int,
                             now: datetime | None, where: PeekFilter = PeekFilter(), *,
                             archived: bool = False) -> list[PeekedMessage]:
         """Up to limit messages in delivery order after (deliver_time, key), unleased; only
         those ``where`` keeps. ``archived``: of the queue's archive, in ack order after
-        (ack_time, key)."""
+        (ack_time, key). An ``after`` time of 'infinity' resumes among the messages held
+        behind their ordering key's earlier ones (whose deliver_time that is)."""
         names = QueueStatements(queue)
         params: dict[str, Any] = {"limit": limit, "now": now, "key_prefix": where.key_prefix, "state": where.state,
                                   "min_attempt": where.min_attempt, "text": where.text}
@@ -86,11 +88,14 @@ class OperatorQueries(Database):
                           queue=names.archive if archived else names.table, after=condition,
                           first_key_column=first_key)
         width = len(queue.key_columns)
+        shift = 2 if archived else 0  # an archive's rows have the ack's time and request_id first
         async with self._read(queue.name) as conn:
             rows = await (await conn.execute(statement, params)).fetchall()
         return [PeekedMessage(_normal_key(tuple(row[:width])), _normal_value(row[width]), *row[width + 1:width + 7])
-                ._replace(dead_letter=_history(row[width + 7:width + 11]), headers=row[-2], priority=row[-1],
-                          **(dict(ack_time=row[width + 11], ack_request_id=row[width + 12]) if archived else {}))
+                ._replace(dead_letter=_history(row[width + 7:width + 11]), headers=row[width + 11 + shift],
+                          priority=row[width + 12 + shift], ordering_key=row[width + 13 + shift],
+                          **(dict(ack_time=row[width + 11], ack_request_id=row[width + 12]) if archived
+                             else dict(held=row[width + 14])))
                 for row in rows]
 
     async def messages_purge(self, queue: QueueDef, sent_before: datetime | None) -> int:
@@ -294,7 +299,7 @@ def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef,
     d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
     return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
                  t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
-                 target_key_columns=t.keys,
+                 target_key_columns=t.keys, target_name=sql.Literal(target.name),
                  source=source if isinstance(source, sql.Composable) else _source_condition(source))
 
 

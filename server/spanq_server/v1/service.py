@@ -290,7 +290,8 @@ def receive_response(queue: QueueDef, batch: list[LeasedMessage]) -> queue_pb2.R
     end_parts = (0, 0)
     for m in batch:
         r = add(lease_token=m.lease_token, delivery_attempt=m.delivery_attempt,
-                last_batch_message=m.last_batch_message, priority=m.priority, headers=m.headers)
+                last_batch_message=m.last_batch_message, priority=m.priority, headers=m.headers,
+                ordering_key=m.ordering_key)
         write_key(r.key, m.key)
         write_payload(r.payload, m.payload)
         stamp = r.deliver_time
@@ -393,6 +394,7 @@ def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
         disable_delivery=q.disable_delivery,
         message_retention_duration=retention(q, "message_retention_duration"),
         archive_duration=retention(q, "archive_duration"),
+        enable_message_ordering=q.enable_message_ordering,
         **limits(q, LIMITS),
     )
 

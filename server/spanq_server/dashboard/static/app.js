@@ -227,7 +227,8 @@ async function queuePage(page, name, state) {
     ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
-    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
+    ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"],
+    ["Message ordering", el("span", {id: "ordering"}, q.enable_message_ordering ? "on (ordering keys)" : "off")], ["Dead letters of", info.dead_letter_sources.join(", ") || "no queue"],
     ["Limits", el("span", {id: "limits"}, limitsOf(q, s))],
     ["Paused", el("span", {id: "paused"}, [q.disable_send && "send", q.disable_delivery && "delivery"].filter(Boolean).join(", ") || "no")]];
   // A dead letter's own attempts start again at 0 in the dead-letter queue: what counts is
@@ -235,12 +236,15 @@ async function queuePage(page, name, state) {
   const dead = peek.messages.some(m => m.dead_letter);
   // Priority and headers get columns when a message on the page has them.
   const tagged = peek.messages.some(m => m.priority || Object.keys(m.headers).length);
+  // So does the ordering key (a HELD message waits for an earlier one of its key).
+  const ordered = peek.messages.some(m => m.ordering_key);
   const messages = peek.messages.map(m => {
     const id = JSON.stringify(m.key);
     return el("tr", {class: "message", "data-key": id},
       el("td", {class: "text key"}, id),
       el("td", {class: "text"}, payloadCell(payloadText(m.payload, peek.payload_type), id, state)),
       el("td", {class: "state"}, m.state), el("td", {class: "attempts"}, m.delivery_attempt),
+      ordered ? el("td", {class: "text ordering-key"}, m.ordering_key || el("span", {class: "muted"}, "none")) : null,
       dead ? [el("td", {class: "text source"}, m.dead_letter ? m.dead_letter.source_queue : ""),
         el("td", {class: "source-attempts"}, m.dead_letter ? m.dead_letter.delivery_attempts : ""),
         el("td", {class: "text failure"}, m.dead_letter ? m.dead_letter.last_failure || el("span", {class: "muted"}, "none given") : ""),
@@ -265,13 +269,14 @@ async function queuePage(page, name, state) {
       onclick: () => redrive(name, info.dead_letter_sources[0])}, `Redrive to ${info.dead_letter_sources[0]}`) : null,
     el("progress", {id: "redrive-progress", hidden: true, max: 1, value: 0}),
     el("span", {id: "action-result", tabindex: -1, role: "status"}, state.result || ""));
-  const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts",
+  const headings = ["Key", "Payload", "State", dead ? "Attempts here" : "Attempts", ...(ordered ? ["Ordering key"] : []),
     ...(dead ? ["Dead letter of", "Attempts there", "Last failure", "Dead-lettered"] : []),
     ...(tagged ? ["Priority", "Headers"] : []), "Actions", "Enqueued", "Deliver at", "Lease ends"];
   page.replaceChildren(
     el("h1", {}, "Queue ", el("span", {id: "queue-name"}, name), " ", marks(s)),
     el("dl", {class: "def"}, definition.map(([k, v]) => [el("dt", {}, k), el("dd", {}, v)])),
-    el("p", {id: "queue-counts"}, `ready ${s.ready} · scheduled ${s.scheduled} · in flight ${s.leased} · ` +
+    el("p", {id: "queue-counts"}, `ready ${s.ready} · scheduled ${s.scheduled} · ` +
+      (s.held ? `held ${s.held} · ` : "") + `in flight ${s.leased} · ` +
       `dead-lettered ${s.dead_lettered} · oldest ready ${age(seconds(s.oldest_ready_age))}`),
     s.marks.length ? el("ul", {id: "queue-marks"}, s.marks.map(m => el("li", {}, el("span", {class: "mark " + m.kind}, m.kind), ": ", m.text))) : null,
     charts(s, info.rate_step, q.dead_letter_queue, state),
@@ -435,7 +440,8 @@ function settingsOf(q) {
     max_backoff: seconds(q.max_backoff), max_delivery_attempts: q.max_delivery_attempts || 0,
     dead_letter_queue: q.dead_letter_queue || "", message_retention_duration: seconds(q.message_retention_duration),
     archive_duration: seconds(q.archive_duration), max_in_flight_per_key: q.max_in_flight_per_key || 0,
-    concurrency_key: q.concurrency_key || "", rate_limit: q.rate_limit || 0, rate_limit_burst: q.rate_limit_burst || 0};
+    concurrency_key: q.concurrency_key || "", rate_limit: q.rate_limit || 0, rate_limit_burst: q.rate_limit_burst || 0,
+    enable_message_ordering: q.enable_message_ordering ? "on" : "off"};
 }
 
 const SETTINGS = [["lease_duration", "Lease (seconds)"], ["initial_backoff", "Initial backoff (seconds)"],
@@ -444,7 +450,8 @@ const SETTINGS = [["lease_duration", "Lease (seconds)"], ["initial_backoff", "In
   ["archive_duration", "Archive acked for (seconds, 0: an ack deletes)"],
   ["max_in_flight_per_key", "Max in flight per key (0: no limit)"],
   ["concurrency_key", "Concurrency key column (empty: the first)"],
-  ["rate_limit", "Rate limit (per second, 0: none)"], ["rate_limit_burst", "Rate limit burst (0: a second's worth)"]];
+  ["rate_limit", "Rate limit (per second, 0: none)"], ["rate_limit_burst", "Rate limit burst (0: a second's worth)"],
+  ["enable_message_ordering", "Message ordering (ordering keys)"]];
 // The fields that are not durations: as typed (text), or numbers when they read as one.
 const TEXT_SETTINGS = ["dead_letter_queue", "concurrency_key"];
 const NUMBER_SETTINGS = ["max_delivery_attempts", "max_in_flight_per_key", "rate_limit", "rate_limit_burst"];
@@ -459,8 +466,9 @@ function settingsForm(name, info, state) {
       event.preventDefault();
       saveSettings(name, current, box);
     }},
-    SETTINGS.map(([k, label]) => field(box, k, label, {id: "setting-" + k, type: "text",
-      size: TEXT_SETTINGS.includes(k) ? 20 : 8})),
+    SETTINGS.map(([k, label]) => field(box, k, label, k === "enable_message_ordering"
+      ? {id: "setting-" + k, tag: "select", options: ["off", "on"]}
+      : {id: "setting-" + k, type: "text", size: TEXT_SETTINGS.includes(k) ? 20 : 8})),
     el("p", {},
       el("button", {type: "submit", id: "settings-save", disabled: !info.may_pause,
         title: info.may_pause ? null : "this token may not update the queue (admin)"}, "Save"),
@@ -482,7 +490,8 @@ async function saveSettings(name, current, box) {
   if (!Object.keys(changed).length) { box.result = {text: "Nothing changed."}; refresh(); return; }
   // spanq.v1 Queue's JSON form: a duration "30s", a count a number; text that is neither goes as typed, for the server to refuse.
   const body = Object.fromEntries(Object.entries(changed).map(([k, v]) =>
-    [k, TEXT_SETTINGS.includes(k) ? v : NUMBER_SETTINGS.includes(k) ? (/^-?\d+(\.\d+)?$/.test(v) ? Number(v) : v)
+    [k, TEXT_SETTINGS.includes(k) ? v : k === "enable_message_ordering" ? v === "on"
+      : NUMBER_SETTINGS.includes(k) ? (/^-?\d+(\.\d+)?$/.test(v) ? Number(v) : v)
       : (/^\d+(\.\d+)?$/.test(v) ? v + "s" : v)]));
   try {
     await api(`/api/queues/${encodeURIComponent(name)}/settings`, {method: "POST", body: JSON.stringify(body)});
