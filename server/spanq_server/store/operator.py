@@ -262,8 +262,9 @@ def _key_values(queue: QueueDef, key: Key, params: dict[str, Any]) -> sql.Compos
     return sql.SQL(", ").join(values)
 
 
-def _after_values(queue: QueueDef, after: tuple[datetime, Key], params: dict[str, Any]) -> sql.Composable:
-    """A cursor (time, key) as typed placeholders (after_time, a0, a1, ...), its values put in params."""
+def _after_values(queue: QueueDef, after: tuple[datetime | str, Key], params: dict[str, Any]) -> sql.Composable:
+    """A cursor (time, key) as typed placeholders (after_time, a0, a1, ...), its values put in params; a
+    time of 'infinity' (a string) is the place of messages held behind their ordering key."""
     params["after_time"] = after[0]
     values = [sql.SQL("{}::timestamptz").format(sql.Placeholder("after_time"))]
     for i, (column, value) in enumerate(zip(queue.key_columns, after[1])):
