@@ -541,6 +541,10 @@ def names_in(text: str, dialect: Dialect = Dialect.GOOGLESQL) -> set[str]:
 
 # -- the parser -----------------------------------------------------------------------
 
+_PG_TYPE_WORDS = {"character": (("varying",), "varchar"), "double": (("precision",), "float8"),
+                  "timestamp": (("with", "time", "zone"), "timestamptz")}
+"""PostgreSQL's type names of several words: the words after the first, and the one-word name."""
+
 _Item = TypeVar("_Item")
 
 _LITERALS: dict[str, SpannerType] = {"string": STRING, "bytes": BYTES, "number": INT64}
@@ -762,17 +766,21 @@ class Parser(Cursor):
             raise InvalidArgument(f"column {column!r}: unsupported column option(s) {sorted(found)}; a queue's "
                                   "columns take none")
 
+    def pg_type_name(self, first: str) -> str:
+        """A PostgreSQL type's name from its first word, reading the words of a longer name:
+        ``character varying`` is varchar, ``double precision`` float8, ``timestamp with time
+        zone`` timestamptz."""
+        longer = _PG_TYPE_WORDS.get(first)
+        if longer is None:
+            return first
+        words, name = longer
+        for word in words:
+            self.word(word)
+        return name
+
     def pg_type(self, name: str) -> ColumnType:
         """A column type of Spanner's PostgreSQL dialect, and its NOT NULL."""
-        type_name = self.loose_name(f"the type of column {name!r}")
-        if type_name == "character":
-            self.word("varying")
-            type_name = "varchar"
-        if type_name == "timestamp":
-            self.word("with")
-            self.word("time")
-            self.word("zone")
-            type_name = "timestamptz"
+        type_name = self.pg_type_name(self.loose_name(f"the type of column {name!r}"))
         types = dialects.PG_QUEUE_TYPES
         if type_name not in types:
             raise InvalidArgument(
@@ -1304,18 +1312,7 @@ class Parser(Cursor):
     def pg_column_type(self, column: str, in_array: bool = False) -> SpannerType:
         """A column type of Spanner's PostgreSQL dialect, as the Spanner type it is; ``t[]`` an array."""
         token = self.next()
-        word = str(token.value) if token.kind == "ident" else ""
-        if word == "character":
-            self.word("varying")
-            word = "varchar"
-        elif word == "double":
-            self.word("precision")
-            word = "float8"
-        elif word == "timestamp":
-            self.word("with")
-            self.word("time")
-            self.word("zone")
-            word = "timestamptz"
+        word = self.pg_type_name(str(token.value)) if token.kind == "ident" else ""
         code = dialects.PG_TABLE_TYPES.get(word)
         if code is None:
             raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not support; "
