@@ -56,7 +56,8 @@ def create(catalog: "Catalog", mutator: "Mutator", receiver: "Receiver", exactly
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("google"):
             raise
-        logger.info("Spanner front-end not served: %s (pip install google-cloud-spanner)", exc)
+        logger.info("Spanner front-end not served: %s (make run-spanner installs it, or pip install "
+                    "'spanq[spanner]')", exc)
         return None
     # Each open read-write transaction holds a pooled connection: leave the
     # other half of the pool to receive streams and single-use commits.
