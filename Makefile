@@ -46,7 +46,7 @@ chromium: ## Debian's chromium for the dashboard's browser tests (apt-get, when 
 
 test: $(STAMP) chromium ## run the whole suite (DATABASE_URL, else an embedded PostgreSQL)
 	$(PY) tools/genproto.py --check
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=20 $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## the unit tests alone: no PostgreSQL, no server (seconds)
 	$(PY) -m pytest -p no:cacheprovider tests/unit
