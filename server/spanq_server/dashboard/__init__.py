@@ -35,7 +35,7 @@ from spanq_proto.v1 import queue_pb2
 
 from ..domain.exactly_once import ExactlyOnce
 from ..domain.operator import Operator, PeekFilter, RedriveProgress  # PeekFilter: the operator's, kept by the store
-from ..domain.queues import Catalog
+from ..domain.queues import UPDATABLE, Catalog
 from ..domain.receive.roster import Roster, describe
 from ..domain.receive.stream import Receiver
 from ..edge import auth, codec, requests, status
@@ -57,9 +57,7 @@ RATE_STEP = 10
 """Seconds per point of the rate charts (the last rates.HISTORY seconds)."""
 MESSAGE_ACTIONS = ("delete", "release", "redrive")
 """POST /api/queues/NAME/messages/ACTION {"key": [...], "to": QUEUE}: one message's action."""
-SETTINGS = ("lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue",
-            "message_retention_duration", "archive_duration", "max_in_flight_per_key", "concurrency_key",
-            "rate_limit", "rate_limit_burst", "enable_message_ordering")
+SETTINGS = tuple(field for field in UPDATABLE if field not in ("disable_send", "disable_delivery"))
 """POST /api/queues/NAME/settings {FIELD: VALUE, ...}: UpdateQueue of those (spanq.v1 Queue's JSON form:
 durations as "30s"); the pauses have their own action."""
 ONE_MICROSECOND = timedelta(microseconds=1)
