@@ -414,3 +414,18 @@ async def test_the_limits_effect_is_in_the_metrics(server, stub, sql):
     assert value(samples, "spanq_queue_key_limited_messages", queue="paced") == 0
     assert value(samples, "spanq_queue_rate_limited_messages_total", queue="paced") == 3
     assert value(samples, "spanq_queue_rate_limited_messages_total", queue="keyed") == 0
+
+
+async def test_messages_held_behind_their_ordering_key_are_in_the_metrics(server, stub, sql):
+    await create_queue(stub, "ordered", payload_type=queue_pb2.STRING, enable_message_ordering=True)
+    await create_queue(stub, "plain", payload_type=queue_pb2.STRING)
+    await send(stub, "ordered", *[text_message(f"a{n}", "p", ordering_key="a") for n in range(3)],
+               text_message("free", "p"))
+    await send(stub, "plain", text_message("m", "p"))
+    samples = await scrape(server)
+    assert value(samples, "spanq_queue_ordering_held_messages", queue="ordered") == 2
+    assert value(samples, "spanq_queue_ordering_held_messages", queue="plain") == 0
+    # The key's head acked, the next one is its head and no longer held.
+    sql.execute("DELETE FROM ordered WHERE id = 'a0'")
+    sql.commit()
+    await eventually(server, lambda s: value(s, "spanq_queue_ordering_held_messages", queue="ordered") == 1)

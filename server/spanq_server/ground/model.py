@@ -140,6 +140,8 @@ class QueueGauges:
     """Messages ready for a batch that the queue's rate limit kept back, since the limit was set."""
     key_limited: int = 0
     """Due messages whose key is at max_in_flight_per_key now, counted up to the cap."""
+    ordering_held: int = 0
+    """Messages waiting behind an earlier message of their ordering key, counted up to the cap."""
 
 
 # The per-message values of the receive and ack paths are NamedTuples: immutable

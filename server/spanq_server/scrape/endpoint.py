@@ -221,6 +221,9 @@ def _queue_families(queues: list[QueueGauges]) -> Iterable[Metric]:
     key_limited = GaugeMetricFamily("spanq_queue_key_limited_messages", "Due messages whose key value is at the "
                                     f"queue's max_in_flight_per_key (they wait for a lease of their key to end), "
                                     f"counted up to {COUNT_CAP}.", labels=["queue"])
+    held = GaugeMetricFamily("spanq_queue_ordering_held_messages", "Messages of an ordering queue held behind an "
+                             "earlier message of their ordering key (delivered once it is acked or dead-lettered), "
+                             f"counted up to {COUNT_CAP}.", labels=["queue"])
     for q in queues:
         ready.add_metric([q.queue], q.ready)
         stored.add_metric([q.queue], q.stored)
@@ -228,7 +231,8 @@ def _queue_families(queues: list[QueueGauges]) -> Iterable[Metric]:
         dead.add_metric([q.queue], q.dead_lettered)
         rate_limited.add_metric([q.queue], q.rate_limited)
         key_limited.add_metric([q.queue], q.key_limited)
-    yield from (ready, stored, oldest, dead, rate_limited, key_limited)
+        held.add_metric([q.queue], q.ordering_held)
+    yield from (ready, stored, oldest, dead, rate_limited, key_limited, held)
 
 
 STREAMS_HELP = "Receive streams open on this server."

@@ -1256,8 +1256,9 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, true)
 -- a message is never deliverable before it was sent): exact while the queue
 -- holds fewer than `cap` messages, and never more than the true age beyond.
 -- Then the messages moved to its dead-letter queue so far (one row lookup).
--- Last, what its limits hold back: {rate_limited} and {key_limited}, 0 for a
--- queue without them (metrics_rate_limited, metrics_key_limited).
+-- Last, what its limits and its ordering hold back: {rate_limited},
+-- {key_limited} and {ordering_held}, 0 for a queue without them
+-- (metrics_rate_limited, metrics_key_limited, metrics_ordering_held).
 SELECT {queue_name}::text,
        (SELECT count(*) FROM (SELECT FROM {queue} AS m WHERE m.deliver_time <= clock.now
                               LIMIT %(cap)s) AS due),
@@ -1265,7 +1266,7 @@ SELECT {queue_name}::text,
        coalesce(greatest(extract(epoch FROM clock.now - least(sample.oldest,
            (SELECT min(m.deliver_time) FROM {queue} AS m)))::float8, 0), 0),
        coalesce((SELECT c.total FROM spanq.dead_letter_counts AS c WHERE c.queue = {queue_name}), 0),
-       {rate_limited}, {key_limited}
+       {rate_limited}, {key_limited}, {ordering_held}
 FROM (SELECT count(*) AS stored, min(s.spanq_enqueue_time) AS oldest
       FROM (SELECT m.spanq_enqueue_time FROM {queue} AS m LIMIT %(cap)s) AS s) AS sample,
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
@@ -1283,6 +1284,12 @@ coalesce((SELECT b.held_back FROM spanq.rate_buckets AS b WHERE b.queue = {queue
                          AND (SELECT count(*) FROM {queue} AS l
                               WHERE l.{concurrency_key} = m.{concurrency_key}
                                 AND l.spanq_lease_expiration_timestamp > clock.now) >= {max_in_flight_per_key}
+                       LIMIT %(cap)s) AS held)
+
+-- metrics_ordering_held --
+-- An ordering queue's messages held behind an earlier one of their ordering
+-- key (deliver_time 'infinity'), up to `cap` along the deliver_time index.
+(SELECT count(*) FROM (SELECT FROM {queue} AS m WHERE m.deliver_time = 'infinity'
                        LIMIT %(cap)s) AS held)
 
 -- queue_stats --

@@ -234,8 +234,8 @@ class OperatorQueries(Database):
                 return []
             statement = sql.SQL("\nUNION ALL\n").join(_gauges_statement(q) for q in queues)
             cur = await conn.execute(statement, {"cap": cap, "now": now})
-            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead), int(rate), int(key))
-                    for name, ready, stored, age, dead, rate, key in await cur.fetchall()]
+            return [QueueGauges(name, int(ready), int(stored), float(age), int(dead), int(rate), int(key), int(held))
+                    for name, ready, stored, age, dead, rate, key, held in await cur.fetchall()]
 
 
 def _gauges_statement(queue: QueueDef) -> sql.Composed:
@@ -244,13 +244,17 @@ def _gauges_statement(queue: QueueDef) -> sql.Composed:
     name = sql.Literal(queue.name)
     rate: sql.Composable = sql.SQL("0::bigint")
     key: sql.Composable = sql.SQL("0::bigint")
+    held: sql.Composable = sql.SQL("0::bigint")
     if queue.rate_limit is not None:
         rate = query("metrics_rate_limited", queue_name=name)
     if queue.max_in_flight_per_key is not None:
         key = query("metrics_key_limited", queue=names.table,
                     concurrency_key=sql.Identifier(names.concurrency_column().name),
                     max_in_flight_per_key=sql.Literal(queue.max_in_flight_per_key))
-    return query("metrics_queue_gauges", queue=names.table, queue_name=name, rate_limited=rate, key_limited=key)
+    if queue.enable_message_ordering:
+        held = query("metrics_ordering_held", queue=names.table)
+    return query("metrics_queue_gauges", queue=names.table, queue_name=name, rate_limited=rate, key_limited=key,
+                 ordering_held=held)
 
 
 def _key_values(queue: QueueDef, key: Key, params: dict[str, Any]) -> sql.Composable:
