@@ -285,6 +285,16 @@ async def test_the_queue_page_shows_ordering_keys_and_held_messages(ui, browser)
         await expect(page.locator("#messages thead")).to_contain_text("Ordering key")
         await expect(page.locator("#queue-counts")).to_contain_text("held 1")
         await expect(page.locator("#ordering")).to_have_text("on (ordering keys)")
+        # The send form takes an ordering key on such a queue: sent behind 1 and 2, it is held.
+        await page.click("#send-panel summary")
+        await page.fill("#send-key-0", "4")
+        await page.fill("#send-payload", "w")
+        await page.fill("#send-ordering-key", "<i>cart-7</i>")
+        await page.click("#send-submit")
+        await expect(page.locator("#send-result")).to_have_text('Sent: key ["4"].', timeout=LIVE)
+        await expect(page.locator('#messages tr.message[data-key="[\\"4\\"]"] td.state')).to_have_text(
+            "HELD", timeout=LIVE)
+        await expect(page.locator("#queue-counts")).to_contain_text("held 2", timeout=LIVE)
 
 
 async def test_message_ordering_is_turned_on_and_off_from_the_settings_panel(ui, browser, sql):
@@ -782,6 +792,7 @@ async def test_the_send_form_sends_once_per_request_id_and_shows_the_rpcs_errors
     await page.fill("#send-payload", '{"order": 1}')
     await page.select_option("#send-priority", "3")
     await page.fill("#send-headers", "source=console\nteam=ops")
+    await expect(page.locator("#send-ordering-key")).to_have_count(0)  # not an ordering queue
     await loaded(page)  # typing survives a redraw
     await expect(page.locator("#send-payload")).to_have_value('{"order": 1}')
     await page.click("#send-submit")

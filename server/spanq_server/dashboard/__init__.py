@@ -373,7 +373,7 @@ class Dashboard:
 
     async def _send(self, request: Request, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """The send form: {"request_id", "key": [...], "payload": TEXT, "delay": SECONDS, "headers":
-        "KEY=VALUE" lines, "priority": 0-9}, sent as spanq.v1 Send is (edge/requests.py): the same
+        "KEY=VALUE" lines, "priority": 0-9, "ordering_key": TEXT}, sent as spanq.v1 Send is (edge/requests.py): the same
         checks and errors, and a request_id sent again answers its first send (replayed)."""
         self._require(request, self._principal(request), "Send", queue_pb2.SendRequest(queue=name))
         queue = await self._catalog.get(name)
@@ -397,6 +397,9 @@ class Dashboard:
         if not (priority.isascii() and priority.isdigit()):
             raise errors.InvalidArgument(f"priority must be a whole number from 0 to 9, got {priority[:40]!r}")
         message["priority"] = int(priority)
+        ordering_key = _text(body, "ordering_key")
+        if ordering_key:
+            message["ordering_key"] = ordering_key  # checked by the send (its length; the queue's ordering)
         rpc = _parse({"queue": name, "request_id": _text(body, "request_id"), "messages": [message]},
                      queue_pb2.SendRequest())
         return _dict(await requests.send(self._catalog, self._once, rpc))

@@ -398,6 +398,8 @@ function sendForm(name, info, state) {
     field(box, "payload", `Payload (${q.payload_type})`, {tag: "textarea", id: "send-payload", placeholder: PAYLOAD_HINT[q.payload_type]}, renew),
     field(box, "delay", "Delay (seconds)", {id: "send-delay", type: "number", step: "any", placeholder: "0", size: 6}, renew),
     field(box, "priority", "Priority", {tag: "select", id: "send-priority", options: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]}, renew),
+    // Only an ordering queue takes a key (any other refuses it): the field is shown for those alone.
+    q.enable_message_ordering ? field(box, "ordering_key", "Ordering key", {id: "send-ordering-key", type: "text", placeholder: "none", size: 24}, renew) : null,
     field(box, "headers", "Headers (KEY=VALUE, one a line)", {tag: "textarea", id: "send-headers", rows: 2, placeholder: "source=console"}, renew),
     el("p", {},
       el("button", {type: "submit", id: "send-submit", disabled: !info.may_send,
@@ -416,7 +418,8 @@ async function send(name, info, box) {
   const d = box.draft;
   try {
     const result = await (await api(`/api/queues/${encodeURIComponent(name)}/send`, {method: "POST", body: JSON.stringify({
-      request_id: box.id, key, payload: d.payload || "", delay: d.delay || "", headers: d.headers || "", priority: d.priority || "0"})})).json();
+      request_id: box.id, key, payload: d.payload || "", delay: d.delay || "", headers: d.headers || "", priority: d.priority || "0",
+      ordering_key: d.ordering_key || ""})})).json();
     box.result = {text: result.replayed
       ? `Already sent with request id ${box.id}: nothing stored again (change a field, or New, to send another).`
       : `Sent: key ${JSON.stringify(result.keys[0])}.`};
