@@ -140,7 +140,6 @@ def test_anything_outside_the_subset_is_invalid_argument_naming_it(text: str, wo
 
 @pytest.mark.parametrize("text,words", [
     ("CREATE TABLE T (A INT64, B INTERVAL) PRIMARY KEY (A)", "INTERVAL"),
-    ("CREATE TABLE T (A INT64) PRIMARY KEY (A DESC)", "DESC"),
     ("CREATE TABLE T (A STRING) PRIMARY KEY (A)", "length"),
     ("CREATE TABLE T (A ARRAY<ARRAY<INT64>>) PRIMARY KEY (A)", "ARRAY of ARRAYs"),
     ("CREATE TABLE T (A INT64 DEFAULT (1)) PRIMARY KEY (A)", "DEFAULT"),

@@ -53,7 +53,6 @@ def test_names_fold_ascii_letters_only() -> None:
     ("CREATE TABLE T (Id INT64) PRIMARY KEY (Id)", "only CREATE QUEUE"),
     ("CREATE QUEUE Q (Id FLOAT64, Payload BYTES(MAX)) PRIMARY KEY (Id)", "FLOAT64"),
     ("CREATE QUEUE Q (Id INT64, Payload BYTES) PRIMARY KEY (Id)", "needs a length"),
-    ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id DESC)", "DESC"),
     ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id), OPTIONS (receive_mode = 'PUSH')", "PULL"),
     ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id) garbage", "end of the statement"),
 ])

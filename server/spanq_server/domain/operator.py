@@ -89,14 +89,15 @@ class Operator:
     async def select(self, queue: QueueDef, *, key_equals: Sequence[tuple[str, Any]] = (),
                      deliver_time_bounds: Sequence[tuple[str, datetime | None, timedelta]] = (),
                      order_by: str | None = None, descending: bool = False, limit: int | None = None,
-                     ) -> list[tuple[Key, Any, datetime]]:
+                     key_descending: Sequence[bool] = ()) -> list[tuple[Key, Any, datetime]]:
         """Messages (key, payload, deliver_time) as a read outside any transaction sees them,
         leasing none (the Spanner front-end's SELECT ... FROM q): key_equals names key columns
         and values; deliver_time_bounds are (operator, instant or None for now, offset);
-        order_by is a key column or deliver_time (default: the primary key)."""
+        order_by is a key column or deliver_time (default: the primary key, each column in
+        its direction of key_descending, as a Spanner DDL declared them)."""
         return await self._store.messages_select(
             None, queue, key_equals=key_equals, deliver_time_bounds=deliver_time_bounds, order_by=order_by,
-            descending=descending, limit=limit, now=self._clock.now())
+            descending=descending, limit=limit, key_descending=key_descending, now=self._clock.now())
 
     async def peek(self, name: str, page_size: int, page_token: str, where: PeekFilter = PeekFilter(), *,
                    archived: bool = False) -> tuple[QueueDef, list[PeekedMessage], str]:

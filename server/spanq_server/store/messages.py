@@ -285,12 +285,13 @@ class MessageTables(Database):
         self, handle: Handle | None, queue: QueueDef, *, key_equals: Sequence[tuple[str, Any]] = (),
         deliver_time_bounds: Sequence[tuple[str, datetime | None, timedelta]] = (),
         order_by: str | None = None, descending: bool = False, limit: int | None = None,
-        now: datetime | None = None,
+        key_descending: Sequence[bool] = (), now: datetime | None = None,
     ) -> list[tuple[Key, Any, datetime]]:
         """Reads messages (key, payload, deliver_time) without leasing them: a plain
         SELECT over the queue. key_equals names key columns and values;
         deliver_time_bounds are (operator, instant or None for now, offset);
-        order_by is a key column or deliver_time (default: the primary key). With a
+        order_by is a key column or deliver_time (default: the primary key, each
+        column in its direction of key_descending, ascending where it gives none). With a
         handle, inside that transaction (seeing its own writes); else autocommitted."""
         names = QueueStatements(queue)
         types = {c.name: c.type for c in queue.key_columns}
@@ -309,8 +310,12 @@ class MessageTables(Database):
         params["now"] = now
         direction = sql.SQL(" DESC" if descending else "")
         if order_by is None:
-            order = sql.SQL(", ").join(sql.SQL("{}{}").format(sql.Identifier("m", c.name), direction)
-                                       for c in queue.key_columns)
+            # A mixed-direction key is sorted here (no index has its order: one would cost every
+            # send and ack a write for a read that operators, not receivers, make).
+            flipped = list(key_descending) + [False] * (len(queue.key_columns) - len(key_descending))
+            order = sql.SQL(", ").join(sql.SQL("{}{}").format(sql.Identifier("m", c.name),
+                                                              sql.SQL(" DESC" if descending != d else ""))
+                                       for c, d in zip(queue.key_columns, flipped))
         else:
             if order_by != "deliver_time" and order_by not in types:
                 raise errors.InvalidArgument(f"cannot order queue {queue.name!r} by {order_by!r}")

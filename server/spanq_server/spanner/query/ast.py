@@ -237,6 +237,8 @@ class CreateTable:
     parent: str | None = None
     on_delete_cascade: bool = False
     if_not_exists: bool = False
+    descending: tuple[str, ...] = ()
+    """The primary-key columns declared DESC."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,6 +436,8 @@ class CreateQueue:
     on_delete_cascade: bool = True
     options: QueueOptions = QueueOptions()
     row_deletion: RowDeletionPolicy | None = None
+    descending: tuple[str, ...] = ()
+    """The primary-key columns declared DESC (GoogleSQL)."""
 
 
 @dataclasses.dataclass(frozen=True)

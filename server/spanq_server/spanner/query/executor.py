@@ -296,7 +296,8 @@ class Executor:
             if limit < 0:
                 raise errors.InvalidArgument("LIMIT cannot be negative")
         query: dict[str, Any] = dict(key_equals=key_equals, deliver_time_bounds=bounds, order_by=order_by,
-                     descending=s.descending, limit=limit)
+                     descending=s.descending, limit=limit,
+                     key_descending=[spelling.descending(c.name) for c in queue.key_columns])
         if use.read_only:
             found = await self._operator.select(queue, **query)
         else:
@@ -495,10 +496,8 @@ class Executor:
             raise errors.InvalidArgument("Read's limit cannot be negative")
         items = tuple(ast.Item(fold(c)) for c in request.columns)
         limit = ast.Literal(request.limit, ast.INT64) if request.limit else None
-        first_key = queue.key_columns[0].name
-        if request.key_set.all_:  # "all" in the proto; proto-plus names it all_
-            return await self._select(queue, ast.QueueSelect(queue.name, items, order_by=first_key, limit=limit),
-                                      struct_pb2.Struct(), use)
+        if request.key_set.all_:  # "all" in the proto; proto-plus names it all_; in key order, as declared
+            return await self._select(queue, ast.QueueSelect(queue.name, items, limit=limit), struct_pb2.Struct(), use)
         result: Result | None = None
         rows: list[list[struct_pb2.Value]] = []
         for i, key in enumerate(request.key_set.keys):
@@ -645,6 +644,8 @@ class Executor:
                                        f"{statement.interleave_in}")
         if not ns.owns(queue.name):
             raise errors.InvalidArgument(f"{queue.name!r} is not a name of this database: {RESERVED}")
+        if statement.parent_table:
+            await self._check_parent_order(statement, ns)
         if ns.prefix:
             queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
             parent = queue.parent_table
@@ -665,6 +666,21 @@ class Executor:
             raise
         await self.names.record(queue.name, database, Spelling.of_ddl(statement, ns.pg))
         return queue.name
+
+    async def _check_parent_order(self, s: ast.CreateQueue, ns: Scope) -> None:
+        """A queue INTERLEAVE IN PARENT a table (or queue) of the database starts its key with the
+        parent's in the parent's order, as Spanner asks of an interleaved child: rows of one parent
+        are together, in one order (a DESC column of the parent is DESC in the queue)."""
+        assert s.parent_table is not None
+        parent = (await self.tables.schema(ns, [s.parent_table])).get(s.parent_table)
+        if parent is None:
+            return  # not the database's: the catalog's checks say what is wrong
+        mine = [(k, k in s.descending) for k in s.primary_key]
+        theirs = [(c.name, d) for c, d in parent.key_order]
+        if any(d != e for (_, d), (_, e) in zip(mine, theirs)):
+            raise errors.FailedPrecondition(
+                f"CREATE QUEUE {dict(s.spelled).get(s.name, s.name)}: INTERLEAVE IN PARENT {parent.spelled}: the queue's key must start with the "
+                f"parent's in its order ({', '.join(c.spelled + (' DESC' if d else '') for c, d in parent.key_order)})")
 
     async def _is_relation(self, ns: Scope, name: str) -> bool:
         """Whether a (folded) name is a table or a queue of the database."""
@@ -900,7 +916,8 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
 
     columns = [column(c.name, c.type) for c in queue.key_columns] + [column("payload", queue.payload_type)]
     text = f"CREATE QUEUE {spelling.queue} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
-    text += ", ".join(spelling.column(c.name) for c in queue.key_columns) + ")"
+    text += ", ".join(spelling.column(c.name) + (" DESC" if spelling.descending(c.name) else "")
+                      for c in queue.key_columns) + ")"
     if parent:
         text += f",\n  INTERLEAVE IN PARENT {parent} ON DELETE {_on_delete(queue)}"
     elif spelling.ddl.get("interleave_in"):

@@ -43,11 +43,16 @@ class Spelling:
     """Declared in Spanner's PostgreSQL dialect: its results name the system columns so."""
     ddl: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What else the DDL declared that GetDatabaseDdl lists and the catalog does not hold:
-    ``types`` (folded column -> its type as written), ``hidden`` (columns), ``interleave_in``
-    (a table, without PARENT), ``locality_group``, ``receive_mode`` (written)."""
+    ``types`` (folded column -> its type as written), ``hidden`` (columns), ``descending`` (the
+    key columns declared DESC), ``interleave_in`` (a table, without PARENT), ``locality_group``,
+    ``receive_mode`` (written)."""
 
     def hidden(self, name: str) -> bool:
         return name in self.ddl.get("hidden", ())
+
+    def descending(self, name: str) -> bool:
+        """Whether a key column was declared DESC: the queue's rows are in that order by key."""
+        return name in self.ddl.get("descending", ())
 
     def column(self, name: str) -> str:
         return self.columns.get(name) or (PG_STANDARD if self.pg else STANDARD).get(name, name)
@@ -67,6 +72,7 @@ class Spelling:
         spelled = dict(statement.spelled)
         columns = {name: spelled.get(name, name) for name, _ in statement.columns}
         ddl: dict[str, Any] = {"types": dict(statement.declared), "hidden": list(statement.hidden),
+                               "descending": list(statement.descending),
                                "interleave_in": statement.interleave_in,
                                "locality_group": statement.options.locality_group,
                                "receive_mode": statement.options.receive_mode}

@@ -17,7 +17,7 @@ surface's, and a statement neither has is the table subset's if it names a table
 the chosen grammar refuses is its error.
 
     CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
-        PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
+        PRIMARY KEY (k1 [ASC | DESC], ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
         [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
     ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
         | {ADD | REPLACE} ROW DELETION POLICY (...) | DROP ROW DELETION POLICY }
@@ -36,7 +36,7 @@ CURRENT_TIMESTAMP(), or TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n
 SECOND|MINUTE|HOUR|DAY|MILLISECOND); names, backquoted or not, are folded to lower case
 by ``fold`` (CREATE QUEUE also keeps them as written, which results show).
 
-    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c, ...)
+    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c [ASC | DESC], ...)
         [, INTERLEAVE IN PARENT p [ON DELETE CASCADE | ON DELETE NO ACTION]]
     DROP TABLE [IF EXISTS] t
     CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] i ON t (c [ASC|DESC], ...) [STORING (c, ...)]
@@ -628,7 +628,7 @@ class Parser(Cursor):
         columns: list[tuple[str, ColumnType]] = []
         declared: list[tuple[str, str]] = []
         hidden: list[str] = []
-        key: list[str] = []
+        key: list[tuple[str, bool]] = []
         while not self.accept_punct(")"):
             if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
                 key = self.primary_key()
@@ -642,7 +642,7 @@ class Parser(Cursor):
                     hidden.append(column.name)
                 if self.pg and self.accept_word("primary"):
                     self.word("key")
-                    key.append(columns[-1][0])
+                    key.append((columns[-1][0], False))
             if not self.accept_punct(","):
                 self.punct(")")
                 break
@@ -672,8 +672,9 @@ class Parser(Cursor):
             else:
                 raise self.error("INTERLEAVE IN [PARENT], ROW DELETION POLICY or OPTIONS")
         self.end()
-        return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled), tuple(declared),
-                           tuple(hidden), interleave_in, cascade, options, policy)
+        return CreateQueue(name, tuple(columns), tuple(k for k, _ in key), parent, if_not_exists, tuple(spelled),
+                           tuple(declared), tuple(hidden), interleave_in, cascade, options, policy,
+                           tuple(k for k, descending in key if descending))
 
     def interleave(self) -> tuple[str, bool, bool | None]:
         """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, folded after
@@ -715,7 +716,8 @@ class Parser(Cursor):
         self.punct(")")
         return ast.RowDeletionPolicy(column, int(days.value))
 
-    def primary_key(self) -> list[str]:
+    def primary_key(self) -> list[tuple[str, bool]]:
+        """PRIMARY KEY (k [ASC | DESC], ...): each column and whether it is DESC."""
         self.word("primary")
         self.word("key")
         self.punct("(")
@@ -815,12 +817,17 @@ class Parser(Cursor):
             base = Now(total)
         return base
 
-    def key_part(self) -> str:
+    def key_part(self) -> tuple[str, bool]:
+        """A primary-key column and whether it is DESC (GoogleSQL's queues; Spanner's PostgreSQL
+        dialect orders a key ascending only)."""
         name = self.loose_name("a primary-key column")
         if self.accept_word("desc"):
-            raise InvalidArgument(f"primary-key column {name!r}: DESC keys are not supported on spanq queues")
+            if self.pg:
+                raise InvalidArgument(f"primary-key column {name!r}: DESC keys are not supported in PostgreSQL-dialect "
+                                      "databases (a GoogleSQL database's queues and tables take them)")
+            return name, True
         self.accept_word("asc")
-        return name
+        return name, False
 
     def option_list(self) -> dict[str, Value]:
         """( name = value, ... )."""
@@ -1211,11 +1218,13 @@ class Parser(Cursor):
         self.word("key")
         self.punct("(")
         key: list[str] = []
+        descending: list[str] = []
         while not self.accept_punct(")"):
             column = self.name("a primary-key column")[0]
             if self.accept_word("desc"):
-                raise self.unsupported(f"DESC in the primary key (column {column!r})")
-            self.accept_word("asc")
+                descending.append(column)
+            else:
+                self.accept_word("asc")
             key.append(column)
             if not self.accept_punct(","):
                 self.punct(")")
@@ -1228,7 +1237,8 @@ class Parser(Cursor):
                 raise self.unsupported("ROW DELETION POLICY")
             else:
                 raise self.error("INTERLEAVE IN PARENT")
-        return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists)
+        return CreateTable(name, spelled, tuple(columns), tuple(key), parent, cascade, if_not_exists,
+                           tuple(descending))
 
     def alter_table(self) -> ast.AlterTable:
         self.word("alter")

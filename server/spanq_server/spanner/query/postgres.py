@@ -105,7 +105,25 @@ def create_table(table: TableDef, parent: TableDef | None) -> list[sql.Composed]
             sql.SQL(", ").join(sql.Identifier(c.pg) for c in table.key[:width]), table_id(parent.name),
             sql.SQL(", ").join(sql.Identifier(c.pg) for c in parent.key),
             sql.SQL("CASCADE" if table.on_delete_cascade else "NO ACTION")))
-    return [sql.SQL("CREATE TABLE {} (\n    {}\n)").format(table_id(table.name), sql.SQL(",\n    ").join(columns))]
+    statements = [sql.SQL("CREATE TABLE {} (\n    {}\n)").format(table_id(table.name),
+                                                                 sql.SQL(",\n    ").join(columns))]
+    directions = {d for _, d in table.key_order}
+    if len(directions) > 1:
+        # PostgreSQL's primary key (what foreign keys and ON CONFLICT name) is ascending: PRIMARY KEY
+        # USING INDEX takes only an index of the default order. A key of mixed directions also gets
+        # this index in its own order, so that reads in key order (Read, key ranges) walk an index
+        # rather than sort; one of a single direction walks the primary key's, backwards if DESC.
+        statements.append(sql.SQL("CREATE UNIQUE INDEX {} ON {} ({})").format(
+            sql.Identifier(key_order_index(table.name)), table_id(table.name),
+            sql.SQL(", ").join(sql.SQL("{}{}").format(sql.Identifier(c.pg), sql.SQL(" DESC" if d else ""))
+                               for c, d in table.key_order)))
+    return statements
+
+
+def key_order_index(table: str) -> str:
+    """The index of a mixed-direction key's order: ``$`` is in no Spanner name, so no index
+    a DDL names can take it."""
+    return table + "$key"
 
 
 def _column(c: Col) -> sql.Composed:
@@ -763,24 +781,38 @@ class KeyRange:
 
 
 def key_condition(key: Sequence[Col], keys: Sequence[Sequence[Any]], ranges: Sequence[KeyRange],
-                  params: dict[str, Any], alias: str | None = None) -> sql.Composable:
-    """A KeySet as a condition on the key columns (a range's bounds may be prefixes of the key)."""
+                  params: dict[str, Any], alias: str | None = None,
+                  descending: Sequence[bool] = ()) -> sql.Composable:
+    """A KeySet as a condition on the key columns (a range's bounds may be prefixes of the key).
+    A range runs in the key's order, each column in its direction (``descending``, ascending
+    where not given): on a DESC column its start is the greater value (keys.proto's
+    ``start_closed: ["100"], end_closed: ["1"]``)."""
     def ref(c: Col) -> sql.Identifier:
         return sql.Identifier(alias, c.pg) if alias else sql.Identifier(c.pg)
 
-    def holders(values: Sequence[Any]) -> sql.Composable:
-        out = []
+    def placeholders(values: Sequence[Any]) -> list[sql.Composable]:
+        out: list[sql.Composable] = []
         for c, v in zip(key, values):
             name = f"k{len(params)}"
             params[name] = v
             out.append(sql.SQL("{}::{}").format(sql.Placeholder(name), _cast_type(c.type)))
-        return sql.SQL(", ").join(out)
+        return out
+
+    def holders(values: Sequence[Any]) -> sql.Composable:
+        return sql.SQL(", ").join(placeholders(values))
 
     def columns(width: int, keyword: str = "ROW") -> sql.Composable:
         return sql.SQL(keyword + "({})").format(sql.SQL(", ").join(ref(c) for c in key[:width]))
 
     def bound(values: Sequence[Any]) -> tuple[sql.Composable, sql.Composable]:
         return columns(len(values)), sql.SQL("ROW({})").format(holders(values))
+
+    directions = list(descending) + [False] * (len(key) - len(descending))
+
+    def compare(values: Sequence[Any], after: bool, closed: bool) -> sql.Composable:
+        """The key's first len(values) columns after (``after``) or before the bound in key order,
+        or at it when ``closed``."""
+        return ordered([ref(c) for c in key], placeholders(values), directions, after, closed)
 
     if len(ranges) > MAX_RANGES:
         raise InvalidArgument(f"the KeySet has {len(ranges):,} ranges, more than spanq's {MAX_RANGES:,}: each is a "
@@ -800,16 +832,42 @@ def key_condition(key: Sequence[Col], keys: Sequence[Sequence[Any]], ranges: Seq
     for r in ranges:
         conditions: list[sql.Composable] = []
         if r.start:
-            left, right = bound(r.start)
-            conditions.append(sql.SQL("{} {} {}").format(left, sql.SQL(">=" if r.start_closed else ">"), right))
+            conditions.append(compare(r.start, True, r.start_closed))
         if r.end:
-            left, right = bound(r.end)
-            conditions.append(sql.SQL("{} {} {}").format(left, sql.SQL("<=" if r.end_closed else "<"), right))
+            conditions.append(compare(r.end, False, r.end_closed))
         parts.append(sql.SQL("({})").format(sql.SQL(" AND ").join(conditions)) if conditions else sql.SQL("true"))
     if not parts:
         return sql.SQL("false")
     check_params(len(params), "the KeySet")
     return sql.SQL("({})").format(sql.SQL(" OR ").join(parts))
+
+
+_OPERATORS = {(True, True): ">=", (True, False): ">", (False, True): "<=", (False, False): "<"}
+"""(after the bound, the bound included) -> the comparison, in ascending order."""
+
+
+def ordered(refs: Sequence[sql.Composable], values: Sequence[sql.Composable], descending: Sequence[bool],
+            after: bool, closed: bool) -> sql.Composable:
+    """Columns ``refs[:len(values)]`` after (or before) ``values`` in the order of their
+    directions, lexicographically; at them too when ``closed``. Each leading run of columns
+    of one direction is one row comparison, so that an index on the key bounds its scan:
+    ``(a, b) > (x, y)`` ascending then DESC is ``ROW(a) >= ROW(x) AND (ROW(a) > ROW(x) OR
+    (ROW(a) = ROW(x) AND ROW(b) < ROW(y)))``."""
+    width = len(values)
+    descending = descending[:width]
+    run = next((i for i in range(1, width) if descending[i] != descending[0]), width)
+    later = after != descending[0]  # in PostgreSQL's (ascending) terms
+
+    def row(items: Sequence[sql.Composable]) -> sql.Composable:
+        return sql.SQL("ROW({})").format(sql.SQL(", ").join(items))
+
+    left, right = row(refs[:run]), row(values[:run])
+    if run == width:
+        return sql.SQL("{} {} {}").format(left, sql.SQL(_OPERATORS[later, closed]), right)
+    rest = ordered(refs[run:], values[run:], descending[run:], after, closed)
+    return sql.SQL("({} {} {} AND ({} {} {} OR ({} = {} AND {})))").format(
+        left, sql.SQL(_OPERATORS[later, True]), right, left, sql.SQL(_OPERATORS[later, False]), right,
+        left, right, rest)
 
 
 def batches(rows: Sequence[Any], width: int) -> list[Sequence[Any]]:

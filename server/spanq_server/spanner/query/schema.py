@@ -64,6 +64,8 @@ class TableDef:
     on_delete_cascade: bool = False
     queue: bool = False
     """A queue, seen as a table: read only (its writes are sends and acks)."""
+    descending: tuple[str, ...] = ()
+    """The primary-key columns declared DESC: rows are in key order, each column in its direction."""
 
     def column(self, name: str) -> Col | None:
         return next((c for c in self.columns if c.name == name), None)
@@ -72,18 +74,26 @@ class TableDef:
     def key(self) -> tuple[Col, ...]:
         return tuple(c for k in self.primary_key for c in self.columns if c.name == k)
 
+    @property
+    def key_order(self) -> tuple[tuple[Col, bool], ...]:
+        """The key's columns, each with whether it is DESC: the rows' order (Read's, a KeyRange's)."""
+        return tuple((c, c.name in self.descending) for c in self.key)
+
     def as_json(self) -> dict[str, Any]:
-        return {"spelled": self.spelled, "primary_key": list(self.primary_key), "parent": self.parent,
-                "on_delete_cascade": self.on_delete_cascade,
-                "columns": [{"name": c.name, "spelled": c.spelled, "type": c.type.as_json(), "not_null": c.not_null,
-                             "commit_timestamp": c.commit_timestamp} for c in self.columns]}
+        out = {"spelled": self.spelled, "primary_key": list(self.primary_key), "parent": self.parent,
+               "on_delete_cascade": self.on_delete_cascade,
+               "columns": [{"name": c.name, "spelled": c.spelled, "type": c.type.as_json(), "not_null": c.not_null,
+                            "commit_timestamp": c.commit_timestamp} for c in self.columns]}
+        if self.descending:  # absent in the definitions of tables made before DESC keys
+            out["descending"] = list(self.descending)
+        return out
 
     @staticmethod
     def of_json(name: str, data: dict[str, Any]) -> "TableDef":
         columns = tuple(Col(c["name"], c["spelled"], SpannerType.of_json(c["type"]), c["name"], bool(c["not_null"]),
                             bool(c.get("commit_timestamp"))) for c in data["columns"])
         return TableDef(name, data["spelled"], columns, tuple(data["primary_key"]), data.get("parent"),
-                        bool(data.get("on_delete_cascade")))
+                        bool(data.get("on_delete_cascade")), descending=tuple(data.get("descending") or ()))
 
 
 def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
@@ -105,7 +115,8 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
         if col.name in statement.primary_key and col.type.code in ("ARRAY", "JSON"):
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {col.spelled!r} of type "
                                   f"{col.type.ddl()} cannot be part of the primary key")
-    return TableDef(name, statement.spelled, columns, statement.primary_key, parent, statement.on_delete_cascade)
+    return TableDef(name, statement.spelled, columns, statement.primary_key, parent, statement.on_delete_cascade,
+                    descending=statement.descending)
 
 
 def schema_col(c: ColumnDef) -> Col:
@@ -174,7 +185,7 @@ def table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None, 
         lines.append(line + ",")
     spelled = {c.name: c.spelled for c in table.columns}
     text = f"CREATE TABLE {table.spelled} (\n" + "\n".join(lines) + "\n) PRIMARY KEY("
-    text += ", ".join(spelled[k] for k in table.primary_key) + ")"
+    text += ", ".join(spelled[k] + (" DESC" if k in table.descending else "") for k in table.primary_key) + ")"
     if table.parent:
         text += f",\n  INTERLEAVE IN PARENT {(declared or {}).get(table.parent) or table.parent.removeprefix(ns)}"
         text += " ON DELETE CASCADE" if table.on_delete_cascade else " ON DELETE NO ACTION"

@@ -117,7 +117,8 @@ class Tables:
                                "payload", True))
             columns.append(Col("delivertime", spelling.column("delivertime"), ast.TIMESTAMP, "deliver_time"))
             out[name] = TableDef(queue.name, spelling.queue, tuple(columns),
-                                 tuple(c.name for c in queue.key_columns), queue=True)
+                                 tuple(c.name for c in queue.key_columns), queue=True,
+                                 descending=tuple(c.name for c in queue.key_columns if spelling.descending(c.name)))
         return out
 
     async def any_table(self, ns: Scope, names: Iterable[str]) -> bool:
@@ -277,10 +278,12 @@ class Tables:
         if not keys and not ranges:
             return None
         steps = []  # in statements of at most t.MAX_PARAMS values each
+        directions = [d for _, d in table.key_order]
         for part_keys, part_ranges in ([(p, []) for p in t.batches(keys, len(table.key))]
                                        + [([], p) for p in t.batches(ranges, 2 * len(table.key))]):
             params: dict[str, Any] = {}
-            steps.append((t.delete_rows(table, t.key_condition(table.key, part_keys, part_ranges, params)), params))
+            condition = t.key_condition(table.key, part_keys, part_ranges, params, descending=directions)
+            steps.append((t.delete_rows(table, condition), params))
         return self._steps(table.name, [], steps, what, max(1, len(keys)))
 
     # -- Read / StreamingRead ---------------------------------------------------------
@@ -298,7 +301,7 @@ class Tables:
             columns.append(column)
         if request.limit < 0:
             raise errors.InvalidArgument("Read's limit cannot be negative")
-        order: list[tuple[Col, bool]] = [(c, False) for c in table.key]
+        order: list[tuple[Col, bool]] = list(table.key_order)
         if request.index:
             found = await self._store.table_definitions([ns.prefix + fold(request.index)])
             index = next((IndexDef.of_json(n, d) for n, kind, d in found if kind == "index"), None)
@@ -311,7 +314,7 @@ class Tables:
         condition: sql.Composable | None = None
         if not request.key_set.all_:
             keys, ranges = self._keys(key, request.key_set, what, prefix_ok=bool(request.index))
-            condition = t.key_condition(key, keys, ranges, params)
+            condition = t.key_condition(key, keys, ranges, params, descending=[d for _, d in order])
         statement = t.read(table, columns, order, condition, request.limit or None, not use.read_only, params)
         if use.read_only:
             rows = await self._store.table_read(statement, params, what)
@@ -360,12 +363,13 @@ class Tables:
         table = table_of(s, name, parent.name if parent else None)
         if parent is not None:
             width = len(parent.primary_key)
-            mine = table.key[:width]
-            if len(mine) < width or any(a.name != b.name or a.type.code != b.type.code
-                                        for a, b in zip(mine, parent.key)):
+            mine = table.key_order[:width]
+            if len(mine) < width or any(a.name != b.name or a.type.code != b.type.code or d != e
+                                        for (a, d), (b, e) in zip(mine, parent.key_order)):
                 raise errors.FailedPrecondition(
                     f"Table {s.spelled} references parent table {parent.spelled}: its primary key must start with "
-                    f"the parent's ({', '.join(f'{c.spelled} {c.type.ddl()}' for c in parent.key)})")
+                    f"the parent's, in its order ("
+                    f"{', '.join(f'{c.spelled} {c.type.ddl()}' + (' DESC' if d else '') for c, d in parent.key_order)})")
         await self._store.table_ddl(t.create_table(table, parent), f"CREATE TABLE {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "table", s.spelled, table.as_json()))
