@@ -478,6 +478,16 @@ class Grant:
 
 
 @dataclasses.dataclass(frozen=True)
+class GrantRole:
+    """GRANT ROLE granted TO ROLE roles (or, ``revoke``, REVOKE ... FROM): each of ``roles``
+    inherits (no longer inherits) the privileges of each of ``granted``, folded."""
+
+    granted: tuple[str, ...]
+    roles: tuple[str, ...]
+    revoke: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class DropQueue:
     name: str
     if_exists: bool = False
@@ -530,7 +540,7 @@ class QueueSelect:
 
 
 QueueDdl = CreateQueue | DropQueue | AlterQueue
-AccessDdl = CreateRole | DropRole | Grant
+AccessDdl = CreateRole | DropRole | Grant | GrantRole
 """Fine-grained access control: database roles and their privileges."""
 QueueQuery = Receive | RenewLease | QueueSelect
 QueueDml = QueueDelete | QueueInsert

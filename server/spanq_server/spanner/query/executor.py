@@ -616,7 +616,7 @@ class Executor:
         if isinstance(statement, ast.AlterQueue):
             await self._alter(statement, database, ns)
             return None
-        if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant)):
+        if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant, ast.GrantRole)):
             async def exists(kind: str, name: str) -> bool:
                 if kind == "queue":
                     return ns.owns(name) and await self._catalog.exists(ns.prefix + name)
