@@ -119,6 +119,46 @@ async def test_hidden_columns_are_left_out_of_select_star_and_returned_when_name
     assert [r[0] for r in rows] == [1]
 
 
+async def test_hidden_columns_are_left_out_of_star_in_joins_and_of_alias_star(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    notes = "CREATE TABLE Notes (NoteId INT64 NOT NULL, Secret STRING(MAX) HIDDEN, Text STRING(MAX)) PRIMARY KEY (NoteId)"
+
+    def fields(database: Any, statement: str) -> tuple[list[str], list[Any]]:
+        with database.snapshot() as snapshot:
+            results = snapshot.execute_sql(statement)
+            rows = list(results)
+            return [f.name for f in results.fields], rows
+
+    def scenario() -> dict[str, Any]:
+        database = make_database("hiddenjoin", [USERS, TASKS, notes])
+        with database.batch() as batch:
+            batch.insert("Users", columns=("UserId", "Name"), values=[(1, "Ada")])
+            batch.insert("Notes", columns=("NoteId", "Secret", "Text"), values=[(1, "s3cret", "hello")])
+        with database.batch() as batch:
+            batch.send(queue="UserTasks", key=[1, "m-1"], payload=base64.b64encode(b"job"))
+        join = " FROM UserTasks t JOIN Users u ON t.UserId = u.UserId"
+        out = {"join *": fields(database, "SELECT *" + join)[0],
+               "t.*": fields(database, "SELECT t.*" + join)[0],
+               "named": fields(database, "SELECT t.MessageId, u.Name" + join)[1],
+               "table *": fields(database, "SELECT * FROM Notes"),
+               "table named": fields(database, "SELECT n.Secret FROM Notes n")[1],
+               "received r.*": fields(database, "SELECT r.* FROM RECEIVE_UserTasks(max_duration => '1s') AS r")}
+        database.reload()
+        out["ddl"] = [s for s in database.ddl_statements if s.startswith("CREATE TABLE Notes")]
+        return out
+
+    out = await run(scenario)
+    assert out["join *"] == ["UserId", "Payload", "DeliverTime", "UserId", "Name"]
+    assert out["t.*"] == ["UserId", "Payload", "DeliverTime"]
+    assert out["named"] == [["m-1", "Ada"]]
+    assert out["table *"] == (["NoteId", "Text"], [[1, "hello"]])
+    assert out["table named"] == [["s3cret"]]
+    assert out["received r.*"][0] == ["UserId", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
+                                      "SpannerLeaseToken", "SpannerLastBatchMessage"]
+    assert [r[0] for r in out["received r.*"][1]] == [1]
+    assert out["ddl"] == ["CREATE TABLE Notes (\n  NoteId INT64 NOT NULL,\n  Secret STRING(MAX) HIDDEN,\n"
+                          "  Text STRING(MAX),\n) PRIMARY KEY(NoteId)"]
+
+
 async def test_disable_send_and_disable_delivery_are_the_durable_pause(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
     queue = ("CREATE QUEUE Jobs (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id), "
              "OPTIONS (disable_send = true)")

@@ -226,6 +226,7 @@ class ColumnDef:
     not_null: bool = False
     commit_timestamp: bool = False
     """OPTIONS (allow_commit_timestamp = true)."""
+    hidden: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -98,9 +98,10 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
     chosen: list[int] = []
     named: list[tuple[str, ColumnType]] = []
     for item in items:
-        if item.column == ast.ALL_COLUMNS:  # r.*
-            chosen += range(len(available))
-            named += [(c.name, c.type) for c in available]
+        if item.column == ast.ALL_COLUMNS:  # r.*: as * gives them, HIDDEN ones left out
+            shown = [i for i, c in enumerate(available) if not c.hidden]
+            chosen += shown
+            named += [(available[i].name, available[i].type) for i in shown]
             continue
         key = PG_SYSTEM.get(item.column, item.column)  # either dialect's names of the system columns
         if key not in by_key:

@@ -1345,10 +1345,13 @@ class Parser(Cursor):
         column_type = self.column_type(name)
         not_null = False
         commit_timestamp = False
+        hidden = False
         while True:
             if self.accept_word("not"):
                 self.word("null")
                 not_null = True
+            elif not self.pg and self.accept_word("hidden"):  # GoogleSQL's: left out of SELECT *
+                hidden = True
             elif self.peek.is_word("default", "as", "generated", "hidden"):
                 raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
             elif self.accept_word("options"):
@@ -1364,7 +1367,7 @@ class Parser(Cursor):
                 commit_timestamp = value.value == "true"
             else:
                 break
-        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp)
+        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp, hidden)
 
     def column_type(self, column: str, in_array: bool = False) -> SpannerType:
         token = self.next()
