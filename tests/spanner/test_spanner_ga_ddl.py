@@ -292,3 +292,68 @@ async def test_on_delete_no_action_keeps_a_parent_row_while_it_has_messages(span
     await run(scenario)
     assert (await run(ddl_of, database))[1].endswith("INTERLEAVE IN PARENT Users ON DELETE NO ACTION")
     assert sql.execute("SELECT parent_cascade FROM spanq.queues WHERE name LIKE 'd%inbox'").fetchone() == (False,)
+
+
+PG_TASKS = ("CREATE QUEUE usertasks (userid bigint NOT NULL, messageid varchar(36) NOT NULL, payload bytea NOT NULL, "
+            "PRIMARY KEY (userid, messageid)) INTERLEAVE IN PARENT users ON DELETE CASCADE "
+            "TTL INTERVAL '7 days' ON deliver_time WITH (receive_mode = 'PULL', locality_group = 'hot')")
+PG_NEAR = ("CREATE QUEUE near (userid bigint NOT NULL, payload text NOT NULL, PRIMARY KEY (userid)) INTERLEAVE IN users "
+           "WITH (disable_delivery = true)")
+
+
+async def test_a_postgresql_queues_options_and_ttl_are_read_and_listed_in_its_dialect(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+
+    def queues_ddl(database: Any) -> dict[str, str]:
+        return {s.split()[2]: s for s in ddl_of(database) if s.startswith("CREATE QUEUE")}
+
+    def scenario() -> dict[str, Any]:
+        instance = spanner.Client(project=PROJECT).instance(INSTANCE)
+        if not instance.exists():
+            instance.create().result(timeout=30)
+        database = instance.database("pgqueues", database_dialect=DatabaseDialect.POSTGRESQL)
+        database.create().result(timeout=30)
+        update_ddl(database, "CREATE TABLE users (userid bigint NOT NULL, name text, PRIMARY KEY (userid))",
+                   PG_TASKS, PG_NEAR)
+        out: dict[str, Any] = {"listed": queues_ddl(database)}
+        # What is listed reads back: IF NOT EXISTS of each is a no-op.
+        update_ddl(database, *[s.replace("CREATE QUEUE", "CREATE QUEUE IF NOT EXISTS", 1)
+                               for s in out["listed"].values()])
+        out["again"] = queues_ddl(database)
+        out["created"] = (catalog(sql, "usertasks"), catalog(sql, "near"))
+        update_ddl(database, "ALTER QUEUE usertasks SET (disable_send = true)",
+                   "ALTER QUEUE usertasks ALTER TTL INTERVAL '1 day' ON deliver_time",
+                   "ALTER QUEUE near RESET (disable_delivery)",
+                   "ALTER QUEUE near ADD TTL INTERVAL '3 days' ON deliver_time")
+        out["altered"] = queues_ddl(database)
+        out["altered catalog"] = (catalog(sql, "usertasks"), catalog(sql, "near"))
+        update_ddl(database, "ALTER QUEUE usertasks DROP TTL")
+        out["dropped"] = catalog(sql, "usertasks")
+        for statement, error in [("ALTER QUEUE usertasks ALTER TTL INTERVAL '2 days' ON deliver_time",
+                                  exceptions.FailedPrecondition),
+                                 ("ALTER QUEUE near ADD TTL INTERVAL '36 hours' ON deliver_time",
+                                  exceptions.InvalidArgument)]:
+            with pytest.raises(error) as failed:
+                update_ddl(database, statement)
+            out[statement] = str(failed.value.message)
+        return out
+
+    out = await run(scenario)
+    tasks = ("CREATE QUEUE usertasks (\n  userid bigint NOT NULL,\n  messageid character varying NOT NULL,\n"
+             "  payload bytea NOT NULL,\n  PRIMARY KEY(userid, messageid)\n) INTERLEAVE IN PARENT users ON DELETE CASCADE")
+    near = ("CREATE QUEUE near (\n  userid bigint NOT NULL,\n  payload character varying NOT NULL,\n"
+            "  PRIMARY KEY(userid)\n) INTERLEAVE IN users")
+    assert out["listed"] == {
+        "usertasks": tasks + " TTL INTERVAL '7 days' ON deliver_time WITH (receive_mode = 'PULL', locality_group = 'hot')",
+        "near": near + " WITH (disable_delivery = true)"}
+    assert out["again"] == out["listed"]
+    assert out["created"] == ((False, False, timedelta(days=7)), (False, True, None))
+    assert out["altered"] == {
+        "usertasks": tasks + " TTL INTERVAL '1 day' ON deliver_time WITH (receive_mode = 'PULL', disable_send = true, "
+                             "locality_group = 'hot')",
+        "near": near + " TTL INTERVAL '3 days' ON deliver_time"}
+    assert out["altered catalog"] == ((True, False, timedelta(days=1)), (False, False, timedelta(days=3)))
+    assert out["dropped"] == (True, False, None)
+    assert "the queue has no row deletion policy; use ADD TTL" in \
+        out["ALTER QUEUE usertasks ALTER TTL INTERVAL '2 days' ON deliver_time"]
+    assert "a queue's TTL is a whole number of days" in out["ALTER QUEUE near ADD TTL INTERVAL '36 hours' ON deliver_time"]
