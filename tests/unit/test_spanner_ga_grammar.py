@@ -32,6 +32,12 @@ G, PG = Dialect.GOOGLESQL, Dialect.POSTGRESQL
     ("REVOKE ROLE reader FROM ROLE a", G, ast.GrantRole(("reader",), ("a",), revoke=True)),
     ("GRANT reader TO a", PG, ast.GrantRole(("reader",), ("a",))),
     ("REVOKE reader, writer FROM a", PG, ast.GrantRole(("reader", "writer"), ("a",), revoke=True)),
+    ("ALTER QUEUE q SET (disable_send = true)", PG, ast.AlterQueue("q", options=ast.QueueOptions(disable_send=True))),
+    ("ALTER QUEUE q RESET (disable_send, locality_group)", PG,
+     ast.AlterQueue("q", options=ast.QueueOptions(reset=frozenset({"disable_send", "locality_group"})))),
+    ("ALTER QUEUE q ALTER TTL INTERVAL '2 days' ON deliver_time", PG,
+     ast.AlterQueue("q", row_deletion="replace", policy=ast.RowDeletionPolicy("deliver_time", 2))),
+    ("ALTER QUEUE q DROP TTL", PG, ast.AlterQueue("q", row_deletion="drop")),
 ])
 def test_statements_read_into_the_syntax_tree(text: str, dialect: Dialect, expected: object) -> None:
     assert parse_ddl(text, dialect) == expected
