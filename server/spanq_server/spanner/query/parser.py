@@ -855,11 +855,11 @@ class Parser(Cursor):
         self.punct(")")
         return found
 
-    def queue_options(self, alter: bool, reset: list[str] | None = None) -> ast.QueueOptions:
+    def queue_options(self, alter: bool, reset_names: list[str] | None = None) -> ast.QueueOptions:
         """A queue's OPTIONS (receive_mode = 'PULL', disable_send = bool, disable_delivery = bool,
-        locality_group = 'name'); NULL resets one (ALTER QUEUE ... SET OPTIONS), as ``reset``
-        names do (PostgreSQL's ALTER QUEUE ... RESET (...))."""
-        found = self.option_list() if reset is None else {key: Literal(None, None) for key in reset}
+        locality_group = 'name'); NULL resets one (ALTER QUEUE ... SET OPTIONS), as a name of
+        ``reset_names`` does (PostgreSQL's ALTER QUEUE ... RESET (...))."""
+        found = self.option_list() if reset_names is None else {k: Literal(None, None) for k in reset_names}
         values: dict[str, Any] = {}
         reset = set()
         for key, value in found.items():
@@ -898,7 +898,7 @@ class Parser(Cursor):
             while self.accept_punct(","):
                 reset.append(self.loose_name("an option name"))
             self.punct(")")
-            found = ast.AlterQueue(name, options=self.queue_options(alter=True, reset=reset))
+            found = ast.AlterQueue(name, options=self.queue_options(alter=True, reset_names=reset))
         elif self.accept_word("set"):
             if self.accept_word("options") or (self.pg and self.at_punct("(")):  # PostgreSQL: SET (...)
                 found = ast.AlterQueue(name, options=self.queue_options(alter=True))
