@@ -119,6 +119,46 @@ async def test_hidden_columns_are_left_out_of_select_star_and_returned_when_name
     assert [r[0] for r in rows] == [1]
 
 
+async def test_hidden_columns_are_left_out_of_star_in_joins_and_of_alias_star(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    notes = "CREATE TABLE Notes (NoteId INT64 NOT NULL, Secret STRING(MAX) HIDDEN, Text STRING(MAX)) PRIMARY KEY (NoteId)"
+
+    def fields(database: Any, statement: str) -> tuple[list[str], list[Any]]:
+        with database.snapshot() as snapshot:
+            results = snapshot.execute_sql(statement)
+            rows = list(results)
+            return [f.name for f in results.fields], rows
+
+    def scenario() -> dict[str, Any]:
+        database = make_database("hiddenjoin", [USERS, TASKS, notes])
+        with database.batch() as batch:
+            batch.insert("Users", columns=("UserId", "Name"), values=[(1, "Ada")])
+            batch.insert("Notes", columns=("NoteId", "Secret", "Text"), values=[(1, "s3cret", "hello")])
+        with database.batch() as batch:
+            batch.send(queue="UserTasks", key=[1, "m-1"], payload=base64.b64encode(b"job"))
+        join = " FROM UserTasks t JOIN Users u ON t.UserId = u.UserId"
+        out = {"join *": fields(database, "SELECT *" + join)[0],
+               "t.*": fields(database, "SELECT t.*" + join)[0],
+               "named": fields(database, "SELECT t.MessageId, u.Name" + join)[1],
+               "table *": fields(database, "SELECT * FROM Notes"),
+               "table named": fields(database, "SELECT n.Secret FROM Notes n")[1],
+               "received r.*": fields(database, "SELECT r.* FROM RECEIVE_UserTasks(max_duration => '1s') AS r")}
+        database.reload()
+        out["ddl"] = [s for s in database.ddl_statements if s.startswith("CREATE TABLE Notes")]
+        return out
+
+    out = await run(scenario)
+    assert out["join *"] == ["UserId", "Payload", "DeliverTime", "UserId", "Name"]
+    assert out["t.*"] == ["UserId", "Payload", "DeliverTime"]
+    assert out["named"] == [["m-1", "Ada"]]
+    assert out["table *"] == (["NoteId", "Text"], [[1, "hello"]])
+    assert out["table named"] == [["s3cret"]]
+    assert out["received r.*"][0] == ["UserId", "Payload", "DeliverTime", "SpannerLeaseExpirationTimestamp",
+                                      "SpannerLeaseToken", "SpannerLastBatchMessage"]
+    assert [r[0] for r in out["received r.*"][1]] == [1]
+    assert out["ddl"] == ["CREATE TABLE Notes (\n  NoteId INT64 NOT NULL,\n  Secret STRING(MAX) HIDDEN,\n"
+                          "  Text STRING(MAX),\n) PRIMARY KEY(NoteId)"]
+
+
 async def test_disable_send_and_disable_delivery_are_the_durable_pause(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
     queue = ("CREATE QUEUE Jobs (Id INT64 NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (Id), "
              "OPTIONS (disable_send = true)")
@@ -252,3 +292,68 @@ async def test_on_delete_no_action_keeps_a_parent_row_while_it_has_messages(span
     await run(scenario)
     assert (await run(ddl_of, database))[1].endswith("INTERLEAVE IN PARENT Users ON DELETE NO ACTION")
     assert sql.execute("SELECT parent_cascade FROM spanq.queues WHERE name LIKE 'd%inbox'").fetchone() == (False,)
+
+
+PG_TASKS = ("CREATE QUEUE usertasks (userid bigint NOT NULL, messageid varchar(36) NOT NULL, payload bytea NOT NULL, "
+            "PRIMARY KEY (userid, messageid)) INTERLEAVE IN PARENT users ON DELETE CASCADE "
+            "TTL INTERVAL '7 days' ON deliver_time WITH (receive_mode = 'PULL', locality_group = 'hot')")
+PG_NEAR = ("CREATE QUEUE near (userid bigint NOT NULL, payload text NOT NULL, PRIMARY KEY (userid)) INTERLEAVE IN users "
+           "WITH (disable_delivery = true)")
+
+
+async def test_a_postgresql_queues_options_and_ttl_are_read_and_listed_in_its_dialect(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    from google.cloud.spanner_admin_database_v1.types import DatabaseDialect
+
+    def queues_ddl(database: Any) -> dict[str, str]:
+        return {s.split()[2]: s for s in ddl_of(database) if s.startswith("CREATE QUEUE")}
+
+    def scenario() -> dict[str, Any]:
+        instance = spanner.Client(project=PROJECT).instance(INSTANCE)
+        if not instance.exists():
+            instance.create().result(timeout=30)
+        database = instance.database("pgqueues", database_dialect=DatabaseDialect.POSTGRESQL)
+        database.create().result(timeout=30)
+        update_ddl(database, "CREATE TABLE users (userid bigint NOT NULL, name text, PRIMARY KEY (userid))",
+                   PG_TASKS, PG_NEAR)
+        out: dict[str, Any] = {"listed": queues_ddl(database)}
+        # What is listed reads back: IF NOT EXISTS of each is a no-op.
+        update_ddl(database, *[s.replace("CREATE QUEUE", "CREATE QUEUE IF NOT EXISTS", 1)
+                               for s in out["listed"].values()])
+        out["again"] = queues_ddl(database)
+        out["created"] = (catalog(sql, "usertasks"), catalog(sql, "near"))
+        update_ddl(database, "ALTER QUEUE usertasks SET (disable_send = true)",
+                   "ALTER QUEUE usertasks ALTER TTL INTERVAL '1 day' ON deliver_time",
+                   "ALTER QUEUE near RESET (disable_delivery)",
+                   "ALTER QUEUE near ADD TTL INTERVAL '3 days' ON deliver_time")
+        out["altered"] = queues_ddl(database)
+        out["altered catalog"] = (catalog(sql, "usertasks"), catalog(sql, "near"))
+        update_ddl(database, "ALTER QUEUE usertasks DROP TTL")
+        out["dropped"] = catalog(sql, "usertasks")
+        for statement, error in [("ALTER QUEUE usertasks ALTER TTL INTERVAL '2 days' ON deliver_time",
+                                  exceptions.FailedPrecondition),
+                                 ("ALTER QUEUE near ADD TTL INTERVAL '36 hours' ON deliver_time",
+                                  exceptions.InvalidArgument)]:
+            with pytest.raises(error) as failed:
+                update_ddl(database, statement)
+            out[statement] = str(failed.value.message)
+        return out
+
+    out = await run(scenario)
+    tasks = ("CREATE QUEUE usertasks (\n  userid bigint NOT NULL,\n  messageid character varying NOT NULL,\n"
+             "  payload bytea NOT NULL,\n  PRIMARY KEY(userid, messageid)\n) INTERLEAVE IN PARENT users ON DELETE CASCADE")
+    near = ("CREATE QUEUE near (\n  userid bigint NOT NULL,\n  payload character varying NOT NULL,\n"
+            "  PRIMARY KEY(userid)\n) INTERLEAVE IN users")
+    assert out["listed"] == {
+        "usertasks": tasks + " TTL INTERVAL '7 days' ON deliver_time WITH (receive_mode = 'PULL', locality_group = 'hot')",
+        "near": near + " WITH (disable_delivery = true)"}
+    assert out["again"] == out["listed"]
+    assert out["created"] == ((False, False, timedelta(days=7)), (False, True, None))
+    assert out["altered"] == {
+        "usertasks": tasks + " TTL INTERVAL '1 day' ON deliver_time WITH (receive_mode = 'PULL', disable_send = true, "
+                             "locality_group = 'hot')",
+        "near": near + " TTL INTERVAL '3 days' ON deliver_time"}
+    assert out["altered catalog"] == ((True, False, timedelta(days=1)), (False, False, timedelta(days=3)))
+    assert out["dropped"] == (True, False, None)
+    assert "the queue has no row deletion policy; use ADD TTL" in \
+        out["ALTER QUEUE usertasks ALTER TTL INTERVAL '2 days' ON deliver_time"]
+    assert "a queue's TTL is a whole number of days" in out["ALTER QUEUE near ADD TTL INTERVAL '36 hours' ON deliver_time"]

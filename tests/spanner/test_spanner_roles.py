@@ -152,7 +152,7 @@ async def test_roles_are_listed_revoked_dropped_and_an_unknown_role_is_refused(s
                                  ("GRANT SELECT ON QUEUE OrdersQueue TO ROLE nobody", exceptions.NotFound),
                                  ("GRANT UPDATE ON QUEUE OrdersQueue TO ROLE queue_reader", exceptions.InvalidArgument),
                                  ("GRANT SELECT(Id) ON TABLE Audit TO ROLE queue_reader", exceptions.InvalidArgument),
-                                 ("GRANT ROLE queue_reader TO ROLE queue_consumer", exceptions.InvalidArgument),
+                                 ("GRANT ROLE public TO ROLE queue_consumer", exceptions.InvalidArgument),
                                  ("CREATE ROLE spanner_info_reader", exceptions.InvalidArgument)]:
             with pytest.raises(error):
                 admin.update_ddl([statement]).result(timeout=30)
@@ -177,6 +177,58 @@ async def test_roles_are_listed_revoked_dropped_and_an_unknown_role_is_refused(s
     assert "Role queue_producer does not have required privileges on queue ordersqueue" in out["revoked"]
     assert (out["dropped"], out["unknown"]) == ("Role not found: queue_producer", "Role not found: nobody")
     assert out["after drop"] == ["GRANT INSERT, SELECT ON TABLE Audit TO ROLE queue_reader"]
+
+
+async def test_a_role_inherits_the_roles_granted_to_it_transitively_until_revoked(spanner_env) -> None:  # type: ignore[no-untyped-def]
+    inheritance = DDL + [
+        "CREATE ROLE ops", "GRANT ROLE queue_consumer TO ROLE ops",
+        "CREATE ROLE oncall", "GRANT ROLE ops, spanner_info_reader TO ROLE oncall",
+        "CREATE ROLE unused", "GRANT ROLE unused TO ROLE oncall",
+    ]
+
+    def scenario() -> dict[str, Any]:
+        admin = make_database("inherits", inheritance)
+        send(admin, 1)
+        oncall = as_role(admin, "oncall")
+        out: dict[str, Any] = {"oncall receives": [r[0] for r in receive(oncall)]}  # queue_consumer's, through ops
+        out["oncall selects"] = denied(lambda: select(oncall))
+        admin.update_ddl(["GRANT ROLE queue_reader TO ROLE ops"]).result(timeout=30)
+        out["then selects"] = [r[0] for r in select(oncall)]
+        admin.reload()
+        out["ddl"] = [s for s in admin.ddl_statements if "ROLE" in s]
+        # The listed DDL makes the same roles again.
+        copy = make_database("inherits-copy", list(admin.ddl_statements))
+        copy.reload()
+        out["copied"] = [s for s in copy.ddl_statements if "ROLE" in s]
+        for statement in ["GRANT ROLE oncall TO ROLE queue_consumer", "GRANT ROLE ops TO ROLE ops"]:
+            with pytest.raises(exceptions.FailedPrecondition, match="would make a cycle"):
+                admin.update_ddl([statement]).result(timeout=30)
+        with pytest.raises(exceptions.NotFound, match="Role not found: nobody"):
+            admin.update_ddl(["GRANT ROLE nobody TO ROLE ops"]).result(timeout=30)
+        with pytest.raises(exceptions.FailedPrecondition, match="unused is granted to role oncall"):
+            admin.update_ddl(["DROP ROLE unused"]).result(timeout=30)
+        admin.update_ddl(["REVOKE ROLE ops FROM ROLE oncall"]).result(timeout=30)
+        out["revoked receives"] = denied(lambda: receive(oncall))
+        out["revoked selects"] = denied(lambda: select(oncall))
+        admin.update_ddl(["REVOKE ROLE unused FROM ROLE oncall", "DROP ROLE unused"]).result(timeout=30)
+        out["roles"] = [r.name.rsplit("/", 1)[1] for r in admin.list_database_roles()]
+        return out
+
+    out = await asyncio.to_thread(scenario)
+    assert out["oncall receives"] == [1]
+    assert out["oncall selects"] == "Role oncall does not have required privileges on queue ordersqueue"
+    assert out["then selects"] == [1]
+    assert out["ddl"][:11] == [
+        "CREATE ROLE queue_producer", "CREATE ROLE queue_consumer", "CREATE ROLE queue_reader", "CREATE ROLE ops",
+        "CREATE ROLE oncall", "CREATE ROLE unused",
+        "GRANT ROLE queue_consumer TO ROLE ops", "GRANT ROLE queue_reader TO ROLE ops",
+        "GRANT ROLE ops TO ROLE oncall", "GRANT ROLE spanner_info_reader TO ROLE oncall",
+        "GRANT ROLE unused TO ROLE oncall"]
+    assert not [s for s in out["ddl"][11:] if s.startswith("GRANT ROLE")] and out["copied"] == out["ddl"]
+    assert out["revoked receives"] == ("Role oncall does not have required privileges on table function "
+                                       "RECEIVE_ordersqueue")
+    assert out["revoked selects"] == "Role oncall does not have required privileges on queue ordersqueue"
+    assert "unused" not in out["roles"] and "oncall" in out["roles"]
 
 
 async def test_migration_0015_adds_the_roles_of_databases_made_before_it(spanner_env, sql, database_url) -> None:  # type: ignore[no-untyped-def]

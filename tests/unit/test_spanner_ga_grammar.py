@@ -27,6 +27,17 @@ G, PG = Dialect.GOOGLESQL, Dialect.POSTGRESQL
      ast.AlterQueue("q", row_deletion="replace", policy=ast.RowDeletionPolicy("delivertime", 3))),
     ("ALTER QUEUE q DROP ROW DELETION POLICY", PG, ast.AlterQueue("q", row_deletion="drop")),
     ("ALTER QUEUE Q SET INTERLEAVE IN PARENT Users", G, ast.AlterQueue("q", interleave=("Users", True))),
+    ("GRANT ROLE Reader, spanner_info_reader TO ROLE a, b", G,
+     ast.GrantRole(("reader", "spanner_info_reader"), ("a", "b"))),
+    ("REVOKE ROLE reader FROM ROLE a", G, ast.GrantRole(("reader",), ("a",), revoke=True)),
+    ("GRANT reader TO a", PG, ast.GrantRole(("reader",), ("a",))),
+    ("REVOKE reader, writer FROM a", PG, ast.GrantRole(("reader", "writer"), ("a",), revoke=True)),
+    ("ALTER QUEUE q SET (disable_send = true)", PG, ast.AlterQueue("q", options=ast.QueueOptions(disable_send=True))),
+    ("ALTER QUEUE q RESET (disable_send, locality_group)", PG,
+     ast.AlterQueue("q", options=ast.QueueOptions(reset=frozenset({"disable_send", "locality_group"})))),
+    ("ALTER QUEUE q ALTER TTL INTERVAL '2 days' ON deliver_time", PG,
+     ast.AlterQueue("q", row_deletion="replace", policy=ast.RowDeletionPolicy("deliver_time", 2))),
+    ("ALTER QUEUE q DROP TTL", PG, ast.AlterQueue("q", row_deletion="drop")),
 ])
 def test_statements_read_into_the_syntax_tree(text: str, dialect: Dialect, expected: object) -> None:
     assert parse_ddl(text, dialect) == expected
@@ -46,7 +57,8 @@ def test_create_queue_keeps_what_getdatabaseddl_lists() -> None:
 @pytest.mark.parametrize(("text", "words"), [
     ("GRANT UPDATE ON QUEUE q TO ROLE r", "UPDATE cannot be granted on a queue"),
     ("GRANT SELECT(Id) ON TABLE t TO ROLE r", "column privileges"),
-    ("GRANT ROLE a TO ROLE b", "role inheritance"),
+    ("GRANT ROLE public TO ROLE b", "every role inherits its privileges already"),
+    ("GRANT ROLE a TO ROLE spanner_sys_reader", "no role can be granted to it"),
     ("GRANT EXECUTE ON TABLE FUNCTION READ_q TO ROLE r", "is not one of a queue's"),
     ("GRANT SELECT ON QUEUE q TO r", "expected ROLE"),
     ("CREATE ROLE public", "system role"),

@@ -88,7 +88,7 @@ def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     (the table subset, ``statement_needs``) each privilege on each table or queue; roles
     and their privileges (``_access_ddl``) admin."""
     kind = ast.kind(statement)
-    if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant)):
+    if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant, ast.GrantRole)):
         _access_ddl(p, statement, kind, where)
         return
     if not isinstance(statement, ast.QueueStatement):
@@ -115,10 +115,10 @@ def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
         require_parent(p, queue, statement.parent_table, f"{what} ({kind})", where)
 
 
-def _access_ddl(p: Principal, statement: "ast.CreateRole | ast.DropRole | ast.Grant", kind: str,
-                where: str) -> None:
-    """A role spans its database: CREATE and DROP ROLE need ``admin`` on every queue ("*"); a
-    GRANT or REVOKE needs ``admin`` on each queue or table it names (a table function: its queue)."""
+def _access_ddl(p: Principal, statement: ast.AccessDdl, kind: str, where: str) -> None:
+    """A role spans its database: CREATE and DROP ROLE and GRANT / REVOKE ROLE need ``admin``
+    on every queue ("*"); a GRANT or REVOKE of privileges needs ``admin`` on each queue or
+    table it names (a table function: its queue)."""
     if not isinstance(statement, ast.Grant):
         if "admin" not in p.everywhere:
             raise p.denied("admin", EVERY_QUEUE, f"the DDL statement ({kind}: a role spans the database)", where)

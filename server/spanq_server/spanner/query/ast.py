@@ -226,6 +226,7 @@ class ColumnDef:
     not_null: bool = False
     commit_timestamp: bool = False
     """OPTIONS (allow_commit_timestamp = true)."""
+    hidden: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -482,6 +483,16 @@ class Grant:
 
 
 @dataclasses.dataclass(frozen=True)
+class GrantRole:
+    """GRANT ROLE granted TO ROLE roles (or, ``revoke``, REVOKE ... FROM): each of ``roles``
+    inherits (no longer inherits) the privileges of each of ``granted``, folded."""
+
+    granted: tuple[str, ...]
+    roles: tuple[str, ...]
+    revoke: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class DropQueue:
     name: str
     if_exists: bool = False
@@ -534,7 +545,7 @@ class QueueSelect:
 
 
 QueueDdl = CreateQueue | DropQueue | AlterQueue
-AccessDdl = CreateRole | DropRole | Grant
+AccessDdl = CreateRole | DropRole | Grant | GrantRole
 """Fine-grained access control: database roles and their privileges."""
 QueueQuery = Receive | RenewLease | QueueSelect
 QueueDml = QueueDelete | QueueInsert

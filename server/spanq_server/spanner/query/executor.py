@@ -98,9 +98,10 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
     chosen: list[int] = []
     named: list[tuple[str, ColumnType]] = []
     for item in items:
-        if item.column == ast.ALL_COLUMNS:  # r.*
-            chosen += range(len(available))
-            named += [(c.name, c.type) for c in available]
+        if item.column == ast.ALL_COLUMNS:  # r.*: as * gives them, HIDDEN ones left out
+            shown = [i for i, c in enumerate(available) if not c.hidden]
+            chosen += shown
+            named += [(available[i].name, available[i].type) for i in shown]
             continue
         key = PG_SYSTEM.get(item.column, item.column)  # either dialect's names of the system columns
         if key not in by_key:
@@ -615,7 +616,7 @@ class Executor:
         if isinstance(statement, ast.AlterQueue):
             await self._alter(statement, database, ns)
             return None
-        if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant)):
+        if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant, ast.GrantRole)):
             async def exists(kind: str, name: str) -> bool:
                 if kind == "queue":
                     return ns.owns(name) and await self._catalog.exists(ns.prefix + name)
@@ -726,12 +727,12 @@ class Executor:
                 ddl["interleave_in"] = table  # locality only: nothing to change but what is listed
         else:
             has = queue.message_retention_duration is not None
+            replace, add = ("ALTER TTL", "ADD TTL") if spelling.pg else ("REPLACE ROW DELETION POLICY",
+                                                                         "ADD ROW DELETION POLICY")
             if s.row_deletion == "add" and has:
-                raise errors.FailedPrecondition(f"{shown}: the queue already has a row deletion policy; use REPLACE "
-                                                "ROW DELETION POLICY")
+                raise errors.FailedPrecondition(f"{shown}: the queue already has a row deletion policy; use {replace}")
             if s.row_deletion != "add" and not has:
-                raise errors.FailedPrecondition(f"{shown}: the queue has no row deletion policy; use ADD ROW "
-                                                "DELETION POLICY")
+                raise errors.FailedPrecondition(f"{shown}: the queue has no row deletion policy; use {add}")
             types = {c.name: c.type for c in queue.key_columns}
             changes["message_retention_duration"] = (retention(s.policy, types, spelling.queue)
                                                      if s.policy is not None else None)
@@ -935,17 +936,28 @@ def _ga_clauses(queue: QueueDef, spelling: Spelling) -> str:
     others as declared. A retention of no whole number of days (set through spanq.v1) has no
     Spanner form: it is left out."""
     text = ""
-    retention = queue.message_retention_duration
-    if retention is not None and retention == timedelta(days=retention.days):
+    days = _retention_days(queue)
+    if days is not None:
         column = spelling.column("delivertime")
-        text += f",\n  ROW DELETION POLICY (OLDER_THAN({column}, INTERVAL {retention.days} DAY))"
+        text += f",\n  ROW DELETION POLICY (OLDER_THAN({column}, INTERVAL {days} DAY))"
+    options = _listed_options(queue, spelling)
+    return text + (f",\n  OPTIONS ({', '.join(options)})" if options else "")
+
+
+def _retention_days(queue: QueueDef) -> int | None:
+    retention = queue.message_retention_duration
+    return retention.days if retention is not None and retention == timedelta(days=retention.days) else None
+
+
+def _listed_options(queue: QueueDef, spelling: Spelling) -> list[str]:
+    """A queue's options as both dialects list them (``name = value``)."""
     options = []
     if spelling.ddl.get("receive_mode"):
         options.append("receive_mode = 'PULL'")
     options += [f"{name} = true" for name in ("disable_send", "disable_delivery") if getattr(queue, name)]
     if spelling.ddl.get("locality_group"):
         options.append(f"locality_group = '{spelling.ddl['locality_group']}'")
-    return text + (f",\n  OPTIONS ({', '.join(options)})" if options else "")
+    return options
 
 
 def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> str:
@@ -961,4 +973,11 @@ def _pg_queue_ddl(queue: QueueDef, spelling: Spelling, parent: str | None) -> st
     text = f"CREATE QUEUE {name(spelling.queue)} (\n" + ",\n".join(columns) + "\n)"
     if parent:
         text += f" INTERLEAVE IN PARENT {name(parent)} ON DELETE {_on_delete(queue)}"
-    return text
+    elif spelling.ddl.get("interleave_in"):
+        text += f" INTERLEAVE IN {name(spelling.ddl['interleave_in'])}"
+    # PostgreSQL's forms of the row deletion policy (a table's TTL) and of the options (WITH)
+    days = _retention_days(queue)
+    if days is not None:
+        text += f" TTL INTERVAL '{days} {'day' if days == 1 else 'days'}' ON {name(spelling.column('delivertime'))}"
+    options = _listed_options(queue, spelling)
+    return text + (f" WITH ({', '.join(options)})" if options else "")

@@ -7,7 +7,9 @@ A role is held to Spanner's privileges: ``INSERT`` on a queue sends, ``DELETE`` 
 (DML, ``Ack`` and ``Delete`` mutations), ``SELECT`` reads it (SQL and ``Read``),
 ``EXECUTE`` on ``RECEIVE_q`` receives and on ``RENEWLEASE_q`` renews; on a table,
 ``SELECT``, ``INSERT``, ``UPDATE`` and ``DELETE`` as their statements and mutations.
-Every role has what is granted to ``public``. Roles bound a session and never widen
+Every role has what is granted to ``public``, and what is granted to each role granted
+to it (``GRANT ROLE p TO ROLE r``), transitively; a grant that would make a cycle is
+refused. Roles bound a session and never widen
 it: a server with a token file checks the token first (handlers/access.py), so a
 session has what both its token and its role allow.
 """
@@ -34,6 +36,9 @@ Object = tuple[str, str]
 """(kind, folded name): ("queue", "orders"), ("table", "users"), ("function", "receive_orders")."""
 
 _SHOWN_KIND = {"queue": "queue", "table": "table", "function": "table function"}
+MEMBER = "member"
+"""A role's membership in another: ``role:p`` -> [MEMBER] among its privileges by object (the
+table's grants), so a role's row holds all it was granted, a role included."""
 
 
 def key(kind: str, name: str) -> str:
@@ -108,9 +113,10 @@ class Roles:
             role = None
             if name in found or name in SYSTEM_ROLES:  # a system role has public's privileges
                 grants: dict[str, set[str]] = {}
-                for one in {name, PUBLIC}:
+                for one in {name, PUBLIC} | inherited(found, name):
                     for obj, privileges in found.get(one, {}).items():
-                        grants.setdefault(obj, set()).update(privileges)
+                        if not obj.startswith("role:"):
+                            grants.setdefault(obj, set()).update(privileges)
                 role = Role(name, {k: frozenset(v) for k, v in grants.items()})
             cached = (time.monotonic(), role)
             self._cache.pop((database, name), None)
@@ -135,9 +141,14 @@ class Roles:
         declared, by kind and folded name)."""
         roles = await self._records.roles(database)
         found = [f"CREATE ROLE {spelled}" for name, spelled, _ in roles if name != PUBLIC]
+        written = {name: spelled for name, spelled, _ in roles}
+        for name, spelled, grants in roles:  # memberships next: a role's grants may name roles made after it
+            found += [f"GRANT ROLE {written.get(p, p)} TO ROLE {spelled}" for p in _members_of(grants)]
         for name, spelled, grants in roles:
             for obj, privileges in sorted(grants.items()):
                 kind, _, object_name = obj.partition(":")
+                if kind == "role":
+                    continue
                 words = ", ".join(p.upper() for p in sorted(privileges))
                 found.append(f"GRANT {words} ON {_SHOWN_KIND[kind].upper()} {await shown(kind, object_name)} "
                              f"TO ROLE {spelled}")
@@ -165,9 +176,42 @@ class Roles:
             if any(held[statement.name].values()):
                 raise errors.FailedPrecondition(
                     f"role {statement.name} holds privileges; REVOKE them before DROP ROLE", role=statement.name)
+            members = [n for n, g in held.items() if statement.name in _members_of(g)]
+            if members:
+                raise errors.FailedPrecondition(
+                    f"role {statement.name} is granted to role {members[0]}; REVOKE ROLE {statement.name} FROM ROLE "
+                    f"{members[0]} before DROP ROLE", role=statement.name)
             await self._records.role_delete(database, statement.name)
             return
+        if isinstance(statement, ast.GrantRole):
+            await self._grant_role(statement, database)
+            return
         await self._grant(statement, database, exists)
+
+    async def _grant_role(self, s: ast.GrantRole, database: str) -> None:
+        """GRANT / REVOKE ROLE: a role's memberships, changed with every role of the database held
+        (two GRANTs at once cannot make a cycle between them)."""
+        everyone = [n for n, _, _ in await self._records.roles(database)]
+
+        def change(current: RoleGrants) -> RoleGrants:
+            for role in s.granted + s.roles:
+                if role not in current and not (role in SYSTEM_ROLES and role in s.granted):
+                    raise errors.QueueNotFound(f"Role not found: {role}", role=role)
+            out = {role: {k: list(v) for k, v in current[role].items()} for role in s.roles}
+            for role in s.roles:
+                for granted in s.granted:
+                    if s.revoke:
+                        out[role].pop(key("role", granted), None)
+                        continue
+                    if role == granted or role in inherited(current, granted):
+                        raise errors.FailedPrecondition(
+                            f"GRANT ROLE {granted} TO ROLE {role} would make a cycle: role {granted} "
+                            + ("is that role" if role == granted else f"inherits role {role} already"), role=role)
+                    out[role][key("role", granted)] = [MEMBER]
+                    current = {**current, role: out[role]}  # the next grant of the statement sees this one
+            return out
+
+        await self._records.roles_change(database, everyone, change)
 
     async def _grant(self, s: ast.Grant, database: str, exists: Callable[[str, str], Awaitable[bool]]) -> None:
         spelled = dict(s.spelled)
@@ -215,3 +259,20 @@ class Roles:
             await self._records.roles_change(
                 database, holders, lambda current: {r: {k: v for k, v in g.items() if k not in objects}
                                                     for r, g in current.items()})
+
+
+def _members_of(grants: dict[str, list[str]]) -> list[str]:
+    """The roles a role's grants make it a member of."""
+    return sorted(obj.partition(":")[2] for obj in grants if obj.startswith("role:"))
+
+
+def inherited(roles: dict[str, dict[str, list[str]]], name: str) -> set[str]:
+    """The roles ``name`` inherits from, transitively (``roles``: each role's grants)."""
+    found: set[str] = set()
+    todo = [name]
+    while todo:
+        for parent in _members_of(roles.get(todo.pop(), {})):
+            if parent not in found:
+                found.add(parent)
+                todo.append(parent)
+    return found

@@ -654,7 +654,7 @@ class Parser(Cursor):
         cascade = True
         options = ast.QueueOptions()
         policy = None
-        while self.accept_punct(",") or self.peek.is_word("interleave", "options", "with", "row"):
+        while self.accept_punct(",") or self.peek.is_word("interleave", "options", "with", "row", "ttl"):
             if self.accept_word("interleave"):
                 table, in_parent, on_delete = self.interleave()
                 if in_parent:
@@ -669,6 +669,8 @@ class Parser(Cursor):
                 options = self.queue_options(alter=False)
             elif self.accept_word("row"):
                 policy = self.row_deletion_policy()
+            elif self.pg and self.accept_word("ttl"):
+                policy = self.pg_ttl()
             else:
                 raise self.error("INTERLEAVE IN [PARENT], ROW DELETION POLICY or OPTIONS")
         self.end()
@@ -715,6 +717,24 @@ class Parser(Cursor):
         self.punct(")")
         self.punct(")")
         return ast.RowDeletionPolicy(column, int(days.value))
+
+    def pg_ttl(self) -> ast.RowDeletionPolicy:
+        """PostgreSQL's row deletion policy, after TTL: INTERVAL 'n days' ON column."""
+        self.word("interval")
+        text = self.next()
+        days = None
+        if text.kind == "string":
+            try:
+                found = pg_interval(text.value)
+            except (OverflowError, InvalidArgument):
+                found = None
+            if found is not None and found == timedelta(days=found.days):
+                days = found.days
+        if days is None:
+            raise InvalidArgument(f"TTL INTERVAL {str(text.value)[:40]!r}: a queue's TTL is a whole number of days, "
+                                  "INTERVAL 'n days'")
+        self.word("on")
+        return ast.RowDeletionPolicy(self.loose_name("a timestamptz column"), days)
 
     def primary_key(self) -> list[tuple[str, bool]]:
         """PRIMARY KEY (k [ASC | DESC], ...): each column and whether it is DESC."""
@@ -842,10 +862,11 @@ class Parser(Cursor):
         self.punct(")")
         return found
 
-    def queue_options(self, alter: bool) -> ast.QueueOptions:
+    def queue_options(self, alter: bool, reset_names: list[str] | None = None) -> ast.QueueOptions:
         """A queue's OPTIONS (receive_mode = 'PULL', disable_send = bool, disable_delivery = bool,
-        locality_group = 'name'); NULL resets one (ALTER QUEUE ... SET OPTIONS)."""
-        found = self.option_list()
+        locality_group = 'name'); NULL resets one (ALTER QUEUE ... SET OPTIONS), as a name of
+        ``reset_names`` does (PostgreSQL's ALTER QUEUE ... RESET (...))."""
+        found = self.option_list() if reset_names is None else {k: Literal(None, None) for k in reset_names}
         values: dict[str, Any] = {}
         reset = set()
         for key, value in found.items():
@@ -878,8 +899,15 @@ class Parser(Cursor):
         self.word("alter")
         self.word("queue")
         name = self.loose_name("a queue name")
-        if self.accept_word("set"):
-            if self.accept_word("options"):
+        if self.pg and self.accept_word("reset"):  # PostgreSQL: RESET (option, ...), each to its default
+            self.punct("(")
+            reset = [self.loose_name("an option name")]
+            while self.accept_punct(","):
+                reset.append(self.loose_name("an option name"))
+            self.punct(")")
+            found = ast.AlterQueue(name, options=self.queue_options(alter=True, reset_names=reset))
+        elif self.accept_word("set"):
+            if self.accept_word("options") or (self.pg and self.at_punct("(")):  # PostgreSQL: SET (...)
                 found = ast.AlterQueue(name, options=self.queue_options(alter=True))
             elif self.accept_word("on"):
                 found = ast.AlterQueue(name, on_delete_cascade=self.on_delete())
@@ -889,6 +917,10 @@ class Parser(Cursor):
                 found = ast.AlterQueue(name, interleave=(self.loose_spelled("a parent table name")[1], in_parent))
             else:
                 raise self.error("OPTIONS, ON DELETE or INTERLEAVE IN after SET")
+        elif self.pg and self.peek.is_word("add", "alter", "drop") and self.ahead().is_word("ttl"):
+            action = {"add": "add", "alter": "replace", "drop": "drop"}[self.word("add", "alter", "drop")]
+            self.word("ttl")
+            found = ast.AlterQueue(name, row_deletion=action, policy=None if action == "drop" else self.pg_ttl())
         else:
             action = self.word("add", "drop", "replace")
             if action == "drop":
@@ -1355,10 +1387,13 @@ class Parser(Cursor):
         column_type = self.column_type(name)
         not_null = False
         commit_timestamp = False
+        hidden = False
         while True:
             if self.accept_word("not"):
                 self.word("null")
                 not_null = True
+            elif not self.pg and self.accept_word("hidden"):  # GoogleSQL's: left out of SELECT *
+                hidden = True
             elif self.peek.is_word("default", "as", "generated", "hidden"):
                 raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
             elif self.accept_word("options"):
@@ -1374,7 +1409,7 @@ class Parser(Cursor):
                 commit_timestamp = value.value == "true"
             else:
                 break
-        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp)
+        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp, hidden)
 
     def column_type(self, column: str, in_array: bool = False) -> SpannerType:
         token = self.next()

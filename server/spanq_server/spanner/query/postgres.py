@@ -492,7 +492,7 @@ class _Translator:
                 for shown, table in chosen:
                     if grouped is not None:
                         raise InvalidArgument("SELECT * with GROUP BY: name the grouped columns")
-                    for c in table.columns:
+                    for c in table.shown:
                         texts.append(sql.Identifier(scope.alias(shown), c.pg))
                         columns.append((c.spelled, c.type))
                         plain += 1
@@ -594,7 +594,7 @@ class _Translator:
             positions, at = [], 1  # each item's place in the result (a * is each of its columns)
             for item in s.items:
                 positions.append(at)
-                at += (sum(len(t.columns) for shown, t in scope.relations if item.expr.qualifier in (None, shown))
+                at += (sum(len(t.shown) for shown, t in scope.relations if item.expr.qualifier in (None, shown))
                        if isinstance(item.expr, ast.Star) else 1)
             aliases = {fold(item.alias): p for item, p in zip(s.items, positions) if item.alias}
             order = []

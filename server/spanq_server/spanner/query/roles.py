@@ -7,19 +7,21 @@ CreateDatabase, both dialects), read on the one parser's cursor (``parser.Parser
     GRANT { SELECT | INSERT | UPDATE | DELETE } [, ...] ON TABLE t [, ...] TO ROLE r [, ...]
     GRANT EXECUTE ON TABLE FUNCTION { RECEIVE_q | RENEWLEASE_q } [, ...] TO ROLE r [, ...]
     REVOKE ... FROM ROLE r [, ...]
+    GRANT ROLE p [, ...] TO ROLE r [, ...]       (r inherits p's privileges)
+    REVOKE ROLE p [, ...] FROM ROLE r [, ...]
 
-In PostgreSQL ``ROLE`` after TO / FROM is left out and a function is
-``FUNCTION spanner.receive_q``. Role names fold like every name; ``public`` is the role
-every role is a member of, and ``spanner_*`` are Spanner's system roles (neither can be
-made or dropped). Column privileges (``SELECT(c)``) and role inheritance (``GRANT ROLE r
-TO ROLE s``) are refused (docs/spanner-compat.md).
+In PostgreSQL ``ROLE`` after TO / FROM is left out, a role is granted as ``GRANT p TO r``
+and a function is ``FUNCTION spanner.receive_q``. Role names fold like every name;
+``public`` is the role every role is a member of, and ``spanner_*`` are Spanner's system
+roles (neither can be made or dropped; a system role is granted to no role, and public is
+granted to none). Column privileges (``SELECT(c)``) are refused (docs/spanner-compat.md).
 """
 
 import re
 from typing import Protocol
 
 from ...ground.errors import InvalidArgument
-from .ast import CreateRole, DropRole, Grant
+from .ast import CreateRole, DropRole, Grant, GrantRole
 from .lexing import Token
 
 PUBLIC = "public"
@@ -65,7 +67,7 @@ def is_access_ddl(tokens: list[Token]) -> bool:
     return first.is_word("grant", "revoke") or (first.is_word("create", "drop") and second.is_word("role"))
 
 
-def statement(p: _Cursor) -> CreateRole | DropRole | Grant:
+def statement(p: _Cursor) -> CreateRole | DropRole | Grant | GrantRole:
     if p.accept_word("create"):
         p.word("role")
         name, spelled = role_name(p, made=True)
@@ -77,9 +79,8 @@ def statement(p: _Cursor) -> CreateRole | DropRole | Grant:
         p.end()
         return DropRole(name)
     revoke = p.word("grant", "revoke") == "revoke"
-    if p.peek.is_word("role"):
-        raise InvalidArgument("role inheritance (GRANT ROLE r TO ROLE s) is not supported by spanq: grant the "
-                              "privileges to each role")
+    if p.accept_word("role") or (p.pg and not p.peek.is_word(*_PRIVILEGE_WORDS)):  # PostgreSQL: GRANT p TO r
+        return _grant_role(p, revoke)
     privileges = [privilege(p)]
     while p.accept_punct(","):
         privileges.append(privilege(p))
@@ -109,6 +110,36 @@ def statement(p: _Cursor) -> CreateRole | DropRole | Grant:
 
 
 _KIND_WORDS = {"queue": "queue", "table": "table", "function": "table function"}
+_PRIVILEGE_WORDS = ("select", "insert", "update", "delete", "execute")
+
+
+def _grant_role(p: _Cursor, revoke: bool) -> GrantRole:
+    """After GRANT [ROLE] / REVOKE [ROLE]: p [, ...] {TO | FROM} [ROLE] r [, ...]."""
+    granted = [_granted_role(p)]
+    while p.accept_punct(","):
+        granted.append(_granted_role(p))
+    p.word("from" if revoke else "to")
+    if not p.accept_word("role") and not p.pg:
+        raise p.error("ROLE")
+    roles = [_grantee(p)]
+    while p.accept_punct(","):
+        roles.append(_grantee(p))
+    p.end()
+    return GrantRole(tuple(dict.fromkeys(granted)), tuple(dict.fromkeys(roles)), revoke)
+
+
+def _granted_role(p: _Cursor) -> str:
+    name, _ = role_name(p, made=False)
+    if name == PUBLIC:  # Spanner's rule: every role is public's member already
+        raise InvalidArgument("role public cannot be granted to a role: every role inherits its privileges already")
+    return name
+
+
+def _grantee(p: _Cursor) -> str:
+    name, spelled = role_name(p, made=False)
+    if name in SYSTEM_ROLES or name.startswith("spanner_"):  # Spanner's rule: a system role is no role's member
+        raise InvalidArgument(f"role {spelled!r} is a system role of Spanner's: no role can be granted to it")
+    return name
 
 
 def privilege(p: _Cursor) -> str:

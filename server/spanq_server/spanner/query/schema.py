@@ -24,6 +24,8 @@ class Col:
     """The PostgreSQL column."""
     not_null: bool = False
     commit_timestamp: bool = False
+    hidden: bool = False
+    """Declared HIDDEN: left out of ``*`` and ``t.*``, returned when named."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +73,11 @@ class TableDef:
         return next((c for c in self.columns if c.name == name), None)
 
     @property
+    def shown(self) -> tuple[Col, ...]:
+        """The columns ``*`` gives (Spanner leaves HIDDEN ones out)."""
+        return tuple(c for c in self.columns if not c.hidden)
+
+    @property
     def key(self) -> tuple[Col, ...]:
         return tuple(c for k in self.primary_key for c in self.columns if c.name == k)
 
@@ -83,7 +90,7 @@ class TableDef:
         out = {"spelled": self.spelled, "primary_key": list(self.primary_key), "parent": self.parent,
                "on_delete_cascade": self.on_delete_cascade,
                "columns": [{"name": c.name, "spelled": c.spelled, "type": c.type.as_json(), "not_null": c.not_null,
-                            "commit_timestamp": c.commit_timestamp} for c in self.columns]}
+                            "commit_timestamp": c.commit_timestamp, "hidden": c.hidden} for c in self.columns]}
         if self.descending:  # absent in the definitions of tables made before DESC keys
             out["descending"] = list(self.descending)
         return out
@@ -91,7 +98,7 @@ class TableDef:
     @staticmethod
     def of_json(name: str, data: dict[str, Any]) -> "TableDef":
         columns = tuple(Col(c["name"], c["spelled"], SpannerType.of_json(c["type"]), c["name"], bool(c["not_null"]),
-                            bool(c.get("commit_timestamp"))) for c in data["columns"])
+                            bool(c.get("commit_timestamp")), bool(c.get("hidden"))) for c in data["columns"])
         return TableDef(name, data["spelled"], columns, tuple(data["primary_key"]), data.get("parent"),
                         bool(data.get("on_delete_cascade")), descending=tuple(data.get("descending") or ()))
 
@@ -121,7 +128,7 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
 
 def schema_col(c: ColumnDef) -> Col:
     """A column definition's column (CREATE TABLE's, ALTER TABLE ... ADD COLUMN's)."""
-    return Col(c.name, c.spelled, c.type, c.name, c.not_null, c.commit_timestamp)
+    return Col(c.name, c.spelled, c.type, c.name, c.not_null, c.commit_timestamp, c.hidden)
 
 
 def index_of(statement: CreateIndex, name: str, table: TableDef, interleave_in: str | None) -> IndexDef:
@@ -180,6 +187,8 @@ def table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None, 
         line = f"  {c.spelled} {c.type.ddl()}"
         if c.not_null:
             line += " NOT NULL"
+        if c.hidden:
+            line += " HIDDEN"
         if c.commit_timestamp:
             line += " OPTIONS (allow_commit_timestamp = true)"
         lines.append(line + ",")

@@ -111,10 +111,10 @@ class Tables:
             except (errors.QueueNotFound, errors.InvalidArgument):
                 continue
             spelling = await self._names.of(queue)
-            columns = [Col(c.name, spelling.column(c.name), _queue_type(c.type.value), c.name, True)
-                       for c in queue.key_columns]
+            columns = [Col(c.name, spelling.column(c.name), _queue_type(c.type.value), c.name, True,
+                           hidden=spelling.hidden(c.name)) for c in queue.key_columns]
             columns.append(Col("payload", spelling.column("payload"), _queue_type(queue.payload_type.value),
-                               "payload", True))
+                               "payload", True, hidden=spelling.hidden("payload")))
             columns.append(Col("delivertime", spelling.column("delivertime"), ast.TIMESTAMP, "deliver_time"))
             out[name] = TableDef(queue.name, spelling.queue, tuple(columns),
                                  tuple(c.name for c in queue.key_columns), queue=True,
