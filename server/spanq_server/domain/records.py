@@ -1,8 +1,8 @@
 """What a front-end records beside the queues, in the same database, so that every
 server answers alike and after a restart: the Spanner front-end's instances and
 databases (each a serialized protobuf, by kind and resource name), which database's
-DDL made each queue, and how that DDL spelled the queue's names (spanner/handlers/admin.py,
-spanner/query/names.py). The domain's door to the store's Spanner records: the front-end
+DDL made each queue, how that DDL spelled the queue's names (spanner/handlers/admin.py,
+spanner/query/names.py), its roles (grants.py) and its proto bundle (protos.py). The domain's door to the store's Spanner records: the front-end
 calls this, never the store (its tables take the store as ``spanner.port.TableStore``,
 handed to it by server.py)."""
 
@@ -54,6 +54,20 @@ class Records:
     async def record_spelling(self, queue: str, database: str | None, spelled: dict[str, Any]) -> None:
         """Records the database whose DDL made ``queue`` (None: the default namespace) and its spelling."""
         await self._store.spanner_names_put(queue, database, spelled)
+
+    # -- proto bundles (spanner/query/protos.py) -------------------------------------
+
+    async def proto_bundle(self, database: str) -> tuple[list[str], bytes] | None:
+        """A database's proto bundle: its types (full names) and descriptors (a serialized
+        FileDescriptorSet); None when it has none."""
+        return await self._store.spanner_proto_bundle_get(database)
+
+    async def put_proto_bundle(self, database: str, types: list[str], descriptors: bytes) -> None:
+        """Makes or replaces ``database``'s proto bundle."""
+        await self._store.spanner_proto_bundle_put(database, types, descriptors)
+
+    async def drop_proto_bundle(self, database: str) -> bool:
+        return await self._store.spanner_proto_bundle_delete(database)
 
     # -- database roles (Spanner's fine-grained access control) ---------------------
 

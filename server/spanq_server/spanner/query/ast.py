@@ -434,6 +434,9 @@ class CreateQueue:
     on_delete_cascade: bool = True
     options: QueueOptions = QueueOptions()
     row_deletion: RowDeletionPolicy | None = None
+    payload_proto: str | None = None
+    """A Payload of a proto message type of the database's bundle: its full name (case-sensitive,
+    ``examples.shipping.Order``); the payload is stored as BYTES."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -529,6 +532,18 @@ class QueueSelect:
     limit: Value | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ProtoBundle:
+    """CREATE PROTO BUNDLE (types), ALTER PROTO BUNDLE [INSERT (types)] [UPDATE (types)]
+    [DELETE (types)], DROP PROTO BUNDLE (``action``: "create", "alter", "drop"). Types are
+    full names as written (proto names are case-sensitive); CREATE's are ``insert``."""
+
+    action: str
+    insert: tuple[str, ...] = ()
+    update: tuple[str, ...] = ()
+    delete: tuple[str, ...] = ()
+
+
 QueueDdl = CreateQueue | DropQueue | AlterQueue
 AccessDdl = CreateRole | DropRole | Grant
 """Fine-grained access control: database roles and their privileges."""
@@ -537,7 +552,7 @@ QueueDml = QueueDelete | QueueInsert
 QueueStatement = QueueDdl | QueueQuery | QueueDml
 """A statement of the queue surface (both dialects)."""
 
-Ddl = QueueDdl | TableDdl | AccessDdl
+Ddl = QueueDdl | TableDdl | AccessDdl | ProtoBundle
 Statement = QueueStatement | TableSubset
 
 

@@ -26,6 +26,7 @@ from ...ground.model import AckItem, ColumnType, KeyColumn, LeasedMessage, Outgo
 from ..port import TableStore
 from . import ast, dialects, parser
 from . import values
+from .protos import Bundles
 from .grants import Roles
 from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
@@ -82,13 +83,13 @@ class Output:
 
     key: str
     name: str
-    type: ColumnType
+    type: values.Shown
     hidden: bool = False
     """Declared HIDDEN: left out of ``*``, returned when named."""
 
 
 def project(available: list[Output], items: tuple[ast.Item, ...] | None,
-            what: str) -> tuple[list[int], list[tuple[str, ColumnType]]]:
+            what: str) -> tuple[list[int], list[tuple[str, values.Shown]]]:
     """The positions and result columns a SELECT list picks (all for ``*``), named as
     declared or as the ``AS`` alias says."""
     if items is None:
@@ -96,7 +97,7 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
         return shown, [(available[i].name, available[i].type) for i in shown]
     by_key = {c.key: i for i, c in enumerate(available)}
     chosen: list[int] = []
-    named: list[tuple[str, ColumnType]] = []
+    named: list[tuple[str, values.Shown]] = []
     for item in items:
         if item.column == ast.ALL_COLUMNS:  # r.*
             chosen += range(len(available))
@@ -113,7 +114,7 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
 
 @dataclasses.dataclass
 class Result:
-    columns: list[tuple[str, ColumnType]]
+    columns: Sequence[tuple[str, values.Shown]]
     rows: list[list[struct_pb2.Value]]
     row_count: int | None = None
     """For DML: the rows it changed."""
@@ -174,9 +175,12 @@ class Executor:
         self.names = Names(records, catalog)
         self.roles = Roles(records)
         """Database roles and their privileges (grants.py)."""
+        self.protos = Bundles(records)
+        """Each database's proto bundle (protos.py)."""
         self.tables = Tables(tables, catalog, self.names)
         """Spanner tables (tables.py): the statements parser.parse gives the table subset run there."""
         self._catalog = catalog
+        self._records = records
         self._mutator = mutator
         self._once = exactly_once
         self._receiver = receiver
@@ -261,7 +265,7 @@ class Executor:
                     "transaction), not in a read-only one"
                 )
             if isinstance(statement, ast.QueueInsert):
-                return await self._insert(queue, statement, params, use)
+                return await self._insert(queue, statement, params, use, ns)
             return await self._delete(queue, statement, params, use, ns)
         except errors.QueueError as exc:
             await self.names.shown_in(exc, queue)
@@ -339,7 +343,7 @@ class Executor:
             gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
         return Result(list(RENEW_COLUMNS), answer.reply)
 
-    async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use) -> Result:
+    async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use, ns: Scope) -> Result:
         spelling = await self.names.of(queue)
         key_names = [c.name for c in queue.key_columns]
         positions: dict[str, int] = {}
@@ -357,7 +361,7 @@ class Executor:
             raise errors.InvalidArgument(f"INSERT INTO {spelling.queue} must give "
                                          f"{', '.join(map(spelling.column, missing))}")
         chosen: list[int] = []
-        returned: list[tuple[str, ColumnType]] = []
+        returned: list[tuple[str, values.Shown]] = []
         if s.returning is not None:
             available = message_columns(queue, spelling)
             chosen, returned = project(available, s.returning, f"queue {spelling.queue!r}")
@@ -371,6 +375,7 @@ class Executor:
             key = tuple(self._value(row[positions[c.name]], c.type, params, f"{where}: column {c.name!r}")
                         for c in queue.key_columns)
             payload = self._value(row[positions["payload"]], queue.payload_type, params, f"{where}: Payload")
+            await self.check_payload(queue, payload, ns, f"{where}: Payload")
             deliver_time, delay = None, None
             if "deliver_time" in positions:
                 at, offset = self._instant(row[positions["deliver_time"]], params, f"{where}: DeliverTime")
@@ -610,9 +615,12 @@ class Executor:
     # -- DDL ------------------------------------------------------------------------
 
     async def ddl(self, statement: ast.Ddl, database: str | None = None,
-                  ns: Scope = DEFAULT_SCOPE) -> str | None:
-        """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
-        created, if any."""
+                  ns: Scope = DEFAULT_SCOPE, descriptors: bytes = b"") -> str | None:
+        """Applies one DDL statement of ``database`` in its namespace ``ns`` (``descriptors``: the
+        request's proto descriptors); returns the queue it created, if any."""
+        if isinstance(statement, ast.ProtoBundle):
+            await self.protos.ddl(statement, database, descriptors, self._proto_types_in_use)
+            return None
         if isinstance(statement, ast.AlterQueue):
             await self._alter(statement, database, ns)
             return None
@@ -645,6 +653,8 @@ class Executor:
                                        f"{statement.interleave_in}")
         if not ns.owns(queue.name):
             raise errors.InvalidArgument(f"{queue.name!r} is not a name of this database: {RESERVED}")
+        if statement.payload_proto:
+            await self.protos.message_type(database, statement.payload_proto, f"CREATE QUEUE {statement.name}")
         if ns.prefix:
             queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
             parent = queue.parent_table
@@ -665,6 +675,25 @@ class Executor:
             raise
         await self.names.record(queue.name, database, Spelling.of_ddl(statement, ns.pg))
         return queue.name
+
+    async def _proto_types_in_use(self, database: str) -> dict[str, str]:
+        """The proto types a database's queues take as Payload, each with a queue that does."""
+        used: dict[str, str] = {}
+        for name in await self._records.database_queues(database):
+            try:
+                spelling = await self.names.of(await self._catalog.get(name, fresh=True))
+            except errors.QueueNotFound:
+                continue  # dropped meanwhile
+            if spelling.proto:
+                used.setdefault(spelling.proto, f"queue {spelling.queue}")
+        return used
+
+    async def check_payload(self, queue: QueueDef, payload: Any, ns: Scope, what: str) -> None:
+        """Refuses a payload of a queue whose Payload is a proto message type when it does not
+        parse as that message (INVALID_ARGUMENT naming the queue and the type)."""
+        spelling = await self.names.of(queue)
+        if spelling.proto:
+            await self.protos.check(ns.database, spelling.proto, payload, f"{what} of queue {spelling.queue!r}")
 
     async def _is_relation(self, ns: Scope, name: str) -> bool:
         """Whether a (folded) name is a table or a queue of the database."""
@@ -779,7 +808,8 @@ class Executor:
 def message_columns(queue: QueueDef, spelling: Spelling) -> list[Output]:
     """A queue's own columns: its key, Payload and DeliverTime."""
     found = [Output(c.name, spelling.column(c.name), c.type, spelling.hidden(c.name)) for c in queue.key_columns]
-    return found + [Output("payload", spelling.column("payload"), queue.payload_type, spelling.hidden("payload")),
+    payload: values.Shown = values.Proto(spelling.proto) if spelling.proto else queue.payload_type
+    return found + [Output("payload", spelling.column("payload"), payload, spelling.hidden("payload")),
                     Output("delivertime", spelling.column("delivertime"), ColumnType.TIMESTAMP)]
 
 
@@ -790,7 +820,7 @@ class ReceiveStream:
     the transport's (receive.py's lease-safety rule), and the rows of a stream that ends
     keep their leases."""
 
-    def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
+    def __init__(self, queue: QueueDef, columns: list[tuple[str, values.Shown]], chosen: list[int],
                  keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
                  receiver: Receiver) -> None:
         self.queue = queue

@@ -44,10 +44,17 @@ class Spelling:
     ddl: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What else the DDL declared that GetDatabaseDdl lists and the catalog does not hold:
     ``types`` (folded column -> its type as written), ``hidden`` (columns), ``interleave_in``
-    (a table, without PARENT), ``locality_group``, ``receive_mode`` (written)."""
+    (a table, without PARENT), ``locality_group``, ``receive_mode`` (written), ``proto`` (the
+    Payload's proto message type, protos.py)."""
 
     def hidden(self, name: str) -> bool:
         return name in self.ddl.get("hidden", ())
+
+    @property
+    def proto(self) -> str | None:
+        """The full name of the Payload's proto message type; None for a BYTES, STRING or JSON one."""
+        found = self.ddl.get("proto")
+        return str(found) if found else None
 
     def column(self, name: str) -> str:
         return self.columns.get(name) or (PG_STANDARD if self.pg else STANDARD).get(name, name)
@@ -69,7 +76,7 @@ class Spelling:
         ddl: dict[str, Any] = {"types": dict(statement.declared), "hidden": list(statement.hidden),
                                "interleave_in": statement.interleave_in,
                                "locality_group": statement.options.locality_group,
-                               "receive_mode": statement.options.receive_mode}
+                               "receive_mode": statement.options.receive_mode, "proto": statement.payload_proto}
         return Spelling(spelled.get(statement.name, statement.name), columns, pg,
                         {k: v for k, v in ddl.items() if v})
 

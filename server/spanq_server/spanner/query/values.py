@@ -26,8 +26,10 @@ its column and value (``OutOfRange``), never INTERNAL.
 """
 
 import base64
+import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -57,11 +59,25 @@ TYPE_CODE_OF = {
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def type_pb(column_type: ColumnType) -> Any:
+@dataclasses.dataclass(frozen=True)
+class Proto:
+    """A queue column's type in results when its DDL declared a proto message type: PROTO with
+    the message's full name. Its values travel as BYTES do (base64), and are BYTES to the domain."""
+
+    name: str
+
+
+Shown = ColumnType | Proto
+"""A result column's type: the domain's, or a proto message's."""
+
+
+def type_pb(column_type: Shown) -> Any:
+    if isinstance(column_type, Proto):
+        return TypePb(code=int(TypeCode.PROTO), proto_type_fqn=column_type.name)
     return TypePb(code=int(TYPE_CODE_OF[column_type]))
 
 
-def row_type(columns: list[tuple[str, ColumnType]]) -> Any:
+def row_type(columns: Sequence[tuple[str, Shown]]) -> Any:
     """A StructType naming the result's columns, for ResultSetMetadata.row_type."""
     out = StructTypePb()
     for name, column_type in columns:
