@@ -181,10 +181,10 @@ async def test_bundle_statements_and_payloads_spanner_refuses_store_nothing(span
     in_use = "proto type examples.shipping.Order is used by queue Orders"
     assert in_use in await run(refused, database, ["ALTER PROTO BUNDLE DELETE (examples.shipping.Order)"])
     assert in_use in await run(refused, database, ["DROP PROTO BUNDLE"])
-    # Descriptors that no longer hold a message a queue uses are refused too.
+    # Descriptors that no longer hold a type of the bundle (one a queue uses) are refused too.
     other = descriptor_pb2.FileDescriptorSet(file=[descriptor_pb2.FileDescriptorProto(
         name="other.proto", package="examples.shipping", enum_type=[shipping().file[0].enum_type[0]])])
-    assert "no longer hold message examples.shipping.Order" in await run(
+    assert "proto type examples.shipping.Order is not in the proto descriptors given" in await run(
         refused, database, ["ALTER PROTO BUNDLE UPDATE (examples.shipping.Status)"], other.SerializeToString())
     assert (await run(ddl_of, database))[1] == DESCRIPTORS
 
@@ -194,7 +194,7 @@ async def test_bundle_statements_and_payloads_spanner_refuses_store_nothing(span
 
     def insert() -> None:
         database.run_in_transaction(lambda t: t.execute_update(
-            "INSERT INTO Orders (Id, Payload) VALUES (2, @p)", params={"p": NOT_AN_ORDER},
+            "INSERT INTO Orders (Id, Payload) VALUES (2, @p)", params={"p": base64.b64encode(NOT_AN_ORDER)},
             param_types={"p": spanner.param_types.BYTES}))
 
     with pytest.raises(exceptions.InvalidArgument, match="examples.shipping.Order"):
