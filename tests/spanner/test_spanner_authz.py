@@ -593,8 +593,10 @@ async def test_a_token_bounds_its_sessions_role_and_a_role_narrows_its_token(cha
     assert "GRANT EXECUTE ON TABLE FUNCTION RECEIVE_ordersqueue TO ROLE queue_producer" in info["detail"]
     code, message, _ = await error_of(create_session("ghost", OPS))
     assert (code, message) == (grpc.StatusCode.PERMISSION_DENIED, "Role not found: ghost")
-    # A role spans its database: CREATE ROLE needs admin on every queue; GRANT, admin on what it names.
-    for statement in ("CREATE ROLE other", "GRANT SELECT ON QUEUE OrdersQueue TO ROLE queue_producer"):
+    # A role spans its database: CREATE ROLE needs admin on every queue; GRANT, admin on what it names;
+    # a proto bundle spans it too.
+    for statement in ("CREATE ROLE other", "GRANT SELECT ON QUEUE OrdersQueue TO ROLE queue_producer",
+                      "DROP PROTO BUNDLE"):
         request = dba.UpdateDatabaseDdlRequest.pb()(database=database, statements=[statement])
         call = channel.unary_unary("/google.spanner.admin.database.v1.DatabaseAdmin/UpdateDatabaseDdl",
                                    request_serializer=type(request).SerializeToString,
