@@ -448,6 +448,7 @@ class InstanceAdminService:
         await _drop_all(self._catalog, queues)
         for database in databases:
             await self._executor.tables.drop_all(database)
+            self._executor.protos.forget(database)
         await self._admin.forget_instance(request.name)
         return empty_pb2.Empty()
 
@@ -472,7 +473,8 @@ class DatabaseAdminService:
         if error is not None:
             await _drop_all(self._catalog, await self._admin.database_queues(database.name))
             await self._executor.tables.drop_all(database.name)
-            await self._admin.forget_database(database.name)
+            await self._admin.forget_database(database.name)  # and its proto bundle, by cascade
+            self._executor.protos.forget(database.name)
         metadata = dba.CreateDatabaseMetadata.pb()(database=database.name)
         return self._admin.operation(database.name, metadata, response=database, error=error)
 
@@ -518,7 +520,8 @@ class DatabaseAdminService:
         await self._executor.tables.check_droppable([request.database], queues)  # all or nothing
         await _drop_all(self._catalog, queues)
         await self._executor.tables.drop_all(request.database)
-        await self._admin.forget_database(request.database)
+        await self._admin.forget_database(request.database)  # and its proto bundle, by cascade
+        self._executor.protos.forget(request.database)
         return empty_pb2.Empty()
 
     async def GetDatabaseDdl(self, request: Any, context: Any) -> Any:

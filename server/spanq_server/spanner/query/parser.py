@@ -1405,6 +1405,11 @@ class Parser(Cursor):
             element = self.column_type(column, in_array=True)
             self.punct(">")
             return SpannerType("ARRAY", element)
+        if token.kind == "ident" and (self.at_punct(".") or "." in token.spelled):
+            self.pos -= 1
+            raise InvalidArgument(f"column {column!r} has the proto type {protos.type_name(self)}: spanq does not "
+                                  "support PROTO and ENUM columns of tables (a queue's Payload may be a proto "
+                                  "message type of the database's proto bundle)")
         if code not in SCALARS:
             raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not "
                                   f"support; the types are {', '.join(SCALARS)} and ARRAY<...> of them")

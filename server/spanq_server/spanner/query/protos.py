@@ -206,6 +206,11 @@ class Bundles:
                 del self._cache[next(iter(self._cache))]
         return cached[1]
 
+    def forget(self, database: str) -> None:
+        """Forgets a database's bundle at once (the database was dropped: one made again under its
+        name starts with none)."""
+        self._cache.pop(database, None)
+
     async def message_type(self, database: str | None, name: str, what: str) -> None:
         """Refuses a column of proto type ``name`` that is no message of the database's bundle."""
         bundle = await self.of(database)
