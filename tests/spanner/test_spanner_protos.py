@@ -131,6 +131,23 @@ async def test_a_queue_of_proto_payloads_sends_receives_as_the_message_or_bytes_
     assert [(r[0], r[1]) for r in rows] == [(3, third.SerializeToString())]
     await run(ack, database, 3)
 
+    # INSERT with the message as a PROTO parameter; THEN RETURN and a Read type Payload PROTO too.
+    def insert() -> list[Any]:
+        return list(database.run_in_transaction(lambda t: list(t.execute_sql(
+            "INSERT INTO Orders (Id, Payload) VALUES (5, @order) THEN RETURN Id, Payload",
+            params={"order": Order(order_id="A-5")}, param_types={"order": spanner.param_types.ProtoMessage(Order())},
+            column_info={"Payload": Order()}))))
+
+    def read() -> list[Any]:
+        with database.snapshot() as snapshot:
+            return list(snapshot.read("Orders", ["Id", "Payload"], spanner.KeySet(all_=True),
+                                      column_info={"Payload": Order()}))
+
+    assert await run(insert) == [[5, Order(order_id="A-5")]]
+    assert await run(read) == [[5, Order(order_id="A-5")]]
+    assert [r[0] for r in (await run(receive, database))[1]] == [5]
+    await run(ack, database, 5)
+
     # spanq.v1, psql and the SDK see a BYTES queue of the messages' bytes.
     queue = await stub.GetQueue(queue_pb2.GetQueueRequest(name="d1_orders"))
     assert queue.payload_type == queue_pb2.BYTES
