@@ -62,9 +62,11 @@ class Records:
         FileDescriptorSet); None when it has none."""
         return await self._store.spanner_proto_bundle_get(database)
 
-    async def put_proto_bundle(self, database: str, types: list[str], descriptors: bytes) -> None:
-        """Makes or replaces ``database``'s proto bundle."""
-        await self._store.spanner_proto_bundle_put(database, types, descriptors)
+    async def put_proto_bundle(self, database: str, types: list[str], descriptors: bytes,
+                               previous: tuple[list[str], bytes] | None) -> bool:
+        """Makes ``database``'s proto bundle (``previous`` None), or replaces ``previous`` with it;
+        False when it has one, or one other than ``previous`` (another change came first)."""
+        return await self._store.spanner_proto_bundle_put(database, types, descriptors, previous)
 
     async def drop_proto_bundle(self, database: str) -> bool:
         return await self._store.spanner_proto_bundle_delete(database)

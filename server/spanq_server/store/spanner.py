@@ -70,11 +70,17 @@ class SpannerRecords(Database):
             row = await cur.fetchone()
         return (list(row[0]), bytes(row[1])) if row else None
 
-    async def spanner_proto_bundle_put(self, database: str, types: list[str], descriptors: bytes) -> None:
+    async def spanner_proto_bundle_put(self, database: str, types: list[str], descriptors: bytes,
+                                       previous: tuple[list[str], bytes] | None) -> bool:
+        """Makes a database's bundle (``previous`` None) or replaces ``previous`` with it; False
+        when the database has one already, or one other than ``previous``."""
+        params: dict[str, object] = {"database": database, "types": types, "descriptors": descriptors}
+        if previous is not None:
+            params |= {"previous_types": previous[0], "previous": previous[1]}
         async with self._transaction() as conn:
             with wrap_errors():
-                await conn.execute(query("spanner_proto_bundle_put"),
-                                   {"database": database, "types": types, "descriptors": descriptors})
+                return bool(await _scalar(conn, "spanner_proto_bundle_create" if previous is None
+                                          else "spanner_proto_bundle_replace", **params))
 
     async def spanner_proto_bundle_delete(self, database: str) -> bool:
         async with self._transaction() as conn:

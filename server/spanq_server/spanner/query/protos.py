@@ -251,7 +251,7 @@ class Bundles:
             if not descriptors:
                 raise InvalidArgument(f"{shown} needs proto descriptors (the request's proto_descriptors: "
                                       "database.update_ddl(statements, proto_descriptors=...))")
-            await self._put(database, s.insert, descriptors, shown)
+            await self._put(database, s.insert, descriptors, shown, None)
             return
         if current is None:
             raise errors.FailedPrecondition(f"{shown}: the database has no proto bundle (CREATE PROTO BUNDLE)")
@@ -273,7 +273,7 @@ class Bundles:
         types = tuple(t for t in current.types if t not in s.delete) + s.insert
         if not types:
             raise errors.FailedPrecondition(f"{shown} would leave the bundle without a type; DROP PROTO BUNDLE")
-        await self._put(database, types, descriptors or current.descriptors, shown, used)
+        await self._put(database, types, descriptors or current.descriptors, shown, current, used)
 
     @staticmethod
     def _refuse_in_use(shown: str, types: tuple[str, ...], used: dict[str, str]) -> None:
@@ -283,7 +283,7 @@ class Bundles:
                                                 "that first", type=name)
 
     async def _put(self, database: str, types: tuple[str, ...], descriptors: bytes, shown: str,
-                   used: dict[str, str] | None = None) -> None:
+                   previous: Bundle | None, used: dict[str, str] | None = None) -> None:
         pool = pool_of(descriptors)
         for name in types:
             if kind_of(pool, name) is None:
@@ -293,5 +293,10 @@ class Bundles:
             if kind_of(pool, name) != "message":
                 raise errors.FailedPrecondition(f"{shown}: the proto descriptors no longer hold message {name}, which "
                                                 f"{column} uses", type=name)
-        await self._records.put_proto_bundle(database, list(types), descriptors)
+        replaced = (list(previous.types), previous.descriptors) if previous is not None else None
+        if not await self._records.put_proto_bundle(database, list(types), descriptors, replaced):
+            raise errors.FailedPrecondition(
+                f"{shown}: the database has a proto bundle" + (" (changed meanwhile: run the statement again)"
+                                                               if previous is not None else
+                                                               "; change it with ALTER PROTO BUNDLE"))
         self._cache.pop(database, None)
