@@ -218,6 +218,13 @@ async def test_bundle_statements_and_payloads_spanner_refuses_store_nothing(span
         await run(insert)
     assert sql.execute("SELECT count(*) FROM d1_orders").fetchone() == (0,)
 
+    def receive_where() -> None:  # Spanner defines no comparison of PROTO values
+        with database.snapshot() as snapshot:
+            list(snapshot.execute_sql("SELECT Id FROM RECEIVE_Orders(max_duration => '1s') WHERE Payload = b''"))
+
+    with pytest.raises(exceptions.InvalidArgument, match=r"Payload \(PROTO\) cannot be compared"):
+        await run(receive_where)
+
 
 async def test_alter_and_drop_proto_bundle_and_create_database_with_one(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
     database = await run(make_database, "altered", [BUNDLE, ORDERS], DESCRIPTORS)

@@ -585,6 +585,9 @@ class Executor:
                 at = key_at[column]
                 tests.append(lambda m, c=compare, w=wanted, i=at: bool(c(m.key[i], w)))  # type: ignore[misc]
             elif column == "payload":
+                if spelling.proto:  # as Spanner defines no comparison of PROTO values
+                    raise errors.InvalidArgument(f"{what}: a {spelling.proto} {spelling.column('payload')} (PROTO) "
+                                                 "cannot be compared")
                 if queue.payload_type is ColumnType.JSON:
                     raise errors.InvalidArgument(f"{what}: a JSON {spelling.column('payload')} cannot be compared "
                                                  "in RECEIVE's WHERE")
