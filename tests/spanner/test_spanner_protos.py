@@ -260,3 +260,60 @@ async def test_alter_and_drop_proto_bundle_and_create_database_with_one(spanner_
     with pytest.raises(exceptions.GoogleAPICallError, match="Type not found"):
         await run(make_database, "failed", [BUNDLE, ORDERS.replace("Order NOT", "Shipment NOT")], DESCRIPTORS)
     assert sql.execute("SELECT count(*) FROM spanq.spanner_proto_bundles").fetchone() == (0,)
+
+
+async def test_proto_and_enum_columns_of_tables(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+
+    table = ("CREATE TABLE Shipments (Id INT64 NOT NULL, Status examples.shipping.Status, Item examples.shipping.Order, "
+             "Items ARRAY<examples.shipping.Order>) PRIMARY KEY (Id)")
+    database = await run(make_database, "tables", [BUNDLE, table], DESCRIPTORS)
+    statements, _ = await run(ddl_of, database)
+    assert statements[1] == ("CREATE TABLE Shipments (\n  Id INT64 NOT NULL,\n  Status examples.shipping.Status,\n"
+                             "  Item examples.shipping.Order,\n  Items ARRAY<examples.shipping.Order>,\n"
+                             ") PRIMARY KEY(Id)")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(shipping().file[0])
+    status = EnumTypeWrapper(pool.FindEnumTypeByName("examples.shipping.Status"))
+
+    def write() -> None:
+        with database.batch() as batch:
+            batch.insert("Shipments", ["Id", "Status", "Item", "Items"],
+                         [[1, 1, Order(order_id="S-1"), [Order(order_id="x"), Order(order_id="y")]], [2, 0, None, []]])
+
+    def query() -> tuple[list[Any], list[Any]]:
+        with database.snapshot() as snapshot:
+            results = snapshot.execute_sql(
+                "SELECT Id, Status, Item, Items FROM Shipments WHERE Status = @s", params={"s": 1},
+                param_types={"s": spanner.param_types.ProtoEnum(status)},
+                column_info={"Status": status, "Item": Order(), "Items": Order()})
+            rows = list(results)
+            return list(results.fields), rows
+
+    await run(write)
+    fields, rows = await run(query)
+    assert [(f.type_.code, f.type_.proto_type_fqn) for f in fields[1:3]] == [
+        (TypeCode.ENUM, "examples.shipping.Status"), (TypeCode.PROTO, "examples.shipping.Order")]
+    assert fields[3].type_.array_element_type.proto_type_fqn == "examples.shipping.Order"
+    assert rows == [[1, "SHIPPED", Order(order_id="S-1"), [Order(order_id="x"), Order(order_id="y")]]]
+    # psql sees the message's bytes and the enum's number.
+    assert sql.execute("SELECT status, item FROM d1_shipments WHERE id = 1").fetchone() == (
+        1, Order(order_id="S-1").SerializeToString())
+    assert "used by column Shipments.Status" in await run(
+        refused, database, ["ALTER PROTO BUNDLE DELETE (`examples.shipping.Status`)"])
+    for statement, words in {
+        "CREATE TABLE K (Id examples.shipping.Order NOT NULL) PRIMARY KEY (Id)": "Spanner keys take no PROTO",
+        "CREATE TABLE N (Id INT64 NOT NULL, X examples.shipping.Nope) PRIMARY KEY (Id)":
+            "CREATE TABLE N: column X: Type not found: examples.shipping.Nope",
+        "ALTER TABLE Shipments ADD COLUMN Other examples.shipping.Other": "Type not found: examples.shipping.Other",
+    }.items():
+        assert words in await run(refused, database, [statement]), statement
+    await run(update_ddl, database, ["ALTER TABLE Shipments ADD COLUMN Again examples.shipping.Order"])
+
+    def compare() -> None:
+        with database.snapshot() as snapshot:
+            list(snapshot.execute_sql("SELECT Id FROM Shipments WHERE Item = @o", params={"o": Order()},
+                                      param_types={"o": spanner.param_types.ProtoMessage(Order())}))
+
+    with pytest.raises(exceptions.InvalidArgument, match="do not compare"):
+        await run(compare)

@@ -24,12 +24,15 @@ SCALARS = ("BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TI
 
 @dataclasses.dataclass(frozen=True)
 class SpannerType:
-    """A column's Spanner type: ``code`` one of SCALARS or ARRAY (with ``element``);
-    ``length`` for STRING / BYTES (None is MAX)."""
+    """A column's Spanner type: ``code`` one of SCALARS, ARRAY (with ``element``), PROTO or
+    ENUM (with ``proto``, the type's full name); ``length`` for STRING / BYTES (None is MAX).
+    The parser gives a proto type as PROTO: whether it is a message or an enum is the
+    database's bundle's to say (protos.py), when its DDL runs."""
 
     code: str
     element: "SpannerType | None" = None
     length: int | None = None
+    proto: str | None = None
 
     def ddl(self) -> str:
         if self.code == "ARRAY":
@@ -37,6 +40,8 @@ class SpannerType:
             return f"ARRAY<{self.element.ddl()}>"
         if self.code in ("STRING", "BYTES"):
             return f"{self.code}({'MAX' if self.length is None else self.length})"
+        if self.proto is not None:
+            return self.proto
         return self.code
 
     def as_json(self) -> dict[str, Any]:
@@ -45,13 +50,15 @@ class SpannerType:
             out["element"] = self.element.as_json()
         if self.length is not None:
             out["length"] = self.length
+        if self.proto is not None:
+            out["proto"] = self.proto
         return out
 
     @staticmethod
     def of_json(data: dict[str, Any]) -> "SpannerType":
         element = data.get("element")
         return SpannerType(str(data["code"]), SpannerType.of_json(element) if element else None,
-                           data.get("length"))
+                           data.get("length"), data.get("proto"))
 
 
 BOOL, INT64, FLOAT64, STRING = SpannerType("BOOL"), SpannerType("INT64"), SpannerType("FLOAT64"), SpannerType("STRING")

@@ -177,7 +177,7 @@ class Executor:
         """Database roles and their privileges (grants.py)."""
         self.protos = Bundles(records)
         """Each database's proto bundle (protos.py)."""
-        self.tables = Tables(tables, catalog, self.names)
+        self.tables = Tables(tables, catalog, self.names, self.protos)
         """Spanner tables (tables.py): the statements parser.parse gives the table subset run there."""
         self._catalog = catalog
         self._records = records
@@ -680,8 +680,8 @@ class Executor:
         return queue.name
 
     async def _proto_types_in_use(self, database: str) -> dict[str, str]:
-        """The proto types a database's queues take as Payload, each with a queue that does."""
-        used: dict[str, str] = {}
+        """The proto types a database's tables and queues use, each with a column or queue that does."""
+        used = await self.tables.proto_columns(database)
         for name in await self._records.database_queues(database):
             try:
                 spelling = await self.names.of(await self._catalog.get(name, fresh=True))

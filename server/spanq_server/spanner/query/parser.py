@@ -1406,10 +1406,8 @@ class Parser(Cursor):
             self.punct(">")
             return SpannerType("ARRAY", element)
         if token.kind == "ident" and (self.at_punct(".") or "." in token.spelled):
-            self.pos -= 1
-            raise InvalidArgument(f"column {column!r} has the proto type {protos.type_name(self)}: spanq does not "
-                                  "support PROTO and ENUM columns of tables (a queue's Payload may be a proto "
-                                  "message type of the database's proto bundle)")
+            self.pos -= 1  # a proto message or enum of the database's bundle, resolved when the DDL runs
+            return SpannerType("PROTO", proto=protos.type_name(self))
         if code not in SCALARS:
             raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not "
                                   f"support; the types are {', '.join(SCALARS)} and ARRAY<...> of them")

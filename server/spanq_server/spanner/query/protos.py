@@ -16,7 +16,9 @@ given: GetDatabaseDdl returns them). Every type of a bundle is a message or an e
 its descriptors; a queue's Payload may be one of its messages (``CREATE QUEUE q (...,
 Payload examples.shipping.Order NOT NULL)``), stored as spanq's BYTES payload and
 typed PROTO in results, and a payload written to it must parse as that message
-(``check``). A type a queue uses cannot leave the bundle.
+(``check``). A table's column may be of a message type (PROTO, stored as bytea) or an enum type (ENUM,
+stored as its number, bigint) of the bundle (``resolve``). A type a column uses cannot leave
+the bundle.
 """
 
 import dataclasses
@@ -31,7 +33,7 @@ from google.protobuf.message import DecodeError, Message
 from ...domain.records import Records
 from ...ground import errors
 from ...ground.errors import InvalidArgument
-from .ast import ProtoBundle
+from .ast import ProtoBundle, SpannerType
 from .lexing import Token
 
 MAX_DESCRIPTORS_BYTES = 5 * 1024 * 1024
@@ -180,7 +182,8 @@ def pool_of(descriptors: bytes) -> Any:
 
 
 InUse = Callable[[str], Awaitable[dict[str, str]]]
-"""The types a database's columns use: full name -> the column that uses it ("queue Orders")."""
+"""The types a database's columns use: full name -> the column that uses it ("queue Orders",
+"column Shipments.Status")."""
 
 
 class Bundles:
@@ -210,6 +213,21 @@ class Bundles:
         """Forgets a database's bundle at once (the database was dropped: one made again under its
         name starts with none)."""
         self._cache.pop(database, None)
+
+    async def resolve(self, database: str | None, t: SpannerType, what: str) -> SpannerType:
+        """A table column's type with its proto type resolved in the database's bundle: PROTO for a
+        message, ENUM for an enum (an ARRAY's element too); INVALID_ARGUMENT for one it lacks."""
+        if t.element is not None:
+            return dataclasses.replace(t, element=await self.resolve(database, t.element, what))
+        if t.proto is None:
+            return t
+        bundle = await self.of(database)
+        kind = bundle.kind(t.proto) if bundle is not None and t.proto in bundle.types else None
+        if kind is None:
+            raise InvalidArgument(f"{what}: Type not found: {t.proto} (a proto type must be in the database's proto "
+                                  "bundle: CREATE PROTO BUNDLE or ALTER PROTO BUNDLE INSERT, with its descriptors)",
+                                  type=t.proto)
+        return SpannerType("PROTO" if kind == "message" else "ENUM", proto=t.proto)
 
     async def message_type(self, database: str | None, name: str, what: str) -> None:
         """Refuses a column of proto type ``name`` that is no message of the database's bundle."""

@@ -33,6 +33,7 @@ from . import postgres as t
 from . import values
 from .lexing import fold
 from .names import Names
+from .protos import Bundles
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, schema_col, table_ddl, table_of
 from .scope import RESERVED, Scope
 
@@ -68,10 +69,11 @@ def row_type(columns: Sequence[tuple[str, ast.SpannerType]]) -> Any:
 
 
 class Tables:
-    def __init__(self, store: TableStore, catalog: Catalog, names: Names) -> None:
+    def __init__(self, store: TableStore, catalog: Catalog, names: Names, protos: Bundles) -> None:
         self._store = store
         self._catalog = catalog
         self._names = names
+        self._protos = protos
         self._cache: dict[str, tuple[float, TableDef | None]] = {}
 
     # -- names -------------------------------------------------------------------
@@ -331,7 +333,7 @@ class Tables:
             elif isinstance(statement, ast.CreateIndex):
                 await self._create_index(statement, database, ns)
             elif isinstance(statement, ast.AlterTable):
-                await self._alter(statement, ns)
+                await self._alter(statement, database, ns)
             else:
                 await self._drop(statement, ns)
         finally:  # what was read while it ran may be stale
@@ -350,10 +352,36 @@ class Tables:
             raise errors.InvalidArgument(f"{name!r} is not a name of this database: {RESERVED}")
         return ns.prefix + name
 
+    async def _column(self, c: ast.ColumnDef, database: str | None, what: str, key: bool = False) -> ast.ColumnDef:
+        """A column with its proto type resolved in the database's bundle (a PROTO is no key, as in Spanner)."""
+        if c.type.proto is None and (c.type.element is None or c.type.element.proto is None):
+            return c
+        resolved = await self._protos.resolve(database, c.type, f"{what}: column {c.spelled}")
+        if key and resolved.code != "ENUM":
+            raise errors.InvalidArgument(f"{what}: key column {c.spelled} has the type {resolved.ddl()} (a proto "
+                                         "message, or an array): Spanner keys take no PROTO or ARRAY column")
+        return dataclasses.replace(c, type=resolved)
+
+    async def proto_columns(self, database: str) -> dict[str, str]:
+        """The proto types a database's tables' columns use, each with a column that does."""
+        used: dict[str, str] = {}
+        for name, kind, definition in await self._store.table_definitions_of(database):
+            if kind != "table":
+                continue
+            table = TableDef.of_json(name, definition)
+            for column in table.columns:
+                proto = column.type.proto or (column.type.element.proto if column.type.element else None)
+                if proto:
+                    used.setdefault(proto, f"column {table.spelled}.{column.spelled}")
+        return used
+
     async def _create_table(self, s: ast.CreateTable, database: str | None, ns: Scope) -> None:
         name = self._name(ns, s.name)
         if s.if_not_exists and await self.table(ns, s.name) is not None:
             return
+        what = f"CREATE TABLE {s.spelled}"
+        s = dataclasses.replace(s, columns=tuple([await self._column(c, database, what, c.name in s.primary_key)
+                                                  for c in s.columns]))
         parent = None
         if s.parent is not None:
             parent = await self._existing(ns, s.parent, s.parent, f"the parent of {s.spelled}")
@@ -384,7 +412,7 @@ class Tables:
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "index", s.spelled, index.as_json()))
 
-    async def _alter(self, s: ast.AlterTable, ns: Scope) -> None:
+    async def _alter(self, s: ast.AlterTable, database: str | None, ns: Scope) -> None:
         """ADD COLUMN (a nullable one to a table with rows; NOT NULL only to an empty one, as
         PostgreSQL checks) or DROP COLUMN (not of the key, not one an index uses, as in Spanner)."""
         table = await self._existing(ns, s.name, s.name, "ALTER TABLE")
@@ -393,7 +421,7 @@ class Tables:
                 if s.if_not_exists:
                     return
                 raise errors.FailedPrecondition(f"Duplicate column name {table.spelled}.{s.add.spelled}")
-            column = schema_col(s.add)
+            column = schema_col(await self._column(s.add, database, f"ALTER TABLE {table.spelled}"))
             altered = dataclasses.replace(table, columns=table.columns + (column,))
             statement, what = t.add_column(altered, column), f"ALTER TABLE {table.spelled} ADD COLUMN {s.add.spelled}"
         else:
