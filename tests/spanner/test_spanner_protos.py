@@ -317,3 +317,24 @@ async def test_proto_and_enum_columns_of_tables(spanner_env, sql) -> None:  # ty
 
     with pytest.raises(exceptions.InvalidArgument, match="do not compare"):
         await run(compare)
+
+    # Values that are no Order, no Status: refused, nothing written.
+    def bad(columns: list[str], row: list[Any]) -> None:
+        with database.batch() as batch:
+            batch.insert("Shipments", ["Id", *columns], [[9, *row]])
+
+    with pytest.raises(exceptions.InvalidArgument, match="7 is no value of the enum examples.shipping.Status"):
+        await run(bad, ["Status"], [7])
+    with pytest.raises(exceptions.InvalidArgument, match=r"Items'\[1\] is not a valid examples.shipping.Order"):
+        await run(bad, ["Items"], [[Order(), base64.b64encode(NOT_AN_ORDER)]])
+
+    def update() -> None:
+        database.run_in_transaction(lambda t: t.execute_update(
+            "UPDATE Shipments SET Item = @o WHERE Id = 1", params={"o": base64.b64encode(NOT_AN_ORDER)},
+            param_types={"o": spanner.param_types.ProtoMessage(Order())}))
+
+    with pytest.raises(exceptions.InvalidArgument, match="parameter @o is not a valid examples.shipping.Order"):
+        await run(update)
+    assert sql.execute("SELECT count(*) FROM d1_shipments WHERE id = 9").fetchone() == (0,)
+    assert sql.execute("SELECT item FROM d1_shipments WHERE id = 1").fetchone() == (
+        Order(order_id="S-1").SerializeToString(),)

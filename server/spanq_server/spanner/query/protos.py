@@ -251,6 +251,24 @@ class Bundles:
             raise InvalidArgument(f"{what} is not a valid {name} message ({exc}): give the message's bytes "
                                   "(SerializeToString), base64-encoded, or the message itself", type=name) from None
 
+    async def check_typed(self, database: str | None, t: SpannerType, value: Any, what: str) -> None:
+        """Refuses (INVALID_ARGUMENT) a value of a table's PROTO column that does not parse as its
+        message, or of an ENUM column that is no number of its enum; arrays element by element."""
+        if value is None:
+            return
+        if t.element is not None:
+            for i, one in enumerate(value):
+                await self.check_typed(database, t.element, one, f"{what}[{i}]")
+        elif t.code == "PROTO" and t.proto:
+            await self.check(database, t.proto, value, what)
+        elif t.code == "ENUM" and t.proto:
+            bundle = await self.of(database)
+            if bundle is None or bundle.kind(t.proto) != "enum":
+                raise errors.FailedPrecondition(f"{what}: the proto enum {t.proto} is not in the database's proto "
+                                                "bundle")
+            if value not in bundle.pool.FindEnumTypeByName(t.proto).values_by_number:
+                raise InvalidArgument(f"{what}: {value} is no value of the enum {t.proto}", type=t.proto)
+
     async def ddl(self, s: ProtoBundle, database: str | None, descriptors: bytes, in_use: InUse) -> None:
         """Applies CREATE, ALTER or DROP PROTO BUNDLE to ``database`` with the request's
         ``descriptors`` (ALTER keeps the bundle's when none are given)."""

@@ -156,6 +156,8 @@ class Tables:
             if name not in params.fields:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
             bound[f"p_{name}"] = values.decode_typed(params.fields[name], wanted, f"parameter @{name}")
+            if wanted.proto or (wanted.element and wanted.element.proto):
+                await self._protos.check_typed(ns.database, wanted, bound[f"p_{name}"], f"parameter @{name}")
             if name in translated.counts and (bound[f"p_{name}"] or 0) < 0:
                 raise errors.InvalidArgument(f"{translated.counts[name]} cannot be negative (parameter @{name})")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
@@ -209,6 +211,9 @@ class Tables:
                 raise errors.InvalidArgument(f"row {r} has {len(row.values)} value(s) for {len(columns)} column(s)")
             rows.append([values.decode_typed(v, c.type, f"row {r}: column {c.spelled!r}")
                          for v, c in zip(row.values, columns)])
+            for v, c in zip(rows[-1], columns):
+                if c.type.proto or (c.type.element and c.type.element.proto):
+                    await self._protos.check_typed(ns.database, c.type, v, f"row {r}: column {c.spelled!r}")
         if not rows:
             return None
         what = f"a {kind.replace('_', ' ').title().replace(' ', '')} of {table.spelled}"
