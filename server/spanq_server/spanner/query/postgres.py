@@ -427,8 +427,6 @@ class _Translator:
             return want
         if given.code == "FLOAT64" and want.code == "NUMERIC":
             return want
-        if given.code == "INT64" and want.code == "ENUM":  # an enum's number
-            return want
         if given.code == want.code:
             return want
         raise InvalidArgument(f"the value {e.value!r} ({given.ddl()}) does not fit a {want.ddl()} column")
