@@ -301,11 +301,15 @@ async def test_proto_and_enum_columns_of_tables(spanner_env, sql) -> None:  # ty
         1, Order(order_id="S-1").SerializeToString())
     assert "used by column Shipments.Status" in await run(
         refused, database, ["ALTER PROTO BUNDLE DELETE (`examples.shipping.Status`)"])
+    # New descriptors for the types the table uses: still a message, still an enum.
+    await run(update_ddl, database, ["ALTER PROTO BUNDLE UPDATE (examples.shipping.Status, examples.shipping.Order)"],
+              shipping(2).SerializeToString())
     for statement, words in {
         "CREATE TABLE K (Id examples.shipping.Order NOT NULL) PRIMARY KEY (Id)": "Spanner keys take no PROTO",
         "CREATE TABLE N (Id INT64 NOT NULL, X examples.shipping.Nope) PRIMARY KEY (Id)":
             "CREATE TABLE N: column X: Type not found: examples.shipping.Nope",
         "ALTER TABLE Shipments ADD COLUMN Other examples.shipping.Other": "Type not found: examples.shipping.Other",
+        "CREATE INDEX ByItem ON Shipments (Item)": "no index key takes",
     }.items():
         assert words in await run(refused, database, [statement]), statement
     await run(update_ddl, database, ["ALTER TABLE Shipments ADD COLUMN Again examples.shipping.Order"])

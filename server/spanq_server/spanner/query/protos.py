@@ -16,9 +16,9 @@ given: GetDatabaseDdl returns them). Every type of a bundle is a message or an e
 its descriptors; a queue's Payload may be one of its messages (``CREATE QUEUE q (...,
 Payload examples.shipping.Order NOT NULL)``), stored as spanq's BYTES payload and
 typed PROTO in results, and a payload written to it must parse as that message
-(``check``). A table's column may be of a message type (PROTO, stored as bytea) or an enum type (ENUM,
-stored as its number, bigint) of the bundle (``resolve``). A type a column uses cannot leave
-the bundle.
+(``check``). A table's column may be of a message type (PROTO, stored as bytea) or an
+enum type (ENUM, stored as its number, bigint) of the bundle (``resolve``), its values
+checked alike (``check_typed``). A type a column uses cannot leave the bundle.
 """
 
 import dataclasses
@@ -326,9 +326,10 @@ class Bundles:
                 raise InvalidArgument(f"{shown}: proto type {name} is not in the proto descriptors given (a message "
                                       "or enum's full name, package first, case-sensitive)", type=name)
         for name, column in (used or {}).items():
-            if kind_of(pool, name) != "message":
-                raise errors.FailedPrecondition(f"{shown}: the proto descriptors no longer hold message {name}, which "
-                                                f"{column} uses", type=name)
+            before = previous.kind(name) if previous is not None else None
+            if before is not None and kind_of(pool, name) != before:
+                raise errors.FailedPrecondition(f"{shown}: {name} would be no proto {before} any more, and {column} "
+                                                "uses it", type=name)
         replaced = (list(previous.types), previous.descriptors) if previous is not None else None
         if not await self._records.put_proto_bundle(database, list(types), descriptors, replaced):
             raise errors.FailedPrecondition(

@@ -412,6 +412,11 @@ class Tables:
         if s.interleave_in is not None:
             interleave = (await self._existing(ns, s.interleave_in, s.interleave_in,
                                                f"CREATE INDEX {s.spelled}")).name
+        for column_name, _ in s.columns:
+            column = table.column(column_name)
+            if column is not None and "PROTO" in (column.type.code, column.type.element and column.type.element.code):
+                raise errors.InvalidArgument(f"CREATE INDEX {s.spelled}: column {column.spelled} is of the proto type "
+                                             f"{column.type.ddl()}, which no index key takes (as in Spanner)")
         index = index_of(s, name, table, interleave)
         await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
