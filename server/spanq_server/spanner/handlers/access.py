@@ -193,6 +193,8 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
         """Drops the DDL of the queues this token has no privilege on, in place."""
         found = response.statements
         for i in range(len(found) - 1, -1, -1):
+            if found[i].startswith("CREATE PROTO BUNDLE"):  # every column's types, no queue's data
+                continue
             # A PostgreSQL-dialect database's DDL is in its dialect.
             name = ddl_name(found[i]) or next(
                 (s.name for s in _ddl_readings(found[i]) if isinstance(s, (ast.CreateQueue, ast.DropQueue))), "")
