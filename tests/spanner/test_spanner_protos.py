@@ -177,6 +177,10 @@ async def test_bundle_statements_and_payloads_spanner_refuses_store_nothing(span
     ]
     for statements, descriptors, words in cases:
         assert words in await run(refused, database, statements, descriptors), statements
+    # A database name no CreateDatabase made reaches the default namespace, which has no bundle.
+    nowhere = spanner.Client(project=PROJECT).instance(INSTANCE).database("nowhere")
+    assert "FailedPrecondition: proto bundles belong to a database made by CreateDatabase" in await run(
+        refused, nowhere, [BUNDLE], DESCRIPTORS)
     assert bundles() == 0
     # The bundle's statement fails after a good one: the batch stops there, the first stays.
     assert "statement 1" in await run(refused, database, [BUNDLE, "CREATE PROTO BUNDLE (examples.shipping.Order)"],
