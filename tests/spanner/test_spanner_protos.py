@@ -27,7 +27,8 @@ PROJECT, INSTANCE = "proto-project", "proto-instance"
 Field = descriptor_pb2.FieldDescriptorProto
 BUNDLE = "CREATE PROTO BUNDLE (examples.shipping.Order, `examples.shipping.Status`)"
 ORDERS = "CREATE QUEUE Orders (Id INT64 NOT NULL, Payload examples.shipping.Order NOT NULL) PRIMARY KEY (Id)"
-LISTED_QUEUE = "CREATE QUEUE Orders (\n  Id INT64 NOT NULL,\n  Payload examples.shipping.Order NOT NULL\n) PRIMARY KEY (Id)"
+LISTED_QUEUE = ("CREATE QUEUE Orders (\n  Id INT64 NOT NULL,\n  Payload examples.shipping.Order NOT NULL\n"
+                ") PRIMARY KEY (Id)")
 
 
 def shipping(version: int = 1) -> descriptor_pb2.FileDescriptorSet:
@@ -269,8 +270,8 @@ async def test_alter_and_drop_proto_bundle_and_create_database_with_one(spanner_
 async def test_proto_and_enum_columns_of_tables(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
     from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
-    table = ("CREATE TABLE Shipments (Id INT64 NOT NULL, Status examples.shipping.Status, Item examples.shipping.Order, "
-             "Items ARRAY<examples.shipping.Order>) PRIMARY KEY (Id)")
+    table = ("CREATE TABLE Shipments (Id INT64 NOT NULL, Status examples.shipping.Status, "
+             "Item examples.shipping.Order, Items ARRAY<examples.shipping.Order>) PRIMARY KEY (Id)")
     database = await run(make_database, "tables", [BUNDLE, table], DESCRIPTORS)
     statements, _ = await run(ddl_of, database)
     assert statements[1] == ("CREATE TABLE Shipments (\n  Id INT64 NOT NULL,\n  Status examples.shipping.Status,\n"

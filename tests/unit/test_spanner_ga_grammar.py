@@ -50,8 +50,8 @@ def test_create_queue_keeps_what_getdatabaseddl_lists() -> None:
     assert s.options == ast.QueueOptions(disable_send=True, locality_group="hot", receive_mode=True)
     table = parse_ddl("CREATE TABLE T (Id INT64, O examples.Order, A ARRAY<`x.E`>) PRIMARY KEY (Id)", G)
     assert isinstance(table, ast.CreateTable)  # message or enum: the bundle says, when the DDL runs
-    assert [c.type for c in table.columns[1:]] == [
-        ast.SpannerType("PROTO", proto="examples.Order"), ast.SpannerType("ARRAY", ast.SpannerType("PROTO", proto="x.E"))]
+    assert [c.type for c in table.columns[1:]] == [ast.SpannerType("PROTO", proto="examples.Order"),
+                                                   ast.SpannerType("ARRAY", ast.SpannerType("PROTO", proto="x.E"))]
     proto = parse_ddl("CREATE QUEUE Q (Id INT64 NOT NULL, Payload examples.shipping.Order NOT NULL HIDDEN) "
                       "PRIMARY KEY (Id)", G)
     assert isinstance(proto, ast.CreateQueue)

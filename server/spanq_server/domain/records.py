@@ -2,9 +2,10 @@
 server answers alike and after a restart: the Spanner front-end's instances and
 databases (each a serialized protobuf, by kind and resource name), which database's
 DDL made each queue, how that DDL spelled the queue's names (spanner/handlers/admin.py,
-spanner/query/names.py), its roles (grants.py) and its proto bundle (protos.py). The domain's door to the store's Spanner records: the front-end
-calls this, never the store (its tables take the store as ``spanner.port.TableStore``,
-handed to it by server.py)."""
+spanner/query/names.py), each database's roles (grants.py) and proto bundle (protos.py).
+The domain's door to the store's Spanner records: the front-end calls this, never the
+store (its tables take the store as ``spanner.port.TableStore``, handed to it by
+server.py)."""
 
 from collections.abc import Callable
 from typing import Any, Literal
