@@ -144,8 +144,15 @@ async def test_a_queue_of_proto_payloads_sends_receives_as_the_message_or_bytes_
             return list(snapshot.read("Orders", ["Id", "Payload"], spanner.KeySet(all_=True),
                                       column_info={"Payload": Order()}))
 
+    def joined() -> list[Any]:  # the table subset reads the queue too (a join): PROTO there as well
+        with database.snapshot() as snapshot:
+            results = snapshot.execute_sql("SELECT o.Id, o.Payload, p.Id FROM Orders AS o JOIN Orders AS p "
+                                           "ON p.Id = o.Id", column_info={"Payload": Order()})
+            return list(results)
+
     assert await run(insert) == [[5, Order(order_id="A-5")]]
     assert await run(read) == [[5, Order(order_id="A-5")]]
+    assert await run(joined) == [[5, Order(order_id="A-5"), 5]]
     assert [r[0] for r in (await run(receive, database))[1]] == [5]
     await run(ack, database, 5)
 

@@ -26,11 +26,11 @@ from ...ground.model import AckItem, ColumnType, KeyColumn, LeasedMessage, Outgo
 from ..port import TableStore
 from . import ast, dialects, parser
 from . import values
-from .protos import Bundles
 from .grants import Roles
 from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
 from .parser import Dialect, Parsed
+from .protos import Bundles
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
 from .tables import Tables, TableResult
 

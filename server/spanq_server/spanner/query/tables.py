@@ -115,8 +115,9 @@ class Tables:
             spelling = await self._names.of(queue)
             columns = [Col(c.name, spelling.column(c.name), _queue_type(c.type.value), c.name, True)
                        for c in queue.key_columns]
-            columns.append(Col("payload", spelling.column("payload"), _queue_type(queue.payload_type.value),
-                               "payload", True))
+            payload = (ast.SpannerType("PROTO", proto=spelling.proto) if spelling.proto
+                       else _queue_type(queue.payload_type.value))  # a proto message's bytes, typed so
+            columns.append(Col("payload", spelling.column("payload"), payload, "payload", True))
             columns.append(Col("delivertime", spelling.column("delivertime"), ast.TIMESTAMP, "deliver_time"))
             out[name] = TableDef(queue.name, spelling.queue, tuple(columns),
                                  tuple(c.name for c in queue.key_columns), queue=True)
