@@ -593,11 +593,36 @@ async def test_a_token_bounds_its_sessions_role_and_a_role_narrows_its_token(cha
     assert "GRANT EXECUTE ON TABLE FUNCTION RECEIVE_ordersqueue TO ROLE queue_producer" in info["detail"]
     code, message, _ = await error_of(create_session("ghost", OPS))
     assert (code, message) == (grpc.StatusCode.PERMISSION_DENIED, "Role not found: ghost")
-    # A role spans its database: CREATE ROLE needs admin on every queue; GRANT, admin on what it names.
-    for statement in ("CREATE ROLE other", "GRANT SELECT ON QUEUE OrdersQueue TO ROLE queue_producer"):
+    # A role spans its database: CREATE ROLE needs admin on every queue; GRANT, admin on what it names;
+    # a proto bundle spans it too.
+    for statement in ("CREATE ROLE other", "GRANT SELECT ON QUEUE OrdersQueue TO ROLE queue_producer",
+                      "DROP PROTO BUNDLE"):
         request = dba.UpdateDatabaseDdlRequest.pb()(database=database, statements=[statement])
         call = channel.unary_unary("/google.spanner.admin.database.v1.DatabaseAdmin/UpdateDatabaseDdl",
                                    request_serializer=type(request).SerializeToString,
                                    response_deserializer=operations_pb2.Operation.FromString)
         code, message, _ = await error_of(call(request, metadata=bearer(SENDER)))
         assert code == grpc.StatusCode.PERMISSION_DENIED and "'admin' privilege" in message, statement
+
+
+async def test_getdatabaseddl_shows_every_token_the_proto_bundle_beside_the_queues_it_may_see(channel) -> None:  # type: ignore[no-untyped-def]
+    """A bundle's types are the schema of every column, no queue's data: a token that sees only some
+    queues' DDL still gets the bundle and its descriptors (the DDL to make again what it sees)."""
+    from .test_spanner_protos import BUNDLE, DESCRIPTORS, ORDERS
+
+    request = dba.CreateDatabaseRequest.pb()(parent=INSTANCE, create_statement="CREATE DATABASE shipping",
+                                             extra_statements=[BUNDLE, ORDERS.replace("Orders", "OrdersQueue"),
+                                                               ORDERS.replace("Orders", "Hidden")],
+                                             proto_descriptors=DESCRIPTORS)
+    create = channel.unary_unary("/google.spanner.admin.database.v1.DatabaseAdmin/CreateDatabase",
+                                 request_serializer=type(request).SerializeToString,
+                                 response_deserializer=operations_pb2.Operation.FromString)
+    operation = await create(request, metadata=bearer(OPS))
+    assert not operation.HasField("error"), operation.error
+    ddl = dba.GetDatabaseDdlRequest.pb()(database=f"{INSTANCE}/databases/shipping")
+    call = channel.unary_unary("/google.spanner.admin.database.v1.DatabaseAdmin/GetDatabaseDdl",
+                               request_serializer=type(ddl).SerializeToString,
+                               response_deserializer=dba.GetDatabaseDdlResponse.pb().FromString)
+    seen = await call(ddl, metadata=bearer(SENDER))  # the sender's one queue: ordersqueue
+    assert [s.split(" (")[0] for s in seen.statements] == ["CREATE PROTO BUNDLE", "CREATE QUEUE OrdersQueue"]
+    assert seen.proto_descriptors == DESCRIPTORS

@@ -4,6 +4,7 @@ in both dialects: what each statement becomes, and what is refused with why."""
 import pytest
 
 from spanq_server.ground.errors import InvalidArgument
+from spanq_server.ground.model import ColumnType
 from spanq_server.spanner.query import ast
 from spanq_server.spanner.query.parser import Dialect, parse_ddl
 
@@ -38,6 +39,12 @@ G, PG = Dialect.GOOGLESQL, Dialect.POSTGRESQL
     ("ALTER QUEUE q ALTER TTL INTERVAL '2 days' ON deliver_time", PG,
      ast.AlterQueue("q", row_deletion="replace", policy=ast.RowDeletionPolicy("deliver_time", 2))),
     ("ALTER QUEUE q DROP TTL", PG, ast.AlterQueue("q", row_deletion="drop")),
+    # Proto type names keep their case, with or without backticks, a trailing comma read.
+    ("CREATE PROTO BUNDLE (examples.shipping.Order, `examples.shipping.Order.Item`, pkg.`Enum`,)", G,
+     ast.ProtoBundle("create", insert=("examples.shipping.Order", "examples.shipping.Order.Item", "pkg.Enum"))),
+    ("ALTER PROTO BUNDLE INSERT (a.New) UPDATE (a.Old) DELETE (a.Gone, a.Gone)", G,
+     ast.ProtoBundle("alter", ("a.New",), ("a.Old",), ("a.Gone",))),
+    ("drop proto bundle;", G, ast.ProtoBundle("drop")),
 ])
 def test_statements_read_into_the_syntax_tree(text: str, dialect: Dialect, expected: object) -> None:
     assert parse_ddl(text, dialect) == expected
@@ -52,6 +59,16 @@ def test_create_queue_keeps_what_getdatabaseddl_lists() -> None:
                                                                                 ("payload", "JSON")), "Users", None)
     assert s.row_deletion == ast.RowDeletionPolicy("delivertime", 7)
     assert s.options == ast.QueueOptions(disable_send=True, locality_group="hot", receive_mode=True)
+    table = parse_ddl("CREATE TABLE T (Id INT64, O examples.Order, A ARRAY<`x.E`>) PRIMARY KEY (Id)", G)
+    assert isinstance(table, ast.CreateTable)  # message or enum: the bundle says, when the DDL runs
+    assert [c.type for c in table.columns[1:]] == [ast.SpannerType("PROTO", proto="examples.Order"),
+                                                   ast.SpannerType("ARRAY", ast.SpannerType("PROTO", proto="x.E"))]
+    proto = parse_ddl("CREATE QUEUE Q (Id INT64 NOT NULL, Payload examples.shipping.Order NOT NULL HIDDEN) "
+                      "PRIMARY KEY (Id)", G)
+    assert isinstance(proto, ast.CreateQueue)
+    assert (proto.payload_proto, proto.declared[-1], proto.hidden) == (
+        "examples.shipping.Order", ("payload", "examples.shipping.Order"), ("payload",))
+    assert dict(proto.columns)["payload"] is ColumnType.BYTES
 
 
 @pytest.mark.parametrize(("text", "words"), [
@@ -72,7 +89,16 @@ def test_create_queue_keeps_what_getdatabaseddl_lists() -> None:
     ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id), OPTIONS (locality_group = 'a b')",
      "not a locality group name"),
     ("ALTER QUEUE Q SET PAYLOAD", "expected OPTIONS, ON DELETE or INTERLEAVE IN"),
+    ("CREATE QUEUE Q (Id a.B NOT NULL, Payload BYTES(MAX)) PRIMARY KEY (Id)", "a proto type is for Payload"),
+    ("ALTER PROTO BUNDLE", "expected INSERT (...), UPDATE (...) or DELETE (...)"),
+    ("ALTER PROTO BUNDLE DELETE (a.B) DELETE (a.C)", "DELETE is given twice"),
+    ("CREATE PROTO BUNDLE ()", "a proto type's full name"),
 ])
 def test_what_is_refused_says_why(text: str, words: str) -> None:
-    with pytest.raises(InvalidArgument, match=words.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(InvalidArgument, match=words.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         parse_ddl(text, G)
+
+
+def test_proto_bundles_are_googlesqls() -> None:
+    with pytest.raises(InvalidArgument, match="proto bundles are GoogleSQL's"):
+        parse_ddl("CREATE PROTO BUNDLE (a.B)", PG)

@@ -1,10 +1,11 @@
 """What a front-end records beside the queues, in the same database, so that every
 server answers alike and after a restart: the Spanner front-end's instances and
 databases (each a serialized protobuf, by kind and resource name), which database's
-DDL made each queue, and how that DDL spelled the queue's names (spanner/handlers/admin.py,
-spanner/query/names.py). The domain's door to the store's Spanner records: the front-end
-calls this, never the store (its tables take the store as ``spanner.port.TableStore``,
-handed to it by server.py)."""
+DDL made each queue, how that DDL spelled the queue's names (spanner/handlers/admin.py,
+spanner/query/names.py), each database's roles (grants.py) and proto bundle (protos.py).
+The domain's door to the store's Spanner records: the front-end calls this, never the
+store (its tables take the store as ``spanner.port.TableStore``, handed to it by
+server.py)."""
 
 from collections.abc import Callable
 from typing import Any, Literal
@@ -54,6 +55,22 @@ class Records:
     async def record_spelling(self, queue: str, database: str | None, spelled: dict[str, Any]) -> None:
         """Records the database whose DDL made ``queue`` (None: the default namespace) and its spelling."""
         await self._store.spanner_names_put(queue, database, spelled)
+
+    # -- proto bundles (spanner/query/protos.py) -------------------------------------
+
+    async def proto_bundle(self, database: str) -> tuple[list[str], bytes] | None:
+        """A database's proto bundle: its types (full names) and descriptors (a serialized
+        FileDescriptorSet); None when it has none."""
+        return await self._store.spanner_proto_bundle_get(database)
+
+    async def put_proto_bundle(self, database: str, types: list[str], descriptors: bytes,
+                               previous: tuple[list[str], bytes] | None) -> bool:
+        """Makes ``database``'s proto bundle (``previous`` None), or replaces ``previous`` with it;
+        False when it has one, or one other than ``previous`` (another change came first)."""
+        return await self._store.spanner_proto_bundle_put(database, types, descriptors, previous)
+
+    async def drop_proto_bundle(self, database: str) -> bool:
+        return await self._store.spanner_proto_bundle_delete(database)
 
     # -- database roles (Spanner's fine-grained access control) ---------------------
 

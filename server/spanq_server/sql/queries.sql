@@ -1660,6 +1660,27 @@ SELECT q.name, q.dead_letter_queue FROM spanq.queues AS q
 WHERE q.dead_letter_queue IN (SELECT name FROM mine) AND q.name NOT IN (SELECT name FROM mine)
 ORDER BY 1, 2
 
+-- spanner_proto_bundle_get --
+-- A database's proto bundle: its types and descriptors (no row: it has none).
+SELECT types, descriptors FROM spanq.spanner_proto_bundles WHERE database = %(database)s
+
+-- spanner_proto_bundle_create --
+-- Makes a database's proto bundle (CREATE PROTO BUNDLE); no row when it has one.
+INSERT INTO spanq.spanner_proto_bundles (database, types, descriptors)
+VALUES (%(database)s, %(types)s, %(descriptors)s)
+ON CONFLICT (database) DO NOTHING
+RETURNING true
+
+-- spanner_proto_bundle_replace --
+-- Replaces a database's proto bundle (ALTER PROTO BUNDLE) if it is still the one
+-- the statement was checked against: no row when another change came first.
+UPDATE spanq.spanner_proto_bundles SET types = %(types)s, descriptors = %(descriptors)s
+WHERE database = %(database)s AND types = %(previous_types)s AND descriptors = %(previous)s
+RETURNING true
+
+-- spanner_proto_bundle_delete --
+DELETE FROM spanq.spanner_proto_bundles WHERE database = %(database)s RETURNING true
+
 -- spanner_role_put --
 -- Creates a database role (CREATE ROLE); no row when one of the name exists.
 INSERT INTO spanq.spanner_roles (database, name, spelled) VALUES (%(database)s, %(name)s, %(spelled)s)

@@ -1,5 +1,5 @@
-"""The Spanner front-end's records: instances, databases, and how each queue's names
-were spelled (spanner/handlers/admin.py, spanner/query/names.py)."""
+"""The Spanner front-end's records: instances, databases, how each queue's names
+were spelled, database roles and proto bundles (spanner/handlers/admin.py, spanner/query/names.py)."""
 
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +15,8 @@ RoleGrants = dict[str, dict[str, list[str]]]
 
 
 class SpannerRecords(Database):
-    """spanq.spanner_instances, spanq.spanner_databases, spanq.spanner_names."""
+    """spanq.spanner_instances, spanq.spanner_databases, spanq.spanner_names, spanq.spanner_roles,
+    spanq.spanner_proto_bundles."""
 
     async def spanner_names_put(self, queue: str, database: str | None, spelled: dict[str, Any]) -> None:
         async with self._transaction(queue) as conn:
@@ -59,6 +60,31 @@ class SpannerRecords(Database):
     async def spanner_record_delete(self, kind: str, name: str) -> bool:
         async with self._transaction() as conn:
             return bool(await _scalar(conn, f"spanner_{kind}_delete", name=name))
+
+    # -- proto bundles (spanq.spanner_proto_bundles) ---------------------------------
+
+    async def spanner_proto_bundle_get(self, database: str) -> tuple[list[str], bytes] | None:
+        """A database's proto bundle: its types and its descriptors (a FileDescriptorSet)."""
+        async with self._read() as conn:
+            cur = await conn.execute(query("spanner_proto_bundle_get"), {"database": database})
+            row = await cur.fetchone()
+        return (list(row[0]), bytes(row[1])) if row else None
+
+    async def spanner_proto_bundle_put(self, database: str, types: list[str], descriptors: bytes,
+                                       previous: tuple[list[str], bytes] | None) -> bool:
+        """Makes a database's bundle (``previous`` None) or replaces ``previous`` with it; False
+        when the database has one already, or one other than ``previous``."""
+        params: dict[str, object] = {"database": database, "types": types, "descriptors": descriptors}
+        if previous is not None:
+            params |= {"previous_types": previous[0], "previous": previous[1]}
+        async with self._transaction() as conn:
+            with wrap_errors():
+                return bool(await _scalar(conn, "spanner_proto_bundle_create" if previous is None
+                                          else "spanner_proto_bundle_replace", **params))
+
+    async def spanner_proto_bundle_delete(self, database: str) -> bool:
+        async with self._transaction() as conn:
+            return bool(await _scalar(conn, "spanner_proto_bundle_delete", database=database))
 
     # -- database roles (spanq.spanner_roles) --------------------------------------
 

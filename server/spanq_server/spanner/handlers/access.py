@@ -86,10 +86,15 @@ def role_read(role: "grants.Role", request: Any, table: bool) -> None:
 def check(p: Principal, statement: ast.Statement, where: str = "") -> None:
     """What ``statement`` needs of ``p``: its kind's privilege on the queue it names, or
     (the table subset, ``statement_needs``) each privilege on each table or queue; roles
-    and their privileges (``_access_ddl``) admin."""
+    and their privileges (``_access_ddl``) and the proto bundle admin."""
     kind = ast.kind(statement)
     if isinstance(statement, (ast.CreateRole, ast.DropRole, ast.Grant, ast.GrantRole)):
         _access_ddl(p, statement, kind, where)
+        return
+    if isinstance(statement, ast.ProtoBundle):  # its types are every column's of the database
+        if "admin" not in p.everywhere:
+            raise p.denied("admin", EVERY_QUEUE, f"the DDL statement ({kind}: a proto bundle spans the database)",
+                           where)
         return
     if not isinstance(statement, ast.QueueStatement):
         what = "the DDL statement" if isinstance(statement, ast.TableDdl) else "the statement"
@@ -188,6 +193,8 @@ def _database_ddl(p: Principal, request: Any) -> After | None:
         """Drops the DDL of the queues this token has no privilege on, in place."""
         found = response.statements
         for i in range(len(found) - 1, -1, -1):
+            if found[i].startswith("CREATE PROTO BUNDLE"):  # every column's types, no queue's data
+                continue
             # A PostgreSQL-dialect database's DDL is in its dialect.
             name = ddl_name(found[i]) or next(
                 (s.name for s in _ddl_readings(found[i]) if isinstance(s, (ast.CreateQueue, ast.DropQueue))), "")

@@ -187,7 +187,7 @@ class Admin:
         found = DEFAULT_SCOPE
         if record is not None:
             pg = DatabasePb.FromString(record[1]).database_dialect == dba_common.DatabaseDialect.POSTGRESQL
-            found = Scope(record[0], pg)
+            found = Scope(record[0], pg, database)
         self._namespaces[database] = (time.monotonic(), found)
         if len(self._namespaces) > MAX_OPERATIONS:
             self._namespaces.clear()

@@ -225,6 +225,7 @@ class SpannerService:
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
                 payload = values.decode(send.payload, queue.payload_type, "payload")
+                await self._executor.check_payload(queue, payload, ns, "the payload")
                 deliver_time = None
                 if send.HasField("deliver_time"):
                     deliver_time = codec.timestamp_to_datetime(send.deliver_time, "deliver_time")
@@ -447,6 +448,7 @@ class InstanceAdminService:
         await _drop_all(self._catalog, queues)
         for database in databases:
             await self._executor.tables.drop_all(database)
+            self._executor.protos.forget(database)
         await self._admin.forget_instance(request.name)
         return empty_pb2.Empty()
 
@@ -467,11 +469,12 @@ class DatabaseAdminService:
         parsed = [self._executor.parse_ddl(s, scope, f"extra statement {i}: ")
                   for i, s in enumerate(request.extra_statements)]
         database = await self._admin.create_database(request.parent, database_id, pg)
-        error = await self._apply_ddl(database.name, parsed)
+        error = await self._apply_ddl(database.name, parsed, descriptors=request.proto_descriptors)
         if error is not None:
             await _drop_all(self._catalog, await self._admin.database_queues(database.name))
             await self._executor.tables.drop_all(database.name)
-            await self._admin.forget_database(database.name)
+            await self._admin.forget_database(database.name)  # and its proto bundle, by cascade
+            self._executor.protos.forget(database.name)
         metadata = dba.CreateDatabaseMetadata.pb()(database=database.name)
         return self._admin.operation(database.name, metadata, response=database, error=error)
 
@@ -482,17 +485,19 @@ class DatabaseAdminService:
         scope = await self._admin.scope(request.database)
         parsed = [self._executor.parse_ddl(s, scope, f"statement {i}: ") for i, s in enumerate(request.statements)]
         metadata = dba.UpdateDatabaseDdlMetadata.pb()(database=request.database, statements=request.statements)
-        error = await self._apply_ddl(request.database, parsed, metadata)
+        error = await self._apply_ddl(request.database, parsed, metadata, request.proto_descriptors)
         op = self._admin.operation(request.database, metadata, response=empty_pb2.Empty(), error=error)
         return op
 
-    async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None) -> errors.QueueError | None:
-        """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner."""
+    async def _apply_ddl(self, database: str, parsed: list[Any], metadata: Any = None,
+                         descriptors: bytes = b"") -> errors.QueueError | None:
+        """Runs the statements in order; the first failure stops them (earlier ones stay), as in Spanner.
+        ``descriptors`` are the request's proto descriptors, for its PROTO BUNDLE statements."""
         ns = await self._admin.scope(database)
         owner = database if ns.prefix else None  # the default namespace's queues belong to no database
         for i, statement in enumerate(parsed):
             try:
-                await self._executor.ddl(statement, owner, ns)
+                await self._executor.ddl(statement, owner, ns, descriptors)
             except errors.QueueError as exc:
                 if len(parsed) > 1:
                     exc.args = (f"statement {i}: {exc.message}",)
@@ -515,7 +520,8 @@ class DatabaseAdminService:
         await self._executor.tables.check_droppable([request.database], queues)  # all or nothing
         await _drop_all(self._catalog, queues)
         await self._executor.tables.drop_all(request.database)
-        await self._admin.forget_database(request.database)
+        await self._admin.forget_database(request.database)  # and its proto bundle, by cascade
+        self._executor.protos.forget(request.database)
         return empty_pb2.Empty()
 
     async def GetDatabaseDdl(self, request: Any, context: Any) -> Any:
@@ -540,8 +546,11 @@ class DatabaseAdminService:
             return queues.get(name, name) if kind == "queue" else declared.get(ns.prefix + name, name)
 
         roles = await self._executor.roles.ddl_of(request.database, shown)  # after what they grant on
+        bundle = await self._executor.protos.of(request.database)  # before the columns of its types
         return dba.GetDatabaseDdlResponse.pb()(
-            statements=tables + [queue_ddl(q, await names.of(q), ns.prefix, declared) for q in found] + roles)
+            statements=([bundle.ddl()] if bundle else []) + tables
+            + [queue_ddl(q, await names.of(q), ns.prefix, declared) for q in found] + roles,
+            proto_descriptors=bundle.descriptors if bundle else b"")
 
     # Backups, database operations and roles: spanq has none. The emulator answers these
     # lists empty, and Google's test fixtures call them in their teardown.

@@ -24,12 +24,15 @@ SCALARS = ("BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TI
 
 @dataclasses.dataclass(frozen=True)
 class SpannerType:
-    """A column's Spanner type: ``code`` one of SCALARS or ARRAY (with ``element``);
-    ``length`` for STRING / BYTES (None is MAX)."""
+    """A column's Spanner type: ``code`` one of SCALARS, ARRAY (with ``element``), PROTO or
+    ENUM (with ``proto``, the type's full name); ``length`` for STRING / BYTES (None is MAX).
+    The parser gives a proto type as PROTO: whether it is a message or an enum is the
+    database's bundle's to say (protos.py), when its DDL runs."""
 
     code: str
     element: "SpannerType | None" = None
     length: int | None = None
+    proto: str | None = None
 
     def ddl(self) -> str:
         if self.code == "ARRAY":
@@ -37,6 +40,8 @@ class SpannerType:
             return f"ARRAY<{self.element.ddl()}>"
         if self.code in ("STRING", "BYTES"):
             return f"{self.code}({'MAX' if self.length is None else self.length})"
+        if self.proto is not None:
+            return self.proto
         return self.code
 
     def as_json(self) -> dict[str, Any]:
@@ -45,13 +50,15 @@ class SpannerType:
             out["element"] = self.element.as_json()
         if self.length is not None:
             out["length"] = self.length
+        if self.proto is not None:
+            out["proto"] = self.proto
         return out
 
     @staticmethod
     def of_json(data: dict[str, Any]) -> "SpannerType":
         element = data.get("element")
         return SpannerType(str(data["code"]), SpannerType.of_json(element) if element else None,
-                           data.get("length"))
+                           data.get("length"), data.get("proto"))
 
 
 BOOL, INT64, FLOAT64, STRING = SpannerType("BOOL"), SpannerType("INT64"), SpannerType("FLOAT64"), SpannerType("STRING")
@@ -439,6 +446,9 @@ class CreateQueue:
     row_deletion: RowDeletionPolicy | None = None
     descending: tuple[str, ...] = ()
     """The primary-key columns declared DESC (GoogleSQL)."""
+    payload_proto: str | None = None
+    """A Payload of a proto message type of the database's bundle: its full name (case-sensitive,
+    ``examples.shipping.Order``); the payload is stored as BYTES."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -544,6 +554,18 @@ class QueueSelect:
     limit: Value | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class ProtoBundle:
+    """CREATE PROTO BUNDLE (types), ALTER PROTO BUNDLE [INSERT (types)] [UPDATE (types)]
+    [DELETE (types)], DROP PROTO BUNDLE (``action``: "create", "alter", "drop"). Types are
+    full names as written (proto names are case-sensitive); CREATE's are ``insert``."""
+
+    action: str
+    insert: tuple[str, ...] = ()
+    update: tuple[str, ...] = ()
+    delete: tuple[str, ...] = ()
+
+
 QueueDdl = CreateQueue | DropQueue | AlterQueue
 AccessDdl = CreateRole | DropRole | Grant | GrantRole
 """Fine-grained access control: database roles and their privileges."""
@@ -552,7 +574,7 @@ QueueDml = QueueDelete | QueueInsert
 QueueStatement = QueueDdl | QueueQuery | QueueDml
 """A statement of the queue surface (both dialects)."""
 
-Ddl = QueueDdl | TableDdl | AccessDdl
+Ddl = QueueDdl | TableDdl | AccessDdl | ProtoBundle
 Statement = QueueStatement | TableSubset
 
 

@@ -30,6 +30,7 @@ from .grants import Roles
 from .lexing import fold
 from .names import PG_SYSTEM, Names, Spelling
 from .parser import Dialect, Parsed
+from .protos import Bundles
 from .scope import DEFAULT_SCOPE, RESERVED, Scope, in_a_namespace
 from .tables import Tables, TableResult
 
@@ -82,13 +83,13 @@ class Output:
 
     key: str
     name: str
-    type: ColumnType
+    type: values.Shown
     hidden: bool = False
     """Declared HIDDEN: left out of ``*``, returned when named."""
 
 
 def project(available: list[Output], items: tuple[ast.Item, ...] | None,
-            what: str) -> tuple[list[int], list[tuple[str, ColumnType]]]:
+            what: str) -> tuple[list[int], list[tuple[str, values.Shown]]]:
     """The positions and result columns a SELECT list picks (all for ``*``), named as
     declared or as the ``AS`` alias says."""
     if items is None:
@@ -96,7 +97,7 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
         return shown, [(available[i].name, available[i].type) for i in shown]
     by_key = {c.key: i for i, c in enumerate(available)}
     chosen: list[int] = []
-    named: list[tuple[str, ColumnType]] = []
+    named: list[tuple[str, values.Shown]] = []
     for item in items:
         if item.column == ast.ALL_COLUMNS:  # r.*: as * gives them, HIDDEN ones left out
             shown = [i for i, c in enumerate(available) if not c.hidden]
@@ -114,7 +115,7 @@ def project(available: list[Output], items: tuple[ast.Item, ...] | None,
 
 @dataclasses.dataclass
 class Result:
-    columns: list[tuple[str, ColumnType]]
+    columns: Sequence[tuple[str, values.Shown]]
     rows: list[list[struct_pb2.Value]]
     row_count: int | None = None
     """For DML: the rows it changed."""
@@ -175,9 +176,12 @@ class Executor:
         self.names = Names(records, catalog)
         self.roles = Roles(records)
         """Database roles and their privileges (grants.py)."""
-        self.tables = Tables(tables, catalog, self.names)
+        self.protos = Bundles(records)
+        """Each database's proto bundle (protos.py)."""
+        self.tables = Tables(tables, catalog, self.names, self.protos)
         """Spanner tables (tables.py): the statements parser.parse gives the table subset run there."""
         self._catalog = catalog
+        self._records = records
         self._mutator = mutator
         self._once = exactly_once
         self._receiver = receiver
@@ -262,7 +266,7 @@ class Executor:
                     "transaction), not in a read-only one"
                 )
             if isinstance(statement, ast.QueueInsert):
-                return await self._insert(queue, statement, params, use)
+                return await self._insert(queue, statement, params, use, ns)
             return await self._delete(queue, statement, params, use, ns)
         except errors.QueueError as exc:
             await self.names.shown_in(exc, queue)
@@ -341,7 +345,7 @@ class Executor:
             gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
         return Result(list(RENEW_COLUMNS), answer.reply)
 
-    async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use) -> Result:
+    async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use, ns: Scope) -> Result:
         spelling = await self.names.of(queue)
         key_names = [c.name for c in queue.key_columns]
         positions: dict[str, int] = {}
@@ -359,7 +363,7 @@ class Executor:
             raise errors.InvalidArgument(f"INSERT INTO {spelling.queue} must give "
                                          f"{', '.join(map(spelling.column, missing))}")
         chosen: list[int] = []
-        returned: list[tuple[str, ColumnType]] = []
+        returned: list[tuple[str, values.Shown]] = []
         if s.returning is not None:
             available = message_columns(queue, spelling)
             chosen, returned = project(available, s.returning, f"queue {spelling.queue!r}")
@@ -373,6 +377,7 @@ class Executor:
             key = tuple(self._value(row[positions[c.name]], c.type, params, f"{where}: column {c.name!r}")
                         for c in queue.key_columns)
             payload = self._value(row[positions["payload"]], queue.payload_type, params, f"{where}: Payload")
+            await self.check_payload(queue, payload, ns, f"{where}: Payload")
             deliver_time, delay = None, None
             if "deliver_time" in positions:
                 at, offset = self._instant(row[positions["deliver_time"]], params, f"{where}: DeliverTime")
@@ -580,6 +585,9 @@ class Executor:
                 at = key_at[column]
                 tests.append(lambda m, c=compare, w=wanted, i=at: bool(c(m.key[i], w)))  # type: ignore[misc]
             elif column == "payload":
+                if spelling.proto:  # as Spanner defines no comparison of PROTO values
+                    raise errors.InvalidArgument(f"{what}: a {spelling.proto} {spelling.column('payload')} (PROTO) "
+                                                 "cannot be compared")
                 if queue.payload_type is ColumnType.JSON:
                     raise errors.InvalidArgument(f"{what}: a JSON {spelling.column('payload')} cannot be compared "
                                                  "in RECEIVE's WHERE")
@@ -610,9 +618,12 @@ class Executor:
     # -- DDL ------------------------------------------------------------------------
 
     async def ddl(self, statement: ast.Ddl, database: str | None = None,
-                  ns: Scope = DEFAULT_SCOPE) -> str | None:
-        """Applies one DDL statement of ``database`` in its namespace ``ns``; returns the queue it
-        created, if any."""
+                  ns: Scope = DEFAULT_SCOPE, descriptors: bytes = b"") -> str | None:
+        """Applies one DDL statement of ``database`` in its namespace ``ns`` (``descriptors``: the
+        request's proto descriptors); returns the queue it created, if any."""
+        if isinstance(statement, ast.ProtoBundle):
+            await self.protos.ddl(statement, database, descriptors, self._proto_types_in_use)
+            return None
         if isinstance(statement, ast.AlterQueue):
             await self._alter(statement, database, ns)
             return None
@@ -647,6 +658,8 @@ class Executor:
             raise errors.InvalidArgument(f"{queue.name!r} is not a name of this database: {RESERVED}")
         if statement.parent_table:
             await self._check_parent_order(statement, ns)
+        if statement.payload_proto:
+            await self.protos.message_type(database, statement.payload_proto, f"CREATE QUEUE {statement.name}")
         if ns.prefix:
             queues.check_name(queue.name, "queue name", queues.MAX_QUEUE_NAME - len(ns.prefix))
             parent = queue.parent_table
@@ -680,8 +693,26 @@ class Executor:
         theirs = [(c.name, d) for c, d in parent.key_order]
         if any(d != e for (_, d), (_, e) in zip(mine, theirs)):
             raise errors.FailedPrecondition(
-                f"CREATE QUEUE {dict(s.spelled).get(s.name, s.name)}: INTERLEAVE IN PARENT {parent.spelled}: the queue's key must start with the "
-                f"parent's in its order ({', '.join(c.spelled + (' DESC' if d else '') for c, d in parent.key_order)})")
+                f"CREATE QUEUE {dict(s.spelled).get(s.name, s.name)}: INTERLEAVE IN PARENT {parent.spelled}: "
+                f"the queue's key must start with the parent's in its order ({', '.join(c.spelled + (' DESC' if d else '') for c, d in parent.key_order)})")
+    async def _proto_types_in_use(self, database: str) -> dict[str, str]:
+        """The proto types a database's tables and queues use, each with a column or queue that does."""
+        used = await self.tables.proto_columns(database)
+        for name in await self._records.database_queues(database):
+            try:
+                spelling = await self.names.of(await self._catalog.get(name, fresh=True))
+            except errors.QueueNotFound:
+                continue  # dropped meanwhile
+            if spelling.proto:
+                used.setdefault(spelling.proto, f"queue {spelling.queue}")
+        return used
+
+    async def check_payload(self, queue: QueueDef, payload: Any, ns: Scope, what: str) -> None:
+        """Refuses a payload of a queue whose Payload is a proto message type when it does not
+        parse as that message (INVALID_ARGUMENT naming the queue and the type)."""
+        spelling = await self.names.of(queue)
+        if spelling.proto:
+            await self.protos.check(ns.database, spelling.proto, payload, f"{what} of queue {spelling.queue!r}")
 
     async def _is_relation(self, ns: Scope, name: str) -> bool:
         """Whether a (folded) name is a table or a queue of the database."""
@@ -796,7 +827,8 @@ class Executor:
 def message_columns(queue: QueueDef, spelling: Spelling) -> list[Output]:
     """A queue's own columns: its key, Payload and DeliverTime."""
     found = [Output(c.name, spelling.column(c.name), c.type, spelling.hidden(c.name)) for c in queue.key_columns]
-    return found + [Output("payload", spelling.column("payload"), queue.payload_type, spelling.hidden("payload")),
+    payload: values.Shown = values.Proto(spelling.proto) if spelling.proto else queue.payload_type
+    return found + [Output("payload", spelling.column("payload"), payload, spelling.hidden("payload")),
                     Output("delivertime", spelling.column("delivertime"), ColumnType.TIMESTAMP)]
 
 
@@ -807,7 +839,7 @@ class ReceiveStream:
     the transport's (receive.py's lease-safety rule), and the rows of a stream that ends
     keep their leases."""
 
-    def __init__(self, queue: QueueDef, columns: list[tuple[str, ColumnType]], chosen: list[int],
+    def __init__(self, queue: QueueDef, columns: list[tuple[str, values.Shown]], chosen: list[int],
                  keep: Callable[[LeasedMessage], bool] | None, stream: AsyncIterator[list[LeasedMessage]],
                  receiver: Receiver) -> None:
         self.queue = queue

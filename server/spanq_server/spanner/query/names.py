@@ -45,7 +45,7 @@ class Spelling:
     """What else the DDL declared that GetDatabaseDdl lists and the catalog does not hold:
     ``types`` (folded column -> its type as written), ``hidden`` (columns), ``descending`` (the
     key columns declared DESC), ``interleave_in`` (a table, without PARENT), ``locality_group``,
-    ``receive_mode`` (written)."""
+    ``receive_mode`` (written), ``proto`` (the Payload's proto message type, protos.py)."""
 
     def hidden(self, name: str) -> bool:
         return name in self.ddl.get("hidden", ())
@@ -53,6 +53,12 @@ class Spelling:
     def descending(self, name: str) -> bool:
         """Whether a key column was declared DESC: the queue's rows are in that order by key."""
         return name in self.ddl.get("descending", ())
+
+    @property
+    def proto(self) -> str | None:
+        """The full name of the Payload's proto message type; None for a BYTES, STRING or JSON one."""
+        found = self.ddl.get("proto")
+        return str(found) if found else None
 
     def column(self, name: str) -> str:
         return self.columns.get(name) or (PG_STANDARD if self.pg else STANDARD).get(name, name)
@@ -75,7 +81,7 @@ class Spelling:
                                "descending": list(statement.descending),
                                "interleave_in": statement.interleave_in,
                                "locality_group": statement.options.locality_group,
-                               "receive_mode": statement.options.receive_mode}
+                               "receive_mode": statement.options.receive_mode, "proto": statement.payload_proto}
         return Spelling(spelled.get(statement.name, statement.name), columns, pg,
                         {k: v for k, v in ddl.items() if v})
 

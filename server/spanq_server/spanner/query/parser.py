@@ -75,7 +75,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from ...ground.errors import InvalidArgument
 from ...ground.model import ColumnType
-from . import ast, dialects, lexing, roles
+from . import ast, dialects, lexing, protos, roles
 from .ast import (ALL_COLUMNS, BOOL, BYTES, FLOAT64, INT64, SCALARS, STRING, TIMESTAMP, Aggregate, Arithmetic,
                   ArrayLiteral, Between, Column, ColumnDef, Compare, Condition, Count, CountStar, CreateIndex,
                   CreateQueue, CreateTable, Delete, Exists, InSelect,
@@ -209,10 +209,16 @@ def parse_ddl(text: str, dialect: Dialect) -> ast.Ddl:
             return roles.statement(Parser(text, dialect, Surface.QUEUE, tokens))
         if tokens[0].is_word("alter") and tokens[min(1, len(tokens) - 1)].is_word("queue"):
             return Parser(text, dialect, Surface.QUEUE, tokens).alter_queue()
+        if protos.is_bundle_ddl(tokens):
+            if dialect is Dialect.POSTGRESQL:
+                raise InvalidArgument("proto bundles are GoogleSQL's: a PostgreSQL-dialect database has no PROTO "
+                                      "columns")
+            return protos.statement(Parser(text, dialect, Surface.QUEUE, tokens))
     queue = parse_queue(text, dialect)
     if not isinstance(queue, (ast.CreateQueue, ast.DropQueue)):
         raise InvalidArgument(f"only CREATE QUEUE, ALTER QUEUE, DROP QUEUE, CREATE / DROP ROLE, GRANT and REVOKE (and, "
-                              f"in GoogleSQL, CREATE/DROP TABLE and INDEX) are DDL here, got {text.strip()[:80]!r}")
+                              f"in GoogleSQL, CREATE/DROP TABLE and INDEX and CREATE / ALTER / DROP PROTO BUNDLE) "
+                              f"are DDL here, got {text.strip()[:80]!r}")
     return queue
 
 
@@ -559,6 +565,8 @@ class _QueueColumn(NamedTuple):
     declared: str = ""
     """Its type as written (STRING(36)); empty in PostgreSQL."""
     hidden: bool = False
+    proto: str | None = None
+    """A proto message type's full name (Payload only)."""
 
 
 _QUEUE_OPTIONS: dict[str, type] = {"receive_mode": str, "disable_send": bool, "disable_delivery": bool,
@@ -629,6 +637,7 @@ class Parser(Cursor):
         declared: list[tuple[str, str]] = []
         hidden: list[str] = []
         key: list[tuple[str, bool]] = []
+        payload_proto = None
         while not self.accept_punct(")"):
             if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
                 key = self.primary_key()
@@ -640,6 +649,8 @@ class Parser(Cursor):
                     declared.append((column.name, column.declared))
                 if column.hidden:
                     hidden.append(column.name)
+                if column.proto:
+                    payload_proto = column.proto
                 if self.pg and self.accept_word("primary"):
                     self.word("key")
                     key.append((columns[-1][0], False))
@@ -676,7 +687,7 @@ class Parser(Cursor):
         self.end()
         return CreateQueue(name, tuple(columns), tuple(k for k, _ in key), parent, if_not_exists, tuple(spelled),
                            tuple(declared), tuple(hidden), interleave_in, cascade, options, policy,
-                           tuple(k for k, descending in key if descending))
+                           tuple(k for k, descending in key if descending), payload_proto)
 
     def interleave(self) -> tuple[str, bool, bool | None]:
         """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, folded after
@@ -751,6 +762,9 @@ class Parser(Cursor):
         name = self.loose_name("a column name")
         if self.pg:
             return _QueueColumn(name, self.pg_type(name))
+        if self.peek.kind == "ident" and (self.ahead().kind == "punct" and self.ahead().value == "."
+                                          or "." in self.peek.spelled):
+            return self.proto_column(name)
         type_name = self.loose_name(f"the type of column {name!r}")
         length = None
         if self.accept_punct("("):
@@ -780,6 +794,19 @@ class Parser(Cursor):
         if self.accept_word("options"):
             self.column_options(name)
         return _QueueColumn(name, column_type, declared, hidden)
+
+    def proto_column(self, name: str) -> "_QueueColumn":
+        """A column of a proto type (a dotted full name): Payload only, stored as BYTES."""
+        proto = protos.type_name(self)
+        if name != "payload":
+            raise InvalidArgument(f"column {name!r} has the proto type {proto}; a queue's key columns may be INT64, "
+                                  "STRING, BYTES, TIMESTAMP or BOOL (a proto type is for Payload)")
+        if self.accept_word("not"):
+            self.word("null")
+        hidden = self.accept_word("hidden")
+        if self.accept_word("options"):
+            self.column_options(name)
+        return _QueueColumn(name, ColumnType.BYTES, proto, hidden, proto)
 
     def column_options(self, column: str) -> None:
         """A queue column's OPTIONS (...): Spanner documents none for a queue's columns, so any is refused."""
@@ -1421,6 +1448,9 @@ class Parser(Cursor):
             element = self.column_type(column, in_array=True)
             self.punct(">")
             return SpannerType("ARRAY", element)
+        if token.kind == "ident" and (self.at_punct(".") or "." in token.spelled):
+            self.pos -= 1  # a proto message or enum of the database's bundle, resolved when the DDL runs
+            return SpannerType("PROTO", proto=protos.type_name(self))
         if code not in SCALARS:
             raise InvalidArgument(f"column {column!r} has type {token.text or '(none)'}, which spanq does not "
                                   f"support; the types are {', '.join(SCALARS)} and ARRAY<...> of them")

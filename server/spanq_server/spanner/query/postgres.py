@@ -20,9 +20,11 @@ from .lexing import fold
 from .schema import Col, IndexDef, TableDef
 
 PG_TYPES = {"BOOL": "boolean", "INT64": "bigint", "FLOAT64": "double precision", "NUMERIC": "numeric",
-            "STRING": "text", "BYTES": "bytea", "DATE": "date", "TIMESTAMP": "timestamptz", "JSON": "jsonb"}
-ORDERED = ("INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "BOOL")
-"""Types that compare with < and > (JSON and ARRAY do not, as in Spanner)."""
+            "STRING": "text", "BYTES": "bytea", "DATE": "date", "TIMESTAMP": "timestamptz", "JSON": "jsonb",
+            "PROTO": "bytea", "ENUM": "bigint"}
+"""A proto message is stored as its bytes, an enum as its number."""
+ORDERED = ("INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "BOOL", "ENUM")
+"""Types that compare with < and > (JSON, PROTO and ARRAY do not, as in Spanner; an ENUM by its number)."""
 NUMBERS = ("INT64", "FLOAT64", "NUMERIC")
 
 SCHEMA = "public"
@@ -62,7 +64,7 @@ def unsized(t: ast.SpannerType | None) -> ast.SpannerType | None:
     """A column's type as a value's: without its length (a parameter's type has none)."""
     if t is None:
         return None
-    return ast.SpannerType(t.code, unsized(t.element), None)
+    return ast.SpannerType(t.code, unsized(t.element), None, t.proto)
 
 
 def table_id(name: str) -> sql.Identifier:
@@ -331,6 +333,8 @@ class _Translator:
                 raise InvalidArgument(f"{t.ddl()} values do not compare with {e.op}")
             if t is not None and t.code == "JSON":
                 raise InvalidArgument("JSON values do not compare (as in Spanner); compare a field's value")
+            if t is not None and t.code == "PROTO":
+                raise InvalidArgument(f"{t.ddl()} values (PROTO) do not compare, as in Spanner")
             op = "<>" if e.op == "!=" else e.op
             return sql.SQL("({} {} {})").format(left, sql.SQL(op), right), ast.BOOL
         if isinstance(e, ast.In):

@@ -27,6 +27,8 @@ class Scope:
     namespace, spanq.v1's, reached by a database name no CreateDatabase made)."""
     pg: bool = False
     """The database speaks Spanner's PostgreSQL dialect."""
+    database: str | None = None
+    """The database's name, for a database CreateDatabase made (its proto bundle's, protos.py)."""
 
     def owns(self, name: str) -> bool:
         """Whether a (folded) name in the database's statements may name one of its tables or

@@ -33,6 +33,7 @@ from . import postgres as t
 from . import values
 from .lexing import fold
 from .names import Names
+from .protos import Bundles
 from .schema import Col, IndexDef, TableDef, index_ddl, index_of, schema_col, table_ddl, table_of
 from .scope import RESERVED, Scope
 
@@ -68,10 +69,11 @@ def row_type(columns: Sequence[tuple[str, ast.SpannerType]]) -> Any:
 
 
 class Tables:
-    def __init__(self, store: TableStore, catalog: Catalog, names: Names) -> None:
+    def __init__(self, store: TableStore, catalog: Catalog, names: Names, protos: Bundles) -> None:
         self._store = store
         self._catalog = catalog
         self._names = names
+        self._protos = protos
         self._cache: dict[str, tuple[float, TableDef | None]] = {}
 
     # -- names -------------------------------------------------------------------
@@ -113,8 +115,10 @@ class Tables:
             spelling = await self._names.of(queue)
             columns = [Col(c.name, spelling.column(c.name), _queue_type(c.type.value), c.name, True,
                            hidden=spelling.hidden(c.name)) for c in queue.key_columns]
-            columns.append(Col("payload", spelling.column("payload"), _queue_type(queue.payload_type.value),
-                               "payload", True, hidden=spelling.hidden("payload")))
+            payload = (ast.SpannerType("PROTO", proto=spelling.proto) if spelling.proto
+                       else _queue_type(queue.payload_type.value))  # a proto message's bytes, typed so
+            columns.append(Col("payload", spelling.column("payload"), payload, "payload", True,
+                               hidden=spelling.hidden("payload")))
             columns.append(Col("delivertime", spelling.column("delivertime"), ast.TIMESTAMP, "deliver_time"))
             out[name] = TableDef(queue.name, spelling.queue, tuple(columns),
                                  tuple(c.name for c in queue.key_columns), queue=True,
@@ -155,6 +159,8 @@ class Tables:
             if name not in params.fields:
                 raise errors.InvalidArgument(f"No parameter found for binding: {name}")
             bound[f"p_{name}"] = values.decode_typed(params.fields[name], wanted, f"parameter @{name}")
+            if wanted.proto or (wanted.element and wanted.element.proto):
+                await self._protos.check_typed(ns.database, wanted, bound[f"p_{name}"], f"parameter @{name}")
             if name in translated.counts and (bound[f"p_{name}"] or 0) < 0:
                 raise errors.InvalidArgument(f"{translated.counts[name]} cannot be negative (parameter @{name})")
         what = f"the statement on {', '.join(sorted(x.spelled for x in schema.values())) or 'no table'}"
@@ -208,6 +214,9 @@ class Tables:
                 raise errors.InvalidArgument(f"row {r} has {len(row.values)} value(s) for {len(columns)} column(s)")
             rows.append([values.decode_typed(v, c.type, f"row {r}: column {c.spelled!r}")
                          for v, c in zip(row.values, columns)])
+            for v, c in zip(rows[-1], columns):
+                if c.type.proto or (c.type.element and c.type.element.proto):
+                    await self._protos.check_typed(ns.database, c.type, v, f"row {r}: column {c.spelled!r}")
         if not rows:
             return None
         what = f"a {kind.replace('_', ' ').title().replace(' ', '')} of {table.spelled}"
@@ -334,7 +343,7 @@ class Tables:
             elif isinstance(statement, ast.CreateIndex):
                 await self._create_index(statement, database, ns)
             elif isinstance(statement, ast.AlterTable):
-                await self._alter(statement, ns)
+                await self._alter(statement, database, ns)
             else:
                 await self._drop(statement, ns)
         finally:  # what was read while it ran may be stale
@@ -353,10 +362,36 @@ class Tables:
             raise errors.InvalidArgument(f"{name!r} is not a name of this database: {RESERVED}")
         return ns.prefix + name
 
+    async def _column(self, c: ast.ColumnDef, database: str | None, what: str, key: bool = False) -> ast.ColumnDef:
+        """A column with its proto type resolved in the database's bundle (a PROTO is no key, as in Spanner)."""
+        if c.type.proto is None and (c.type.element is None or c.type.element.proto is None):
+            return c
+        resolved = await self._protos.resolve(database, c.type, f"{what}: column {c.spelled}")
+        if key and resolved.code != "ENUM":
+            raise errors.InvalidArgument(f"{what}: key column {c.spelled} has the type {resolved.ddl()} (a proto "
+                                         "message, or an array): Spanner keys take no PROTO or ARRAY column")
+        return dataclasses.replace(c, type=resolved)
+
+    async def proto_columns(self, database: str) -> dict[str, str]:
+        """The proto types a database's tables' columns use, each with a column that does."""
+        used: dict[str, str] = {}
+        for name, kind, definition in await self._store.table_definitions_of(database):
+            if kind != "table":
+                continue
+            table = TableDef.of_json(name, definition)
+            for column in table.columns:
+                proto = column.type.proto or (column.type.element.proto if column.type.element else None)
+                if proto:
+                    used.setdefault(proto, f"column {table.spelled}.{column.spelled}")
+        return used
+
     async def _create_table(self, s: ast.CreateTable, database: str | None, ns: Scope) -> None:
         name = self._name(ns, s.name)
         if s.if_not_exists and await self.table(ns, s.name) is not None:
             return
+        what = f"CREATE TABLE {s.spelled}"
+        s = dataclasses.replace(s, columns=tuple([await self._column(c, database, what, c.name in s.primary_key)
+                                                  for c in s.columns]))
         parent = None
         if s.parent is not None:
             parent = await self._existing(ns, s.parent, s.parent, f"the parent of {s.spelled}")
@@ -383,12 +418,17 @@ class Tables:
         if s.interleave_in is not None:
             interleave = (await self._existing(ns, s.interleave_in, s.interleave_in,
                                                f"CREATE INDEX {s.spelled}")).name
+        for column_name, _ in s.columns:
+            column = table.column(column_name)
+            if column is not None and "PROTO" in (column.type.code, column.type.element and column.type.element.code):
+                raise errors.InvalidArgument(f"CREATE INDEX {s.spelled}: column {column.spelled} is of the proto type "
+                                             f"{column.type.ddl()}, which no index key takes (as in Spanner)")
         index = index_of(s, name, table, interleave)
         await self._store.table_ddl([t.create_index(index, table)], f"CREATE INDEX {s.spelled}",
                                lock_timeout=DDL_LOCK_TIMEOUT,
                                register=(name, database, "index", s.spelled, index.as_json()))
 
-    async def _alter(self, s: ast.AlterTable, ns: Scope) -> None:
+    async def _alter(self, s: ast.AlterTable, database: str | None, ns: Scope) -> None:
         """ADD COLUMN (a nullable one to a table with rows; NOT NULL only to an empty one, as
         PostgreSQL checks) or DROP COLUMN (not of the key, not one an index uses, as in Spanner)."""
         table = await self._existing(ns, s.name, s.name, "ALTER TABLE")
@@ -397,7 +437,7 @@ class Tables:
                 if s.if_not_exists:
                     return
                 raise errors.FailedPrecondition(f"Duplicate column name {table.spelled}.{s.add.spelled}")
-            column = schema_col(s.add)
+            column = schema_col(await self._column(s.add, database, f"ALTER TABLE {table.spelled}"))
             altered = dataclasses.replace(table, columns=table.columns + (column,))
             statement, what = t.add_column(altered, column), f"ALTER TABLE {table.spelled} ADD COLUMN {s.add.spelled}"
         else:

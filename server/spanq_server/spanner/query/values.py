@@ -26,8 +26,10 @@ its column and value (``OutOfRange``), never INTERNAL.
 """
 
 import base64
+import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -57,11 +59,25 @@ TYPE_CODE_OF = {
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def type_pb(column_type: ColumnType) -> Any:
+@dataclasses.dataclass(frozen=True)
+class Proto:
+    """A queue column's type in results when its DDL declared a proto message type: PROTO with
+    the message's full name. Its values travel as BYTES do (base64), and are BYTES to the domain."""
+
+    name: str
+
+
+Shown = ColumnType | Proto
+"""A result column's type: the domain's, or a proto message's."""
+
+
+def type_pb(column_type: Shown) -> Any:
+    if isinstance(column_type, Proto):
+        return TypePb(code=int(TypeCode.PROTO), proto_type_fqn=column_type.name)
     return TypePb(code=int(TYPE_CODE_OF[column_type]))
 
 
-def row_type(columns: list[tuple[str, ColumnType]]) -> Any:
+def row_type(columns: Sequence[tuple[str, Shown]]) -> Any:
     """A StructType naming the result's columns, for ResultSetMetadata.row_type."""
     out = StructTypePb()
     for name, column_type in columns:
@@ -182,6 +198,8 @@ def typed_pb(t: SpannerType) -> Any:
     out = TypePb(code=int(getattr(TypeCode, t.code)))
     if t.element is not None:
         out.array_element_type.CopyFrom(typed_pb(t.element))
+    if t.proto is not None:
+        out.proto_type_fqn = t.proto
     return out
 
 
@@ -193,6 +211,8 @@ def of_type_pb(pb: Any) -> SpannerType | None:
         return SpannerType("ARRAY", element) if element is not None else None
     if name in ("BOOL", "INT64", "FLOAT64", "NUMERIC", "STRING", "BYTES", "DATE", "TIMESTAMP", "JSON"):
         return SpannerType(name)
+    if name in ("PROTO", "ENUM"):
+        return SpannerType(name, proto=pb.proto_type_fqn)
     if name == "TYPE_CODE_UNSPECIFIED":
         return None
     raise InvalidArgument(f"parameters of type {name} are not supported")
@@ -211,7 +231,7 @@ def decode_typed(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
         return [decode_typed(v, t.element, f"{what}[{i}]") for i, v in enumerate(value.list_value.values)]
     if code == "BOOL" and kind == "bool_value":
         return value.bool_value
-    if code == "INT64":
+    if code in ("INT64", "ENUM"):  # an enum travels as its number
         if kind == "string_value":
             return int64(value.string_value, what)
         if kind == "number_value" and value.number_value == int(value.number_value):
@@ -229,7 +249,7 @@ def decode_typed(value: struct_pb2.Value, t: SpannerType, what: str) -> Any:
         return numeric(number, what)
     if code == "STRING" and kind == "string_value":
         return codec.text_value(value.string_value, what)
-    if code == "BYTES" and kind == "string_value":
+    if code in ("BYTES", "PROTO") and kind == "string_value":  # a message travels as its bytes
         return codec.bytes_from_base64(value.string_value, what)
     if code == "DATE" and kind == "string_value":
         try:
@@ -268,7 +288,7 @@ def encode_typed(data: Any, t: SpannerType, what: str = "a value") -> struct_pb2
         return out
     if code == "BOOL":
         return struct_pb2.Value(bool_value=bool(data))
-    if code == "INT64":
+    if code in ("INT64", "ENUM"):
         return struct_pb2.Value(string_value=str(int(data)))
     if code == "FLOAT64":
         number = float(data)
@@ -279,7 +299,7 @@ def encode_typed(data: Any, t: SpannerType, what: str = "a value") -> struct_pb2
         return struct_pb2.Value(number_value=number)
     if code == "NUMERIC":
         return struct_pb2.Value(string_value=format(Decimal(data), "f"))
-    if code == "BYTES":
+    if code in ("BYTES", "PROTO"):
         return struct_pb2.Value(string_value=base64.b64encode(bytes(data)).decode())
     if code == "DATE":
         return struct_pb2.Value(string_value=data.isoformat())
