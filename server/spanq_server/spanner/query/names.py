@@ -43,7 +43,8 @@ class Spelling:
     """Declared in Spanner's PostgreSQL dialect: its results name the system columns so."""
     ddl: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What else the DDL declared that GetDatabaseDdl lists and the catalog does not hold:
-    ``types`` (folded column -> its type as written), ``hidden`` (columns), ``interleave_in``
+    ``types`` (folded column -> its type as written), ``hidden`` (columns), ``nullable``
+    (generated columns declared without NOT NULL), ``interleave_in``
     (a table, without PARENT), ``locality_group``, ``receive_mode`` (written)."""
 
     def hidden(self, name: str) -> bool:
@@ -67,6 +68,7 @@ class Spelling:
         spelled = dict(statement.spelled)
         columns = {name: spelled.get(name, name) for name, _ in statement.columns}
         ddl: dict[str, Any] = {"types": dict(statement.declared), "hidden": list(statement.hidden),
+                               "nullable": list(statement.nullable),
                                "interleave_in": statement.interleave_in,
                                "locality_group": statement.options.locality_group,
                                "receive_mode": statement.options.receive_mode}

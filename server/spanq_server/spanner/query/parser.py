@@ -16,7 +16,7 @@ at something only the table subset has, is the table subset's; anything else the
 surface's, and a statement neither has is the table subset's if it names a table. What
 the chosen grammar refuses is its error.
 
-    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 [NOT NULL] [AS (e) STORED] [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
         [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
     ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
@@ -203,7 +203,7 @@ def parse_ddl(text: str, dialect: Dialect) -> ast.Ddl:
         statement = parse_table(text, dialect)
         assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex, ast.AlterTable))
         return statement
-    if text and text.strip():
+    if text and text.strip() and not (dialect is Dialect.GOOGLESQL and _CREATE_QUEUE.match(text)):
         tokens = tokenize(text, dialect, Surface.QUEUE)
         if roles.is_access_ddl(tokens):
             return roles.statement(Parser(text, dialect, Surface.QUEUE, tokens))
@@ -506,10 +506,17 @@ def _queue_cached(text: str, dialect: Dialect) -> QueueStatement | tuple[str, di
         return exc.message, dict(exc.metadata)
 
 
+_CREATE_QUEUE = re.compile(r"\s*create\s+queue\b", re.I)
+
+
 def _read_queue(text: str, dialect: Dialect, tokens: list[Token] | None = None) -> QueueStatement:
-    """``parse_queue``, not cached, of a text maybe already read into ``tokens``."""
+    """``parse_queue``, not cached, of a text maybe already read into ``tokens``. A GoogleSQL
+    CREATE QUEUE is read with the table subset's tokens: a generated key column's expression
+    (AS (expr) STORED) is one of its expressions (+, ||, ...)."""
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
+    if dialect is Dialect.GOOGLESQL and _CREATE_QUEUE.match(text):
+        tokens = tokenize(text, dialect, Surface.TABLE)
     return Parser(text, dialect, Surface.QUEUE, tokens).queue_statement()
 
 
@@ -559,6 +566,9 @@ class _QueueColumn(NamedTuple):
     declared: str = ""
     """Its type as written (STRING(36)); empty in PostgreSQL."""
     hidden: bool = False
+    generated: Expr | None = None
+    """AS (expr) STORED: the expression."""
+    not_null: bool = True
 
 
 _QUEUE_OPTIONS: dict[str, type] = {"receive_mode": str, "disable_send": bool, "disable_delivery": bool,
@@ -628,6 +638,8 @@ class Parser(Cursor):
         columns: list[tuple[str, ColumnType]] = []
         declared: list[tuple[str, str]] = []
         hidden: list[str] = []
+        generated: list[tuple[str, Expr]] = []
+        nullable: list[str] = []
         key: list[str] = []
         while not self.accept_punct(")"):
             if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
@@ -640,6 +652,10 @@ class Parser(Cursor):
                     declared.append((column.name, column.declared))
                 if column.hidden:
                     hidden.append(column.name)
+                if column.generated is not None:
+                    generated.append((column.name, column.generated))
+                    if not column.not_null:
+                        nullable.append(column.name)
                 if self.pg and self.accept_word("primary"):
                     self.word("key")
                     key.append(columns[-1][0])
@@ -673,7 +689,7 @@ class Parser(Cursor):
                 raise self.error("INTERLEAVE IN [PARENT], ROW DELETION POLICY or OPTIONS")
         self.end()
         return CreateQueue(name, tuple(columns), tuple(key), parent, if_not_exists, tuple(spelled), tuple(declared),
-                           tuple(hidden), interleave_in, cascade, options, policy)
+                           tuple(hidden), interleave_in, cascade, options, policy, tuple(generated), tuple(nullable))
 
     def interleave(self) -> tuple[str, bool, bool | None]:
         """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, folded after
@@ -747,17 +763,23 @@ class Parser(Cursor):
             raise InvalidArgument(f"column {name!r}: {type_name.upper()} "
                                   + ("takes no length" if length is not None else "needs a length: (n) or (MAX)"))
         declared = type_name.upper() + (f"({str(length.value).upper()})" if length is not None else "")
-        if self.accept_word("not"):
+        not_null = self.accept_word("not")
+        if not_null:
             self.word("null")
-        if self.peek.is_word("as") and self.ahead().kind == "punct" and self.ahead().value == "(":
-            raise InvalidArgument(
-                f"column {name!r}: generated key columns (AS (expr) STORED) are not supported on spanq queues: a "
-                "send carries every key column's value, and spanq does not compute Spanner's expressions; declare "
-                "it a plain key column and send its value")
+        generated = None
+        if self.accept_word("as"):
+            self.punct("(")
+            self.deeper()
+            generated = self.expr()
+            self.punct(")")
+            self.depth -= 1
+            if not self.accept_word("stored"):
+                raise InvalidArgument(f"column {name!r}: a generated key column is AS (expr) STORED (Spanner's "
+                                      "generated key columns are stored)")
         hidden = self.accept_word("hidden")
         if self.accept_word("options"):
             self.column_options(name)
-        return _QueueColumn(name, column_type, declared, hidden)
+        return _QueueColumn(name, column_type, declared, hidden, generated, not_null)
 
     def column_options(self, column: str) -> None:
         """A queue column's OPTIONS (...): Spanner documents none for a queue's columns, so any is refused."""
@@ -1720,12 +1742,13 @@ class Parser(Cursor):
         return left
 
     def multiplicative(self) -> Expr:
+        """``*`` and ``||``, which GoogleSQL ranks alike (above + and -)."""
         left, links = self.operand(), 0
-        while self.at_punct("*"):
-            self.next()
+        while self.at_punct("*") or self.at_punct("||"):
+            op = self.next().value
             self.deeper()
             links += 1
-            left = Arithmetic("*", left, self.operand())
+            left = Arithmetic(op, left, self.operand())
         self.depth -= links
         return left
 
@@ -1813,6 +1836,29 @@ class Parser(Cursor):
             self.punct("(")
             self.punct(")")
             return Now()
+        if word in ast.FUNCTIONS and self.at_punct("("):
+            self.next()
+            self.deeper()
+            args: list[Expr] = []
+            while not self.accept_punct(")"):
+                args.append(self.expr())
+                if not self.accept_punct(","):
+                    self.punct(")")
+                    break
+            self.depth -= 1
+            return ast.Function(word, tuple(args))
+        if word == "cast" and self.at_punct("("):
+            self.next()
+            self.deeper()
+            inner = self.expr()
+            self.word("as")
+            target = self.next()
+            code = str(target.value).upper() if target.kind == "ident" else ""
+            if code not in SCALARS:
+                raise InvalidArgument(f"CAST(... AS {target.text or '(nothing)'}): the types are {', '.join(SCALARS)}")
+            self.punct(")")
+            self.depth -= 1
+            return ast.Cast(inner, SpannerType(code))
         if self.at_punct("("):
             raise self.unsupported(f"the function {token.text.upper()}()")
         if word in dialects.RESERVED:
