@@ -883,7 +883,7 @@ def generated_key_columns(s: ast.CreateQueue, types: dict[str, ColumnType]) -> t
         if expr is None:
             columns.append(KeyColumn(name, types[name]))
             continue
-        what = f"CREATE QUEUE {s.name}: generated column {spelled.get(name, name)}"
+        what = f"CREATE QUEUE {spelled.get(s.name, s.name)}: generated column {spelled.get(name, name)}"
         generated_sql = postgres.generation(expr, readable, ast.SpannerType(types[name].value), what)
         columns.append(KeyColumn(name, types[name], ast.googlesql(expr), generated_sql))
     return tuple(columns)

@@ -880,7 +880,7 @@ def generation(e: ast.Expr, columns: dict[str, tuple[str, ast.SpannerType]], wan
     literals are written into the text (a column's definition has no parameters)."""
     text, t = _generated(e, columns, what)
     if t.code != want.code:
-        raise InvalidArgument(f"{what}: the expression is {t.ddl()}, the column {want.ddl()}")
+        raise InvalidArgument(f"{what}: the expression is {t.code}, the column {want.code}")
     return text.as_string(None)
 
 
