@@ -209,3 +209,44 @@ async def test_spanq_v1_shows_the_generated_column_and_sends_compute_it(spanner_
             name="own", key_columns=[queue_pb2.KeyColumn(name="s", type=queue_pb2.INT64, generated_as="1")])))
     assert created.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert sql.execute("SELECT messageid FROM d1_tasks ORDER BY 1").fetchall() == [("m-1",), ("m-2",)]
+
+
+async def test_a_tables_generated_columns_are_computed_and_not_written(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
+    singers = ("CREATE TABLE Singers (SingerId INT64 NOT NULL, Name STRING(MAX), "
+               "Bucket INT64 AS (MOD(ABS(FARM_FINGERPRINT(Name)), 10)) STORED, "
+               "Shout STRING(MAX) AS (UPPER(Name) || '!') STORED) PRIMARY KEY (SingerId)")
+
+    def scenario() -> dict[str, Any]:
+        database = make_database("tables", [singers])
+        with database.batch() as batch:
+            batch.insert("Singers", columns=("SingerId", "Name"), values=[(1, "ada")])
+        database.run_in_transaction(lambda t: t.execute_update(
+            "INSERT INTO Singers (SingerId, Name) VALUES (2, 'bob')"))
+        database.run_in_transaction(lambda t: t.execute_update("UPDATE Singers SET Name = 'eve' WHERE SingerId = 2"))
+        def insert_mutation() -> None:
+            with database.batch() as batch:
+                batch.insert("Singers", columns=("SingerId", "Bucket"), values=[(3, 1)])
+
+        refused = []
+        for write in (insert_mutation,
+                      lambda: database.run_in_transaction(lambda t: t.execute_update(
+                          "INSERT INTO Singers (SingerId, Shout) VALUES (3, 'x')")),
+                      lambda: database.run_in_transaction(lambda t: t.execute_update(
+                          "UPDATE Singers SET Bucket = 1 WHERE SingerId = 1"))):
+            try:
+                write()
+            except exceptions.FailedPrecondition as exc:
+                refused.append(exc.message)
+        database.update_ddl(["ALTER TABLE Singers ADD COLUMN Size INT64 AS (LENGTH(Name)) STORED"]).result(30)
+        with database.snapshot() as snapshot:
+            rows = list(snapshot.execute_sql("SELECT SingerId, Bucket, Shout, Size FROM Singers ORDER BY SingerId"))
+        return {"rows": rows, "refused": refused, "ddl": ddl_of(database)}
+
+    out = await run(scenario)
+    assert out["rows"] == [[1, abs(fingerprint("ada")) % 10, "ADA!", 3], [2, abs(fingerprint("eve")) % 10, "EVE!", 3]]
+    assert len(out["refused"]) == 3 and all("Cannot write into generated column `Singers." in m for m in out["refused"])
+    assert out["ddl"] == ["CREATE TABLE Singers (\n  SingerId INT64 NOT NULL,\n  Name STRING(MAX),\n"
+                          "  Bucket INT64 AS (MOD(ABS(FARM_FINGERPRINT(Name)), 10)) STORED,\n"
+                          "  Shout STRING(MAX) AS (UPPER(Name) || '!') STORED,\n"
+                          "  Size INT64 AS (LENGTH(Name)) STORED,\n) PRIMARY KEY(SingerId)"]
+    assert sql.execute("SELECT count(*) FROM d1_singers").fetchone() == (2,)

@@ -275,6 +275,8 @@ class ColumnDef:
     not_null: bool = False
     commit_timestamp: bool = False
     """OPTIONS (allow_commit_timestamp = true)."""
+    generated: "Expr | None" = None
+    """AS (expr) STORED: the expression its value is computed from."""
 
 
 @dataclasses.dataclass(frozen=True)

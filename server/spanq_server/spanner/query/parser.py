@@ -1367,10 +1367,20 @@ class Parser(Cursor):
         column_type = self.column_type(name)
         not_null = False
         commit_timestamp = False
+        generated: Expr | None = None
         while True:
             if self.accept_word("not"):
                 self.word("null")
                 not_null = True
+            elif generated is None and self.accept_word("as"):
+                self.punct("(")
+                self.deeper()
+                generated = self.expr()
+                self.punct(")")
+                self.depth -= 1
+                if not self.accept_word("stored"):
+                    raise self.unsupported(f"a generated column that is not STORED (column {spelled!r}: AS (expr) "
+                                           "STORED)")
             elif self.peek.is_word("default", "as", "generated", "hidden"):
                 raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
             elif self.accept_word("options"):
@@ -1386,7 +1396,7 @@ class Parser(Cursor):
                 commit_timestamp = value.value == "true"
             else:
                 break
-        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp)
+        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp, generated)
 
     def column_type(self, column: str, in_array: bool = False) -> SpannerType:
         token = self.next()

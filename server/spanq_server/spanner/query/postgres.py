@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
-from ...ground.errors import InvalidArgument
+from ...ground.errors import FailedPrecondition, InvalidArgument
 from . import ast
 from . import ranges
 from .lexing import fold
@@ -113,6 +113,9 @@ def _column(c: Col) -> sql.Composed:
     column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
     if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
         column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
+    if c.generated_sql is not None:  # column_generation's text: every writer, psql too, gets it computed
+        column = sql.SQL("{} GENERATED ALWAYS AS ({}) STORED").format(
+            column, sql.SQL(c.generated_sql))  # type: ignore[arg-type]  # composed by generation()
     if c.not_null:
         column = sql.SQL("{} NOT NULL").format(column)
     if c.type.code == "BYTES" and c.type.length is not None:
@@ -639,6 +642,7 @@ class _Translator:
             column = table.column(name)
             if column is None:
                 raise InvalidArgument(f"Column not found in table {table.spelled}: {name}")
+            check_writable(table, column)
             columns.append(column)
         rows = []
         for row in s.rows:
@@ -663,6 +667,7 @@ class _Translator:
             if name in table.primary_key:
                 raise InvalidArgument(f"Cannot UPDATE value on non-writable column: {column.spelled} (a primary-key "
                                       "column)")
+            check_writable(table, column)
             sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.assigned(e, scope, column)))
         where = self.condition(s.where, scope)
         returning, result = self.returning(s.returning, scope)
@@ -882,6 +887,22 @@ def generation(e: ast.Expr, columns: dict[str, tuple[str, ast.SpannerType]], wan
     if t.code != want.code:
         raise InvalidArgument(f"{what}: the expression is {t.code}, the column {want.code}")
     return text.as_string(None)
+
+
+def check_writable(table: TableDef, column: Col) -> None:
+    """A write (INSERT, UPDATE, a Write mutation) may not give a generated column a value:
+    FAILED_PRECONDITION in Spanner's words."""
+    if column.generated_sql is not None:
+        raise FailedPrecondition(f"Cannot write into generated column `{table.spelled}.{column.spelled}`.",
+                                 column=column.name)
+
+
+def column_generation(c: ast.ColumnDef, readable: tuple[Col, ...]) -> str:
+    """A table's generated column's PostgreSQL expression (schema.Generation): it reads the
+    table's other columns that are not generated."""
+    assert c.generated is not None
+    return generation(c.generated, {r.name: (r.pg, unsized(r.type) or r.type) for r in readable}, c.type,
+                      f"generated column {c.spelled}")
 
 
 def _generated(e: ast.Expr, columns: dict[str, tuple[str, ast.SpannerType]], what: str
