@@ -59,7 +59,8 @@ def key_from_proto(queue: QueueDef, key: struct_pb2.ListValue, where: str, *, se
             f"{[c.name for c in columns]} only", column=generated[0])
     if len(values) != len(columns):
         names = [c.name for c in columns]
-        generated_note = " (its generated key columns are computed, not sent)" if sent and columns != queue.key_columns else ""
+        computed = sent and columns != queue.key_columns
+        generated_note = " (its generated key columns are computed, not sent)" if computed else ""
         raise InvalidArgument(
             f"{where}: queue {queue.name!r} has {len(names)} key column(s) {names}{generated_note}, "
             f"but the key has {len(values)} value(s)"

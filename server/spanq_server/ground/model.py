@@ -1,6 +1,7 @@
 """The domain's values: queues, messages, leases. No protobuf, no SQL."""
 
 import dataclasses
+import functools
 import json
 import enum
 import math
@@ -80,12 +81,12 @@ class QueueDef:
     rate_limit_burst: int | None = None
     """The bucket's size: leases one moment may take after a quiet spell (None: burst())."""
 
-    @property
+    @functools.cached_property
     def sent_key_columns(self) -> tuple[KeyColumn, ...]:
         """The key columns a send gives values for: all but the generated ones."""
         return tuple(c for c in self.key_columns if c.generated_as is None)
 
-    @property
+    @functools.cached_property
     def has_generated_keys(self) -> bool:
         return any(c.generated_as is not None for c in self.key_columns)
 

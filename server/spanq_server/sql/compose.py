@@ -44,9 +44,9 @@ def _table_key_definition(column: KeyColumn) -> sql.Composed:
     expression the front-end's translation kept in the catalog (queue_key_column_generated)."""
     if column.generated_sql is None:
         return query("queue_key_column", column=sql.Identifier(column.name), type=sql.SQL(SQL_TYPES[column.type]))
+    expression = sql.SQL(column.generated_sql)  # type: ignore[arg-type]  # composed by spanner/query/postgres.py
     return query("queue_key_column_generated", column=sql.Identifier(column.name),
-                 type=sql.SQL(SQL_TYPES[column.type]),
-                 expression=sql.SQL(column.generated_sql))  # type: ignore[arg-type]  # composed by spanner/query/postgres.py
+                 type=sql.SQL(SQL_TYPES[column.type]), expression=expression)
 
 
 class QueueStatements:

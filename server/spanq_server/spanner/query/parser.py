@@ -16,7 +16,8 @@ at something only the table subset has, is the table subset's; anything else the
 surface's, and a statement neither has is the table subset's if it names a table. What
 the chosen grammar refuses is its error.
 
-    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 [NOT NULL] [AS (e) STORED] [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 [NOT NULL] [AS (e) STORED] [HIDDEN], ...,
+        Payload BYTES(MAX) NOT NULL [HIDDEN])
         PRIMARY KEY (k1, ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
         [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
     ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
@@ -36,7 +37,7 @@ CURRENT_TIMESTAMP(), or TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n
 SECOND|MINUTE|HOUR|DAY|MILLISECOND); names, backquoted or not, are folded to lower case
 by ``fold`` (CREATE QUEUE also keeps them as written, which results show).
 
-    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c, ...)
+    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [AS (e) STORED] [OPTIONS (...)], ...) PRIMARY KEY (c, ...)
         [, INTERLEAVE IN PARENT p [ON DELETE CASCADE | ON DELETE NO ACTION]]
     DROP TABLE [IF EXISTS] t
     CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] i ON t (c [ASC|DESC], ...) [STORING (c, ...)]
@@ -58,7 +59,9 @@ and the aggregates ``COUNT(*)``, ``COUNT([DISTINCT] e)``, ``SUM``, ``AVG``, ``MI
 cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` / ``IN UNNEST(@p)`` /
 ``[NOT] IN (SELECT ...)``, ``EXISTS (SELECT ...)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and
 ``[NOT] BETWEEN`` with AND, OR, NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
-``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, or e + e, e - e, e * e.
+``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, ``FARM_FINGERPRINT(e)``, or e + e, e - e, e * e,
+e || e. A generated column's expression (AS (e) STORED) may also call MOD, ABS, CONCAT, LOWER,
+UPPER, SUBSTR, LENGTH and CAST(e AS type); ``postgres.generation`` says which it takes.
 
 Anything else is INVALID_ARGUMENT naming what is understood. Not a SQL engine: the
 executor maps a statement onto the domain, ``postgres`` translates the table subset.
