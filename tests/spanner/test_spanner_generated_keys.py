@@ -16,6 +16,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.protobuf import struct_pb2
 
+import spanq.sql
 from spanq_proto.v1 import queue_pb2
 
 from . import conftest
@@ -209,6 +210,10 @@ async def test_spanq_v1_shows_the_generated_column_and_sends_compute_it(spanner_
             name="own", key_columns=[queue_pb2.KeyColumn(name="s", type=queue_pb2.INT64, generated_as="1")])))
     assert created.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert sql.execute("SELECT messageid FROM d1_tasks ORDER BY 1").fetchall() == [("m-1",), ("m-2",)]
+    # The SDK's spanq.sql sends in the application's own transaction the same way.
+    with sql.transaction():
+        assert spanq.sql.send(sql, "d1_tasks", ("m-3",), b"three") == (shard("m-3"), "m-3")
+    assert sql.execute("SELECT shardid FROM d1_tasks WHERE messageid = 'm-3'").fetchone() == (shard("m-3"),)
 
 
 async def test_a_tables_generated_columns_are_computed_and_not_written(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
