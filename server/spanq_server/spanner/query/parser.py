@@ -747,7 +747,11 @@ class Parser(Cursor):
     def queue_column(self) -> "_QueueColumn":
         name = self.loose_name("a column name")
         if self.pg:
-            return _QueueColumn(name, self.pg_type(name))
+            column = _QueueColumn(name, self.pg_type(name))
+            if self.peek.is_word("generated"):
+                raise InvalidArgument(f"column {name!r}: spanq reads generated key columns in GoogleSQL databases "
+                                      "only (AS (expr) STORED)")
+            return column
         type_name = self.loose_name(f"the type of column {name!r}")
         length = None
         if self.accept_punct("("):
