@@ -137,6 +137,10 @@ async def test_a_write_naming_the_generated_column_is_refused_with_nothing_store
         await run(lambda: database.run_in_transaction(lambda t: t.send(
             queue="Tasks", key=["m-3", "extra", "values"], payload=base64.b64encode(b"x"))))
     assert sql.execute("SELECT count(*) FROM d1_tasks").fetchone() == (0,)
+    # INSERT ... THEN RETURN gives the computed column.
+    returned = await run(lambda: database.run_in_transaction(lambda t: list(t.execute_sql(
+        "INSERT INTO Tasks (MessageId, Payload) VALUES ('m-5', b'five') THEN RETURN ShardId, MessageId"))))
+    assert returned == [[shard("m-5"), "m-5"]]
 
 
 @pytest.mark.parametrize("expression,words", [
