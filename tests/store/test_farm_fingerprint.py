@@ -44,3 +44,17 @@ def test_a_string_is_fingerprinted_as_its_utf8_bytes(sql: Any) -> None:
 ])
 def test_spanners_documented_values(sql: Any, text: str, expected: int) -> None:
     assert sql.execute("SELECT spanq.farm_fingerprint(%s::text)", (text,)).fetchone() == (expected,)
+
+
+async def test_migration_0017_adds_the_function_to_a_database_made_before_it(database_url: str, sql: Any) -> None:
+    from spanq_server.store import Store
+
+    sql.execute("DROP FUNCTION spanq.farm_fingerprint(text), spanq.farm_fingerprint(bytea)")
+    for helper in ("len16(bigint, bigint, bigint)", "weak32(bytea, integer, bigint, bigint)",
+                   "fetch64(bytea, integer)", "fetch32(bytea, integer)", "shift_mix(bigint)", "rot(bigint, integer)",
+                   "shr(bigint, integer)", "mul(bigint, bigint)", "add(bigint, bigint)", "wrap(numeric)"):
+        sql.execute(f"DROP FUNCTION spanq.farmhash_{helper}")
+    sql.execute("DELETE FROM spanq.schema_migrations WHERE version = 17")
+    async with Store(database_url, min_size=1, max_size=1) as store:
+        assert await store.migrate() == [17]
+    assert sql.execute("SELECT spanq.farm_fingerprint('1footrue'::text)").fetchone() == (-1541654101129638711,)
