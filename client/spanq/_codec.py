@@ -100,11 +100,15 @@ def as_key(value: Key | KeyValue | list[Any]) -> Key:
     return (value,)
 
 
-def key_to_proto(queue: Queue, key: Key) -> struct_pb2.ListValue:
-    columns = queue.key_columns
+def key_to_proto(queue: Queue, key: Key, *, sent: bool = False) -> struct_pb2.ListValue:
+    """A key on the wire; ``sent``: a send's, which leaves out the generated key columns (the
+    database computes them)."""
+    columns = tuple(c for c in queue.key_columns if not (sent and c.generated_as))
     if len(key) != len(columns):
+        computed = " (its generated key columns are computed, not sent)" if len(columns) != len(queue.key_columns) \
+            else ""
         raise InvalidArgument(
-            f"queue {queue.name!r} has {len(columns)} key column(s) {[c.name for c in columns]}, "
+            f"queue {queue.name!r} has {len(columns)} key column(s) {[c.name for c in columns]}{computed}, "
             f"but the key {key!r} has {len(key)} value(s)"
         )
     out = struct_pb2.ListValue()

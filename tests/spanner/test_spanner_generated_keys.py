@@ -16,6 +16,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 from google.protobuf import struct_pb2
 
+import spanq.aio
 import spanq.sql
 from spanq_proto.v1 import queue_pb2
 
@@ -183,7 +184,7 @@ async def test_farm_fingerprint_is_spanners_in_selects(spanner_env) -> None:  # 
                     [2, fingerprint("x" * 40), fingerprint(b""), fingerprint("x" * 40 + "!")]]
 
 
-async def test_spanq_v1_shows_the_generated_column_and_sends_compute_it(spanner_env, stub, sql) -> None:  # type: ignore[no-untyped-def]
+async def test_spanq_v1_shows_the_generated_column_and_sends_compute_it(spanner_env, server, stub, sql) -> None:  # type: ignore[no-untyped-def]
     await run(make_database, "v1", [TASKS])
     queue = await stub.GetQueue(queue_pb2.GetQueueRequest(name="d1_tasks"))
     assert [(c.name, c.generated_as) for c in queue.key_columns] == [
@@ -214,10 +215,16 @@ async def test_spanq_v1_shows_the_generated_column_and_sends_compute_it(spanner_
             name="own", key_columns=[queue_pb2.KeyColumn(name="s", type=queue_pb2.INT64, generated_as="1")])))
     assert created.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert sql.execute("SELECT messageid FROM d1_tasks ORDER BY 1").fetchall() == [("m-1",), ("m-2",)]
+    # The SDK sends the other columns and returns the whole key.
+    async with spanq.aio.Client(server.target) as client:
+        assert await client.send("d1_tasks", b"four", key="m-4") == (shard("m-4"), "m-4")
+        [column, _] = (await client.get_queue("d1_tasks")).key_columns
+        assert column.generated_as == "MOD(ABS(FARM_FINGERPRINT(MessageId)), 16)"
     # The SDK's spanq.sql sends in the application's own transaction the same way.
     with sql.transaction():
         assert spanq.sql.send(sql, "d1_tasks", ("m-3",), b"three") == (shard("m-3"), "m-3")
-    assert sql.execute("SELECT shardid FROM d1_tasks WHERE messageid = 'm-3'").fetchone() == (shard("m-3"),)
+    assert sql.execute("SELECT messageid, shardid FROM d1_tasks WHERE messageid > 'm-2' ORDER BY 1").fetchall() == [
+        ("m-3", shard("m-3")), ("m-4", shard("m-4"))]
 
 
 async def test_a_tables_generated_columns_are_computed_and_not_written(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]
