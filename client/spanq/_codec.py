@@ -41,7 +41,8 @@ FROM_WIRE_TYPE = {v: k for k, v in TO_WIRE_TYPE.items()}
 def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
     out = queue_pb2.Queue(
         name=queue.name,
-        key_columns=[queue_pb2.KeyColumn(name=c.name, type=TO_WIRE_TYPE[c.type]) for c in queue.key_columns],
+        key_columns=[queue_pb2.KeyColumn(name=c.name, type=TO_WIRE_TYPE[c.type], generated_as=c.generated_as or "")
+                     for c in queue.key_columns],
         payload_type=TO_WIRE_TYPE[queue.payload_type],
         parent_table=queue.parent_table or "",
         max_delivery_attempts=queue.max_delivery_attempts or 0,
@@ -65,7 +66,7 @@ def queue_to_proto(queue: Queue) -> queue_pb2.Queue:
 def queue_from_proto(q: queue_pb2.Queue) -> Queue:
     return Queue(
         name=q.name,
-        key_columns=tuple(KeyColumn(c.name, FROM_WIRE_TYPE[c.type]) for c in q.key_columns),
+        key_columns=tuple(KeyColumn(c.name, FROM_WIRE_TYPE[c.type], c.generated_as or None) for c in q.key_columns),
         payload_type=FROM_WIRE_TYPE.get(q.payload_type, TypeCode.BYTES),
         parent_table=q.parent_table or None,
         lease_duration=q.lease_duration.ToTimedelta() if q.HasField("lease_duration") else None,
@@ -99,11 +100,15 @@ def as_key(value: Key | KeyValue | list[Any]) -> Key:
     return (value,)
 
 
-def key_to_proto(queue: Queue, key: Key) -> struct_pb2.ListValue:
-    columns = queue.key_columns
+def key_to_proto(queue: Queue, key: Key, *, sent: bool = False) -> struct_pb2.ListValue:
+    """A key on the wire; ``sent``: a send's, which leaves out the generated key columns (the
+    database computes them)."""
+    columns = tuple(c for c in queue.key_columns if not (sent and c.generated_as))
     if len(key) != len(columns):
+        computed = " (its generated key columns are computed, not sent)" if len(columns) != len(queue.key_columns) \
+            else ""
         raise InvalidArgument(
-            f"queue {queue.name!r} has {len(columns)} key column(s) {[c.name for c in columns]}, "
+            f"queue {queue.name!r} has {len(columns)} key column(s) {[c.name for c in columns]}{computed}, "
             f"but the key {key!r} has {len(key)} value(s)"
         )
     out = struct_pb2.ListValue()

@@ -93,7 +93,7 @@ def check_ordering_key(key: object) -> str:
 def write_message(queue: Queue, m: OutgoingMessage, out: queue_pb2.SendMessage,
                   trace_context: Mapping[str, str] | None = None) -> None:
     if m.key is not None:
-        out.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key)))
+        out.key.CopyFrom(_codec.key_to_proto(queue, _codec.as_key(m.key), sent=True))
     _codec.write_payload(queue, m.payload, out.payload)
     headers = _tracing.with_context(m.headers, trace_context)
     if headers:

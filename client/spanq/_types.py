@@ -65,6 +65,11 @@ class KeyColumn:
 
     name: str
     type: TypeCode = TypeCode.STRING
+    generated_as: str | None = None
+    """Set by ``get_queue`` on a generated key column (a queue made by the Spanner front-end's
+    ``CREATE QUEUE ... k INT64 AS (expr) STORED``): its expression as declared. The database
+    computes its value, so a send's key gives the other key columns only (in key order), and
+    ``send`` returns the whole key. ``create_queue`` refuses it set."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", TypeCode(self.type))

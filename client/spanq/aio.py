@@ -416,7 +416,8 @@ class Client:
         ordering_key: str | None = None,
     ) -> Key:
         """Sends one message and returns its key (the server makes a UUID key when the queue has no key
-        columns and ``key`` is omitted).
+        columns and ``key`` is omitted; on a queue with a generated key column, ``KeyColumn.generated_as``,
+        ``key`` gives the other columns and the key returned is the whole one the database computed).
 
         ``payload`` is bytes, str or JSON data to match the queue's payload type; ``key`` a tuple (or a lone
         value for a one-column key). ``deliver_time`` (timezone-aware) or ``delay`` schedules it; ``headers``

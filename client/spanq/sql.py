@@ -95,7 +95,9 @@ def send(conn: Any, queue: str, key: KeyArg, payload: Any, *,
          headers: Mapping[str, str] | None = None, priority: int = 0, ordering_key: str | None = None) -> Any:
     """Inserts a message into ``queue`` on the caller's connection, in its current transaction; returns the
     key. It becomes deliverable when that transaction commits (and not before ``deliver_time``, or ``delay``
-    after the transaction began). ``key`` None on a queue without key columns makes a UUID key.
+    after the transaction began). ``key`` None on a queue without key columns makes a UUID key. On a
+    queue with a generated key column (``KeyColumn.generated_as``) the key gives the other columns, and
+    the key returned is the whole one, as the database computed it.
 
     ``payload`` is bytes (BYTES queue), str (STRING) or JSON data (JSON). ``headers``, ``priority`` and
     ``ordering_key`` as for ``Client.send`` (the table's triggers and CHECK hold them to their limits:
@@ -162,12 +164,17 @@ def _send_steps(queue: str, key: KeyArg, payload: Any, deliver_time: datetime | 
         raise InvalidArgument("set at most one of deliver_time and delay")
     if deliver_time is not None and deliver_time.tzinfo is None:
         raise InvalidArgument("deliver_time must be timezone-aware (e.g. tzinfo=timezone.utc)")
-    columns, payload_type, generated = yield from _catalog(queue)
+    columns, payload_type, generated, computed = yield from _catalog(queue)
+    # A generated key column (AS (expr) STORED) is computed by the database: the key gives the others.
+    sent = [(n, t) for n, t in columns if n not in computed]
     if key is None:
         if not generated:
-            raise InvalidArgument(f"queue {queue!r} needs a key ({', '.join(n for n, _ in columns)})")
+            raise InvalidArgument(f"queue {queue!r} needs a key ({', '.join(n for n, _ in sent)})")
         key = (str(uuid.uuid4()),)
-    names, values = _key_parts(queue, columns, key)
+    if computed and isinstance(key, Mapping) and any(n in key for n in computed):
+        raise InvalidArgument(f"queue {queue!r}: key column(s) {computed} are generated (the database computes "
+                              "them); give the others")
+    names, values = _key_parts(queue, sent, key)
     if payload_type == "JSON":
         payload = Jsonb(payload)
     elif payload_type == "BYTES" and not isinstance(payload, (bytes, bytearray, memoryview)):
@@ -183,9 +190,12 @@ def _send_steps(queue: str, key: KeyArg, payload: Any, deliver_time: datetime | 
         columns=pgsql.SQL(", ").join(pgsql.Identifier(n) for n in names),
         values=pgsql.SQL(", ").join(pgsql.Placeholder() for _ in names),
     )
-    yield _Statement(query, (*values, payload, deliver_time, delay, Jsonb(dict(headers)) if headers else None,
-                             priority, ordering_key))
-    return tuple(values)
+    if computed:  # the whole key, as the database computed it
+        query = pgsql.SQL("{} RETURNING {}").format(query, pgsql.SQL(", ").join(pgsql.Identifier(n)
+                                                                                for n, _ in columns))
+    rows = yield _Statement(query, (*values, payload, deliver_time, delay, Jsonb(dict(headers)) if headers else None,
+                                    priority, ordering_key))
+    return tuple(rows[0]) if computed else tuple(values)
 
 
 def _ack_steps(queue: str, key: KeyArg, lease_token: str | None, ignore_not_found: bool) -> Steps:
@@ -200,7 +210,7 @@ def _ack_steps(queue: str, key: KeyArg, lease_token: str | None, ignore_not_foun
         if not names:
             raise InvalidArgument("an ack needs the message's key")
     else:
-        columns, _, _ = yield from _catalog(queue)
+        columns, _, _, _ = yield from _catalog(queue)
         names, values = _key_parts(queue, columns, key)
     table = pgsql.Identifier("public", queue)
     match = pgsql.SQL("({}) = ({})").format(
@@ -233,12 +243,18 @@ def _ack_steps(queue: str, key: KeyArg, lease_token: str | None, ignore_not_foun
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _catalog(queue: str) -> Generator[_Statement, list[tuple[Any, ...]], tuple[list[tuple[str, str]], str, bool]]:
+def _catalog(queue: str) -> Generator[_Statement, list[tuple[Any, ...]],
+                                      tuple[list[tuple[str, str]], str, bool, list[str]]]:
+    """(key columns, payload type, whether a send may omit the key, the generated key columns
+    (AS (expr) STORED), which the database computes)."""
     rows = yield _Statement(_CATALOG, (queue,))
     if not rows:
         raise NotFound(f"queue {queue!r} does not exist in this database")
     key_columns, payload_type, generated = rows[0]
-    return [(c["name"], c["type"]) for c in key_columns], payload_type, generated
+    return ([(c["name"], c["type"]) for c in key_columns], payload_type, generated,
+            [c["name"] for c in key_columns if c.get("generated_as")])
+
+
 
 
 _PY_TYPES: dict[str, tuple[type, ...]] = {

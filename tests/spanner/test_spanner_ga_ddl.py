@@ -255,7 +255,7 @@ async def test_alter_queue_and_what_spanq_refuses_with_why(spanner_env, sql) -> 
         "ALTER QUEUE UserTasks SET OPTIONS (colour = 'red')": "unsupported queue option 'colour'",
         "ALTER QUEUE Nope SET OPTIONS (disable_send = true)": "NotFound: queue 'nope' does not exist",
         "CREATE QUEUE G (Id INT64 NOT NULL, Shard INT64 AS (MOD(Id, 10)) STORED, Payload BYTES(MAX) NOT NULL) "
-        "PRIMARY KEY (Shard, Id)": "generated key columns (AS (expr) STORED) are not supported",
+        "PRIMARY KEY (Id)": "a queue has only its primary-key columns and Payload",
         "CREATE QUEUE N (UserId INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (UserId), "
         "INTERLEAVE IN Users ON DELETE NO ACTION": "ON DELETE goes with INTERLEAVE IN PARENT only",
         "CREATE QUEUE O (Id INT64 NOT NULL, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id), "

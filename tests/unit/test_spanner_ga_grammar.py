@@ -80,8 +80,8 @@ def test_create_queue_keeps_what_getdatabaseddl_lists() -> None:
     ("GRANT SELECT ON QUEUE q TO r", "expected ROLE"),
     ("CREATE ROLE public", "system role"),
     ("CREATE ROLE `9lives`", "is not a role name"),
-    ("CREATE QUEUE Q (Id INT64 NOT NULL, S INT64 AS (Id) STORED, Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)",
-     "generated key columns"),
+    ("CREATE QUEUE Q (Id INT64 NOT NULL, S INT64 AS (Id), Payload BYTES(MAX) NOT NULL) PRIMARY KEY (S, Id)",
+     "a generated key column is AS (expr) STORED"),
     ("CREATE QUEUE Q (Id INT64 NOT NULL OPTIONS (x = 1), Payload BYTES(MAX) NOT NULL) PRIMARY KEY (Id)",
      "unsupported column option"),
     ("CREATE QUEUE Q (Id INT64, Payload BYTES(MAX)) PRIMARY KEY (Id), INTERLEAVE IN U ON DELETE CASCADE",
@@ -102,3 +102,34 @@ def test_what_is_refused_says_why(text: str, words: str) -> None:
 def test_proto_bundles_are_googlesqls() -> None:
     with pytest.raises(InvalidArgument, match="proto bundles are GoogleSQL's"):
         parse_ddl("CREATE PROTO BUNDLE (a.B)", PG)
+@pytest.mark.parametrize(("expression", "generated_sql"), [
+    ("MOD(ABS(FARM_FINGERPRINT(MessageId)), 16)", 'mod(abs(spanq.farm_fingerprint("messageid")), (16::bigint))'),
+    ("LENGTH(MessageId) * 2 - 1", '((char_length("messageid") * (2::bigint)) - (1::bigint))'),
+    ("CAST(SUBSTR(MessageId, 1, 2) = 'ab' AS INT64)", None),  # a comparison: refused
+    ("FARM_FINGERPRINT(CONCAT(LOWER(MessageId), UPPER(MessageId)) || 'x')",
+     """spanq.farm_fingerprint(((lower("messageid") || upper("messageid")) || ('x'::text)))"""),
+    ("CAST(CAST(Flag AS STRING) AS INT64)", None),  # 'true' is no INT64, but the CAST itself is taken
+])
+def test_a_generated_key_columns_expression_is_translated_or_refused(expression: str, generated_sql: str | None) -> None:
+    from spanq_server.spanner.query.executor import queue_from_ddl
+
+    text = (f"CREATE QUEUE Q (S INT64 AS ({expression}) STORED, MessageId STRING(36) NOT NULL, Flag BOOL NOT NULL, "
+            "Payload BYTES(MAX) NOT NULL) PRIMARY KEY (S, MessageId, Flag)")
+    statement = parse_ddl(text, G)
+    assert isinstance(statement, ast.CreateQueue)
+    if generated_sql is None and "Flag" not in expression:
+        with pytest.raises(InvalidArgument, match="a comparison is not taken in a generated column"):
+            queue_from_ddl(statement)
+        return
+    column = queue_from_ddl(statement).key_columns[0]
+    if generated_sql is not None:
+        assert column.generated_sql.lstrip() == generated_sql  # type: ignore[union-attr]
+    # The text GetDatabaseDdl lists reads back as the same expression.
+    again = parse_ddl(text.replace(expression, column.generated_as or ""), G)
+    assert isinstance(again, ast.CreateQueue) and again.generated == statement.generated
+
+
+def test_generated_key_columns_are_googlesqls_only() -> None:
+    with pytest.raises(InvalidArgument, match="GoogleSQL databases only"):
+        parse_ddl("CREATE QUEUE q (s bigint GENERATED ALWAYS AS (1) STORED, id varchar NOT NULL, payload bytea NOT NULL, "
+                  "PRIMARY KEY (s, id))", PG)

@@ -32,12 +32,14 @@ BYTES: TypeCode
 JSON: TypeCode
 
 class KeyColumn(_message.Message):
-    __slots__ = ("name", "type")
+    __slots__ = ("name", "type", "generated_as")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_AS_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: TypeCode
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TypeCode, str]] = ...) -> None: ...
+    generated_as: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[TypeCode, str]] = ..., generated_as: _Optional[str] = ...) -> None: ...
 
 class Queue(_message.Message):
     __slots__ = ("name", "key_columns", "payload_type", "parent_table", "lease_duration", "initial_backoff", "max_backoff", "max_delivery_attempts", "dead_letter_queue", "create_time", "disable_send", "disable_delivery", "message_retention_duration", "archive_duration", "enable_message_ordering", "max_in_flight_per_key", "concurrency_key", "rate_limit", "rate_limit_burst")

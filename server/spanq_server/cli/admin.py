@@ -296,7 +296,8 @@ def _seconds(value: timedelta) -> str:
 
 
 def _queue_row(q: spanq.Queue) -> list[Any]:
-    keys = ", ".join(f"{c.name} {c.type.value}" for c in q.key_columns)
+    keys = ", ".join(f"{c.name} {c.type.value}" + (f" AS ({c.generated_as})" if c.generated_as else "")
+                     for c in q.key_columns)
     dead = f"{q.dead_letter_queue} after {q.max_delivery_attempts}" if q.dead_letter_queue else ""
     return [q.name, keys, q.payload_type.value, _seconds(q.lease_duration) if q.lease_duration else "", dead,
             "on" if q.enable_message_ordering else "-", _limits(q), _paused(q), _shown_time(q.create_time)]
@@ -356,7 +357,9 @@ def _paused(q: spanq.Queue | spanq.QueueStats) -> str:
 
 def _queue_json(q: spanq.Queue) -> dict[str, Any]:
     data = dataclasses.asdict(q)
-    data["key_columns"] = [{"name": c.name, "type": c.type.value} for c in q.key_columns]
+    data["key_columns"] = [{"name": c.name, "type": c.type.value, **({"generated_as": c.generated_as}
+                                                                      if c.generated_as else {})}
+                           for c in q.key_columns]
     return data
 
 
@@ -677,11 +680,16 @@ def _line_message(queue: spanq.Queue, line: str, number: int) -> spanq.OutgoingM
                            '{"key": [...], "payload": ...}', 2) from None
         key = key if isinstance(key, list) else [key]
         values = tuple(_key_value(c, str(v)) if not isinstance(v, bool) else v
-                       for c, v in zip(queue.key_columns, key))
+                       for c, v in zip(_sent_columns(queue), key))
         if queue.payload_type is not spanq.TypeCode.JSON:
             payload = _payload(queue, payload if isinstance(payload, str) else json.dumps(payload), where)
         return spanq.OutgoingMessage(payload, values)
     return spanq.OutgoingMessage(_payload(queue, line, f"line {number}"))
+
+
+def _sent_columns(queue: spanq.Queue) -> list[spanq.KeyColumn]:
+    """The key columns a send gives: not a generated one (AS (expr) STORED), which the database computes."""
+    return [c for c in queue.key_columns if not c.generated_as]
 
 
 def _generated_key(queue: spanq.Queue) -> bool:
@@ -731,10 +739,12 @@ def send(queue: str, payload: str | None, key_values: tuple[str, ...], delay: fl
         if payload is not None and payload != "-":
             key = None
             if key_values:
-                if len(key_values) != len(schema.key_columns):
-                    raise CliError(f"queue {queue!r} has {len(schema.key_columns)} key column(s) and "
+                given = _sent_columns(schema)
+                if len(key_values) != len(given):
+                    note = " to give (its generated ones are computed)" if len(given) != len(schema.key_columns) else ""
+                    raise CliError(f"queue {queue!r} has {len(given)} key column(s){note} and "
                                    f"{len(key_values)} --key value(s) were given: give one per column", 2)
-                key = tuple(_key_value(c, v) for c, v in zip(schema.key_columns, key_values))
+                key = tuple(_key_value(c, v) for c, v in zip(given, key_values))
             elif schema.key_columns and not _generated_key(schema):
                 raise CliError(f"queue {queue!r} has key columns: give each with --key", 2)
             outcome = Sent()

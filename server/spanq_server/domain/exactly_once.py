@@ -253,7 +253,9 @@ class ExactlyOnce:
                          ) -> list[Result] | None:
         """Claims the request_id and applies the mutations, recording the response, in
         one commit: their results; None when a committed transaction holds the request_id."""
-        if len(prepared) == 1 and isinstance(prepared[0], SendOp):
+        if len(prepared) == 1 and isinstance(prepared[0], SendOp) and not prepared[0].queue.has_generated_keys:
+            # A queue with generated key columns learns its keys from the insert: the
+            # response is recorded after it, in the transaction below.
             return await self._send_grouped(request, prepared[0], encoding)
         if len(prepared) == 1 and isinstance(prepared[0], AckOp):
             return await self._ack_grouped(request, prepared[0], encoding)

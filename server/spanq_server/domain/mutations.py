@@ -307,8 +307,9 @@ class Mutator:
         if isinstance(mutation, TableOp):
             return await mutation.run(conn)
         if isinstance(mutation, SendOp):
-            await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
-            return [m.key for m in mutation.messages]
+            # A queue with generated key columns: PostgreSQL computed part of each key.
+            whole = await self._store.messages_insert(conn, mutation.queue, mutation.messages, now)
+            return whole if whole is not None else [m.key for m in mutation.messages]
         if isinstance(mutation, AckOp):
             found = await self._store.messages_ack(conn, mutation.queue, mutation.items, request_id, now)
             return ack_results(mutation.queue, mutation.items, found, ignore_not_found=mutation.ignore_not_found)

@@ -76,6 +76,12 @@ def validate(queue: QueueDef) -> QueueDef:
             raise errors.InvalidArgument(
                 f"key column {column.name!r} cannot be {column.type.value}; use BOOL, INT64, STRING, BYTES or TIMESTAMP"
             )
+        if (column.generated_as is None) != (column.generated_sql is None):
+            raise errors.InvalidArgument(f"key column {column.name!r}: a generated key column needs its expression "
+                                         "as declared and as PostgreSQL computes it")
+    if queue.key_columns and not queue.sent_key_columns:
+        raise errors.InvalidArgument("a queue needs a key column that is not generated: a generated one is computed "
+                                     "from the others, which sends give")
     if queue.payload_type not in PAYLOAD_TYPES:
         raise errors.InvalidArgument(f"payload_type cannot be {queue.payload_type.value}; use BYTES, STRING or JSON")
     if queue.parent_table is not None:
@@ -181,7 +187,7 @@ def check_dead_letter_queue(queue: QueueDef, target: QueueDef | None) -> None:
         if target.key_columns != queue.key_columns or target.payload_type != queue.payload_type:
             raise errors.InvalidArgument(
                 f"dead-letter queue {queue.dead_letter_queue!r} must have the same key columns and payload "
-                "type as the queue"
+                "type as the queue (a generated key column generated alike: create it with the same CREATE QUEUE)"
             )
 
 

@@ -46,15 +46,26 @@ def column_type(code: int, what: str) -> ColumnType:
 # -- keys -----------------------------------------------------------------
 
 
-def key_from_proto(queue: QueueDef, key: struct_pb2.ListValue, where: str) -> Key:
+def key_from_proto(queue: QueueDef, key: struct_pb2.ListValue, where: str, *, sent: bool = False) -> Key:
+    """A message's key; ``sent``: a send's, which gives no value for a generated key column
+    (PostgreSQL computes it), so it has the values of queue.sent_key_columns."""
     values = key.values
-    if len(values) != len(queue.key_columns):
-        names = [c.name for c in queue.key_columns]
+    columns = queue.sent_key_columns if sent else queue.key_columns
+    if sent and len(columns) != len(queue.key_columns) and len(values) == len(queue.key_columns):
+        generated = [c.name for c in queue.key_columns if c.generated_as is not None]
         raise InvalidArgument(
-            f"{where}: queue {queue.name!r} has {len(names)} key column(s) {names}, "
+            f"{where}: key column(s) {generated} of queue {queue.name!r} are generated (AS (...) STORED): the "
+            f"database computes them, so a send cannot give them; give the other key column(s) "
+            f"{[c.name for c in columns]} only", column=generated[0])
+    if len(values) != len(columns):
+        names = [c.name for c in columns]
+        computed = sent and columns != queue.key_columns
+        generated_note = " (its generated key columns are computed, not sent)" if computed else ""
+        raise InvalidArgument(
+            f"{where}: queue {queue.name!r} has {len(names)} key column(s) {names}{generated_note}, "
             f"but the key has {len(values)} value(s)"
         )
-    return tuple(_key_value(column, value, where) for column, value in zip(queue.key_columns, values))
+    return tuple(_key_value(column, value, where) for column, value in zip(columns, values))
 
 
 def _key_value(column: KeyColumn, value: struct_pb2.Value, where: str) -> Any:

@@ -65,14 +65,14 @@ async def send(catalog: Catalog, once: ExactlyOnce, request: queue_pb2.SendReque
 
 async def send_op(catalog: Catalog, request: queue_pb2.SendRequest) -> SendOp:
     queue = await catalog.get(request.queue)
-    read = codec.key_reader(queue.key_columns)
+    read = codec.key_reader(queue.sent_key_columns)  # a generated key column is computed, not sent
     messages = []
     for i, m in enumerate(request.messages):
         where = f"message {i}"
         key: Key = ()
         if m.HasField("key") and (m.key.values or not queue.key_generated):
             # The fast reader, or for a key that is not well-formed the full decoder, to say why.
-            key = read(m.key) or codec.key_from_proto(queue, m.key, where)
+            key = read(m.key) or codec.key_from_proto(queue, m.key, where, sent=True)
         messages.append(
             OutgoingMessage(
                 key=key,

@@ -67,7 +67,8 @@ def write_dead_letter(out: queue_pb2.DeadLetter, h: DeadLetterHistory) -> None:
 def queue_to_proto(q: QueueDef) -> queue_pb2.Queue:
     out = queue_pb2.Queue(
         name=q.name,
-        key_columns=[queue_pb2.KeyColumn(name=c.name, type=codec.TYPE_CODE_OF[c.type]) for c in q.key_columns],
+        key_columns=[queue_pb2.KeyColumn(name=c.name, type=codec.TYPE_CODE_OF[c.type],
+                                         generated_as=c.generated_as or "") for c in q.key_columns],
         payload_type=codec.TYPE_CODE_OF[q.payload_type],
         parent_table=q.parent_table or "",
         lease_duration=codec.duration(q.lease_duration),

@@ -1,6 +1,7 @@
 """The domain's values: queues, messages, leases. No protobuf, no SQL."""
 
 import dataclasses
+import functools
 import json
 import enum
 import math
@@ -31,6 +32,13 @@ PAYLOAD_TYPES = frozenset({ColumnType.BYTES, ColumnType.STRING, ColumnType.JSON}
 class KeyColumn:
     name: str
     type: ColumnType
+    generated_as: str | None = None
+    """A generated key column (Spanner's ``k INT64 AS (expr) STORED``): its expression as declared,
+    GoogleSQL. PostgreSQL computes its value from the row's other key columns, so a send leaves
+    it out; once a message exists its key is whole (receive, ack, peek, dead letters)."""
+    generated_sql: str | None = None
+    """Its PostgreSQL expression (``GENERATED ALWAYS AS (...) STORED``), as the front-end that
+    declared it composed it from its own translation (never a client's text)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +80,15 @@ class QueueDef:
     """Leases per second across the queue, a token bucket in PostgreSQL (None: no limit)."""
     rate_limit_burst: int | None = None
     """The bucket's size: leases one moment may take after a quiet spell (None: burst())."""
+
+    @functools.cached_property
+    def sent_key_columns(self) -> tuple[KeyColumn, ...]:
+        """The key columns a send gives values for: all but the generated ones."""
+        return tuple(c for c in self.key_columns if c.generated_as is None)
+
+    @functools.cached_property
+    def has_generated_keys(self) -> bool:
+        return any(c.generated_as is not None for c in self.key_columns)
 
     def burst(self) -> int:
         """The rate limit's bucket size: rate_limit_burst, else a second's worth (at least 1)."""

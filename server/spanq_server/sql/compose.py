@@ -39,6 +39,16 @@ def identifiers(names: Iterable[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
 
 
+def _table_key_definition(column: KeyColumn) -> sql.Composed:
+    """A key column of a queue's table: a generated one is GENERATED ALWAYS AS (...) STORED, its
+    expression the front-end's translation kept in the catalog (queue_key_column_generated)."""
+    if column.generated_sql is None:
+        return query("queue_key_column", column=sql.Identifier(column.name), type=sql.SQL(SQL_TYPES[column.type]))
+    expression = sql.SQL(column.generated_sql)  # type: ignore[arg-type]  # composed by spanner/query/postgres.py
+    return query("queue_key_column_generated", column=sql.Identifier(column.name),
+                 type=sql.SQL(SQL_TYPES[column.type]), expression=expression)
+
+
 class QueueStatements:
     """The identifiers and fragments of one queue's statements (composed, never from user text)."""
 
@@ -64,6 +74,15 @@ class QueueStatements:
         self.key_definitions = sql.SQL(",\n    ").join(
             sql.SQL("{} {} NOT NULL").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type]))
             for c in queue.key_columns
+        )
+        self.table_key_definitions = sql.SQL(",\n    ").join(_table_key_definition(c) for c in queue.key_columns)
+        """The queue table's key columns: a generated one computed by PostgreSQL (the archive's are plain)."""
+        sent = queue.sent_key_columns
+        self.sent_keys = identifiers(c.name for c in sent)
+        """The key columns a send writes (all but the generated ones)."""
+        self.sent_key_arrays = sql.SQL(", ").join(
+            sql.SQL("{}::{}[]").format(sql.Placeholder(f"k{i}", PyFormat.BINARY), sql.SQL(SQL_TYPES[c.type]))
+            for i, c in enumerate(sent)
         )
         self.key_outputs = sql.SQL(",\n    ").join(
             sql.SQL("{} {}").format(sql.Identifier(c.name), sql.SQL(SQL_TYPES[c.type])) for c in queue.key_columns
@@ -111,8 +130,10 @@ class QueueStatements:
                      f_key_columns=self.qualified_keys("f"), held_key_columns=self.qualified_keys("held"),
                      unkeyed=query("lease_token_unkeyed", token=sql.SQL("m.spanq_lease_token")), **fragments)
 
-    def qualified_keys(self, alias: str) -> sql.Composed:
-        return sql.SQL(", ").join(sql.Identifier(alias, c.name) for c in self.queue.key_columns)
+    def qualified_keys(self, alias: str, sent: bool = False) -> sql.Composed:
+        """``alias``'s key columns (``sent``: those a send writes, not the generated ones)."""
+        columns = self.queue.sent_key_columns if sent else self.queue.key_columns
+        return sql.SQL(", ").join(sql.Identifier(alias, c.name) for c in columns)
 
     def key_array_params(self, keys: Sequence[Key]) -> dict[str, Any]:
         return {f"k{i}": [key[i] for key in keys] for i in range(len(self.queue.key_columns))}
@@ -131,6 +152,10 @@ class QueueStatements:
                 dead_letter_queue=sql.Identifier("public", q.dead_letter_queue),
                 d_key_columns=self.qualified_keys("d"),
                 key_columns=self.keys,
+                # The dead-letter queue's key columns are the queue's (queues.check_dead_letter_queue): its
+                # generated ones it computes again.
+                m_sent_key_columns=self.qualified_keys("m", sent=True),
+                sent_key_columns=self.sent_keys,
                 queue_name=sql.Literal(q.name),
                 max_backoff=sql.Literal(q.max_backoff),
                 # Read as it moves, so that the dead-letter queue's setting changes apply at once.

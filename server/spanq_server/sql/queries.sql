@@ -142,6 +142,18 @@ CREATE INDEX {deliver_time_index} ON {queue} (deliver_time);
 CREATE TRIGGER {notify_trigger} AFTER INSERT ON {queue}
     FOR EACH STATEMENT EXECUTE FUNCTION spanq.notify_send()
 
+-- queue_key_column --
+-- A key column of a queue's table (queue_table_create's {key_column_definitions}).
+{column} {type} NOT NULL
+
+-- queue_key_column_generated --
+-- A generated key column (Spanner's `k INT64 AS (expr) STORED`): PostgreSQL
+-- computes it on every insert, spanq's or psql's, and refuses a value for it.
+-- The expression is the Spanner front-end's translation of the declared one,
+-- deterministic functions of the row's other key columns only (IMMUTABLE, as
+-- PostgreSQL requires; spanq.farm_fingerprint is).
+{column} {type} GENERATED ALWAYS AS ({expression}) STORED NOT NULL
+
 -- lease_token_index --
 -- A queue's token index: only of the tokens that do not carry their message's
 -- key (lease_token_unkeyed; lease_token_new makes those only for keys too
@@ -578,12 +590,12 @@ $receive$
     DELETE FROM {queue} AS m USING ready
     WHERE ({m_key_columns}) = ({ready_qualified_key_columns}) AND ready.spanq_attempt > {max_delivery_attempts}
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
-    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
+    RETURNING {m_sent_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
               CASE WHEN {dead_letter_ordered} THEN m.spanq_ordering_key END, m.spanq_delivery_attempt,
               CASE WHEN m.spanq_lease_token IS NOT NULL THEN 'lease expired'
                    ELSE coalesce(m.spanq_last_failure, 'nacked') END
 ), buried AS (
-    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
+    INSERT INTO {dead_letter_queue} ({sent_key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
                                      spanq_ordering_key, spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
                                      spanq_dead_letter_time)
     SELECT dead.*, {queue_name}, clock.now FROM dead, clock
@@ -824,6 +836,13 @@ FROM unnest({key_arrays}, %(payloads)b::{payload_type}[], %(deliver_times)b::tim
               spanq_ordering_key, spanq_ordinal),
      (SELECT coalesce(%(now)s::timestamptz, statement_timestamp()) AS now) AS clock
 ORDER BY s.spanq_ordering_key COLLATE "C", s.spanq_ordinal
+
+-- message_insert_keys --
+-- message_insert of a queue with generated key columns: the messages' whole
+-- keys, as PostgreSQL computed them, for the send's answer (in no particular
+-- order: the caller matches them to the messages by the columns they gave).
+{insert}
+RETURNING {key_columns}
 
 -- message_insert_claimed --
 -- A commit group's sends to one queue, in one statement: claims each
@@ -1069,10 +1088,10 @@ WITH clock AS (
     DELETE FROM {queue} AS m USING ({token_keys}) AS f
     WHERE ({m_key_columns}) = ({f_key_columns}) AND m.spanq_lease_token = f.spanq_token
       AND NOT EXISTS (SELECT FROM {dead_letter_queue} AS d WHERE ({d_key_columns}) = ({m_key_columns}))
-    RETURNING {m_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
+    RETURNING {m_sent_key_columns}, m.payload, m.spanq_enqueue_time, m.spanq_headers, m.spanq_priority,
               m.spanq_ordering_key, m.spanq_delivery_attempt
 ), buried AS (
-    INSERT INTO {dead_letter_queue} ({key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
+    INSERT INTO {dead_letter_queue} ({sent_key_columns}, payload, spanq_enqueue_time, spanq_headers, spanq_priority,
                                      spanq_ordering_key, spanq_dead_letter_attempts, spanq_last_failure, spanq_dead_letter_source,
                                      spanq_dead_letter_time)
     SELECT dead.*, %(reason)s, %(queue_name)s, clock.now FROM dead, clock
@@ -1443,8 +1462,8 @@ WITH picked AS (
     ORDER BY a.spanq_ack_time, {a_key_columns}
     LIMIT %(limit)s
 ), sent AS (
-    INSERT INTO {queue} ({key_columns}, payload, spanq_headers, spanq_priority)
-    SELECT {p_key_columns}, p.payload, p.spanq_headers, p.spanq_priority
+    INSERT INTO {queue} ({sent_key_columns}, payload, spanq_headers, spanq_priority)
+    SELECT {p_sent_key_columns}, p.payload, p.spanq_headers, p.spanq_priority
     FROM picked AS p
     ORDER BY p.spanq_ack_time, {p_key_columns}
     ON CONFLICT DO NOTHING
@@ -1518,7 +1537,7 @@ WITH clock AS (
 ), moved AS (
     DELETE FROM {dead_letter_queue} AS d USING moving
     WHERE ({d_key_columns}) = ({moving_key_columns})
-    RETURNING {d_key_columns}, d.payload, d.spanq_enqueue_time, d.spanq_headers, d.spanq_priority,
+    RETURNING {d_moved_key_columns}, d.payload, d.spanq_enqueue_time, d.spanq_headers, d.spanq_priority,
               CASE WHEN (SELECT q.enable_message_ordering FROM spanq.queues AS q WHERE q.name = {target_name})
                    THEN d.spanq_ordering_key END
 )

@@ -158,7 +158,7 @@ class CatalogTables(Database):
                 query(
                     "queue_table_create",
                     queue=names.table,
-                    key_column_definitions=names.key_definitions,
+                    key_column_definitions=names.table_key_definitions,
                     key_columns=names.keys,
                     payload_type=sql.SQL(SQL_TYPES[queue.payload_type]),
                     parent_constraint=parent or sql.SQL(""),
@@ -360,7 +360,7 @@ async def _fetch_queue(conn: Connection, name: str) -> QueueDef | None:
 def _queue_params(queue: QueueDef) -> dict[str, Any]:
     return {
         "name": queue.name,
-        "key_columns": Jsonb([{"name": c.name, "type": c.type.value} for c in queue.key_columns]),
+        "key_columns": Jsonb([_key_column_json(c) for c in queue.key_columns]),
         "payload_type": queue.payload_type.value,
         "key_generated": queue.key_generated,
         "parent_table": queue.parent_table,
@@ -390,7 +390,8 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
      rate_limit_burst, enable_message_ordering) = row
     return QueueDef(
         name=name,
-        key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"])) for c in key_columns),
+        key_columns=tuple(KeyColumn(c["name"], ColumnType(c["type"]), c.get("generated_as"), c.get("generated_sql"))
+                          for c in key_columns),
         payload_type=ColumnType(payload_type),
         key_generated=key_generated,
         parent_table=parent_table,
@@ -411,3 +412,11 @@ def _queue_from_row(row: Sequence[Any]) -> QueueDef:
         rate_limit_burst=rate_limit_burst,
         enable_message_ordering=enable_message_ordering,
     )
+
+
+def _key_column_json(column: KeyColumn) -> dict[str, str]:
+    """A key column's catalog entry; a generated one's expressions too (plain ones as they always were)."""
+    entry = {"name": column.name, "type": column.type.value}
+    if column.generated_as is not None and column.generated_sql is not None:
+        entry.update(generated_as=column.generated_as, generated_sql=column.generated_sql)
+    return entry

@@ -29,9 +29,23 @@ class MessageTables(Database):
 
     async def messages_insert(
         self, handle: Handle, queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
-    ) -> None:
+    ) -> list[Key] | None:
+        """Stores the messages (each key the values of queue.sent_key_columns). A queue with
+        generated key columns: the messages' whole keys, in the order of the messages; else
+        None (the keys are the ones sent: no RETURNING on the hot path)."""
+        statements = _queue_sql(queue)
         with wrap_errors(queue.name):
-            await connection_of(handle).execute(_queue_sql(queue).insert, _insert_params(queue, messages, now))
+            if statements.insert_keys is None:
+                await connection_of(handle).execute(statements.insert, _insert_params(queue, messages, now))
+                return None
+            cur = await connection_of(handle).execute(statements.insert_keys, _insert_params(queue, messages, now))
+            rows = await cur.fetchall()
+        at = [i for i, c in enumerate(queue.key_columns) if c.generated_as is None]
+        whole = {}
+        for row in rows:
+            key = _normal_key(tuple(row))
+            whole[tuple(key[i] for i in at)] = key
+        return [whole[_normal_key(m.key)] for m in messages]
 
     async def messages_insert_claimed(
         self, handle: Handle | None, queue: QueueDef, sends: Sequence[LedgeredSend], now: datetime | None,
@@ -247,6 +261,8 @@ class MessageTables(Database):
         assert queue.dead_letter_queue
         names = QueueStatements(queue)
         statement = names.by_token("message_dead_letter", d_key_columns=names.qualified_keys("d"), key_columns=names.keys,
+                                   m_sent_key_columns=names.qualified_keys("m", sent=True),
+                                   sent_key_columns=names.sent_keys,
                                    dead_letter_queue=sql.Identifier("public", queue.dead_letter_queue))
         async with self._read(queue.name) as conn:
             cur = await conn.execute(statement, {"lease_tokens": list(lease_tokens), "reason": reason,
@@ -374,9 +390,14 @@ class _QueueSql:
 
     def __init__(self, queue: QueueDef) -> None:
         names = self.names = QueueStatements(queue)
-        inserts = dict(queue=names.table, key_columns=names.keys, s_key_columns=names.qualified_keys("s"),
-                       key_arrays=names.key_arrays, payload_type=sql.SQL(SQL_TYPES[queue.payload_type]))
+        # A send writes the key columns but the generated ones (PostgreSQL computes those).
+        inserts = dict(queue=names.table, key_columns=names.sent_keys,
+                       s_key_columns=names.qualified_keys("s", sent=True), key_arrays=names.sent_key_arrays,
+                       payload_type=sql.SQL(SQL_TYPES[queue.payload_type]))
         self.insert = query("message_insert", **inserts).as_bytes(None)
+        self.insert_keys = (query("message_insert_keys", insert=query("message_insert", **inserts),
+                                  key_columns=names.keys).as_bytes(None)
+                            if queue.has_generated_keys else None)
         self.insert_claimed = query("message_insert_claimed", **inserts).as_bytes(None)
         self.lease = query("message_lease_batch", receive_function=names.receive_function).as_bytes(None)
         next_delivery = query("message_next_delivery", queue=names.table)
@@ -400,16 +421,19 @@ class _QueueSql:
             archive_keys=sql.SQL(", {}").format(names.qualified_keys("m")) if archived else sql.SQL(""),
             **acks).as_bytes(None)
         self._width = len(queue.key_columns)
+        self._sent_width = len(queue.sent_key_columns)
 
     def ack_params(self, items: Sequence[AckItem]) -> dict[str, Any]:
         params = self.key_array_params([i.key for i in items])
         params["lease_tokens"] = array_literal([i.lease_token for i in items])
         return params
 
-    def key_array_params(self, keys: Sequence[Key]) -> dict[str, Any]:
-        if self._width == 1:
+    def key_array_params(self, keys: Sequence[Key], sent: bool = False) -> dict[str, Any]:
+        """A key array per key column (``sent``: per column a send gives, of sent keys)."""
+        width = self._sent_width if sent else self._width
+        if width == 1:
             return {"k0": array_literal([key[0] for key in keys])}
-        return {f"k{i}": array_literal([key[i] for key in keys]) for i in range(self._width)}
+        return {f"k{i}": array_literal([key[i] for key in keys]) for i in range(width)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -455,7 +479,7 @@ def _rows_leniently(cur: psycopg.AsyncCursor[Any]) -> list[Any]:
 def _insert_params(queue: QueueDef, messages: Sequence[OutgoingMessage], now: datetime | None
                    ) -> dict[str, Any]:
     # Array literals where they can be (see _array_literal): the keys, and STRING payloads.
-    params = _queue_sql(queue).key_array_params([m.key for m in messages])
+    params = _queue_sql(queue).key_array_params([m.key for m in messages], sent=True)
     deliver_times = [m.deliver_time for m in messages]
     delays = [m.delay for m in messages]
     headers = [Jsonb(m.headers) if m.headers else None for m in messages]

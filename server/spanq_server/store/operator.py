@@ -131,6 +131,7 @@ class OperatorQueries(Database):
         descending = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier("p", c.name))
                                         for c in queue.key_columns)
         statement = query("archive_replay", archive=names.archive, queue=names.table, key_columns=names.keys,
+                          sent_key_columns=names.sent_keys, p_sent_key_columns=names.qualified_keys("p", sent=True),
                           a_key_columns=names.qualified_keys("a"), p_key_columns=names.qualified_keys("p"),
                           p_key_descending=descending, after=_replay_after(queue, after, params),
                           window=_replay_window(queue, window, params))
@@ -302,9 +303,14 @@ def _replay_window(queue: QueueDef, window: ReplayWindow, params: dict[str, Any]
 def _redrive_statement(name: str, dead_letter_queue: QueueDef, target: QueueDef,
                        source: RedriveSource | sql.Composable) -> sql.Composed:
     d, t = QueueStatements(dead_letter_queue), QueueStatements(target)
+    # The target's generated key columns are computed again: the dead letters' columns at the
+    # places of the others move.
+    moved = sql.SQL(", ").join(sql.Identifier("d", dead.name)
+                               for dead, kept in zip(dead_letter_queue.key_columns, target.key_columns)
+                               if kept.generated_as is None)
     return query(name, dead_letter_queue=d.table, target=t.table, d_key_columns=d.qualified_keys("d"),
                  t_key_columns=t.qualified_keys("t"), moving_key_columns=d.qualified_keys("moving"),
-                 target_key_columns=t.keys, target_name=sql.Literal(target.name),
+                 target_key_columns=t.sent_keys, d_moved_key_columns=moved, target_name=sql.Literal(target.name),
                  source=source if isinstance(source, sql.Composable) else _source_condition(source))
 
 

@@ -374,6 +374,11 @@ def _split(queue: QueueDef, batch: list[LeasedMessage], max_bytes: int,
 
 
 def queue_from_proto(q: queue_pb2.Queue) -> QueueDef:
+    for c in q.key_columns:
+        if c.generated_as:
+            raise errors.InvalidArgument(
+                f"key column {c.name!r}: generated_as is output only; spanq.v1 creates no generated key columns "
+                "(create the queue through the Spanner front-end: CREATE QUEUE ... k INT64 AS (expr) STORED)")
     key_columns = tuple(
         KeyColumn(c.name, codec.column_type(c.type, f"key column {c.name!r}")) for c in q.key_columns
     )

@@ -224,7 +224,7 @@ async function queuePage(page, name, state) {
       page_token: state.tokens[state.tokens.length - 1]}, state.filter || {})))]);
   const q = info.queue, s = info.stats;
   const definition = [
-    ["Keys", q.key_columns.map(c => `${c.name} ${c.type}`).join(", ")], ["Payload", q.payload_type],
+    ["Keys", q.key_columns.map(c => `${c.name} ${c.type}` + (c.generated_as ? ` AS (${c.generated_as}) STORED` : "")).join(", ")], ["Payload", q.payload_type],
     ["Lease", q.lease_duration], ["Backoff", `${q.initial_backoff} .. ${q.max_backoff}`],
     ["Max delivery attempts", q.max_delivery_attempts || "unlimited"], ["Dead-letter queue", q.dead_letter_queue || "none"],
     ["Parent", q.parent_table || "none"], ["Retention", q.message_retention_duration || "until acked"], ["Archive", q.archive_duration ? `acked kept ${q.archive_duration}` : "none (an ack deletes)"],
@@ -380,6 +380,9 @@ function field(box, name, label, attrs, changed) {
 const KEY_HINT = {INT64: "an integer", STRING: "text", BYTES: "base64", TIMESTAMP: "2026-01-02T03:04:05Z", BOOL: ""};
 const PAYLOAD_HINT = {JSON: "JSON, e.g. {\"id\": 1}", STRING: "text", BYTES: "base64"};
 
+// The key columns a send gives: a generated one (AS (expr) STORED) the database computes.
+const sentKeyColumns = (q) => q.key_columns.filter(c => !c.generated_as);
+
 // A Send, as spanq.v1's: the form's request id stays the same until a field changes, so a
 // second submit of the same form answers the first (replayed) and stores nothing more.
 function sendForm(name, info, state) {
@@ -387,7 +390,7 @@ function sendForm(name, info, state) {
   const box = state.send || (state.send = {open: false, draft: {}, id: newId()});
   const renew = () => { box.id = newId(); };
   const keyFields = info.key_generated ? [el("p", {class: "muted"}, "The key is generated (a UUID).")]
-    : q.key_columns.map((c, i) => field(box, "key" + i, `${c.name} (${c.type})`,
+    : sentKeyColumns(q).map((c, i) => field(box, "key" + i, `${c.name} (${c.type})`,
         c.type === "BOOL" ? {tag: "select", id: "send-key-" + i, options: ["true", "false"]}
           : {id: "send-key-" + i, type: "text", placeholder: KEY_HINT[c.type], size: 24}, renew));
   return panel("send-panel", "Send a message", box, el("form", {id: "send", class: "fields", onsubmit: (event) => {
@@ -411,7 +414,7 @@ function sendForm(name, info, state) {
 }
 
 async function send(name, info, box) {
-  const key = info.key_generated ? [] : info.queue.key_columns.map((c, i) => {
+  const key = info.key_generated ? [] : sentKeyColumns(info.queue).map((c, i) => {
     const v = box.draft["key" + i] ?? (c.type === "BOOL" ? "true" : "");
     return c.type === "BOOL" ? v === "true" : v;
   });

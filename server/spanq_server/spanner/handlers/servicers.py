@@ -221,7 +221,9 @@ class SpannerService:
             if kind == "send":
                 send = mutation.send
                 queue = await self._executor.queue(ns, fold(send.queue))
-                key = self._key(queue, send.key, "key")
+                if queue.has_generated_keys and len(send.key.values) == len(queue.key_columns):
+                    raise await self._executor.generated_written(queue)
+                key = self._key(queue, send.key, "key", queue.sent_key_columns)
                 if not send.HasField("payload"):
                     raise errors.InvalidArgument("a Send needs a payload")
                 payload = values.decode(send.payload, queue.payload_type, "payload")
@@ -257,13 +259,17 @@ class SpannerService:
             raise
 
     @staticmethod
-    def _key(queue: Any, key: Any, what: str) -> tuple[Any, ...]:
-        if len(key.values) != len(queue.key_columns):
-            names = [c.name for c in queue.key_columns]
-            raise errors.InvalidArgument(f"{what}: queue {queue.name!r} has {len(names)} key column(s) {names}, "
+    def _key(queue: Any, key: Any, what: str, columns: Any = None) -> tuple[Any, ...]:
+        """A message's key: the values of ``columns``, the queue's key columns unless given (a
+        Send's are those but the generated ones, which the database computes)."""
+        columns = queue.key_columns if columns is None else columns
+        if len(key.values) != len(columns):
+            names = [c.name for c in columns]
+            sent = " (a Send gives all but the generated ones)" if len(columns) != len(queue.key_columns) else ""
+            raise errors.InvalidArgument(f"{what}: queue {queue.name!r} has {len(names)} key column(s) {names}{sent}, "
                                          f"the key has {len(key.values)} value(s)")
         return tuple(values.decode(v, c.type, f"{what} column {c.name!r}")
-                     for v, c in zip(key.values, queue.key_columns))
+                     for v, c in zip(key.values, columns))
 
     # statements
     async def ExecuteSql(self, request: Any, context: Any) -> Any:

@@ -204,8 +204,57 @@ class Count:
     item: "Expr"
 
 
+@dataclasses.dataclass(frozen=True)
+class Function:
+    """A call of one of the scalar functions a generated column's expression may use
+    (``FUNCTIONS``); FARM_FINGERPRINT is served in SELECTs and DML too."""
+
+    name: str
+    """Folded."""
+    args: tuple["Expr", ...]
+
+
+FUNCTIONS = ("mod", "abs", "concat", "lower", "upper", "substr", "length", "farm_fingerprint")
+"""The scalar functions the parser reads: deterministic functions of their arguments."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cast:
+    """``CAST(e AS type)``."""
+
+    item: "Expr"
+    type: SpannerType
+
+
 Expr = (Column | Literal | TypedLiteral | Param | Now | ArrayLiteral | Arithmetic | Compare | In | Like | Between
-        | IsNull | Logical | Not | CountStar | Count | Aggregate | InSelect | Exists)
+        | IsNull | Logical | Not | CountStar | Count | Aggregate | InSelect | Exists | Function | Cast)
+
+
+def googlesql(e: "Expr") -> str:
+    """A generated column's expression as GoogleSQL text, as GetDatabaseDdl lists it: names as
+    written, functions in capitals, each inner operation in parentheses (what CREATE QUEUE
+    reads back as the same expression)."""
+    if isinstance(e, Column):
+        name = e.spelled or e.name
+        return name if name.isidentifier() and name.isascii() else f"`{name}`"
+    if isinstance(e, Literal):
+        v = e.value
+        if isinstance(v, bool):
+            return "TRUE" if v else "FALSE"
+        if isinstance(v, bytes):
+            return "b'" + "".join(chr(b) if 32 <= b < 127 and chr(b) not in "'\\" else f"\\x{b:02x}" for b in v) + "'"
+        if isinstance(v, str):
+            return "'" + v.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
+        return "NULL" if v is None else str(v)
+    if isinstance(e, Arithmetic):
+        def side(x: "Expr") -> str:
+            return f"({googlesql(x)})" if isinstance(x, Arithmetic) else googlesql(x)
+        return f"{side(e.left)} {e.op} {side(e.right)}"
+    if isinstance(e, Function):
+        return f"{e.name.upper()}({', '.join(googlesql(a) for a in e.args)})"
+    if isinstance(e, Cast):
+        return f"CAST({googlesql(e.item)} AS {e.type.code})"
+    raise ValueError(f"no GoogleSQL text for {type(e).__name__}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +283,8 @@ class ColumnDef:
     commit_timestamp: bool = False
     """OPTIONS (allow_commit_timestamp = true)."""
     hidden: bool = False
+    generated: "Expr | None" = None
+    """AS (expr) STORED: the expression its value is computed from."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,6 +500,11 @@ class CreateQueue:
     payload_proto: str | None = None
     """A Payload of a proto message type of the database's bundle: its full name (case-sensitive,
     ``examples.shipping.Order``); the payload is stored as BYTES."""
+    generated: tuple[tuple[str, "Expr"], ...] = ()
+    """(folded column, its expression) of each key column declared ``AS (expr) STORED``."""
+    nullable: tuple[str, ...] = ()
+    """Generated columns declared without NOT NULL (GetDatabaseDdl lists them so; spanq's
+    key columns are never NULL)."""
 
 
 @dataclasses.dataclass(frozen=True)

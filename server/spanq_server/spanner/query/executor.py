@@ -24,7 +24,7 @@ from ...ground import errors
 from ...ground.clock import Clock
 from ...ground.model import AckItem, ColumnType, KeyColumn, LeasedMessage, OutgoingMessage, QueueDef
 from ..port import TableStore
-from . import ast, dialects, parser
+from . import ast, dialects, parser, postgres
 from . import values
 from .grants import Roles
 from .lexing import fold
@@ -345,12 +345,24 @@ class Executor:
             gave_up="RENEWLEASE could not commit; nothing was renewed, retry")
         return Result(list(RENEW_COLUMNS), answer.reply)
 
+    async def generated_written(self, queue: QueueDef, named: str | None = None) -> errors.QueueError:
+        """A write that gives a generated key column a value (an INSERT naming it, a Send of the
+        whole key): FAILED_PRECONDITION in Spanner's words, naming the column as declared."""
+        spelling = await self.names.of(queue)
+        column = named or next(c.name for c in queue.key_columns if c.generated_as is not None)
+        return errors.FailedPrecondition(
+            f"Cannot write into generated column `{spelling.queue}.{spelling.column(column)}`. (spanq: the database "
+            "computes it from the other key columns; a send gives only those)", column=column)
+
     async def _insert(self, queue: QueueDef, s: ast.QueueInsert, params: Params, use: Use, ns: Scope) -> Result:
         spelling = await self.names.of(queue)
-        key_names = [c.name for c in queue.key_columns]
+        key_names = [c.name for c in queue.sent_key_columns]
+        generated = {c.name for c in queue.key_columns if c.generated_as is not None}
         positions: dict[str, int] = {}
         for i, name in enumerate(s.columns):
             column = SYSTEM_COLUMNS.get(name, name)
+            if column in generated:
+                raise await self.generated_written(queue, column)
             if column not in key_names and column not in ("payload", "deliver_time"):
                 raise errors.InvalidArgument(f"queue {spelling.queue!r} has no column {name!r}; a send names the "
                                              f"key columns ({', '.join(map(spelling.column, key_names))}), "
@@ -375,7 +387,7 @@ class Executor:
         for r, row in enumerate(s.rows):
             where = f"row {r}"
             key = tuple(self._value(row[positions[c.name]], c.type, params, f"{where}: column {c.name!r}")
-                        for c in queue.key_columns)
+                        for c in queue.sent_key_columns)
             payload = self._value(row[positions["payload"]], queue.payload_type, params, f"{where}: Payload")
             await self.check_payload(queue, payload, ns, f"{where}: Payload")
             deliver_time, delay = None, None
@@ -386,10 +398,10 @@ class Executor:
                 elif offset > timedelta(0):
                     delay = offset
             messages.append(OutgoingMessage(key=key, payload=payload, deliver_time=deliver_time, delay=delay))
-        await (await use.hold()).apply([SendOp(queue=queue, messages=messages)])
+        keys = (await (await use.hold()).apply([SendOp(queue=queue, messages=messages)]))[0]
         rows: Rows = []
-        for m in messages if s.returning is not None else ():
-            written = [values.encode(v, c.type) for v, c in zip(m.key, queue.key_columns)]
+        for m, whole in zip(messages, keys) if s.returning is not None else ():
+            written = [values.encode(v, c.type) for v, c in zip(whole, queue.key_columns)]  # type: ignore[arg-type]
             written.append(values.encode(m.payload, queue.payload_type))
             rows.append([written[i] for i in chosen])
         return Result(returned, rows, row_count=len(messages))
@@ -892,7 +904,7 @@ def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
         raise errors.InvalidArgument(f"CREATE QUEUE {s.name}: a primary-key column is named twice")
     return QueueDef(
         name=s.name,
-        key_columns=tuple(KeyColumn(n, types[n]) for n in s.primary_key),
+        key_columns=generated_key_columns(s, types),
         payload_type=types["payload"],
         lease_duration=queues.DEFAULT_LEASE,
         initial_backoff=queues.DEFAULT_INITIAL_BACKOFF,
@@ -903,6 +915,27 @@ def queue_from_ddl(s: ast.CreateQueue) -> QueueDef:
         disable_delivery=bool(s.options.disable_delivery),
         message_retention_duration=retention(s.row_deletion, types, s.name) if s.row_deletion else None,
     )
+
+
+def generated_key_columns(s: ast.CreateQueue, types: dict[str, ColumnType]) -> tuple[KeyColumn, ...]:
+    """The queue's key columns, a generated one (AS (expr) STORED) with its expression as
+    GetDatabaseDdl lists it and as PostgreSQL computes it: it reads the other key columns only
+    (a send gives those), and deterministically (postgres.generation says what it takes)."""
+    expressions = dict(s.generated)
+    if "payload" in expressions:
+        raise errors.InvalidArgument(f"CREATE QUEUE {s.name}: Payload cannot be a generated column")
+    spelled = dict(s.spelled)
+    readable = {n: (n, ast.SpannerType(types[n].value)) for n in s.primary_key if n not in expressions}
+    columns = []
+    for name in s.primary_key:
+        expr = expressions.get(name)
+        if expr is None:
+            columns.append(KeyColumn(name, types[name]))
+            continue
+        what = f"CREATE QUEUE {spelled.get(s.name, s.name)}: generated column {spelled.get(name, name)}"
+        generated_sql = postgres.generation(expr, readable, ast.SpannerType(types[name].value), what)
+        columns.append(KeyColumn(name, types[name], ast.googlesql(expr), generated_sql))
+    return tuple(columns)
 
 
 MAX_RETENTION_DAYS = queues.MAX_RETENTION.days
@@ -943,11 +976,16 @@ def queue_ddl(queue: QueueDef, spelling: Spelling | None = None, ns: str = "",
                ColumnType.TIMESTAMP: "TIMESTAMP", ColumnType.BOOL: "BOOL", ColumnType.JSON: "JSON"}
     declared = spelling.ddl.get("types", {})
 
-    def column(name: str, column_type: ColumnType) -> str:
-        line = f"  {spelling.column(name)} {declared.get(name) or spelled[column_type]} NOT NULL"
+    def column(name: str, column_type: ColumnType, generated_as: str | None = None) -> str:
+        line = f"  {spelling.column(name)} {declared.get(name) or spelled[column_type]}"
+        if generated_as is None or name not in spelling.ddl.get("nullable", ()):
+            line += " NOT NULL"
+        if generated_as is not None:
+            line += f" AS ({generated_as}) STORED"
         return line + (" HIDDEN" if spelling.hidden(name) else "")
 
-    columns = [column(c.name, c.type) for c in queue.key_columns] + [column("payload", queue.payload_type)]
+    columns = ([column(c.name, c.type, c.generated_as) for c in queue.key_columns]
+               + [column("payload", queue.payload_type)])
     text = f"CREATE QUEUE {spelling.queue} (\n" + ",\n".join(columns) + "\n) PRIMARY KEY ("
     text += ", ".join(spelling.column(c.name) + (" DESC" if spelling.descending(c.name) else "")
                       for c in queue.key_columns) + ")"

@@ -181,7 +181,7 @@ _GOOGLESQL = _Words(
     ident=_WORD + r"|`[^`\n]+`",
     float=r"(?:\d+\.\d*|\.\d+)(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+",
     number=r"0[xX][0-9A-Fa-f]+|\d+",
-    punct=r"<=|>=|!=|<>|[(),*=<>\[\];.+-]",
+    punct=r"<=|>=|!=|<>|\|\||[(),*=<>\[\];.+-]",
 )
 """The table subset's GoogleSQL."""
 WORDS: dict[tuple[Dialect, Surface], _Words] = {

@@ -44,8 +44,9 @@ class Spelling:
     ddl: dict[str, Any] = dataclasses.field(default_factory=dict)
     """What else the DDL declared that GetDatabaseDdl lists and the catalog does not hold:
     ``types`` (folded column -> its type as written), ``hidden`` (columns), ``descending`` (the
-    key columns declared DESC), ``interleave_in`` (a table, without PARENT), ``locality_group``,
-    ``receive_mode`` (written), ``proto`` (the Payload's proto message type, protos.py)."""
+    key columns declared DESC), ``nullable`` (generated columns declared without NOT NULL),
+    ``interleave_in`` (a table, without PARENT), ``locality_group``, ``receive_mode`` (written),
+    ``proto`` (the Payload's proto message type, protos.py)."""
 
     def hidden(self, name: str) -> bool:
         return name in self.ddl.get("hidden", ())
@@ -79,6 +80,7 @@ class Spelling:
         columns = {name: spelled.get(name, name) for name, _ in statement.columns}
         ddl: dict[str, Any] = {"types": dict(statement.declared), "hidden": list(statement.hidden),
                                "descending": list(statement.descending),
+                               "nullable": list(statement.nullable),
                                "interleave_in": statement.interleave_in,
                                "locality_group": statement.options.locality_group,
                                "receive_mode": statement.options.receive_mode, "proto": statement.payload_proto}

@@ -16,7 +16,8 @@ at something only the table subset has, is the table subset's; anything else the
 surface's, and a statement neither has is the table subset's if it names a table. What
 the chosen grammar refuses is its error.
 
-    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 NOT NULL [HIDDEN], ..., Payload BYTES(MAX) NOT NULL [HIDDEN])
+    CREATE QUEUE [IF NOT EXISTS] q (k1 INT64 [NOT NULL] [AS (e) STORED] [HIDDEN], ...,
+        Payload BYTES(MAX) NOT NULL [HIDDEN])
         PRIMARY KEY (k1 [ASC | DESC], ...) [, INTERLEAVE IN [PARENT] p [ON DELETE {CASCADE | NO ACTION}]]
         [, ROW DELETION POLICY (OLDER_THAN(DeliverTime, INTERVAL n DAY))] [, OPTIONS (...)]
     ALTER QUEUE q { SET OPTIONS (...) | SET ON DELETE ... | SET INTERLEAVE IN [PARENT] p
@@ -36,7 +37,8 @@ CURRENT_TIMESTAMP(), or TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL n
 SECOND|MINUTE|HOUR|DAY|MILLISECOND); names, backquoted or not, are folded to lower case
 by ``fold`` (CREATE QUEUE also keeps them as written, which results show).
 
-    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [OPTIONS (...)], ...) PRIMARY KEY (c [ASC | DESC], ...)
+    CREATE TABLE [IF NOT EXISTS] t (c TYPE [NOT NULL] [AS (e) STORED] [HIDDEN] [OPTIONS (...)], ...)
+        PRIMARY KEY (c [ASC | DESC], ...)
         [, INTERLEAVE IN PARENT p [ON DELETE CASCADE | ON DELETE NO ACTION]]
     DROP TABLE [IF EXISTS] t
     CREATE [UNIQUE] [NULL_FILTERED] INDEX [IF NOT EXISTS] i ON t (c [ASC|DESC], ...) [STORING (c, ...)]
@@ -58,7 +60,9 @@ and the aggregates ``COUNT(*)``, ``COUNT([DISTINCT] e)``, ``SUM``, ``AVG``, ``MI
 cond joins comparisons (=, !=, <>, <, <=, >, >=), ``[NOT] IN (...)`` / ``IN UNNEST(@p)`` /
 ``[NOT] IN (SELECT ...)``, ``EXISTS (SELECT ...)``, ``[NOT] LIKE``, ``IS [NOT] NULL`` and
 ``[NOT] BETWEEN`` with AND, OR, NOT and parentheses. e is a column (``c``, ``a.c``), a literal, an ``@param``,
-``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, or e + e, e - e, e * e.
+``CURRENT_TIMESTAMP()``, ``PENDING_COMMIT_TIMESTAMP()``, ``FARM_FINGERPRINT(e)``, or e + e, e - e, e * e,
+e || e. A generated column's expression (AS (e) STORED) may also call MOD, ABS, CONCAT, LOWER,
+UPPER, SUBSTR, LENGTH and CAST(e AS type); ``postgres.generation`` says which it takes.
 
 Anything else is INVALID_ARGUMENT naming what is understood. Not a SQL engine: the
 executor maps a statement onto the domain, ``postgres`` translates the table subset.
@@ -203,7 +207,7 @@ def parse_ddl(text: str, dialect: Dialect) -> ast.Ddl:
         statement = parse_table(text, dialect)
         assert isinstance(statement, (ast.CreateTable, ast.DropTable, ast.CreateIndex, ast.DropIndex, ast.AlterTable))
         return statement
-    if text and text.strip():
+    if text and text.strip() and not (dialect is Dialect.GOOGLESQL and _CREATE_QUEUE.match(text)):
         tokens = tokenize(text, dialect, Surface.QUEUE)
         if roles.is_access_ddl(tokens):
             return roles.statement(Parser(text, dialect, Surface.QUEUE, tokens))
@@ -512,10 +516,17 @@ def _queue_cached(text: str, dialect: Dialect) -> QueueStatement | tuple[str, di
         return exc.message, dict(exc.metadata)
 
 
+_CREATE_QUEUE = re.compile(r"\s*create\s+queue\b", re.I)
+
+
 def _read_queue(text: str, dialect: Dialect, tokens: list[Token] | None = None) -> QueueStatement:
-    """``parse_queue``, not cached, of a text maybe already read into ``tokens``."""
+    """``parse_queue``, not cached, of a text maybe already read into ``tokens``. A GoogleSQL
+    CREATE QUEUE is read with the table subset's tokens: a generated key column's expression
+    (AS (expr) STORED) is one of its expressions (+, ||, ...)."""
     if not text or not text.strip():
         raise InvalidArgument("the statement is empty")
+    if dialect is Dialect.GOOGLESQL and _CREATE_QUEUE.match(text):
+        tokens = tokenize(text, dialect, Surface.TABLE)
     return Parser(text, dialect, Surface.QUEUE, tokens).queue_statement()
 
 
@@ -567,6 +578,9 @@ class _QueueColumn(NamedTuple):
     hidden: bool = False
     proto: str | None = None
     """A proto message type's full name (Payload only)."""
+    generated: Expr | None = None
+    """AS (expr) STORED: the expression."""
+    not_null: bool = True
 
 
 _QUEUE_OPTIONS: dict[str, type] = {"receive_mode": str, "disable_send": bool, "disable_delivery": bool,
@@ -638,6 +652,8 @@ class Parser(Cursor):
         hidden: list[str] = []
         key: list[tuple[str, bool]] = []
         payload_proto = None
+        generated: list[tuple[str, Expr]] = []
+        nullable: list[str] = []
         while not self.accept_punct(")"):
             if self.pg and self.peek.is_word("primary"):  # PostgreSQL: the key is a table constraint
                 key = self.primary_key()
@@ -651,6 +667,10 @@ class Parser(Cursor):
                     hidden.append(column.name)
                 if column.proto:
                     payload_proto = column.proto
+                if column.generated is not None:
+                    generated.append((column.name, column.generated))
+                    if not column.not_null:
+                        nullable.append(column.name)
                 if self.pg and self.accept_word("primary"):
                     self.word("key")
                     key.append((columns[-1][0], False))
@@ -687,7 +707,8 @@ class Parser(Cursor):
         self.end()
         return CreateQueue(name, tuple(columns), tuple(k for k, _ in key), parent, if_not_exists, tuple(spelled),
                            tuple(declared), tuple(hidden), interleave_in, cascade, options, policy,
-                           tuple(k for k, descending in key if descending), payload_proto)
+                           descending=tuple(k for k, descending in key if descending), payload_proto=payload_proto,
+                           generated=tuple(generated), nullable=tuple(nullable))
 
     def interleave(self) -> tuple[str, bool, bool | None]:
         """After INTERLEAVE: IN [PARENT] t [ON DELETE {CASCADE | NO ACTION}]; (t, folded after
@@ -761,7 +782,11 @@ class Parser(Cursor):
     def queue_column(self) -> "_QueueColumn":
         name = self.loose_name("a column name")
         if self.pg:
-            return _QueueColumn(name, self.pg_type(name))
+            column = _QueueColumn(name, self.pg_type(name))
+            if self.peek.is_word("generated"):
+                raise InvalidArgument(f"column {name!r}: spanq reads generated key columns in GoogleSQL databases "
+                                      "only (AS (expr) STORED)")
+            return column
         if self.peek.kind == "ident" and (self.ahead().kind == "punct" and self.ahead().value == "."
                                           or "." in self.peek.spelled):
             return self.proto_column(name)
@@ -783,17 +808,23 @@ class Parser(Cursor):
             raise InvalidArgument(f"column {name!r}: {type_name.upper()} "
                                   + ("takes no length" if length is not None else "needs a length: (n) or (MAX)"))
         declared = type_name.upper() + (f"({str(length.value).upper()})" if length is not None else "")
-        if self.accept_word("not"):
+        not_null = self.accept_word("not")
+        if not_null:
             self.word("null")
-        if self.peek.is_word("as") and self.ahead().kind == "punct" and self.ahead().value == "(":
-            raise InvalidArgument(
-                f"column {name!r}: generated key columns (AS (expr) STORED) are not supported on spanq queues: a "
-                "send carries every key column's value, and spanq does not compute Spanner's expressions; declare "
-                "it a plain key column and send its value")
+        generated = None
+        if self.accept_word("as"):
+            self.punct("(")
+            self.deeper()
+            generated = self.expr()
+            self.punct(")")
+            self.depth -= 1
+            if not self.accept_word("stored"):
+                raise InvalidArgument(f"column {name!r}: a generated key column is AS (expr) STORED (Spanner's "
+                                      "generated key columns are stored)")
         hidden = self.accept_word("hidden")
         if self.accept_word("options"):
             self.column_options(name)
-        return _QueueColumn(name, column_type, declared, hidden)
+        return _QueueColumn(name, column_type, declared, hidden, generated=generated, not_null=not_null)
 
     def proto_column(self, name: str) -> "_QueueColumn":
         """A column of a proto type (a dotted full name): Payload only, stored as BYTES."""
@@ -1415,12 +1446,22 @@ class Parser(Cursor):
         not_null = False
         commit_timestamp = False
         hidden = False
+        generated: Expr | None = None
         while True:
             if self.accept_word("not"):
                 self.word("null")
                 not_null = True
             elif not self.pg and self.accept_word("hidden"):  # GoogleSQL's: left out of SELECT *
                 hidden = True
+            elif generated is None and self.accept_word("as"):
+                self.punct("(")
+                self.deeper()
+                generated = self.expr()
+                self.punct(")")
+                self.depth -= 1
+                if not self.accept_word("stored"):
+                    raise self.unsupported(f"a generated column that is not STORED (column {spelled!r}: AS (expr) "
+                                           "STORED)")
             elif self.peek.is_word("default", "as", "generated", "hidden"):
                 raise self.unsupported(f"{self.peek.text.upper()} in a column definition (column {spelled!r})")
             elif self.accept_word("options"):
@@ -1436,7 +1477,7 @@ class Parser(Cursor):
                 commit_timestamp = value.value == "true"
             else:
                 break
-        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp, hidden)
+        return ColumnDef(name, spelled, column_type, not_null, commit_timestamp, hidden, generated)
 
     def column_type(self, column: str, in_array: bool = False) -> SpannerType:
         token = self.next()
@@ -1795,12 +1836,13 @@ class Parser(Cursor):
         return left
 
     def multiplicative(self) -> Expr:
+        """``*`` and ``||``, which GoogleSQL ranks alike (above + and -)."""
         left, links = self.operand(), 0
-        while self.at_punct("*"):
-            self.next()
+        while self.at_punct("*") or self.at_punct("||"):
+            op = self.next().value
             self.deeper()
             links += 1
-            left = Arithmetic("*", left, self.operand())
+            left = Arithmetic(op, left, self.operand())
         self.depth -= links
         return left
 
@@ -1888,6 +1930,29 @@ class Parser(Cursor):
             self.punct("(")
             self.punct(")")
             return Now()
+        if word in ast.FUNCTIONS and self.at_punct("("):
+            self.next()
+            self.deeper()
+            args: list[Expr] = []
+            while not self.accept_punct(")"):
+                args.append(self.expr())
+                if not self.accept_punct(","):
+                    self.punct(")")
+                    break
+            self.depth -= 1
+            return ast.Function(word, tuple(args))
+        if word == "cast" and self.at_punct("("):
+            self.next()
+            self.deeper()
+            inner = self.expr()
+            self.word("as")
+            target = self.next()
+            code = str(target.value).upper() if target.kind == "ident" else ""
+            if code not in SCALARS:
+                raise InvalidArgument(f"CAST(... AS {target.text or '(nothing)'}): the types are {', '.join(SCALARS)}")
+            self.punct(")")
+            self.depth -= 1
+            return ast.Cast(inner, SpannerType(code))
         if self.at_punct("("):
             raise self.unsupported(f"the function {token.text.upper()}()")
         if word in dialects.RESERVED:

@@ -13,7 +13,7 @@ from typing import Any
 
 from psycopg import sql
 
-from ...ground.errors import InvalidArgument
+from ...ground.errors import FailedPrecondition, InvalidArgument
 from . import ast
 from . import ranges
 from .lexing import fold
@@ -133,6 +133,9 @@ def _column(c: Col) -> sql.Composed:
     column = sql.SQL("{} {}").format(sql.Identifier(c.pg), pg_type(c.type))
     if c.type.code == "STRING" or (c.type.code == "ARRAY" and c.type.element and c.type.element.code == "STRING"):
         column = sql.SQL("{} COLLATE \"C\"").format(column)  # Spanner orders strings by their bytes
+    if c.generated_sql is not None:  # column_generation's text: every writer, psql too, gets it computed
+        column = sql.SQL("{} GENERATED ALWAYS AS ({}) STORED").format(
+            column, sql.SQL(c.generated_sql))  # type: ignore[arg-type]  # composed by generation()
     if c.not_null:
         column = sql.SQL("{} NOT NULL").format(column)
     if c.type.code == "BYTES" and c.type.length is not None:
@@ -318,6 +321,26 @@ class _Translator:
                 items.append(text)
             array_type = ast.SpannerType("ARRAY", element or ast.STRING)
             return sql.SQL("ARRAY[{}]::{}").format(sql.SQL(", ").join(items), _cast_type(array_type)), array_type
+        if isinstance(e, ast.Arithmetic) and e.op == "||":
+            left, lt = self.expr(e.left, scope, want if want and want.code in ("STRING", "BYTES") else None)
+            right, rt = self.expr(e.right, scope, lt or ast.STRING)
+            t = lt or rt or ast.STRING
+            if t.code not in ("STRING", "BYTES") or (rt is not None and rt.code != t.code):
+                raise InvalidArgument("|| joins two STRING or two BYTES values")
+            return sql.SQL("({} || {})").format(left, right), ast.SpannerType(t.code)
+        if isinstance(e, ast.Function):
+            if e.name != "farm_fingerprint":
+                raise InvalidArgument(f"the function {e.name.upper()}() is not supported here: spanq's SELECTs and "
+                                      f"DML take FARM_FINGERPRINT ({GENERATED_FUNCTIONS} in a generated key column)")
+            if len(e.args) != 1:
+                raise InvalidArgument("FARM_FINGERPRINT takes one STRING or BYTES value")
+            inner, t = self.expr(e.args[0], scope, ast.STRING)
+            if t is not None and t.code not in ("STRING", "BYTES"):
+                raise InvalidArgument(f"No matching signature for function FARM_FINGERPRINT for argument type {t.ddl()}"
+                                      ": it takes STRING or BYTES")
+            return sql.SQL("spanq.farm_fingerprint({})").format(inner), ast.INT64
+        if isinstance(e, ast.Cast):
+            raise InvalidArgument("CAST is not supported here (only in a generated key column's expression)")
         if isinstance(e, ast.Arithmetic):
             left, lt = self.expr(e.left, scope, want if want and want.code in NUMBERS else None)
             right, rt = self.expr(e.right, scope, lt)
@@ -641,6 +664,7 @@ class _Translator:
             column = table.column(name)
             if column is None:
                 raise InvalidArgument(f"Column not found in table {table.spelled}: {name}")
+            check_writable(table, column)
             columns.append(column)
         rows = []
         for row in s.rows:
@@ -665,6 +689,7 @@ class _Translator:
             if name in table.primary_key:
                 raise InvalidArgument(f"Cannot UPDATE value on non-writable column: {column.spelled} (a primary-key "
                                       "column)")
+            check_writable(table, column)
             sets.append(sql.SQL("{} = {}").format(sql.Identifier(column.pg), self.assigned(e, scope, column)))
         where = self.condition(s.where, scope)
         returning, result = self.returning(s.returning, scope)
@@ -900,3 +925,146 @@ def read(table: TableDef, columns: Sequence[Col], order: Sequence[tuple[Col, boo
     if lock and not table.queue:
         statement = sql.SQL("{} FOR SHARE").format(statement)
     return statement
+
+
+# -- generated key columns --------------------------------------------------------------
+
+GENERATED_FUNCTIONS = "MOD, ABS, CONCAT (or ||), LOWER, UPPER, SUBSTR, LENGTH, CAST and FARM_FINGERPRINT"
+_GENERATED_CASTS = {("INT64", "STRING"): "(({})::text)", ("STRING", "INT64"): "(({})::bigint)",
+                    ("BOOL", "STRING"): "(({})::text)", ("STRING", "BOOL"): "(({})::boolean)",
+                    ("BOOL", "INT64"): "((({})::integer)::bigint)"}
+"""The CASTs a generated column may make, and PostgreSQL's (each IMMUTABLE, as a generation
+expression needs; a TIMESTAMP's text depends on the session's time zone, a STRING's bytes on
+its encoding: those are refused)."""
+
+
+def generation(e: ast.Expr, columns: dict[str, tuple[str, ast.SpannerType]], want: ast.SpannerType,
+               what: str) -> str:
+    """A generated key column's expression as PostgreSQL's ``GENERATED ALWAYS AS (...) STORED``
+    text: ``columns`` are the columns it may read (folded name: (name in PostgreSQL, type)),
+    ``want`` its column's type. Only deterministic functions of those columns are taken
+    (GENERATED_FUNCTIONS, + - *, literals); anything else is INVALID_ARGUMENT naming it. Its
+    literals are written into the text (a column's definition has no parameters)."""
+    text, t = _generated(e, columns, what)
+    if t.code != want.code:
+        raise InvalidArgument(f"{what}: the expression is {t.code}, the column {want.code}")
+    return text.as_string(None)
+
+
+def check_writable(table: TableDef, column: Col) -> None:
+    """A write (INSERT, UPDATE, a Write mutation) may not give a generated column a value:
+    FAILED_PRECONDITION in Spanner's words."""
+    if column.generated_sql is not None:
+        raise FailedPrecondition(f"Cannot write into generated column `{table.spelled}.{column.spelled}`.",
+                                 column=column.name)
+
+
+def column_generation(c: ast.ColumnDef, readable: tuple[Col, ...]) -> str:
+    """A table's generated column's PostgreSQL expression (schema.Generation): it reads the
+    table's other columns that are not generated."""
+    assert c.generated is not None
+    return generation(c.generated, {r.name: (r.pg, unsized(r.type) or r.type) for r in readable}, c.type,
+                      f"generated column {c.spelled}")
+
+
+def _generated(e: ast.Expr, columns: dict[str, tuple[str, ast.SpannerType]], what: str
+               ) -> tuple[sql.Composable, ast.SpannerType]:
+    if isinstance(e, ast.Column):
+        if e.qualifier is not None or e.name not in columns:
+            raise InvalidArgument(f"{what}: {e.spelled or e.name!r} is not a key column it can read (a generated "
+                                  f"key column reads the queue's other key columns: {', '.join(columns) or 'none'})")
+        name, t = columns[e.name]
+        return sql.Identifier(name), t
+    if isinstance(e, ast.Literal) and e.type is not None and e.value is not None and not isinstance(e.value, float):
+        code = "BOOL" if isinstance(e.value, bool) else e.type.code
+        if code == "INT64" and not -2**63 <= e.value < 2**63:
+            raise InvalidArgument(f"{what}: {e.value} is out of the INT64 range")
+        t = ast.SpannerType(code)
+        return sql.SQL("({}::{})").format(sql.Literal(ranges.literal(e.value, code, what)), _SCALAR_CASTS[code]), t
+    if isinstance(e, ast.Arithmetic):
+        left, lt = _generated(e.left, columns, what)
+        right, rt = _generated(e.right, columns, what)
+        if e.op == "||":
+            if lt.code != rt.code or lt.code not in ("STRING", "BYTES"):
+                raise InvalidArgument(f"{what}: || joins two STRING or two BYTES values, not {lt.ddl()} and "
+                                      f"{rt.ddl()}")
+            return sql.SQL("({} || {})").format(left, right), lt
+        if lt.code != "INT64" or rt.code != "INT64":
+            raise InvalidArgument(f"{what}: {e.op} takes INT64 values here, not {lt.ddl()} and {rt.ddl()}")
+        return sql.SQL("({} {} {})").format(left, sql.SQL(e.op), right), ast.INT64
+    if isinstance(e, ast.Function):
+        return _generated_call(e, [_generated(a, columns, what) for a in e.args], what)
+    if isinstance(e, ast.Cast):
+        inner, t = _generated(e.item, columns, what)
+        if t.code == e.type.code:
+            return inner, t
+        cast = _GENERATED_CASTS.get((t.code, e.type.code))
+        if cast is None:
+            raise InvalidArgument(f"{what}: CAST of {t.ddl()} AS {e.type.ddl()} is not taken in a generated column "
+                                  "(INT64, STRING and BOOL cast to one another)")
+        return sql.SQL(cast).format(inner), ast.SpannerType(e.type.code)  # type: ignore[arg-type]  # our table
+    raise InvalidArgument(f"{what}: {_shown_expression(e)} is not taken in a generated column: its expression may "
+                          f"use the queue's other key columns, literals, + - * and {GENERATED_FUNCTIONS}")
+
+
+def _generated_call(e: ast.Function, args: list[tuple[sql.Composable, ast.SpannerType]], what: str
+                    ) -> tuple[sql.Composable, ast.SpannerType]:
+    name = e.name.upper()
+    types = [t.code for _, t in args]
+    texts = [text for text, _ in args]
+
+    def refused(takes: str) -> InvalidArgument:
+        return InvalidArgument(f"{what}: No matching signature for {name}({', '.join(types)}): it takes {takes}")
+
+    if e.name == "mod":
+        if types != ["INT64", "INT64"]:
+            raise refused("two INT64 values")
+        return sql.SQL("mod({}, {})").format(*texts), ast.INT64  # the sign of the dividend, as Spanner's
+    if e.name == "abs":
+        if types != ["INT64"]:
+            raise refused("an INT64 value")
+        return sql.SQL("abs({})").format(*texts), ast.INT64
+    if e.name == "concat":
+        if not types or len(set(types)) != 1 or types[0] not in ("STRING", "BYTES"):
+            raise refused("STRING values or BYTES values")
+        # || rather than concat(), which is only STABLE (and skips NULLs, where Spanner's is NULL)
+        return sql.SQL("({})").format(sql.SQL(" || ").join(texts)), args[0][1]
+    if e.name in ("lower", "upper"):
+        if types != ["STRING"]:
+            raise refused("a STRING value")
+        return sql.SQL("{}({})").format(sql.SQL(e.name), *texts), ast.STRING
+    if e.name == "length":
+        if types not in (["STRING"], ["BYTES"]):
+            raise refused("a STRING or BYTES value")
+        return sql.SQL("{}({})").format(sql.SQL("char_length" if types == ["STRING"] else "octet_length"),
+                                        *texts), ast.INT64
+    if e.name == "substr":
+        # Spanner's SUBSTR counts a position <= 0 from the end or as 1, PostgreSQL's does not: the
+        # position (and length) are positive literals, where the two agree.
+        bounds = e.args[1:]
+        if (len(types) not in (2, 3) or types[0] not in ("STRING", "BYTES")
+                or not all(isinstance(b, ast.Literal) and isinstance(b.value, int) and not isinstance(b.value, bool)
+                           and b.value > 0 for b in bounds)):
+            raise refused("a STRING or BYTES value, a position and an optional length, both positive INT64 literals")
+        return sql.SQL("substr({})").format(sql.SQL(", ").join(
+            [texts[0], *(sql.Literal(b.value) for b in bounds if isinstance(b, ast.Literal))])), args[0][1]
+    if e.name == "farm_fingerprint":
+        if types not in (["STRING"], ["BYTES"]):
+            raise refused("a STRING or BYTES value")
+        return sql.SQL("spanq.farm_fingerprint({})").format(*texts), ast.INT64
+    raise InvalidArgument(f"{what}: the function {name}() is not taken in a generated column ({GENERATED_FUNCTIONS})")
+
+
+def _shown_expression(e: ast.Expr) -> str:
+    """What an expression is, as an error names it."""
+    if isinstance(e, ast.Param):
+        return f"the parameter @{e.name}"
+    if isinstance(e, ast.Now):
+        return "CURRENT_TIMESTAMP() (not deterministic)"
+    if isinstance(e, (ast.Aggregate, ast.Count, ast.CountStar)):
+        return "an aggregate"
+    if isinstance(e, ast.Literal):
+        return "NULL" if e.value is None else f"the literal {e.value!r}"
+    return {"Compare": "a comparison", "Logical": "AND / OR", "Not": "NOT", "In": "IN", "Like": "LIKE",
+            "Between": "BETWEEN", "IsNull": "IS NULL", "TypedLiteral": "a typed literal", "ArrayLiteral": "an array",
+            "InSelect": "a subquery", "Exists": "a subquery"}.get(type(e).__name__, type(e).__name__)

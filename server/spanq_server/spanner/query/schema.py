@@ -11,7 +11,9 @@ them (``UserId``). A definition is stored as JSON beside the table
 import dataclasses
 from typing import Any
 
-from .ast import ColumnDef, CreateIndex, CreateTable, SpannerType
+from collections.abc import Callable
+
+from .ast import ColumnDef, CreateIndex, CreateTable, SpannerType, googlesql
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +28,15 @@ class Col:
     commit_timestamp: bool = False
     hidden: bool = False
     """Declared HIDDEN: left out of ``*`` and ``t.*``, returned when named."""
+    generated_as: str | None = None
+    """A generated column (AS (expr) STORED): its expression as GetDatabaseDdl lists it."""
+    generated_sql: str | None = None
+    """Its PostgreSQL (postgres.generation): the table's GENERATED ALWAYS AS (...) STORED."""
+
+
+Generation = Callable[[ColumnDef, tuple[Col, ...]], str]
+"""A generated column's PostgreSQL expression from its definition and the columns it may read
+(postgres.column_generation)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +101,9 @@ class TableDef:
         out = {"spelled": self.spelled, "primary_key": list(self.primary_key), "parent": self.parent,
                "on_delete_cascade": self.on_delete_cascade,
                "columns": [{"name": c.name, "spelled": c.spelled, "type": c.type.as_json(), "not_null": c.not_null,
-                            "commit_timestamp": c.commit_timestamp, "hidden": c.hidden} for c in self.columns]}
+                            "commit_timestamp": c.commit_timestamp, "hidden": c.hidden,
+                            **({"generated_as": c.generated_as, "generated_sql": c.generated_sql}
+                               if c.generated_as is not None else {})} for c in self.columns]}
         if self.descending:  # absent in the definitions of tables made before DESC keys
             out["descending"] = list(self.descending)
         return out
@@ -98,13 +111,16 @@ class TableDef:
     @staticmethod
     def of_json(name: str, data: dict[str, Any]) -> "TableDef":
         columns = tuple(Col(c["name"], c["spelled"], SpannerType.of_json(c["type"]), c["name"], bool(c["not_null"]),
-                            bool(c.get("commit_timestamp")), bool(c.get("hidden"))) for c in data["columns"])
+                            bool(c.get("commit_timestamp")), bool(c.get("hidden")), c.get("generated_as"),
+                            c.get("generated_sql"))
+                        for c in data["columns"])
         return TableDef(name, data["spelled"], columns, tuple(data["primary_key"]), data.get("parent"),
                         bool(data.get("on_delete_cascade")), descending=tuple(data.get("descending") or ()))
 
 
-def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
-    """The definition of a CREATE TABLE, to be made as PostgreSQL table ``name``."""
+def table_of(statement: CreateTable, name: str, parent: str | None, generation: Generation | None = None) -> TableDef:
+    """The definition of a CREATE TABLE, to be made as PostgreSQL table ``name`` (its generated
+    columns' expressions by ``generation``)."""
     from ...ground.errors import InvalidArgument
 
     seen: set[str] = set()
@@ -117,8 +133,13 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: primary-key column {k!r} is not defined")
     if len(set(statement.primary_key)) != len(statement.primary_key):
         raise InvalidArgument(f"CREATE TABLE {statement.spelled}: a primary-key column is named twice")
-    columns = tuple(schema_col(c) for c in statement.columns)
+    plain = tuple(schema_col(c) for c in statement.columns if c.generated is None)
+    columns = tuple(schema_col(c, plain, generation) for c in statement.columns)
     for col in columns:
+        if col.name in statement.primary_key and col.generated_as is not None:
+            raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {col.spelled!r} is generated: spanq's "
+                                  "tables take generated columns outside the primary key (queues take generated "
+                                  "key columns)")
         if col.name in statement.primary_key and col.type.code in ("ARRAY", "JSON"):
             raise InvalidArgument(f"CREATE TABLE {statement.spelled}: column {col.spelled!r} of type "
                                   f"{col.type.ddl()} cannot be part of the primary key")
@@ -126,9 +147,19 @@ def table_of(statement: CreateTable, name: str, parent: str | None) -> TableDef:
                     descending=statement.descending)
 
 
-def schema_col(c: ColumnDef) -> Col:
-    """A column definition's column (CREATE TABLE's, ALTER TABLE ... ADD COLUMN's)."""
-    return Col(c.name, c.spelled, c.type, c.name, c.not_null, c.commit_timestamp, c.hidden)
+def schema_col(c: ColumnDef, readable: tuple[Col, ...] = (), generation: Generation | None = None) -> Col:
+    """A column definition's column (CREATE TABLE's, ALTER TABLE ... ADD COLUMN's); a generated
+    one's expression reads ``readable``, the table's columns that are not generated."""
+    if c.generated is None:
+        return Col(c.name, c.spelled, c.type, c.name, c.not_null, c.commit_timestamp, c.hidden)
+    from ...ground.errors import InvalidArgument
+
+    if generation is None:
+        raise InvalidArgument(f"column {c.spelled!r}: a generated column is made by CREATE TABLE only")
+    if c.commit_timestamp:
+        raise InvalidArgument(f"column {c.spelled!r}: a generated column takes no allow_commit_timestamp")
+    return Col(c.name, c.spelled, c.type, c.name, c.not_null, False, c.hidden, googlesql(c.generated),
+               generation(c, readable))
 
 
 def index_of(statement: CreateIndex, name: str, table: TableDef, interleave_in: str | None) -> IndexDef:
@@ -187,6 +218,8 @@ def table_ddl(table: TableDef, ns: str, declared: dict[str, str] | None = None, 
         line = f"  {c.spelled} {c.type.ddl()}"
         if c.not_null:
             line += " NOT NULL"
+        if c.generated_as is not None:
+            line += f" AS ({c.generated_as}) STORED"
         if c.hidden:
             line += " HIDDEN"
         if c.commit_timestamp:

@@ -203,6 +203,7 @@ class Tables:
                 raise errors.RowNotFound(f"Column not found in table {table.spelled}: {name}")
             if column in columns:
                 raise errors.InvalidArgument(f"column {name!r} is named twice")
+            t.check_writable(table, column)
             columns.append(column)
         missing = [c.spelled for c in table.key if c not in columns]
         if missing:
@@ -395,7 +396,7 @@ class Tables:
         parent = None
         if s.parent is not None:
             parent = await self._existing(ns, s.parent, s.parent, f"the parent of {s.spelled}")
-        table = table_of(s, name, parent.name if parent else None)
+        table = table_of(s, name, parent.name if parent else None, t.column_generation)
         if parent is not None:
             width = len(parent.primary_key)
             mine = table.key_order[:width]
@@ -437,7 +438,8 @@ class Tables:
                 if s.if_not_exists:
                     return
                 raise errors.FailedPrecondition(f"Duplicate column name {table.spelled}.{s.add.spelled}")
-            column = schema_col(await self._column(s.add, database, f"ALTER TABLE {table.spelled}"))
+            column = schema_col(await self._column(s.add, database, f"ALTER TABLE {table.spelled}"),
+                                tuple(c for c in table.columns if c.generated_as is None), t.column_generation)
             altered = dataclasses.replace(table, columns=table.columns + (column,))
             statement, what = t.add_column(altered, column), f"ALTER TABLE {table.spelled} ADD COLUMN {s.add.spelled}"
         else:
