@@ -446,9 +446,10 @@ async def test_cli_queue_update_pause_and_resume(server):
 
 # -- the dashboard ---------------------------------------------------------------------------------
 
-from ..tools.test_dashboard import LIVE, browser, http_post, open_page, ui  # noqa: E402,F401  (fixtures)
+from ..tools.test_dashboard import LIVE, browser, chromium, http_post, open_page, ui  # noqa: E402,F401  (fixtures)
 
 
+@pytest.mark.asyncio(loop_scope="module")  # the loop of the browser (test_dashboard's chromium, one per module)
 async def test_dashboard_pauses_and_resumes_from_the_queue_page(ui, browser):
     from playwright.async_api import expect
 

@@ -77,7 +77,9 @@ class TestUnderUnknownCommits:
 
         def run() -> None:
             with spanq.Client(server.target, retry=FAST) as client:
-                client.create_queue("faulty", payload_type="JSON")  # generated keys: a blind retry stores twice
+                # Generated keys: a blind retry stores twice. A 3 s lease: a batch leased under a lost
+                # answer is never handed over, and waited out the default 10 s lease (one run in three).
+                client.create_queue("faulty", payload_type="JSON", lease_duration=3)
 
                 def sender(worker: int) -> None:
                     for start in range(worker * 10, n, 4 * 10):

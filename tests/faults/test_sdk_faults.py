@@ -6,6 +6,7 @@ thousands of messages are each stored once and acked once."""
 import asyncio
 import dataclasses
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
@@ -16,11 +17,20 @@ from ..helpers import until
 
 N = 3000
 FAST = spanq.Retry(initial_backoff=0.005, max_backoff=0.05, deadline=30)
+LEASE = timedelta(seconds=3)
+"""The subscriber's lease. An ack group that frees a waiting stream's room leases its next batch in
+the same commit; when that commit's answer is lost, the batch is never handed over and waits out
+its lease (ack_lease.py): 3 s rather than the default 10 s. Acks take milliseconds, and the
+subscriber's leaser renews (through the same faults), so no lease lapses under a callback."""
+POLL = timedelta(seconds=0.5)
+"""The server's poll interval. An ack whose answer was lost frees room the server is not told of:
+a stream at max_outstanding learns of it at its next recount (the poll), 5 s by default."""
 
 
 @pytest.fixture
 def server_config(server_config):
-    return dataclasses.replace(server_config, inject_faults="unknown_commit_after=0.3,unknown_commit_before=0.3")
+    return dataclasses.replace(server_config, inject_faults="unknown_commit_after=0.3,unknown_commit_before=0.3",
+                               poll_interval=POLL)
 
 
 async def test_unknown_commits_store_each_message_once_and_ack_it_once(server, sql):
@@ -57,7 +67,8 @@ async def test_unknown_commits_store_each_message_once_and_ack_it_once(server, s
             seen[message.payload["n"]] += 1
 
         rest = N - len(moved)
-        async with client.subscribe("inbox", handle, flow_control=spanq.FlowControl(max_messages=200)):
+        async with client.subscribe("inbox", handle, flow_control=spanq.FlowControl(max_messages=200),
+                                    lease_duration=LEASE):
             await until(lambda: not sql.execute("SELECT count(*) FROM inbox").fetchone()[0], "every message settled",
                         60, 0.05)
         assert len(seen) == rest and set(seen).isdisjoint(moved) and max(seen.values()) == 1

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
+import pytest_asyncio
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 import spanq.aio
@@ -61,15 +62,31 @@ def ensure_chromium() -> str:
     return CHROMIUM
 
 
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
+# One event loop for the module's tests (and test_dashboard_archive's), so that one browser,
+# started once, serves them all: Playwright and a launch were a second of each test.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              # ... which pytest-asyncio also puts on the module's few plain tests, and says so.
+              pytest.mark.filterwarnings("ignore:The test <Function .* is marked with '@pytest.mark.asyncio'")]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def chromium() -> AsyncIterator[Browser]:
     async with async_playwright() as p:
         launched = await p.chromium.launch(executable_path=ensure_chromium(), args=CHROMIUM_ARGS)
         yield launched
         await launched.close()
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(loop_scope="module")
+async def browser(chromium: Browser) -> AsyncIterator[Browser]:
+    """The module's browser for one test: each page it opens is in a context of its own (no
+    cookies or storage shared between tests), closed after the test."""
+    yield chromium
+    for context in chromium.contexts:
+        await context.close()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
 async def ui(server_config, clock) -> AsyncIterator[Any]:
     running = await start(dataclasses.replace(server_config, ui_listen="127.0.0.1:0"), clock=clock)
     yield running

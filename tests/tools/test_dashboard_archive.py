@@ -6,12 +6,15 @@ read back from PostgreSQL."""
 import json
 from datetime import timedelta
 
+import pytest
 from playwright.async_api import expect
 
 import spanq
 import spanq.aio
 
-from .test_dashboard import LIVE, browser, http_post, open_page, ui  # noqa: F401  (fixtures)
+from .test_dashboard import LIVE, browser, chromium, http_post, open_page, ui  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")  # the loop of the module's one browser (chromium)
 
 
 async def test_the_archive_is_browsed_and_the_range_shown_replayed(ui, browser, sql, clock):
