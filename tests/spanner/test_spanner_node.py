@@ -314,3 +314,34 @@ async def test_receive_of_an_unknown_queue_is_spanners_unknown_table_function(no
     assert re.fullmatch(r"Table-valued function not found: RECEIVE_NoSuchQueue", got["error"]["details"],
                         re.IGNORECASE), got
     assert messages(sql) == [(1, "untouched", False)]
+
+
+# -- the GA queue DDL -------------------------------------------------------------------------
+
+
+async def test_a_sharded_queue_of_the_ga_ddl_sends_the_other_key_columns_and_acks_the_whole_key(  # type: ignore[no-untyped-def]
+        node, sql) -> None:
+    from .test_spanner_generated_keys import fingerprint
+
+    created = await node("create", ddl=[
+        "CREATE QUEUE Tasks (ShardId INT64 AS (MOD(ABS(FARM_FINGERPRINT(MessageId)), 4)) STORED HIDDEN, "
+        "MessageId STRING(36) NOT NULL, Payload STRING(MAX) NOT NULL) PRIMARY KEY (ShardId, MessageId DESC), "
+        "OPTIONS (locality_group = 'hot')"])
+    assert created["statements"] == [
+        "CREATE QUEUE Tasks (\n  ShardId INT64 AS (MOD(ABS(FARM_FINGERPRINT(MessageId)), 4)) STORED HIDDEN,\n"
+        "  MessageId STRING(36) NOT NULL,\n  Payload STRING(MAX) NOT NULL\n) PRIMARY KEY (ShardId, MessageId DESC),\n"
+        "  OPTIONS (locality_group = 'hot')"]
+    # queueSend with the key the sender knows: the database computes the shard.
+    ids = ["c-3", "b-2", "a-1"]
+    assert await node("send", queue="Tasks", messages=[{"key": [m], "payload": m} for m in ids]) == {"sent": 3}
+    assert sql.execute("SELECT shardid, messageid FROM d1_tasks ORDER BY messageid").fetchall() == sorted(
+        [(abs(fingerprint(m)) % 4, m) for m in ids], key=lambda r: r[1])
+    got = await node("query", sql="SELECT * FROM RECEIVE_Tasks(max_duration => '1s')")
+    assert sorted(row["MessageId"] for row in got["rows"]) == sorted(ids)
+    assert all("ShardId" not in row for row in got["rows"])  # HIDDEN
+    named = await node("query", sql="SELECT ShardId, MessageId FROM Tasks")
+    # In key order: the shard, then MessageId descending (c-3 and b-2 share shard 2).
+    assert [(r["ShardId"], r["MessageId"]) for r in named["rows"]] == [(0, "a-1"), (2, "c-3"), (2, "b-2")]
+    assert await node("ack", queue="Tasks", keys=[[r["ShardId"], r["MessageId"]] for r in named["rows"]]) == {
+        "acked": 3}
+    assert sql.execute("SELECT count(*) FROM d1_tasks").fetchone() == (0,)
