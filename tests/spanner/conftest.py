@@ -1,6 +1,7 @@
 """The Spanner front-end (google.spanner.v1 on the spanq port), through Google's own client
 and its messages, against a real server and PostgreSQL."""
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -26,3 +27,14 @@ def make_database(project: str, instance_id: str, database_id: str, ddl: list[st
     database = instance.database(database_id, ddl_statements=ddl)
     database.create().result(timeout=30)
     return database
+
+
+def ddl_of(database: Any) -> list[str]:
+    """GetDatabaseDdl's statements, as the client reloads them."""
+    database.reload()
+    return list(database.ddl_statements)
+
+
+def run(fn: Any, *args: Any) -> Any:
+    """A call of Google's (blocking) client off the event loop the test server runs on."""
+    return asyncio.to_thread(fn, *args)

@@ -5,7 +5,6 @@ to the smaller as keys.proto documents, with a limit; a Delete by range), its in
 and indexes work, and a queue with a DESC key is created, listed, sent to, received, acked and
 read by ``SELECT * FROM q`` in that order."""
 
-import asyncio
 import itertools
 from typing import Any
 
@@ -14,6 +13,7 @@ from google.api_core import exceptions
 from google.cloud.spanner_v1 import KeyRange, KeySet
 
 from . import conftest
+from .conftest import ddl_of, run
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -44,15 +44,6 @@ IN_KEY_ORDER = sorted(ROWS, key=lambda r: (r[0], -r[1]))
 
 def make_database(database_id: str, ddl: list[str]) -> Any:
     return conftest.make_database(PROJECT, INSTANCE, database_id, ddl)
-
-
-def ddl_of(database: Any) -> list[str]:
-    database.reload()
-    return list(database.ddl_statements)
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return asyncio.to_thread(fn, *args)
 
 
 def in_range(row: tuple[int, int], start: list[int], start_closed: bool, end: list[int], end_closed: bool) -> bool:

@@ -5,7 +5,6 @@ disable_send / disable_delivery as spanq's durable pause and ROW DELETION POLICY
 message retention (the domain's own features, which spanq.v1 sees too); and what spanq
 refuses, with why."""
 
-import asyncio
 import base64
 from datetime import timedelta
 from typing import Any
@@ -15,6 +14,7 @@ from google.api_core import exceptions
 from google.cloud import spanner
 
 from . import conftest
+from .conftest import ddl_of, run
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -39,11 +39,6 @@ def make_database(database_id: str, ddl: list[str]) -> Any:
     return conftest.make_database(PROJECT, INSTANCE, database_id, ddl)
 
 
-def ddl_of(database: Any) -> list[str]:
-    database.reload()
-    return list(database.ddl_statements)
-
-
 def update_ddl(database: Any, *statements: str) -> None:
     database.update_ddl(list(statements)).result(timeout=30)
 
@@ -59,10 +54,6 @@ def receive(database: Any, queue: str, columns: str = "*", duration: str = "1s")
         results = snapshot.execute_sql(f"SELECT {columns} FROM RECEIVE_{queue}(max_duration => '{duration}')")
         rows = list(results)
         return [f.name for f in results.fields], rows
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return asyncio.to_thread(fn, *args)
 
 
 async def test_the_ga_create_queue_is_listed_back_as_declared_and_maps_onto_the_queues_settings(

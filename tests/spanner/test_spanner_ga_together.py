@@ -5,7 +5,6 @@ deletion policy, options, a role granted through another role. Each clause has i
 test_spanner_roles); these check that they compose: the listing reads back into an equal
 database, and a send, a receive by the inheriting role and an ack see the one queue."""
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from google.cloud import spanner
 
 from . import test_spanner_protos as protos
 from .test_spanner_generated_keys import fingerprint
+from .conftest import run
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -76,10 +76,6 @@ def select(database: Any, text: str) -> list[Any]:
 def write(database: Any, verb: str, *args: Any) -> None:
     with database.batch() as batch:
         getattr(batch, verb)(*args)
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return asyncio.to_thread(fn, *args)
 
 
 async def test_every_clause_in_one_queue_lists_back_and_serves(spanner_env, sql) -> None:  # type: ignore[no-untyped-def]

@@ -5,7 +5,6 @@ database computes the shard as Spanner does (FarmHash Fingerprint64, checked aga
 independent implementation); RECEIVE, acks and GetDatabaseDdl see the whole key; a write that
 names the generated column is Spanner's FAILED_PRECONDITION, with nothing stored."""
 
-import asyncio
 import base64
 from typing import Any
 
@@ -21,6 +20,7 @@ import spanq.sql
 from spanq_proto.v1 import queue_pb2
 
 from . import conftest
+from .conftest import ddl_of, run
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -54,15 +54,6 @@ def shard(message_id: str) -> int:
 
 def make_database(database_id: str, ddl: list[str]) -> Any:
     return conftest.make_database(PROJECT, INSTANCE, database_id, ddl)
-
-
-def ddl_of(database: Any) -> list[str]:
-    database.reload()
-    return list(database.ddl_statements)
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return asyncio.to_thread(fn, *args)
 
 
 def receive(database: Any, columns: str) -> tuple[list[str], list[Any]]:

@@ -4,7 +4,6 @@ database and given back by GetDatabaseDdl; a queue whose Payload is a message of
 sent as the message's bytes, received as the message (column_info) or as bytes, acked, and
 seen as a BYTES queue by spanq.v1; and what is refused, with nothing stored."""
 
-import asyncio
 import base64
 from typing import Any
 
@@ -17,6 +16,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from spanq_proto.v1 import queue_pb2
 
 from .. import helpers
+from .conftest import run
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
@@ -101,10 +101,6 @@ def ack(database: Any, *keys: int) -> None:
     with database.batch() as batch:
         for key in keys:
             batch.ack(queue="Orders", key=[key])
-
-
-def run(fn: Any, *args: Any) -> Any:
-    return asyncio.to_thread(fn, *args)
 
 
 async def test_a_queue_of_proto_payloads_sends_receives_as_the_message_or_bytes_and_acks(
